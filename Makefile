@@ -1,0 +1,30 @@
+# hushnet — the two commands a user needs: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo bench figures clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/python -m node.demo
+
+bench: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m benchmarks
+
+figures: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m benchmarks.figures
+
+clean:
+	rm -rf $(VENV) build *.egg-info
