@@ -1,0 +1,261 @@
+"""``hushnet privacy …``: pairwise privacy losses from the command line.
+
+This is also how other people check hushnet's numbers, so every output names the bound
+("certified" — what hushnet stands behind — or "paper" — a labelled reproduction of a
+published formula), the view model and the conventions used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from node.privacy.graphs import Graph, GraphSpecError, metropolis_hastings, parse_graph
+
+PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
+
+
+@dataclass(frozen=True)
+class Query:
+    """Everything a pairwise-loss computation needs, parsed from the command line."""
+
+    graph: Graph
+    W: Any
+    protocol: str
+    alpha: float
+    sigma: float
+    steps: int
+    bound: str
+    horizon: str | None
+    contributions: float | None
+    constraint: str
+    chebyshev: bool
+    weights: str
+
+
+def _matrix_fn(q: Query) -> Callable[[], Any]:
+    """Dispatch to the accountant that owns the protocol; returns a zero-argument callable."""
+    if q.protocol in ("rw", "rw-sender-known"):
+        from node.privacy import randomwalk
+
+        kwargs: dict[str, Any] = dict(
+            bound=q.bound,
+            contributions=q.contributions,
+            sender_known=q.protocol == "rw-sender-known",
+            constraint=q.constraint,
+        )
+        if q.horizon is not None:
+            kwargs["horizon"] = q.horizon
+        return lambda: randomwalk.rw_pndp_matrix(q.W, q.steps, q.alpha, q.sigma, **kwargs)
+    if q.protocol in ("muffliato", "muffliato-aggregate"):
+        from node.privacy import muffliato
+
+        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
+        return lambda: muffliato.muffliato_loss_matrix(
+            q.W, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev, graph=q.graph
+        )
+    if q.protocol == "gossip-stream":
+        from node.privacy import koskela
+
+        if q.bound != "certified":
+            raise SystemExit("gossip-stream has only the exact (certified) accountant; drop --bound paper")
+        return lambda: koskela.gossip_stream_loss_matrix(q.W, q.steps, q.alpha, q.sigma, view="neighbourhood")
+    raise SystemExit(f"unknown protocol {q.protocol!r}; choose from {', '.join(PROTOCOLS)}")
+
+
+def _unwrap(result: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """Accept a bare array or a PrivacyMatrix-like object; return (matrix, labels)."""
+    matrix = np.asarray(getattr(result, "matrix", result), dtype=float)
+    labels = {}
+    for key in ("bound", "view", "horizon", "constraint", "notes"):
+        value = getattr(result, key, None)
+        if value is not None:
+            labels[key] = list(value) if isinstance(value, (list, tuple)) else value
+    return matrix, labels
+
+
+def summarize(matrix: np.ndarray, graph: Graph) -> dict[str, Any]:
+    """min / mean / max over ordered pairs u ≠ v, and the mean by shortest-path distance."""
+    n = matrix.shape[0]
+    off = ~np.eye(n, dtype=bool)
+    vals = matrix[off]
+    finite = vals[np.isfinite(vals)]
+    dist = graph.all_shortest_path_lengths()
+    by_distance = {}
+    for d in np.unique(dist[off]):
+        sel = matrix[(dist == d) & off]
+        by_distance[str(int(d))] = _num(float(np.mean(sel)))
+    return {
+        "pairs": int(vals.size),
+        "infinite_pairs": int(vals.size - finite.size),
+        "min": _num(float(vals.min())),
+        "mean": _num(float(vals.mean())),
+        "max": _num(float(vals.max())),
+        "mean_by_distance": by_distance,
+    }
+
+
+def _num(x: float) -> float | str:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _query(args: argparse.Namespace) -> Query:
+    try:
+        graph = parse_graph(args.graph)
+    except GraphSpecError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if not graph.is_connected():
+        raise SystemExit(f"error: graph {args.graph} is not connected; the accountants need a connected graph")
+    for name in ("alpha", "sigma"):
+        if not getattr(args, name) > 0:
+            raise SystemExit(f"error: --{name} must be positive")
+    if args.alpha <= 1:
+        raise SystemExit("error: --alpha is a Rényi order and must be > 1")
+    if args.steps < 1:
+        raise SystemExit("error: --steps must be >= 1")
+    return Query(
+        graph=graph,
+        W=metropolis_hastings(graph, "hamilton" if args.weights == "hamilton" else "paper"),
+        protocol=args.protocol,
+        alpha=args.alpha,
+        sigma=args.sigma,
+        steps=args.steps,
+        bound=args.bound,
+        horizon=args.horizon,
+        contributions=args.contributions,
+        constraint=args.constraint,
+        chebyshev=args.chebyshev,
+        weights=args.weights,
+    )
+
+
+def _describe(q: Query, labels: dict[str, Any]) -> dict[str, Any]:
+    out = {
+        "graph": q.graph.spec,
+        "n": q.graph.n,
+        "protocol": q.protocol,
+        "alpha": q.alpha,
+        "sigma": q.sigma,
+        "steps": q.steps,
+        "bound": q.bound,
+        "weights": q.weights,
+        "chebyshev": q.chebyshev,
+        "quantity": "Renyi DP of order alpha, eps[u->v]: row u = contributor, column v = observer",
+    }
+    out.update(labels)
+    return out
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    q = _query(args)
+    try:
+        matrix, labels = _unwrap(_matrix_fn(q)())
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    np.fill_diagonal(matrix, 0.0)
+    if args.out:
+        np.save(args.out, matrix)
+    report = _describe(q, labels)
+    report["summary"] = summarize(matrix, q.graph)
+    if args.out:
+        report["out"] = str(args.out)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        s = report["summary"]
+        print(f"{q.protocol} on {q.graph.spec} (n={q.graph.n}), bound={report.get('bound')}, view={report.get('view', '-')}")
+        print(f"RDP(alpha={q.alpha}) over {s['pairs']} pairs: min {s['min']}  mean {s['mean']}  max {s['max']}")
+        print("mean by distance: " + ", ".join(f"{d}: {v:.4g}" if isinstance(v, float) else f"{d}: {v}" for d, v in s["mean_by_distance"].items()))
+        for note in report.get("notes", []) or []:
+            print(f"note: {note}")
+    return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    q = _query(args)
+    for name in ("source", "observer"):
+        v = getattr(args, name)
+        if not 0 <= v < q.graph.n:
+            raise SystemExit(f"error: --{name} must be in 0..{q.graph.n - 1}")
+    if args.source == args.observer:
+        raise SystemExit("error: --source and --observer must differ (a node's loss to itself is not a privacy loss)")
+    result = _pair(q, args.source, args.observer)
+    if args.delta is not None:
+        if not 0 < args.delta < 1:
+            raise SystemExit("error: --delta must be in (0, 1)")
+        rdp = result["rdp"]
+        result["delta"] = args.delta
+        result["epsilon"] = rdp + math.log(1 / args.delta) / (q.alpha - 1) if math.isfinite(rdp) else math.inf
+        result["conversion"] = "Mironov RDP->(eps,delta) at the given alpha"
+        mu = result.get("mu_gdp")
+        if mu is not None and math.isfinite(mu):
+            from node.privacy.conversions import gdp_epsilon
+
+            result["epsilon_tight_gdp"] = gdp_epsilon(mu, args.delta)
+    out = _describe(q, {})
+    out.update({k: (_num(v) if isinstance(v, float) else v) for k, v in result.items()})
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        line = f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')})"
+        if "epsilon" in out:
+            line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
+        print(line)
+    return 0
+
+
+def _pair(q: Query, u: int, v: int) -> dict[str, Any]:
+    if q.protocol in ("muffliato", "muffliato-aggregate"):
+        from node.privacy import muffliato
+
+        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
+        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev))
+    if q.protocol == "gossip-stream":
+        from node.privacy import koskela
+
+        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
+    matrix, labels = _unwrap(_matrix_fn(q)())
+    return {"rdp": float(matrix[u, v]), **labels}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--graph", required=True, help="graph spec: complete:N ring:N hypercube:D grid:RxC er:N:P:SEED "
+                   "regular:N:K:SEED geometric:N:R:SEED sbm:S1,S2:PIN:POUT:SEED edgelist:PATH")
+    p.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    p.add_argument("--alpha", type=float, required=True, help="Rényi order (> 1)")
+    p.add_argument("--sigma", type=float, required=True, help="noise (multiplier for rw; std for gossip)")
+    p.add_argument("--steps", type=int, required=True, help="walk length T (rw) or gossip rounds T")
+    p.add_argument("--bound", choices=("certified", "paper"), default="certified",
+                   help="certified (default): the value hushnet stands behind; paper: the published formula")
+    p.add_argument("--horizon", choices=("exact", "harmonic", "lnT"), default=None, help="rw finite-T treatment")
+    p.add_argument("--contributions", type=float, default=None, help="rw contributions per node N_u (default T/n)")
+    p.add_argument("--constraint", choices=("strict", "proof", "none"), default="strict",
+                   help="rw noise condition on sigma: strict (printed), proof, none (figures only)")
+    p.add_argument("--weights", choices=("hamilton", "paper"), default="hamilton",
+                   help="Metropolis-Hastings 1/(1+max d) (default) or the printed 1/max d")
+    p.add_argument("--chebyshev", action="store_true", help="muffliato with Chebyshev acceleration")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    priv = sub.add_parser("privacy", help="pairwise privacy losses (accountant tools)",
+                          description="Pairwise network-DP losses computed from public parameters.")
+    psub = priv.add_subparsers(dest="privacy_command", metavar="COMMAND")
+    m = psub.add_parser("matrix", help="all-pairs loss matrix and its summary")
+    _common(m)
+    m.add_argument("--out", type=Path, default=None, help="write the n×n matrix as .npy")
+    m.set_defaults(handler=cmd_matrix)
+    p = psub.add_parser("pair", help="the loss of one pair")
+    _common(p)
+    p.add_argument("--source", type=int, required=True, help="the contributor u")
+    p.add_argument("--observer", type=int, required=True, help="the observer v")
+    p.add_argument("--delta", type=float, default=None, help="also convert to (epsilon, delta)")
+    p.set_defaults(handler=cmd_pair)
+    priv.set_defaults(handler=lambda a: (priv.print_help(), 2)[1])
