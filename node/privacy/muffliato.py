@@ -1,0 +1,545 @@
+"""Muffliato (Cyffers et al., NeurIPS 2022) privacy accounting: the paper's bounds and the exact one.
+
+Muffliato averaging adds Gaussian noise once, ``x⁰ = x + η``, then gossips: every message is a
+row of ``P_t(W)`` applied to the same ``x + η``.  [M] Theorem 1 adds up the Rényi divergences of
+the individual messages as if they were independent; they are not (they share η), and the
+observer can do far better by combining them.  Spec gossip.md §1.3.9 shows the observer recovers
+the antipode's noisy input *exactly* on the paper's own hypercube setting.  Hence two numbers:
+
+* ``bound="paper"``: [M] eq. (6) (Theorem 1), unclipped — a labelled reproduction, never a
+  guarantee.  (Figures clip it at the LDP value α Δ²/2σ² when drawing, as the paper's code does.)
+* ``bound="certified"``: the exact Rényi divergence of the observer's whole Gaussian view,
+  ``α Δ²/(2σ²) · ‖Π_{row(R̃_v)} e_u‖²`` where ``R̃_v`` stacks the rows the observer sees with the
+  observer's own column removed (it knows its own noise) — [K] Lemma 6 applied to Muffliato.
+
+Conventions (fixed by the issue): the observer of view ``"neighbourhood"`` sees ``x^t_w`` for
+every w in its closed neighbourhood at t = 0..T−1 and knows its own noise; view ``"aggregate"``
+sees only what secure summation would give it: its own input and the weighted sums
+``Σ_w W_vw x^t_w`` it receives at t = 0..T−1.  Rounds are plain gossip unless ``chebyshev``
+(Alg. 1 with Def. 3 initialisation); acceleration changes messages but not the exact loss,
+because ``P_t(W)`` rows span the same space as the ``W^s`` rows, s ≤ t.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from node.privacy.graphs import chebyshev_gamma, spectral_gap
+from node.privacy.linear_gaussian import (
+    PrivacyMatrix,
+    brute_force_sensitivity_sq,
+    gaussian_loss,
+    projection_weights,
+    rdp_of,
+)
+
+__all__ = [
+    "muffliato_loss_matrix",
+    "muffliato_pair",
+    "muffliato_observer_losses",
+    "exact_sensitivity_matrix",
+    "observer_sensitivities",
+    "observer_view_matrix",
+    "thm1_matrix",
+    "thm1_schedule_matrix",
+    "cor1_matrix",
+    "thm4_er_bound",
+    "t_mix",
+    "gossip_rows",
+    "simulate",
+    "randomized_schedule",
+    "randomized_products_view",
+    "randomized_exact_matrix",
+    "muffliato_gd_loss",
+    "VIEWS",
+]
+
+VIEWS = ("neighbourhood", "aggregate")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def _csr(W) -> sp.csr_matrix:
+    return W.tocsr() if sp.issparse(W) else sp.csr_matrix(np.asarray(W, dtype=float))
+
+
+def _neighbours(Wc: sp.csr_matrix, v: int) -> np.ndarray:
+    """Nodes w ≠ v with W_vw ≠ 0 (the communication graph is W's support)."""
+    row = Wc.indices[Wc.indptr[v] : Wc.indptr[v + 1]]
+    vals = Wc.data[Wc.indptr[v] : Wc.indptr[v + 1]]
+    return np.sort(row[(row != v) & (vals != 0)])
+
+
+def _adjacency(Wc: sp.csr_matrix) -> sp.csr_matrix:
+    A = (Wc != 0).astype(float).tolil()
+    A.setdiag(0.0)
+    A = A.tocsr()
+    A.eliminate_zeros()
+    return A
+
+
+def _gamma(Wc, chebyshev: bool, gamma: float | None) -> float | None:
+    if not chebyshev:
+        return None
+    return chebyshev_gamma(Wc, kind="code") if gamma is None else float(gamma)
+
+
+def t_mix(W, sigma: float, randomized: bool = False, spread: float = 0.25) -> int:
+    """The reference code's ``T_mix``: ``⌈λ^{-1/2} ln(n/σ² · max(spread, σ²))⌉`` (spec §1.2.2).
+
+    ``λ`` is the code's gap ``1 − λ₂(W)``; ``randomized`` uses ``1/λ`` (``T_mix_randomized``).
+    """
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    lam = spectral_gap(Wc, kind="code")
+    rate = lam if randomized else math.sqrt(lam)
+    return int(math.ceil(math.log(n / sigma**2 * max(spread, sigma**2)) / rate))
+
+
+def gossip_rows(W, nodes: Sequence[int], T: int, *, chebyshev: bool = False, gamma: float | None = None,
+                extra_multiply: bool = False) -> np.ndarray:
+    """``Y[t][:, k]`` = row ``nodes[k]`` of ``P_t(W)`` (as a column), t = 0..T−1.  Shape (T, n, k).
+
+    ``P_t`` is ``W^t``, or the rescaled Chebyshev polynomial of Def. 3 with ``chebyshev``.  With
+    ``extra_multiply`` the rows are those of ``W P_t(W)`` (what secure summation reveals).
+    Rows are propagated as columns with ``Wᵀ`` (sparse), so nothing n×n is formed.
+    """
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    Wt = Wc.T.tocsr()
+    idx = np.asarray(nodes, dtype=np.int64)
+    Y = np.zeros((T, n, idx.size))
+    if T == 0:
+        return Y
+    cur = np.zeros((n, idx.size))
+    cur[idx, np.arange(idx.size)] = 1.0
+    prev = None
+    g = _gamma(Wc, chebyshev, gamma)
+    for t in range(T):
+        Y[t] = Wt @ cur if extra_multiply else cur
+        if t == T - 1:
+            break
+        nxt = np.asarray(Wt @ cur)
+        if g is not None and prev is not None:
+            nxt = g * nxt + (1.0 - g) * prev
+        prev, cur = cur, nxt
+    return Y
+
+
+def simulate(W, x0: np.ndarray, T: int, *, chebyshev: bool = False, gamma: float | None = None) -> Iterator[np.ndarray]:
+    """Run Alg. 1 from the noisy inputs ``x0`` (n or n×N); yields ``x^t`` for t = 0..T.
+
+    Def. 3 initialisation (``x¹ = W x⁰``), so the mean is preserved exactly (spec §1.2.2).
+    """
+    Wc = _csr(W)
+    g = _gamma(Wc, chebyshev, gamma)
+    prev, cur = None, np.asarray(x0, dtype=float)
+    for t in range(T + 1):
+        yield cur
+        if t == T:
+            return
+        nxt = np.asarray(Wc @ cur)
+        if g is not None and prev is not None:
+            nxt = g * nxt + (1.0 - g) * prev
+        prev, cur = cur, nxt
+
+
+# --------------------------------------------------------------------------------------------
+# exact (certified) accountant
+# --------------------------------------------------------------------------------------------
+def _view_nodes(Wc: sp.csr_matrix, v: int, view: str, own_noise_known: bool = True) -> np.ndarray:
+    """Whose messages the observer records.  With ``own_noise_known=False`` (the optimistic model of
+    [M] eq. (5), used by the spec's §1.3.9 table) the observer's own states are left out, because
+    seeing ``x_v + η_v`` while knowing ``x_v`` would reveal ``η_v``."""
+    if view == "neighbourhood":
+        if not own_noise_known:
+            return _neighbours(Wc, v).astype(np.int64)
+        return np.concatenate([[v], _neighbours(Wc, v)]).astype(np.int64)
+    if view == "aggregate":
+        return np.array([v], dtype=np.int64)
+    raise ValueError(f"unknown view {view!r}; use one of {VIEWS}")
+
+
+def _assemble(Y: np.ndarray, v: int, view: str, own_noise_known: bool) -> np.ndarray:
+    """n×r matrix whose columns are the observer's rows; own column (coordinate v) zeroed if known."""
+    T, n, m = Y.shape
+    M = Y.transpose(1, 0, 2).reshape(n, T * m)
+    if view == "aggregate" and own_noise_known:  # the observer also holds its own input x_v + η_v
+        e = np.zeros((n, 1))
+        e[v, 0] = 1.0
+        M = np.concatenate([e, M], axis=1)
+    else:
+        M = M.copy()
+    if own_noise_known:
+        M[v, :] = 0.0
+    return M
+
+
+def observer_view_matrix(W, observer: int, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
+                         gamma: float | None = None, own_noise_known: bool = True) -> np.ndarray:
+    """The observer's view as an n×r matrix R̃ᵀ: view = R̃ᵀ... i.e. ``O = Mᵀ(x + η)`` up to known terms.
+
+    Columns: for view "neighbourhood", rows ``P_t(W)[w, :]`` for t < T, w ∈ N̄(v); for
+    "aggregate", ``e_v`` and ``(W P_t(W))[v, :]``.  Row v (the observer's own coordinate) is zero
+    when the observer knows its own noise: known noise protects nobody.  ``own_noise_known=False``
+    is [M]'s optimistic model (neighbours' messages only; the observer's noise counts as cover).
+    """
+    Wc = _csr(W)
+    nodes = _view_nodes(Wc, observer, view, own_noise_known)
+    Y = gossip_rows(Wc, nodes, T, chebyshev=chebyshev, gamma=gamma, extra_multiply=view == "aggregate")
+    return _assemble(Y, observer, view, own_noise_known)
+
+
+def observer_sensitivities(W, observer: int, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
+                           gamma: float | None = None, own_noise_known: bool = True) -> np.ndarray:
+    """``Δ²(u → observer)`` for every source u, in units of Δ² (so in [0, 1]); entry u = v is 0."""
+    M = observer_view_matrix(W, observer, T, view=view, chebyshev=chebyshev, gamma=gamma,
+                             own_noise_known=own_noise_known)
+    s = projection_weights(M)
+    s[observer] = 0.0
+    return np.clip(s, 0.0, 1.0)
+
+
+def exact_sensitivity_matrix(W, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
+                             gamma: float | None = None, own_noise_known: bool = True,
+                             observers: Sequence[int] | None = None, mem_bytes: float = 2.5e8) -> np.ndarray:
+    """``S[u, v] = Δ²(u → v)/Δ²`` for all sources u and the given observers v (all by default).
+
+    One Gram factorisation per observer serves every source at once; observers are processed in
+    batches whose rows are propagated together with one sparse product per step.  Memory is
+    bounded by ``mem_bytes`` for the propagated rows (plus O(n·r) per observer).
+    """
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    obs = np.arange(n) if observers is None else np.asarray(observers, dtype=np.int64)
+    g = _gamma(Wc, chebyshev, gamma)
+    S = np.zeros((n, obs.size))
+    sizes = np.array([_view_nodes(Wc, int(v), view, own_noise_known).size for v in obs])
+    per_obs = 8.0 * max(T, 1) * n * max(float(sizes.mean()) if sizes.size else 1.0, 1.0)
+    batch = max(1, int(mem_bytes // per_obs))
+    for start in range(0, obs.size, batch):
+        chunk = obs[start : start + batch]
+        lists = [_view_nodes(Wc, int(v), view, own_noise_known) for v in chunk]
+        nodes = np.concatenate(lists)
+        Y = gossip_rows(Wc, nodes, T, chebyshev=chebyshev, gamma=g, extra_multiply=view == "aggregate")
+        off = 0
+        for k, v in enumerate(chunk):
+            m = lists[k].size
+            M = _assemble(Y[:, :, off : off + m], int(v), view, own_noise_known)
+            off += m
+            s = projection_weights(M)
+            s[v] = 0.0
+            S[:, start + k] = np.clip(s, 0.0, 1.0)
+    return S
+
+
+def dense_exact_pair(W, source: int, observer: int, T: int, *, view: str = "neighbourhood",
+                     own_noise_known: bool = True) -> float:
+    """Straightforward reference: build R̃ from dense matrix powers and use ``pinv`` (tests, baseline)."""
+    Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
+    n = Wd.shape[0]
+    P = np.eye(n)
+    rows = []
+    nbrs = ([observer] if own_noise_known else []) + [w for w in range(n) if w != observer and Wd[observer, w] != 0]
+    if view == "aggregate" and own_noise_known:
+        rows.append(np.eye(n)[observer])
+    for _t in range(T):
+        if view == "neighbourhood":
+            rows.extend(P[w] for w in nbrs)
+        else:
+            rows.append((Wd @ P)[observer])
+        P = Wd @ P
+    R = np.array(rows).reshape(-1, n)
+    B = R.copy()
+    if own_noise_known:
+        B[:, observer] = 0.0
+    e = np.zeros(n)
+    e[source] = 1.0
+    return brute_force_sensitivity_sq(R, B, e)
+
+
+# --------------------------------------------------------------------------------------------
+# the paper's bounds ([M] Theorem 1, Corollary 1, Theorem 4)
+# --------------------------------------------------------------------------------------------
+def thm1_matrix(W, T: int, *, convention: str = "paper") -> np.ndarray:
+    """[M] eq. (6) without the α Δ²/2σ² factor: ``F[u, v] = Σ_t Σ_{w∈N(v)} P_t[w,u]²/‖P_t[w,:]‖²``.
+
+    Row u = source, column v = observer.  ``convention="paper"`` sums t = 0..T−1 (``W_{0:0} = I``,
+    the theorem); ``"code"`` sums t = 1..T as the reference code's averaging figures do.
+    Unclipped; O(T·nnz(W)·n) time and O(n²) memory (spec §1.3.1).
+    """
+    if convention not in ("paper", "code"):
+        raise ValueError("convention must be 'paper' or 'code'")
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    A = _adjacency(Wc)
+    P = np.eye(n) if convention == "paper" else Wc.toarray()
+    F = np.zeros((n, n))
+    for _t in range(T):
+        F += _thm1_term(A, P)
+        P = np.asarray(Wc @ P)
+    return F.T.copy()
+
+
+def _thm1_term(A: sp.csr_matrix, P: np.ndarray) -> np.ndarray:
+    """``A C`` with ``C[w,u] = P[w,u]²/‖P[w,:]‖²`` (row = observer v, column = source u)."""
+    sq = P * P
+    norms = sq.sum(axis=1)
+    C = sq / np.where(norms > 0, norms, 1.0)[:, None]
+    return np.asarray(A @ C)
+
+
+def thm1_schedule_matrix(products: Sequence[np.ndarray], adjacencies: Sequence[sp.spmatrix]) -> np.ndarray:
+    """Theorem 1 for time-varying graphs: ``products[t] = W_{0:t}``, ``adjacencies[t]`` = E_t.
+
+    Row w / column u of ``W_{0:t}`` (spec §1.3.1 FIX), summed over ``{v,w} ∈ E_t``.  Source-major.
+    """
+    n = products[0].shape[0]
+    F = np.zeros((n, n))
+    for P, A in zip(products, adjacencies):
+        A = sp.csr_matrix(A, dtype=float)
+        A.setdiag(0.0)
+        A.eliminate_zeros()
+        F += _thm1_term(A, np.asarray(P, dtype=float))
+    return F.T.copy()
+
+
+def cor1_matrix(W, T: int) -> np.ndarray:
+    """[M] Corollary 1 (random-walk form), unit-free: ``n·max_{w∼v} W_vw^{-2} Σ_{t=1..T} (W^t)_{u,v}²``."""
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    Wd = Wc.toarray()
+    maxinv = np.zeros(n)
+    for v in range(n):
+        nb = _neighbours(Wc, v)
+        maxinv[v] = np.max(1.0 / Wd[v, nb] ** 2) if nb.size else 0.0
+    P = np.eye(n)
+    acc = np.zeros((n, n))
+    for _t in range(T):
+        P = Wd @ P
+        acc += P * P
+    return n * acc * maxinv[None, :]
+
+
+def thm4_er_bound(W, source: int, T: int, alpha: float, sigma: float, q: float, delta_sens: float = 1.0) -> np.ndarray:
+    """[M] Theorem 4 per observer (paper value): LDP for neighbours of the source, else
+    ``α Δ² T d_v/(σ² (n − d_v))`` capped at LDP.  Requires ``σ² ≥ Δ² α(α−1)/2`` (checked)."""
+    if sigma**2 < delta_sens**2 * alpha * (alpha - 1) / 2:
+        raise ValueError("Theorem 4 needs sigma^2 >= Delta^2 alpha (alpha-1)/2")
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    A = _adjacency(Wc)
+    d = np.asarray(A.sum(axis=1)).ravel()
+    ldp = alpha * delta_sens**2 / (2 * sigma**2)
+    out = np.minimum(alpha * delta_sens**2 * T * d / (sigma**2 * (n - d)), ldp)
+    nb = _neighbours(Wc, source)
+    out[nb] = ldp
+    out[source] = 0.0
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# public API (used by the CLI)
+# --------------------------------------------------------------------------------------------
+def _check(T: int, alpha: float, sigma: float, bound: str, view: str) -> None:
+    if T < 0:
+        raise ValueError("T must be >= 0")
+    if not alpha > 1:
+        raise ValueError("Rényi order alpha must be > 1")
+    if not sigma > 0:
+        raise ValueError("sigma must be > 0")
+    if bound not in ("certified", "paper"):
+        raise ValueError("bound must be 'certified' or 'paper'")
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}")
+
+
+def muffliato_loss_matrix(W, T: int, alpha: float, sigma: float, *, bound: str = "certified",
+                          view: str = "neighbourhood", chebyshev: bool = False, graph=None,
+                          sensitivity: float = 1.0) -> PrivacyMatrix:
+    """All-pairs Rényi loss ``ε_{u→v}`` of Muffliato averaging after T gossip rounds.
+
+    Row u = source, column v = observer, diagonal 0.  ``certified``: exact RDP of the whole view
+    (observer knows its own noise).  ``paper``: [M] Theorem 1, unclipped (a reproduction, not a
+    guarantee; for view "aggregate" it is the neighbourhood value, which bounds it in the paper's
+    own logic because the aggregate is post-processing of the neighbourhood messages).
+    ``graph`` is accepted for symmetry with the other accountants; W's support is the graph.
+    """
+    _check(T, alpha, sigma, bound, view)
+    scale = sensitivity**2
+    if bound == "paper":
+        F = thm1_matrix(W, T, convention="paper")
+        np.fill_diagonal(F, 0.0)
+        mat = rdp_of(alpha, scale * F, sigma)
+        notes = [
+            "paper: [M] Theorem 1 eq. (6), t = 0..T-1, unclipped; NOT a guarantee (spec gossip.md §1.3.9)",
+            "acceleration does not change it (messages are post-processing of W^s rows)",
+        ]
+        if view == "aggregate":
+            notes.append("aggregate view: Theorem 1 has no such view; the neighbourhood value is shown")
+        return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound="paper", view=view, notes=notes,
+                             protocol="muffliato")
+    S = exact_sensitivity_matrix(W, T, view=view, chebyshev=chebyshev, own_noise_known=True)
+    mat = rdp_of(alpha, scale * S, sigma)
+    notes = [
+        "certified: exact Rényi divergence of the observer's whole Gaussian view (projected Gaussian mechanism)",
+        "observer knows its own noise; cap alpha*Delta^2/(2 sigma^2) is the LDP value",
+        f"{'Chebyshev-accelerated' if chebyshev else 'plain'} gossip, T = {T} rounds",
+    ]
+    return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound="certified", view=view, notes=notes,
+                         protocol="muffliato", sensitivity_sq=scale * S)
+
+
+def muffliato_observer_losses(W, observer: int, T: int, alpha: float, sigma: float, *, bound: str = "certified",
+                              view: str = "neighbourhood", chebyshev: bool = False, convention: str = "paper",
+                              sensitivity: float = 1.0) -> np.ndarray:
+    """Loss from every source u to one observer (cheap: only the observer's rows are propagated)."""
+    _check(T, alpha, sigma, bound, view)
+    Wc = _csr(W)
+    if bound == "certified":
+        s = observer_sensitivities(Wc, observer, T, view=view, chebyshev=chebyshev)
+        return rdp_of(alpha, sensitivity**2 * s, sigma)
+    nb = _neighbours(Wc, observer)
+    if convention == "paper":
+        Y = gossip_rows(Wc, nb, T)
+    elif convention == "code":
+        Y = gossip_rows(Wc, nb, T, extra_multiply=True)
+    else:
+        raise ValueError("convention must be 'paper' or 'code'")
+    sq = Y * Y
+    norms = sq.sum(axis=1, keepdims=True)
+    F = (sq / np.where(norms > 0, norms, 1.0)).sum(axis=(0, 2))
+    F[observer] = 0.0
+    return rdp_of(alpha, sensitivity**2 * F, sigma)
+
+
+def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float, *, bound: str = "certified",
+                   view: str = "neighbourhood", chebyshev: bool = False, delta: float | None = None,
+                   sensitivity: float = 1.0) -> dict[str, Any]:
+    """One pair: ``{"rdp", "sensitivity_sq", "mu_gdp", "bound", "view", ...}`` (+ ``epsilon`` with delta).
+
+    ``sensitivity_sq`` is Δ² in the units of the input (RDP = α·sensitivity_sq/(2σ²)).  For the
+    paper bound, ``mu_gdp``/``epsilon`` are what the paper's number *would* imply if it were a
+    Gaussian guarantee — labelled "paper".
+    """
+    _check(T, alpha, sigma, bound, view)
+    if source == observer:
+        raise ValueError("source and observer must differ")
+    vec = muffliato_observer_losses(W, observer, T, 2.0, 1.0, bound=bound, view=view, chebyshev=chebyshev,
+                                    sensitivity=sensitivity)
+    sens_sq = float(vec[source])  # at α = 2, σ = 1 the RDP equals Δ²
+    out = gaussian_loss(sens_sq, alpha, sigma, delta, bound=bound, view=view, protocol="muffliato",
+                        source=int(source), observer=int(observer), steps=int(T), chebyshev=bool(chebyshev))
+    out["ldp_rdp"] = float(rdp_of(alpha, sensitivity**2, sigma))
+    if bound == "paper":
+        out["note"] = "paper: [M] Theorem 1 (eq. 6), unclipped; not a guarantee (spec gossip.md §1.3.9)"
+    else:
+        out["note"] = "certified: exact divergence of the whole Gaussian view; observer knows its own noise"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Alg. 2: randomized Muffliato with a seeded public schedule
+# --------------------------------------------------------------------------------------------
+def randomized_schedule(W, T: int, seed: int) -> np.ndarray:
+    """Seeded activation schedule of Alg. 2: edge {v,w} w.p. ``p = 2 W_vw / n``; the leftover
+    probability is an idle step (spec §1.2.3 FLAG).  Returns (T, 2) ints, ``[-1, -1]`` = idle."""
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    E = sp.triu(_adjacency(Wc), k=1).tocoo()
+    p = 2.0 * np.asarray(Wc[E.row, E.col]).ravel() / n
+    idle = max(0.0, 1.0 - p.sum())
+    probs = np.concatenate([p, [idle]])
+    probs /= probs.sum()
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(probs.size, size=T, p=probs)
+    out = np.full((T, 2), -1, dtype=np.int64)
+    act = pick < p.size
+    out[act, 0] = E.row[pick[act]]
+    out[act, 1] = E.col[pick[act]]
+    return out
+
+
+def randomized_products_view(schedule: np.ndarray, n: int) -> tuple[dict[int, list[np.ndarray]], list[tuple[int, int, int]]]:
+    """Replay Alg. 2: ``views[v]`` = the rows ``(W_{0:t})_{w,:}`` v received (as arrays);
+    also returns the message log ``(t, sender, receiver)``.  O(n²) memory."""
+    P = np.eye(n)
+    views: dict[int, list[np.ndarray]] = {v: [] for v in range(n)}
+    log: list[tuple[int, int, int]] = []
+    for t, (a, b) in enumerate(schedule):
+        if a < 0:
+            continue
+        views[int(a)].append(P[b].copy())
+        views[int(b)].append(P[a].copy())
+        log.append((t, int(b), int(a)))
+        log.append((t, int(a), int(b)))
+        avg = 0.5 * (P[a] + P[b])
+        P[a] = avg
+        P[b] = avg
+    return views, log
+
+
+def randomized_exact_matrix(W, T: int, alpha: float, sigma: float, seed: int, *, bound: str = "certified",
+                            sensitivity: float = 1.0) -> PrivacyMatrix:
+    """All pairs for Alg. 2 given the seeded schedule; ``paper`` = Corollary 2 (Thm 1 per message)."""
+    Wc = _csr(W)
+    n = Wc.shape[0]
+    sched = randomized_schedule(Wc, T, seed)
+    views, _ = randomized_products_view(sched, n)
+    mat = np.zeros((n, n))
+    for v in range(n):
+        rows = views[v]
+        if not rows:
+            continue
+        R = np.array(rows)
+        if bound == "paper":
+            c = (R * R) / (R * R).sum(axis=1, keepdims=True)
+            col = c.sum(axis=0)
+        else:
+            M = R.T.copy()
+            M[v, :] = 0.0
+            col = np.clip(projection_weights(M), 0.0, 1.0)
+        col[v] = 0.0
+        mat[:, v] = col
+    notes = [f"randomized Muffliato (Alg. 2), seeded schedule seed={seed}, T={T} activations"]
+    notes.append("paper: [M] Corollary 2 / Theorem 1, unclipped" if bound == "paper" else
+                 "certified: exact view divergence, observer knows its own noise")
+    return PrivacyMatrix(matrix=rdp_of(alpha, sensitivity**2 * mat, sigma), alpha=float(alpha), bound=bound,
+                         view="neighbourhood", notes=notes, protocol="muffliato-randomized")
+
+
+# --------------------------------------------------------------------------------------------
+# Alg. 3: Muffliato-GD, fresh noise each gradient round, composed across rounds
+# --------------------------------------------------------------------------------------------
+def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta_phi: float = 1.0,
+                      bound: str = "certified", view: str = "neighbourhood", chebyshev: bool = True,
+                      gammas: Sequence[float] | None = None) -> PrivacyMatrix:
+    """Pairwise RDP of Muffliato-GD (Alg. 3) after ``len(Ws)`` gradient rounds with K gossip steps.
+
+    Each round r gossips ``θ̂ + N(0, ν²σ²)`` with ``W_r`` for K steps (accelerated by default), so
+    its view is Muffliato averaging with fresh noise and per-round sensitivity ``Δ_φ`` (ν cancels).
+    ``certified``: exact per-round divergence, RDP added across rounds (adaptive RDP composition;
+    the round inputs are treated as fixed given the past, the reading of spec §1.3.9 item 5 and
+    §3).  ``paper``: [M] Theorem 6/11, eq. (13).
+    """
+    _check(K, alpha, sigma, bound, view)
+    n = _csr(Ws[0]).shape[0]
+    total = np.zeros((n, n))
+    for r, W in enumerate(Ws):
+        g = None if gammas is None else gammas[r]
+        if bound == "paper":
+            F = thm1_matrix(W, K, convention="paper")
+            np.fill_diagonal(F, 0.0)
+            total += F
+        else:
+            total += exact_sensitivity_matrix(W, K, view=view, chebyshev=chebyshev, gamma=g)
+    mat = rdp_of(alpha, delta_phi**2 * total, sigma)
+    notes = [f"Muffliato-GD: {len(Ws)} rounds x K={K} gossip steps, RDP composed across rounds",
+             "paper: [M] Theorem 6/11 eq. (13)" if bound == "paper" else
+             "certified: exact per-round view divergence (observer knows own noise), summed in RDP"]
+    return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound=bound, view=view, notes=notes,
+                         protocol="muffliato-gd")
