@@ -376,10 +376,10 @@ def ring_histogram(x: np.ndarray, gamma: float, L: int, rng: np.random.Generator
     K, n = x.shape
     n_dummy = int(round(gamma * n))
     tau = np.bincount(rng.integers(0, L, size=n_dummy), minlength=L)
-    for k in range(K):
-        for u in range(n):
-            tau[int(randomized_response(x[k, u], gamma, L, rng))] += 1
-    return tau, n_dummy
+    # The token is a count vector: adding the K·n randomized reports one hop at a time or all at
+    # once gives the same final token, so the reports are drawn in one vectorised call.
+    reports = randomized_response(x.reshape(-1), gamma, L, rng)
+    return tau + np.bincount(reports, minlength=L), n_dummy
 
 
 def debias_ring_histogram(tau: np.ndarray, gamma: float, n: int, K: int, L: int,
