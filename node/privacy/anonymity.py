@@ -416,11 +416,18 @@ def theorem1_rho(
     kappa: float,
     kappa_prime: float | np.ndarray,
     *,
-    version: Literal["printed", "corrected"] = "printed",
+    version: Literal["printed", "corrected", "shifted"] = "printed",
     normalizer: Normalizer = "printed",
     eps_scale: float = 1.0,
+    shift_mode: Literal["paw", "cor"] = "cor",
 ) -> np.ndarray:
     """Theorem 1 upper bound on ``d_TV(W_{δ,κ'} ‖ W_{δ,κ})``.
+
+    ``version="shifted"`` ([BEYOND], hushnet's certified variant) removes the two slack steps of
+    the paper's proof: with ``Δ_ℓ = Ē(ℓ,κ') − Ē(ℓ,κ)`` (per-ℓ ``φ_ℓ``, ``shift_mode`` model) and any
+    constant ``s`` (``W`` is invariant to a common factor), ``λ_ℓ = e^{−a(Δ_ℓ−s)}`` gives
+    ``d_TV ≤ Σ|λ_ℓ−1| / Σλ_ℓ ≤ Σ(e^{x_ℓ}−1) / Σe^{−x_ℓ}``, ``x_ℓ = a|Δ_ℓ − s|``, ``s`` = midrange.
+    It is a proved bound in the PAW/COR model (ignores ``normalizer``).
 
     ``version="printed"`` uses ``ε_ℓ = ℓ|1/(1−e^{−a(κ'−ℓ)}) − 1/(1−e^{−a(κ−ℓ)})|`` (a valid bound
     for the PAW model); ``"corrected"`` uses ``ε_ℓ = |g(κ−ℓ) − g(κ'−ℓ)|`` (valid for COR).
@@ -448,12 +455,21 @@ def theorem1_rho(
 
     kk = np.full((1, 1), float(kappa))
     kpp = kp[:, None]
+    if version == "shifted":
+        printed = shift_mode == "paw"
+        dlt = model.truncated_mean_assumption2(ells[None, :], kpp, printed=printed) - model.truncated_mean_assumption2(
+            ells[None, :], kk, printed=printed
+        )
+        s_mid = 0.5 * (dlt.max(axis=-1, keepdims=True) + dlt.min(axis=-1, keepdims=True))
+        x = a * np.abs(eps_scale * (dlt - s_mid))
+        rho = np.expm1(x).sum(axis=-1) / np.exp(-x).sum(axis=-1)
+        return rho[0] if scalar else rho
     if version == "printed":
         eps = ells * np.abs(inv(kpp) - inv(kk))
     elif version == "corrected":
         eps = np.abs(gg(kk) - gg(kpp))
     else:
-        raise ValueError("version must be 'printed' or 'corrected'")
+        raise ValueError("version must be 'printed', 'corrected' or 'shifted'")
     eps = eps * eps_scale
     if normalizer == "printed":
         if ell2 == ell1:
@@ -560,7 +576,7 @@ def theorem3_alpha(
     mode: Mode = "paw",
     delta: float = 5.0,
     A: np.ndarray | None = None,
-    version: Literal["printed", "corrected"] = "printed",
+    version: Literal["printed", "corrected", "shifted"] = "printed",
     normalizer: Normalizer = "printed",
     eps_scale: float = 1.0,
     grid_factor: float = 20.0,
@@ -575,7 +591,10 @@ def theorem3_alpha(
     if p is None:
         p = p_star(model, ell1, ell2, kappa, mode=mode, delta=delta, A=A)
     H = entropy_w(p, model, ell1, ell2, grid, mode=mode, delta=delta, A=A)
-    rho = theorem1_rho(model, ell1, ell2, kappa, grid, version=version, normalizer=normalizer, eps_scale=eps_scale)
+    shift_mode = "paw" if mode == "paw" else "cor"
+    rho = theorem1_rho(
+        model, ell1, ell2, kappa, grid, version=version, normalizer=normalizer, eps_scale=eps_scale, shift_mode=shift_mode
+    )
     i_min = int(np.argmin(H))
     rho_max = float(np.max(rho))
     return Theorem3Result(

@@ -46,6 +46,8 @@ __all__ = [
     "protocol_mean_iteration_time",
     "chain_of_custody_probability",
     "mix_then_hit_information",
+    "return_time_tail",
+    "max_tv_to_stationary",
 ]
 
 
@@ -467,3 +469,35 @@ def mix_then_hit_information(
     remaining = np.clip(xtot - s_X, 0.0, None)
     h_given_t = -(s_xlogx - s_XlogX) / xtot + remaining * _column_entropy(last_x) / xtot
     return float(np.dot(pi, h_prior - h_given_t))
+
+
+def return_time_tail(adj: sp.csr_matrix, ts: Sequence[int], *, condition_ge: int = 1) -> dict[int, float]:
+    """Exact ``P(T_FR ≥ t | T_FR ≥ condition_ge)`` of the first return time, pooled over nodes.
+
+    Compare with eq. (6) (erratum E9: on a real graph short retroceding returns make the
+    conditioned tail lighter than the model's, so the ``1−δ'`` coverage of ``t1`` is optimistic).
+    Pooled = ``Σ_j P_j(T ≥ t) / Σ_j P_j(T ≥ condition_ge)`` (for a regular graph every node is
+    equally likely to be the destination under the stationary walk).
+    """
+    P = transition_matrix(adj)
+    n = adj.shape[0]
+    t_hi = max(max(ts), condition_ge)
+    cdf_before = np.zeros(t_hi + 2)  # cdf_before[t] = Σ_j P_j(T_FR < t)
+    acc = 0.0
+    for t, F in first_passage_stream(P, t_hi):
+        cdf_before[t] = acc
+        acc += float(np.trace(F))
+    cdf_before[t_hi + 1] = acc
+    ge = lambda t: n - cdf_before[t]  # noqa: E731  Σ_j P_j(T ≥ t)
+    return {int(t): float(ge(t) / ge(condition_ge)) for t in ts}
+
+
+def max_tv_to_stationary(adj: sp.csr_matrix, steps: int) -> float:
+    """``max_i TV(P^steps(i,·), π_rw)`` — how far a burn-in of ``steps`` hops is from mixed."""
+    P = transition_matrix(adj)
+    deg = np.asarray(adj.sum(axis=1)).ravel()
+    pi = deg / deg.sum()
+    R = np.eye(adj.shape[0])
+    for _ in range(steps):
+        R = np.asarray(R @ P)
+    return float(0.5 * np.abs(R - pi[None, :]).sum(axis=1).max())
