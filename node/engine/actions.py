@@ -1,0 +1,106 @@
+"""Outputs of a protocol machine.  Drivers execute them; machines never perform I/O themselves."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from node.engine.errors import ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in an :class:`~node.engine.wire.Envelope`)."""
+
+    dst: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Fire :class:`~node.engine.events.TimerFired` ``name`` after ``delay`` seconds (re-setting replaces it)."""
+
+    name: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One use of the node's private data (or one noise-only visit), for the node's privacy ledger.
+
+    ``kind``: ``"gradient"`` (a clipped gradient entered the token), ``"value"`` (a bounded value was
+    added), ``"rr"`` (a randomized-response report), ``"noise"`` (over-cap visit: noise only, no data).
+    ``sensitivity`` is the L2 sensitivity of the data-dependent part, ``noise_std`` the std of the
+    Gaussian noise added at this visit (``sigma`` = noise_std / sensitivity, the noise multiplier).
+    """
+
+    node: int
+    step: int
+    kind: str
+    view_model: str
+    sensitivity: float
+    noise_std: float
+    sigma: float
+    protocol: str
+    run_id: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def uses_data(self) -> bool:
+        return self.kind != "noise"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """Progress for subscribers (step, contributions, loss on a *public* evaluation set)."""
+
+    name: str
+    value: Any
+    step: int
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deviation:
+    """The run departed from the public protocol (e.g. a dead neighbour was skipped); the accountant must see it."""
+
+    node: int
+    step: int
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """The run cannot continue as specified (a neighbour stays down and the run option says pause)."""
+
+    node: int
+    step: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A message was refused; the machine's state and ledger are untouched."""
+
+    node: int
+    error: ProtocolError
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Finish:
+    """The run is over at this node; ``model`` is the final token / model it holds (None if it holds nothing)."""
+
+    node: int
+    step: int
+    model: np.ndarray | None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+Action = Send | SetTimer | CancelTimer | LedgerEntry | Metric | Deviation | Paused | Fault | Finish

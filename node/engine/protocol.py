@@ -1,0 +1,72 @@
+"""The state-machine interface every protocol implements, and what a machine knows about its node."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from node.engine.actions import Action, Fault
+from node.engine.errors import ProtocolError
+from node.engine.events import Event, MessageArrived, RunStarted, TimerFired
+
+VIEW_MODELS = ("sender-known", "anonymous")
+
+
+@dataclass
+class NodeContext:
+    """Public facts a machine may use: who it is, the run, its own generator, the view model.
+
+    ``rng`` is this node's generator (:func:`node.engine.rng.node_generators`); a machine must draw
+    all its randomness from it and from nothing else.
+    """
+
+    node: int
+    n: int
+    run_id: str
+    rng: np.random.Generator
+    view_model: str = "sender-known"
+
+    def __post_init__(self) -> None:
+        if self.view_model not in VIEW_MODELS:
+            raise ValueError(f"view model must be one of {VIEW_MODELS}, got {self.view_model!r}")
+        if not 0 <= self.node < self.n:
+            raise ValueError(f"node {self.node} outside 0..{self.n - 1}")
+
+
+class Protocol(ABC):
+    """A pure per-node state machine: ``handle(event) -> list[Action]``.
+
+    No sockets, no clocks, no global randomness: the driver owns time and transport.  Input errors
+    are raised by the ``on_*`` methods as :class:`~node.engine.errors.ProtocolError` *before* any
+    state change; :meth:`handle` turns them into a :class:`~node.engine.actions.Fault` action, so one
+    bad message never corrupts the machine or its ledger.
+    """
+
+    name: ClassVar[str] = "protocol"
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.finished = False
+
+    def handle(self, event: Event) -> list[Action]:
+        try:
+            if isinstance(event, MessageArrived):
+                return self.on_message(event.src, event.payload)
+            if isinstance(event, TimerFired):
+                return self.on_timer(event.name)
+            if isinstance(event, RunStarted):
+                return self.on_start()
+        except ProtocolError as err:
+            return [Fault(self.ctx.node, err)]
+        raise TypeError(f"unknown event {event!r}")
+
+    @abstractmethod
+    def on_start(self) -> list[Action]: ...
+
+    @abstractmethod
+    def on_message(self, src: int, payload: bytes) -> list[Action]: ...
+
+    def on_timer(self, name: str) -> list[Action]:
+        return []

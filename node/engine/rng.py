@@ -1,0 +1,31 @@
+"""Per-node randomness derived from the run seed.
+
+Every machine gets its own generator, spawned from ``SeedSequence(run_seed)``: node v's stream
+depends only on (run_seed, v), never on the order in which messages arrive, so the simulator and
+the networked driver draw the same numbers and produce bit-identical models (spec PART D 24).
+Real deployments may plug a secure source instead (spec E.4): machines only ever call the
+``numpy.random.Generator`` API on the object they were given.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def node_seed_sequences(run_seed: int, n: int) -> list[np.random.SeedSequence]:
+    """The n child seed sequences of ``SeedSequence(run_seed)``; child v belongs to node v."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return np.random.SeedSequence(int(run_seed)).spawn(n)
+
+
+def node_generators(run_seed: int, n: int) -> list[np.random.Generator]:
+    """One PCG64 generator per node, node v's = ``Generator(PCG64(SeedSequence(run_seed).spawn(n)[v]))``."""
+    return [np.random.Generator(np.random.PCG64(s)) for s in node_seed_sequences(run_seed, n)]
+
+
+def node_generator(run_seed: int, n: int, node: int) -> np.random.Generator:
+    """Node ``node``'s generator alone (what a networked node computes for itself)."""
+    if not 0 <= node < n:
+        raise ValueError(f"node {node} outside 0..{n - 1}")
+    # spawn() gives child i the spawn key (i,), so this equals node_generators(run_seed, n)[node]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(run_seed), spawn_key=(node,))))

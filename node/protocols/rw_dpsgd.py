@@ -1,0 +1,136 @@
+"""RW DP-SGD (random-walk paper, Algorithm 1) and its complete-graph / local-DP relatives.
+
+The token carries the model.  At every visit the holder draws fresh Gaussian noise of std
+``Δσ`` (Δ = the task's sensitivity, σ = the noise multiplier), adds its clipped gradient if it
+has not yet made ``cap`` contributions, steps, and samples the next holder from its public row
+``W[v, :]`` (spec B.3, PART D 22–25):
+
+* over-cap visits still add noise, with a zero gradient ("contribute then noise", Remark 5) —
+  the other nodes' guarantees rely on that noise;
+* the local-DP baseline instead adds *nothing* on over-cap visits ("contribute then nothing",
+  spec A.4.6) and calibrates σ for local DP;
+* P-AD Algorithm 4 (complete-graph SGD) is this machine on ``W = J/n`` with P-AD's calibration.
+
+A node's view is only what it receives: ``(t, x_t)`` in the token, and the next node it picks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from node.engine.actions import Action
+from node.engine.protocol import NodeContext
+from node.protocols.hops import HopRule
+from node.protocols.walk import WalkMachine, WalkOptions
+from node.tasks.base import GradientTask
+
+OVER_CAP = ("noise", "nothing")
+
+
+@dataclass(frozen=True)
+class RWParams:
+    """Public parameters of a random-walk SGD run.
+
+    ``sigma`` is the noise **multiplier** (noise std = ``sensitivity·sigma``, spec §0 P-RW convention);
+    ``cap`` the per-node contribution cap N_max (None = no cap); ``over_cap`` ``"noise"`` (RW/network
+    DP-SGD) or ``"nothing"`` (local-DP baseline); ``clip_after_noise`` emulates the reference code
+    (noisy update clipped to the task's clip norm, spec A.4.6) for figure reproductions only.
+    ``record_view`` keeps this node's view ``(t, x_t, next)`` for audits and tests.
+    """
+
+    steps: int
+    step_size: float
+    sigma: float
+    cap: int | None = None
+    over_cap: str = "noise"
+    start: int = 0
+    x0: tuple[float, ...] | None = None
+    clip_after_noise: bool = False
+    record_view: bool = False
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+        if not self.step_size > 0:
+            raise ValueError("step_size must be > 0")
+        if not self.sigma >= 0:
+            raise ValueError("sigma must be >= 0")
+        if self.cap is not None and self.cap < 0:
+            raise ValueError("cap must be >= 0 or None")
+        if self.over_cap not in OVER_CAP:
+            raise ValueError(f"over_cap must be one of {OVER_CAP}")
+
+
+class RWDPSGD(WalkMachine):
+    """One node of RW DP-SGD."""
+
+    name: ClassVar[str] = "rw-dpsgd"
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        hop: HopRule,
+        task: GradientTask,
+        params: RWParams,
+        options: WalkOptions | None = None,
+    ) -> None:
+        super().__init__(ctx, hop, params.steps, task.dim, start=params.start, options=options)
+        self.task = task
+        self.p = params
+        self.sens = float(task.sensitivity())
+        self.noise_std = self.sens * params.sigma
+        self.cap = params.steps if params.cap is None else int(params.cap)
+        self.view: list[tuple[int, np.ndarray, int]] = []
+        if params.x0 is not None and len(params.x0) != task.dim:
+            raise ValueError(f"x0 has {len(params.x0)} entries, the model has {task.dim}")
+
+    def initial_token(self) -> tuple[np.ndarray, int, list[Action]]:
+        x0 = np.zeros(self.dim) if self.p.x0 is None else np.asarray(self.p.x0, dtype=np.float64)
+        return x0, 0, []
+
+    def visit(self, step: int, x: np.ndarray, aux: int) -> tuple[np.ndarray, int, list[Action]]:
+        p = self.p
+        if p.record_view:
+            self.view.append((step, x.copy(), -1))
+        if self.contributions < self.cap:
+            self.contributions += 1
+            eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
+            if p.clip_after_noise:
+                u = self.task.raw_gradient(x) + eta
+                nrm = float(np.sqrt(u @ u))
+                clip = float(getattr(self.task, "clip", np.inf))
+                if nrm > clip:
+                    u *= clip / nrm
+                x = x - p.step_size * u
+            else:
+                x = x - p.step_size * (self.task.gradient(x) + eta)
+            led = self.ledger(step, "gradient", self.sens, self.noise_std, clip_after_noise=p.clip_after_noise)
+            return x, aux, [led]
+        if p.over_cap == "nothing":
+            return x, aux, []
+        eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
+        x = x - p.step_size * eta
+        return x, aux, [self.ledger(step, "noise", self.sens, self.noise_std)]
+
+    def _send_token(self, dst: int, step: int, x: np.ndarray, aux: int) -> list[Action]:
+        if self.p.record_view and self.view and self.view[-1][2] == -1:
+            t, xt, _ = self.view[-1]
+            self.view[-1] = (t, xt, dst)
+        return super()._send_token(dst, step, x, aux)
+
+    def _advance(self, step: int, x: np.ndarray, aux: int) -> list[Action]:
+        if not self.p.record_view:
+            return super()._advance(step, x, aux)
+        # record self-loops as "next = self" in the view
+        n_before = len(self.view)
+        acts = super()._advance(step, x, aux)
+        for i in range(n_before, len(self.view) - 1):
+            t, xt, nxt = self.view[i]
+            if nxt == -1:
+                self.view[i] = (t, xt, self.ctx.node)
+        return acts
+
+    def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
+        return x, {"model_dim": self.dim}

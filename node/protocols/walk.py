@@ -1,0 +1,234 @@
+"""The token-walk machine shared by every random-walk protocol.
+
+One token travels; the node holding it updates it with its own data and noise, then hands it to
+the next holder chosen by a public rule.  This module owns everything that is *not* the update:
+strict validation of incoming tokens (dimension, run length, replay, sender), acknowledged
+handoff with retries, the run option for a neighbour that stays down (pause, or deviate and
+record it), self-loops (the same node updates again, no message), progress metrics and the end
+of the run.  Subclasses implement :meth:`WalkMachine.visit` (one update) and the initial token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
+from node.engine.protocol import NodeContext, Protocol
+from node.engine.wire import KIND_ACK, KIND_TOKEN, decode_ack, decode_token, digest, encode_ack, encode_token, message_kind
+from node.protocols.hops import HopRule
+
+ON_PEER_DOWN = ("pause", "deviate")
+_HANDOFF = "handoff"
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    """Transport-facing options of a walk (public, part of the run spec).
+
+    ``reliable``: acknowledge every handoff and retransmit after ``ack_timeout`` seconds, up to
+    ``max_retries`` times; then ``on_peer_down`` decides: ``"pause"`` keeps the token and retries
+    every ``pause_retry`` seconds (the run stalls visibly, W is unchanged), ``"deviate"`` records a
+    :class:`~node.engine.actions.Deviation` and re-samples among the remaining entries of the row,
+    renormalised — which changes W, so the accountant must be told.
+    ``progress_every``: emit a ``step`` metric every that many steps (0 = never).
+    ``snapshot_every``: emit the model itself as a ``model`` metric (simulation traces only; a
+    released model is an extra observation not covered by the walk's accounting, spec E.1).
+    """
+
+    reliable: bool = True
+    ack_timeout: float = 0.05
+    max_retries: int = 3
+    on_peer_down: str = "pause"
+    pause_retry: float = 1.0
+    progress_every: int = 0
+    snapshot_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.on_peer_down not in ON_PEER_DOWN:
+            raise ValueError(f"on_peer_down must be one of {ON_PEER_DOWN}, got {self.on_peer_down!r}")
+        if self.ack_timeout <= 0 or self.pause_retry <= 0 or self.max_retries < 0:
+            raise ValueError("ack_timeout and pause_retry must be > 0, max_retries >= 0")
+
+
+class WalkMachine(Protocol):
+    """Base class of token-walk protocols (one instance per node)."""
+
+    name: ClassVar[str] = "walk"
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        hop: HopRule,
+        total_steps: int,
+        dim: int,
+        *,
+        start: int = 0,
+        options: WalkOptions | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        if total_steps < 1:
+            raise ValueError("a walk needs at least one step")
+        if not 0 <= start < ctx.n:
+            raise ValueError(f"start node {start} outside 0..{ctx.n - 1}")
+        self.hop = hop
+        self.total = int(total_steps)
+        self.dim = int(dim)
+        self.start = int(start)
+        self.opt = options or WalkOptions()
+        self.contributions = 0  # visits that used this node's data
+        self.visits = 0
+        self.last_step = -1  # last step this node processed
+        self._seen: dict[int, bytes] = {}  # step -> digest of the accepted token
+        self._pending: tuple[int, bytes, int, int] | None = None  # (dst, payload, step, attempts)
+        self._down: set[int] = set()
+        self._paused = False
+        self._held: tuple[int, np.ndarray, int] | None = None  # token kept while a handoff is unresolved
+
+    # ---- subclass hooks -------------------------------------------------------------------------
+
+    def initial_token(self) -> tuple[np.ndarray, int, list[Action]]:
+        """(vector, aux, actions) at the start node before step 0."""
+        return np.zeros(self.dim), 0, []
+
+    def visit(self, step: int, x: np.ndarray, aux: int) -> tuple[np.ndarray, int, list[Action]]:
+        """One update by this node at global step ``step``: returns the new (vector, aux) and ledger actions."""
+        raise NotImplementedError
+
+    def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray | None, dict[str, Any]]:
+        """(model, extra result fields) when the walk ends at this node."""
+        return x, {}
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def on_start(self) -> list[Action]:
+        if self.ctx.node != self.start:
+            return []
+        x, aux, acts = self.initial_token()
+        return acts + self._advance(0, x, aux)
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        kind = message_kind(payload)
+        if kind == KIND_ACK:
+            return self._on_ack(src, decode_ack(payload))
+        if kind != KIND_TOKEN:
+            raise MalformedMessage(f"unknown message kind {kind} for protocol {self.name}")
+        tok = decode_token(payload, self.dim)
+        if tok.total != self.total:
+            raise MalformedMessage(f"token for a run of {tok.total} steps; this run has {self.total}")
+        if tok.recipient != self.ctx.node:
+            raise MalformedMessage(f"token addressed to node {tok.recipient}, delivered to node {self.ctx.node}")
+        if not 1 <= tok.step < self.total:
+            raise MalformedMessage(f"token step {tok.step} outside 1..{self.total - 1}")
+        if self.ctx.view_model == "sender-known" and not self.hop.may_receive_from(src):
+            raise UnexpectedSender(
+                f"node {self.ctx.node} got a token from node {src}, which cannot hand it the token under the public rule"
+            )
+        d = digest(payload)
+        if tok.step in self._seen:
+            if self._seen[tok.step] == d:  # a retransmission whose ack was lost: acknowledge again, do nothing
+                return [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
+            raise ReplayedMessage(f"step {tok.step} of run {self.ctx.run_id} already processed here, with other contents")
+        if tok.step <= self.last_step:
+            raise ReplayedMessage(
+                f"stale token: step {tok.step} of run {self.ctx.run_id}, but this node already handled step {self.last_step}"
+            )
+        if self.finished:
+            raise ReplayedMessage(f"run {self.ctx.run_id} already finished at this node")
+        self._seen[tok.step] = d
+        acts: list[Action] = [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
+        return acts + self._advance(tok.step, tok.vector, tok.aux)
+
+    def on_timer(self, name: str) -> list[Action]:
+        if name != _HANDOFF or self._pending is None:
+            return []
+        dst, payload, step, attempts = self._pending
+        attempts += 1
+        if attempts <= self.opt.max_retries:
+            self._pending = (dst, payload, step, attempts)
+            return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+        if self.opt.on_peer_down == "pause":
+            self._pending = (dst, payload, step, attempts)
+            acts: list[Action] = []
+            if not self._paused:
+                self._paused = True
+                acts.append(Paused(self.ctx.node, step, f"neighbour {dst} unreachable after {self.opt.max_retries} retries"))
+            return acts + [Send(dst, payload), SetTimer(_HANDOFF, self.opt.pause_retry)]
+        # deviate: record it, drop the dead neighbour from the row, re-sample
+        self._pending = None
+        self._down.add(dst)
+        new_rule = self.hop.without(self._down)
+        if new_rule is None:
+            self._pending = (dst, payload, step, attempts)
+            self._paused = True
+            return [
+                Paused(self.ctx.node, step, f"no reachable neighbour left (down: {sorted(self._down)})"),
+                Send(dst, payload),
+                SetTimer(_HANDOFF, self.opt.pause_retry),
+            ]
+        self.hop = new_rule
+        assert self._held is not None
+        _, x, aux = self._held
+        dev = Deviation(self.ctx.node, step, "peer-down", {"dead": dst, "excluded": sorted(self._down)})
+        return [dev] + self._forward(step, x, aux)
+
+    def _on_ack(self, src: int, step: int) -> list[Action]:
+        if self._pending is None or self._pending[0] != src or self._pending[2] != step:
+            return []  # late or duplicate ack: harmless
+        self._pending = None
+        self._held = None
+        acts: list[Action] = [CancelTimer(_HANDOFF)]
+        if self._paused:
+            self._paused = False
+            acts.append(Metric("resumed", step, step, self.ctx.node))
+        return acts
+
+    # ---- the walk -------------------------------------------------------------------------------
+
+    def _advance(self, step: int, x: np.ndarray, aux: int) -> list[Action]:
+        """Update at ``step`` and keep going while the next hop is this node (self-loop: no message)."""
+        acts: list[Action] = []
+        node = self.ctx.node
+        opt = self.opt
+        while True:
+            x, aux, led = self.visit(step, x, aux)
+            acts.extend(led)
+            self.visits += 1
+            self.last_step = step
+            step += 1
+            if opt.progress_every and step % opt.progress_every == 0:
+                acts.append(Metric("step", step, step, node))
+            if opt.snapshot_every and step % opt.snapshot_every == 0:
+                acts.append(Metric("model", x.copy(), step, node))
+            if step >= self.total:
+                self.finished = True
+                model, extra = self.final_result(x, aux)
+                extra = {"contributions": self.contributions, **extra}
+                acts.append(Finish(node, step, model, extra))
+                return acts
+            nxt = self.hop.sample(self.ctx.rng)
+            if nxt != node:
+                return acts + self._send_token(nxt, step, x, aux)
+
+    def _forward(self, step: int, x: np.ndarray, aux: int) -> list[Action]:
+        """Re-sample the next hop for a token already updated up to ``step`` (after a deviation)."""
+        nxt = self.hop.sample(self.ctx.rng)
+        if nxt == self.ctx.node:
+            return self._advance(step, x, aux)
+        return self._send_token(nxt, step, x, aux)
+
+    def _send_token(self, dst: int, step: int, x: np.ndarray, aux: int) -> list[Action]:
+        payload = encode_token(step, self.total, aux, dst, x)
+        if not self.opt.reliable:
+            return [Send(dst, payload)]
+        self._pending = (dst, payload, step, 0)
+        self._held = (step, x, aux)
+        return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+
+    def ledger(self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any) -> LedgerEntry:
+        sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
+        return LedgerEntry(
+            self.ctx.node, step, kind, self.ctx.view_model, sensitivity, noise_std, sigma, self.name, self.ctx.run_id, detail
+        )
