@@ -73,6 +73,8 @@ __all__ = [
     "spotted_contributions",
     "sgd_alpha_max",
     "sgd_nrdp",
+    "sgd_rdp_curve",
+    "colluders_effective_n",
     "sgd_epsilon",
     "sgd_sigma_search",
     "sgd_thm4_epsilon",
@@ -168,8 +170,8 @@ def opti_compo(eps: float, delta: float, k: float) -> float:
 def heterogeneous_composition(eps_list: Sequence[float] | np.ndarray, delta: float) -> float:
     """Heterogeneous advanced composition of the reference code (``kairouzCompo``, §0.2).
 
-    Composes ε_1..ε_k with base δ; the result is (ε, kδ + kδ)-ish in the code's accounting and
-    is only used to reproduce Fig. 1b (``bound="paper"``).  Empty list → 0.
+    Composes ε_1..ε_k (Kairouz et al.'s heterogeneous bound, with the code's slack δ̃ = kδ) and
+    returns ε only; it is used to reproduce Fig. 1b (``bound="paper"``).  Empty list → 0.
     """
     e = np.asarray(eps_list, dtype=float)
     if e.size == 0:
@@ -439,7 +441,7 @@ def debias_complete_histogram(tau: np.ndarray, gamma: float, T: int, L: int) -> 
 
 
 def ring_sum_guarantee(K: int, n: int, eps: float, delta: float, delta_prime: float,
-                       sigma_loc: float | None = None) -> Guarantee:
+                       sigma_loc: float | None = None, *, colluders: int = 1) -> Guarantee:
     """P-AD Theorem 1: Algorithm 1 on the directed ring is
     ``(√(2K ln(1/δ')) ε + K ε (e^ε − 1), K δ + δ')``-network DP (certified; no collusion).
 
@@ -447,7 +449,11 @@ def ring_sum_guarantee(K: int, n: int, eps: float, delta: float, delta_prime: fl
     contribution of u plus at least one fresh σ_loc noise draw of someone other than v, so each
     is (ε, δ) when σ_loc is calibrated for (ε, δ); advanced composition over K visits.
     ``details`` holds the exact noise-draw count ⌈Kn/(n−1)⌉ and the utility std.
+    Two colluders (the users just before and after u) see u's contribution with only u's own
+    noise (P-AD §3.3), so ``colluders >= 2`` is refused.
     """
+    if colluders >= 2:
+        raise ValidityError("Thm 1 gives no guarantee against >= 2 colluders on the ring (P-AD §3.3)")
     e, d = advanced_composition(eps, delta, K, delta_prime)
     draws = ring_noise_draws(K, n)
     det: dict = {"K": K, "n": n, "eps_per_visit": eps, "noise_draws": draws,
@@ -636,6 +642,23 @@ def sgd_nrdp(alpha: float, n: int, N_u: float, L: float, sigma: float, *, varian
     return RdpGuarantee(used, N_u * per, CERTIFIED if variant == "exact" else PAPER, "P-AD Lemma 1",
                         "complete graph, hidden sender and receiver", clamped, alpha,
                         {"per_contribution": per, "alpha_max": a_max, "N_u": N_u, "variant": variant})
+
+
+def sgd_rdp_curve(orders, n: int, N_u: float, L: float, sigma: float, *, variant: str = "exact") -> np.ndarray:
+    """Lemma 1 as an RDP curve on ``orders`` (for the ledger): ``N_u · 4αL² ln n/(σ²(n−1))`` where
+    the proof holds (α ≤ α_max) and ``inf`` — no guarantee claimed — at the orders beyond it."""
+    o = np.asarray(orders, dtype=float)
+    per = 4.0 * L * L * math.log(n) / (sigma * sigma * _lemma1_denominator(n, variant))
+    return np.where(o <= sgd_alpha_max(sigma, L) * (1.0 + 1e-12), N_u * per * o, np.inf)
+
+
+def colluders_effective_n(n: int, c: int) -> float:
+    """P-AD §4.3 (A.5.8): on the complete graph, c colluders act as one user visited with
+    probability c/n (return times geometric with success probability c/n, erratum 23), so the
+    complete-graph guarantees hold with n replaced by ``n/c``.  (On the ring, see Thm 1.)"""
+    if not 1 <= c < n:
+        raise ValueError("need 1 <= c < n")
+    return n / c
 
 
 def sgd_epsilon(n: int, N_u: float, L: float, sigma: float, delta: float, *, variant: str = "exact") -> Guarantee:
