@@ -5,7 +5,7 @@
   ``σ'_loc = σ_loc/√(n−1)`` (erratum 13).
 * :class:`RingHistogram` — Alg. 2 with randomized response: ``round(γn)`` dummy reports at the
   start, the corrected count debiasing (erratum 15) and γ from the inverted shuffling bound
-  (erratum 14, :func:`ring_gamma`).
+  (erratum 14, :func:`node.privacy.amplification.rr_gamma_for_batch`).
 * :class:`CompleteSum` — Alg. 3 on the complete graph (uniform next holder, self included).
 * :class:`CompleteHistogram` — Alg. 5 (init 0, debias ``(τ − γT/L)/(1−γ)``).
 Complete-graph SGD (Alg. 4) is :class:`~node.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n``.
@@ -21,56 +21,18 @@ from node.engine.actions import Action
 from node.engine.protocol import NodeContext
 from node.protocols.hops import HopRule, RingSuccessor, UniformHop
 from node.protocols.walk import WalkMachine, WalkOptions
+from node.privacy.amplification import (
+    debias_complete_histogram,
+    debias_ring_histogram,
+    ring_noise_draws,
+    rr_epsilon,
+)
 from node.tasks.values import HistogramTask, MeanTask, SumTask
 
 
-# ---- parameters from the corrected theorems ----------------------------------------------------
-
-
-def ring_noise_draws(n: int, K: int) -> int:
-    """Number of noise draws of Alg. 1: ``⌈Kn/(n−1)⌉`` (the paper's proof prints ⌊·⌋, erratum 12)."""
-    if n < 2 or K < 1:
-        raise ValueError("need n >= 2 and K >= 1")
-    return -(-K * n // (n - 1))
-
-
-def rr_gamma(eps0: float, L: int) -> float:
-    """γ of L-ary randomized response that is exactly ε₀-LDP: ``γ = L/(e^{ε₀} + L − 1)`` (spec A.3)."""
-    if eps0 < 0 or L < 2:
-        raise ValueError("need eps0 >= 0 and L >= 2")
-    return L / (math.exp(eps0) + L - 1)
-
-
-def ring_gamma(eps: float, delta: float, n: int, L: int, *, check: bool = True) -> float:
-    """Corrected γ of P-AD Thm 2 (erratum 14): invert Erlingsson's shuffling bound for a batch of n.
-
-    ``ε₀ = (ε/12)·√(n/ln(1/δ))`` makes the n reports between two visits (ε, δ)-DP after shuffling;
-    then ``γ = L/(e^{ε₀} + L − 1)``.  With ``check`` the theorem's validity conditions
-    (ε₀ < 1/2, δ < 1/100, n ≥ 1000) are enforced.
-    """
-    eps0 = (eps / 12.0) * math.sqrt(n / math.log(1.0 / delta))
-    if check and not (eps0 < 0.5 and delta < 0.01 and n >= 1000):
-        raise ValueError(
-            f"Erlingsson's bound needs eps0 < 1/2, delta < 1/100 and n >= 1000 (got eps0={eps0:.4g}, delta={delta}, n={n})"
-        )
-    return rr_gamma(eps0, L)
-
-
-def debias_ring_histogram(tau: np.ndarray, gamma: float, n: int, K: int, dummies: int | None = None) -> np.ndarray:
-    """Unbiased counts from Alg. 2's token: ``(τ − dummies/L − γKn/L)/(1 − γ)`` (erratum 15).
-
-    ``E[τ_l] = dummies/L + (1−γ)h_l + γKn/L``; the spec writes ``γn`` for the dummy count, the
-    machine uses ``round(γn)`` and passes it here so the estimate stays exactly unbiased.
-    """
-    L = tau.shape[0]
-    d = gamma * n if dummies is None else dummies
-    return (tau - d / L - gamma * K * n / L) / (1.0 - gamma)
-
-
-def debias_complete_histogram(tau: np.ndarray, gamma: float, T: int) -> np.ndarray:
-    """Alg. 5 debiasing (no dummy reports): ``(τ − γT/L)/(1 − γ)``."""
-    L = tau.shape[0]
-    return (tau - gamma * T / L) / (1.0 - gamma)
+# Parameters and debiasing come from the privacy core (node.privacy.amplification): the
+# corrected γ of Thm 2 is ``rr_gamma_for_batch(eps, delta, n, L)``, the exact noise count of
+# Alg. 1 ``ring_noise_draws(K, n)``, and the corrected debiasing ``debias_*_histogram``.
 
 
 # ---- machines -----------------------------------------------------------------------------------
@@ -126,7 +88,7 @@ class RingSum(_ValueWalk):
     def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
         res: dict[str, Any] = {
             "estimate": x.copy(),
-            "noise_draws": (self.total if self.distributed else ring_noise_draws(self.ctx.n, self.rounds)),
+            "noise_draws": (self.total if self.distributed else ring_noise_draws(self.rounds, self.ctx.n)),
         }
         if isinstance(self.task, MeanTask):
             res["mean"] = x / self.total
@@ -171,7 +133,7 @@ class _HistogramWalk(_ValueWalk):
         super().__init__(ctx, hop, task, steps, start=start, options=options)
         self.gamma = float(gamma)
         self.L = task.bins
-        self.eps0 = math.log((1 - gamma + gamma / self.L) / (gamma / self.L)) if gamma > 0 else float("inf")
+        self.eps0 = rr_epsilon(gamma, self.L) if gamma > 0 else float("inf")
 
     def _report(self, step: int, x: np.ndarray) -> tuple[np.ndarray, list[Action]]:
         true = self.task.item(self.contributions)
@@ -205,7 +167,7 @@ class RingHistogram(_HistogramWalk):
         return x, aux, led
 
     def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
-        est = debias_ring_histogram(x, self.gamma, self.ctx.n, self.rounds, self.dummies)
+        est = debias_ring_histogram(x, self.gamma, self.ctx.n, self.rounds, self.L, self.dummies)
         return x, {"estimate": est, "dummies": self.dummies}
 
 
@@ -224,4 +186,4 @@ class CompleteHistogram(_HistogramWalk):
         return x, aux, led
 
     def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
-        return x, {"estimate": debias_complete_histogram(x, self.gamma, self.total)}
+        return x, {"estimate": debias_complete_histogram(x, self.gamma, self.total, self.L)}

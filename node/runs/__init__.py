@@ -1,0 +1,1 @@
+"""Runs: the operator's signed run spec (:mod:`node.runs.spec`) and, later, the node-side run driver."""

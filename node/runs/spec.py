@@ -1,0 +1,419 @@
+"""The run spec: what an operator asks the network to run, signed, checked by every node.
+
+A spec fixes every *public* parameter of a run — protocol, task, graph view, σ, clipping, step
+size, steps, per-node contribution cap, seed, view model and budget — so that each node can
+(1) verify the operator's ECDSA P-256 signature, (2) compute its own projected privacy row with
+the accountant from these public numbers alone, and (3) accept or refuse with a reason.
+
+Signing is over a canonical JSON encoding (sorted keys, no whitespace, floats in ``repr``
+form), so a spec parsed from TOML on the operator's machine and the same spec rebuilt from the
+wire on a node produce the same bytes.  Keys are passed in; this module never reads key files.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import Certificate, load_pem_x509_certificate
+
+from node.engine.protocol import VIEW_MODELS
+
+#: walk-SGD protocols whose privacy the node can project with the random-walk accountant
+WALK_SGD = ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd")
+GRADIENT_PROTOCOLS = WALK_SGD + ("central-dpsgd",)
+SUM_PROTOCOLS = ("pad-ring-sum", "pad-complete-sum")
+HIST_PROTOCOLS = ("pad-ring-histogram", "pad-complete-histogram")
+RING_PROTOCOLS = ("pad-ring-sum", "pad-ring-histogram")
+ON_PEER_DOWN = ("pause", "deviate")
+CONSTRAINTS = ("strict", "proof")
+
+
+class SpecError(ValueError):
+    """A run spec that is malformed or inconsistent (the node refuses it with this message)."""
+
+
+class SpecSignatureError(SpecError):
+    """The spec is unsigned, or its signature does not verify under the operator's key."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The (ε, δ) the operator declares for the run; each node also applies its own local budget."""
+
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Public parameters of one run (see the module docstring).
+
+    ``sigma``: noise multiplier for gradient protocols (noise std = 2·clip·σ), the absolute noise
+    std σ_loc for the P-AD summations, unused for histograms (which use ``gamma``).
+    ``steps``: walk length T (ring protocols use ``rounds`` K instead; T = K·n).
+    ``cap``: per-node contribution cap N_max (None: no cap).  ``task_params``: public task
+    parameters (e.g. ``lo``/``hi``/``bins``); ``clip`` is passed to gradient tasks.
+    ``constraint``: the accountant's noise condition (``strict`` printed, ``proof``).
+    """
+
+    protocol: str
+    task: str
+    graph: str
+    steps: int
+    seed: int
+    budget: Budget
+    sigma: float = 0.0
+    clip: float = 1.0
+    step_size: float = 0.1
+    cap: int | None = None
+    view_model: str = "sender-known"
+    weights: str = "hamilton"
+    start: int = 0
+    rounds: int | None = None
+    gamma: float | None = None
+    on_peer_down: str = "pause"
+    constraint: str = "strict"
+    operator: str = ""
+    run_id: str = ""
+    task_params: dict[str, Any] = field(default_factory=dict)
+
+    # ---- derived ----------------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        from node.privacy.graphs import parse_graph
+
+        return parse_graph(self.graph).n
+
+    def total_steps(self, n: int | None = None) -> int:
+        if self.protocol in RING_PROTOCOLS:
+            return int(self.rounds or 0) * (self.n if n is None else n)
+        return int(self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["budget"] = {"epsilon": self.budget.epsilon, "delta": self.budget.delta}
+        return d
+
+    def canonical_bytes(self) -> bytes:
+        """The bytes that are signed: canonical JSON of every field except ``run_id`` (derived from them)."""
+        d = self.to_dict()
+        d.pop("run_id")
+        return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+    def with_run_id(self) -> "RunSpec":
+        """Fill ``run_id`` from the content hash when empty (the same spec always gets the same id)."""
+        if self.run_id:
+            return self
+        return replace(self, run_id="run-" + hashlib.sha256(self.canonical_bytes()).hexdigest()[:16])
+
+    def machine_params(self) -> dict[str, Any]:
+        """Protocol parameters for :func:`node.protocols.registry.make_machine`."""
+        p = self.protocol
+        if p in WALK_SGD:
+            out: dict[str, Any] = {"steps": self.steps, "step_size": self.step_size, "sigma": self.sigma,
+                                   "cap": self.cap, "start": self.start}
+            return out
+        if p == "central-dpsgd":
+            return {"steps": self.steps, "step_size": self.step_size, "noise_std": 2.0 * self.clip * self.sigma}
+        if p == "pad-ring-sum":
+            return {"rounds": self.rounds, "sigma_loc": self.sigma}
+        if p == "pad-complete-sum":
+            return {"steps": self.steps, "sigma_loc": self.sigma, "start": self.start}
+        if p == "pad-ring-histogram":
+            return {"rounds": self.rounds, "gamma": self.gamma}
+        return {"steps": self.steps, "gamma": self.gamma, "start": self.start}
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """Public task parameters, with ``clip`` added for gradient protocols."""
+        kw = dict(self.task_params)
+        if self.protocol in GRADIENT_PROTOCOLS:
+            kw.setdefault("clip", self.clip)
+        return kw
+
+    # ---- validation -------------------------------------------------------------------------------
+
+    def validate(self, *, resolve_task: bool = True) -> "RunSpec":
+        """Check the spec is complete and consistent; raise :class:`SpecError` with every problem found."""
+        from node.privacy.graphs import GraphSpecError, parse_graph
+        from node.protocols.registry import PROTOCOLS
+        from node.tasks.base import GradientTask, TaskError
+        from node.tasks.registry import resolve_task_class
+        from node.tasks.values import HistogramTask, SumTask
+
+        errs: list[str] = []
+        if self.protocol not in PROTOCOLS:
+            errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(PROTOCOLS))})")
+        n = 0
+        try:
+            n = parse_graph(self.graph).n
+        except (GraphSpecError, ValueError, OSError) as exc:
+            errs.append(f"graph {self.graph!r}: {exc}")
+        if self.weights not in ("hamilton", "paper"):
+            errs.append(f"weights must be 'hamilton' or 'paper', got {self.weights!r}")
+        if self.view_model not in VIEW_MODELS:
+            errs.append(f"view_model must be one of {VIEW_MODELS}, got {self.view_model!r}")
+        if self.on_peer_down not in ON_PEER_DOWN:
+            errs.append(f"on_peer_down must be one of {ON_PEER_DOWN}, got {self.on_peer_down!r}")
+        if self.constraint not in CONSTRAINTS:
+            errs.append(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            errs.append("seed must be a non-negative integer")
+        b = self.budget
+        if not (_finite(b.epsilon) and b.epsilon > 0):
+            errs.append("budget.epsilon must be a positive number")
+        if not (_finite(b.delta) and 0 < b.delta < 1):
+            errs.append("budget.delta must lie in (0, 1)")
+        if self.protocol in RING_PROTOCOLS:
+            if not (isinstance(self.rounds, int) and self.rounds >= 1):
+                errs.append(f"{self.protocol} needs rounds >= 1")
+            if not self.graph.startswith("ring:"):
+                errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
+        elif not (isinstance(self.steps, int) and self.steps >= 1):
+            errs.append("steps must be an integer >= 1")
+        if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd") and not self.graph.startswith("complete:"):
+            errs.append(f"{self.protocol} runs on the complete graph: graph must be 'complete:N'")
+        if self.protocol in GRADIENT_PROTOCOLS:
+            if not (_finite(self.step_size) and self.step_size > 0):
+                errs.append("step_size must be > 0")
+            if not (_finite(self.clip) and self.clip > 0):
+                errs.append("clip must be > 0")
+        if self.protocol in GRADIENT_PROTOCOLS + SUM_PROTOCOLS and not (_finite(self.sigma) and self.sigma > 0):
+            errs.append("sigma must be > 0 (a run without noise is not private)")
+        if self.protocol in HIST_PROTOCOLS and not (self.gamma is not None and 0 < self.gamma < 1):
+            errs.append(f"{self.protocol} needs gamma in (0, 1)")
+        if self.cap is not None and not (isinstance(self.cap, int) and self.cap >= 1):
+            errs.append("cap must be an integer >= 1 when given")
+        if n and not 0 <= self.start < n:
+            errs.append(f"start node {self.start} outside 0..{n - 1}")
+        if resolve_task:
+            try:
+                cls = resolve_task_class(self.task)
+            except TaskError as exc:
+                errs.append(str(exc))
+            else:
+                if self.protocol in GRADIENT_PROTOCOLS and not issubclass(cls, GradientTask) and cls.__module__.startswith("node."):
+                    errs.append(f"{self.protocol} needs a gradient task, {self.task!r} is not one")
+                if self.protocol in SUM_PROTOCOLS and not issubclass(cls, SumTask):
+                    errs.append(f"{self.protocol} needs a 'sum' or 'mean' task, got {self.task!r}")
+                if self.protocol in HIST_PROTOCOLS and not issubclass(cls, HistogramTask):
+                    errs.append(f"{self.protocol} needs a 'histogram' task, got {self.task!r}")
+        if errs:
+            raise SpecError("invalid run spec: " + "; ".join(errs))
+        return self
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# ---- TOML ---------------------------------------------------------------------------------------
+
+_RUN_KEYS = {f.name for f in fields(RunSpec)} - {"budget", "task", "task_params"}
+
+
+def spec_from_dict(d: dict[str, Any]) -> RunSpec:
+    """Build a spec from the TOML layout (``[run]``, ``[task]``, ``[budget]``) or from :meth:`RunSpec.to_dict`."""
+    if "run" in d:
+        run = dict(d["run"])
+        task_tbl = d.get("task")
+        if isinstance(task_tbl, dict):
+            task_tbl = dict(task_tbl)
+            task = task_tbl.pop("name", None)
+            task_params = task_tbl
+        else:
+            task, task_params = task_tbl, {}
+        budget = d.get("budget")
+        extra = set(d) - {"run", "task", "budget"}
+    else:
+        run = {k: v for k, v in d.items() if k not in ("budget", "task", "task_params")}
+        task, task_params, budget = d.get("task"), dict(d.get("task_params") or {}), d.get("budget")
+        extra = set()
+    if extra:
+        raise SpecError(f"unknown top-level table(s) {sorted(extra)} (expected [run], [task], [budget])")
+    unknown = set(run) - _RUN_KEYS
+    if unknown:
+        raise SpecError(f"unknown key(s) in [run]: {sorted(unknown)}")
+    missing = [k for k in ("protocol", "graph", "seed") if k not in run]
+    if task is None:
+        missing.append("task")
+    if not isinstance(budget, dict) or "epsilon" not in budget or "delta" not in budget:
+        missing.append("budget.epsilon/budget.delta")
+    if "steps" not in run and "rounds" not in run:
+        missing.append("steps (or rounds for ring protocols)")
+    if missing:
+        raise SpecError(f"run spec is missing {', '.join(missing)}")
+    run.setdefault("steps", 0)
+    try:
+        return RunSpec(task=str(task), task_params=task_params, budget=Budget(float(budget["epsilon"]), float(budget["delta"])), **run)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"bad run spec: {exc}") from exc
+
+
+def parse_spec_toml(text: str, *, validate: bool = True) -> RunSpec:
+    """Parse a TOML run spec (``hushnet run start SPEC.toml``), fill its run id, and validate it."""
+    try:
+        d = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"run spec is not valid TOML: {exc}") from exc
+    spec = spec_from_dict(d).with_run_id()
+    return spec.validate() if validate else spec
+
+
+# ---- signatures ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignedRunSpec:
+    """A spec with the operator's ECDSA P-256 / SHA-256 signature over :meth:`RunSpec.canonical_bytes`."""
+
+    spec: RunSpec
+    signature: bytes
+    certificate_pem: bytes = b""
+
+    def to_bytes(self) -> bytes:
+        """Wire form delivered to the nodes (JSON: the spec, base64 signature, optional PEM certificate)."""
+        return json.dumps(
+            {"spec": self.spec.to_dict(), "signature": base64.b64encode(self.signature).decode(),
+             "certificate": self.certificate_pem.decode()},
+            sort_keys=True, separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SignedRunSpec":
+        try:
+            d = json.loads(data)
+            spec = spec_from_dict(d["spec"])
+            sig = base64.b64decode(d["signature"], validate=True)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SpecError(f"not a signed run spec: {exc}") from exc
+        return cls(spec, sig, str(d.get("certificate", "")).encode())
+
+
+def sign_spec(spec: RunSpec, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b"") -> SignedRunSpec:
+    """Sign with the operator's P-256 key (the key issued by the network's CA)."""
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise SpecError("run specs are signed with an ECDSA P-256 private key")
+    spec = spec.with_run_id()
+    return SignedRunSpec(spec, key.sign(spec.canonical_bytes(), ec.ECDSA(hashes.SHA256())), certificate_pem)
+
+
+def verify_spec(signed: SignedRunSpec | None, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes) -> RunSpec:
+    """Verify the signature (key, certificate object, or PEM certificate/public key) and the run id; return the spec.
+
+    Checking that the certificate was issued by the network's CA, and names an operator, is the
+    network layer's job (it holds the CA); this function checks the signature itself.
+    """
+    if signed is None or not signed.signature:
+        raise SpecSignatureError("run spec is unsigned")
+    pub = _public_key(operator_key)
+    try:
+        pub.verify(signed.signature, signed.spec.canonical_bytes(), ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise SpecSignatureError("run spec signature does not verify under the operator's key (tampered or wrong signer)") from None
+    if signed.spec.run_id and signed.spec.run_id != replace(signed.spec, run_id="").with_run_id().run_id:
+        raise SpecSignatureError("run id does not match the signed contents")
+    return signed.spec
+
+
+def _public_key(k: Any) -> ec.EllipticCurvePublicKey:
+    if isinstance(k, Certificate):
+        k = k.public_key()
+    elif isinstance(k, (bytes, bytearray)):
+        if b"CERTIFICATE" in k:
+            k = load_pem_x509_certificate(bytes(k)).public_key()
+        else:
+            k = serialization.load_pem_public_key(bytes(k))
+    if not isinstance(k, ec.EllipticCurvePublicKey) or not isinstance(k.curve, ec.SECP256R1):
+        raise SpecSignatureError("operator key must be an ECDSA P-256 public key")
+    return k
+
+
+# ---- local policy -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """A node's answer to a run: accept or refuse with a reason the operator sees, and its projected row.
+
+    ``epsilon_row[v]`` is the projected (ε, δ) loss of this node's data toward node v (0 for itself),
+    with ``bound`` saying which accountant produced it ("certified" here).
+    """
+
+    accept: bool
+    reason: str
+    epsilon_row: np.ndarray | None
+    delta: float
+    bound: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def worst_epsilon(self) -> float:
+        return float(np.max(self.epsilon_row)) if self.epsilon_row is not None and self.epsilon_row.size else 0.0
+
+
+def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """The certified (ε, δ=budget.delta) row of ``node`` toward every other node, from public parameters only.
+
+    Walk SGD: the random-walk accountant (exact horizon, the spec's noise condition, the view model
+    of the transport, N_u = cap if set else T/n — an expectation, flagged in the notes), and the RDP
+    converted at the best admissible order per target.  ``local-dp-sgd``: every contribution is
+    seen in the clear by the next holder, so each target is charged ``N_u·α/(2σ²)`` (no amplification).
+    """
+    from node.privacy.randomwalk import alpha_max, rw_pndp_matrix
+    from node.protocols.registry import transition_matrix
+
+    if spec.protocol not in WALK_SGD:
+        raise SpecError(f"no certified node-side accountant for protocol {spec.protocol!r} yet; the node cannot project its loss")
+    if W is None:
+        W = transition_matrix(spec.graph, spec.weights)
+    n = W.shape[0]
+    T = spec.steps
+    N_u = float(min(spec.cap, T)) if spec.cap is not None else T / n
+    log_inv_delta = math.log(1.0 / spec.budget.delta)
+    # the Gaussian RDP of a clear contribution holds at every order; the walk bound needs the noise condition
+    amax = math.inf if spec.protocol == "local-dp-sgd" else alpha_max(spec.sigma, spec.constraint)
+    if amax <= 1.0:
+        raise SpecError(f"σ={spec.sigma} admits no Rényi order under the {spec.constraint} noise condition")
+    if spec.protocol == "local-dp-sgd":
+        slope = np.full(n, N_u / (2.0 * spec.sigma**2))
+        notes = ["local-DP baseline: no amplification, every contribution charged α/(2σ²) toward every node"]
+    else:
+        a0 = min(2.0, amax)
+        pm = rw_pndp_matrix(W, T, a0, spec.sigma, bound="certified", contributions=N_u,
+                            sender_known=spec.view_model == "sender-known", constraint=spec.constraint)
+        slope = pm.matrix[node] / pm.alpha  # RDP per unit α (ε_{u→v} ∝ α)
+        notes = list(pm.notes)
+    a_star = 1.0 + np.sqrt(log_inv_delta / np.maximum(slope, 1e-300))
+    a = np.minimum(a_star, amax)
+    eps = a * slope + log_inv_delta / (a - 1.0)
+    eps[node] = 0.0
+    return eps, {"N_u": N_u, "alpha_max": amax, "constraint": spec.constraint, "view_model": spec.view_model, "notes": notes}
+
+
+def evaluate_policy(spec: RunSpec, node: int, local_budget: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Accept iff the projected certified row stays within the node's own budget (default: the spec's)."""
+    budget = local_budget or spec.budget
+    if budget.delta != spec.budget.delta and budget.delta < spec.budget.delta:
+        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+                              None, spec.budget.delta, "certified")
+    try:
+        row, det = projected_row(spec, node, W)
+    except (SpecError, ValueError) as exc:
+        return PolicyDecision(False, f"cannot project this node's privacy loss: {exc}", None, spec.budget.delta, "certified")
+    worst = int(np.argmax(row))
+    if row[worst] > budget.epsilon:
+        reason = (f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} at δ={spec.budget.delta:g}, "
+                  f"this node's budget is ε={budget.epsilon:g}")
+        return PolicyDecision(False, reason, row, spec.budget.delta, "certified", det)
+    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g} toward node {worst})",
+                          row, spec.budget.delta, "certified", det)
