@@ -117,16 +117,21 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class Budget:
-    """A budget: (ε, δ) toward every node, optionally overridden per node, and optionally an
-    RDP curve (on the ledger's orders) that the composed RDP must stay under at **every** order."""
+    """A budget: (ε, δ) toward every node, optionally overridden per node, and optionally RDP
+    curves (on the ledger's orders; uniform and/or per node) that the composed RDP must stay
+    under at **every** order (the conservative reading of an RDP budget)."""
 
     epsilon: float
     delta: float
     per_target: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     rdp_curve: np.ndarray | None = None
+    per_target_rdp: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def for_target(self, target: str) -> tuple[float, float]:
         return self.per_target.get(_as_key(target), (self.epsilon, self.delta))
+
+    def curve_for(self, target: str) -> np.ndarray | None:
+        return self.per_target_rdp.get(_as_key(target), self.rdp_curve)
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ class Ledger:
                 entry_id INTEGER NOT NULL REFERENCES entries(id), target TEXT NOT NULL,
                 rdp BLOB NOT NULL, gdp_mu REAL, PRIMARY KEY (entry_id, target));
             CREATE TABLE IF NOT EXISTS budget (
-                target TEXT PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL, rdp_curve BLOB);
+                target TEXT PRIMARY KEY, epsilon REAL, delta REAL, rdp_curve BLOB);
             """
         )
         with self._lock:
@@ -223,16 +228,17 @@ class Ledger:
         rows = self._db.execute("SELECT target, epsilon, delta, rdp_curve FROM budget").fetchall()
         if not rows:
             return None
-        per, uni, curve = {}, None, None
+        per, per_curve, uni, curve = {}, {}, (math.inf, 1e-6), None
         for target, e, d, blob in rows:
+            c = None if blob is None else np.frombuffer(blob, dtype=np.float64).copy()
             if target == _UNIFORM:
-                uni = (e, d)
-                curve = None if blob is None else np.frombuffer(blob, dtype=np.float64).copy()
+                uni, curve = (e, d), c
             else:
-                per[target] = (e, d)
-        if uni is None:
-            uni = (math.inf, 1e-6)
-        return Budget(uni[0], uni[1], per, curve)
+                if e is not None:
+                    per[target] = (e, d)
+                if c is not None:
+                    per_curve[target] = c
+        return Budget(uni[0], uni[1], per, curve, per_curve)
 
     # ---------------------------------------------------------------- budget
     @property
@@ -243,21 +249,26 @@ class Ledger:
         """Replace the stored budget (persisted).  Existing spending is not re-checked."""
         if not 0.0 < budget.delta < 1.0 or budget.epsilon < 0:
             raise LedgerError("budget needs epsilon >= 0 and delta in (0, 1)")
-        curve = None
-        if budget.rdp_curve is not None:
-            curve = np.asarray(budget.rdp_curve, dtype=float)
-            if curve.shape != self.orders.shape:
-                raise LedgerError("budget RDP curve must be given on the ledger's orders")
+        def blob(c) -> bytes | None:
+            if c is None:
+                return None
+            arr = np.asarray(c, dtype=np.float64)
+            if arr.shape != self.orders.shape:
+                raise LedgerError("budget RDP curves must be given on the ledger's orders")
+            return arr.tobytes()
+
+        rows: dict[str, list] = {_UNIFORM: [budget.epsilon, budget.delta, blob(budget.rdp_curve)]}
+        for t, (e, d) in budget.per_target.items():
+            if not 0.0 < d < 1.0 or e < 0:
+                raise LedgerError(f"budget for {t!r} needs epsilon >= 0 and delta in (0, 1)")
+            rows[_as_key(t)] = [e, d, None]
+        for t, c in budget.per_target_rdp.items():
+            rows.setdefault(_as_key(t), [None, None, None])[2] = blob(c)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("DELETE FROM budget")
-                self._db.execute("INSERT INTO budget VALUES (?, ?, ?, ?)",
-                                 (_UNIFORM, budget.epsilon, budget.delta, None if curve is None else curve.tobytes()))
-                for t, (e, d) in budget.per_target.items():
-                    if not 0.0 < d < 1.0:
-                        raise LedgerError(f"budget delta for {t!r} must be in (0, 1)")
-                    self._db.execute("INSERT INTO budget VALUES (?, ?, ?, NULL)", (_as_key(t), e, d))
+                self._db.executemany("INSERT INTO budget VALUES (?, ?, ?, ?)", [(t, *r) for t, r in rows.items()])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -278,6 +289,7 @@ class Ledger:
             raise LedgerError(f"bound must be one of {BOUND_LABELS}, got {entry.bound!r}")
         if not entry.rdp:
             raise LedgerError("an entry must cost something toward at least one target")
+        mus = {_as_key(k): m for k, m in entry.gdp_mu.items()} if entry.gdp_mu is not None else {}
         out = {}
         for t, vec in entry.rdp.items():
             key = _as_key(t)
@@ -289,8 +301,8 @@ class Ledger:
             if np.any(np.isnan(v)) or np.any(v < 0):
                 raise LedgerError(f"RDP curve toward {key!r} must be non-negative (inf allowed)")
             mu = None
-            if entry.gdp_mu is not None and key in {_as_key(k) for k in entry.gdp_mu}:
-                mu = float({_as_key(k): m for k, m in entry.gdp_mu.items()}[key])
+            if key in mus:
+                mu = float(mus[key])
                 if not mu >= 0:
                     raise LedgerError("gdp_mu must be >= 0")
             out[key] = (v, mu)
@@ -307,7 +319,8 @@ class Ledger:
             gdp_sq = (self._gdp_sq.get(t, 0.0) + (mu * mu if mu is not None else 0.0)) if n_g == n_e else None
             be, bd = b.for_target(t) if b is not None else (math.inf, 1e-6)
             eps, method, order = self._convert(t, rdp, gdp_sq, bd)
-            curve_bad = b is not None and b.rdp_curve is not None and bool(np.any(rdp > b.rdp_curve * (1 + 1e-12)))
+            curve = b.curve_for(t) if b is not None else None
+            curve_bad = curve is not None and bool(np.any(rdp > curve * (1 + 1e-12)))
             res[t] = (eps, method, order, be, bd, curve_bad)
         return res
 
@@ -379,7 +392,7 @@ class Ledger:
         with self._lock:
             keys = set(self._rdp)
             if self._budget is not None:
-                keys |= set(self._budget.per_target)
+                keys |= set(self._budget.per_target) | set(self._budget.per_target_rdp)
             if targets is not None:
                 keys |= {_as_key(t) for t in targets}
             out = {}

@@ -73,7 +73,8 @@ def test_worst_node_is_the_largest_excess():
 
 def test_persistence_across_reopen(tmp_path):
     path = tmp_path / "l.sqlite"
-    with Ledger(path, budget=Budget(3.0, 1e-5, per_target={"n7": (1.0, 1e-6)}), node_id="n0") as led:
+    with Ledger(path, budget=Budget(3.0, 1e-5, per_target={"n7": (1.0, 1e-6)}, per_target_rdp={"n9": O * 0.5}),
+                node_id="n0") as led:
         led.charge(gauss("r1", {"n1": 0.2, "n7": 0.1}))
         led.charge(LedgerEntry.from_row("r2", "rw", "sender-known", "certified", ["n1", "n2"],
                                         np.vstack([O * 0.001, O * 0.002])))
@@ -82,6 +83,8 @@ def test_persistence_across_reopen(tmp_path):
     with Ledger(path) as again:
         assert again.node_id == "n0"
         assert again.budget.for_target("n7") == (1.0, 1e-6) and again.budget.epsilon == 3.0
+        np.testing.assert_array_equal(again.budget.curve_for("n9"), O * 0.5)
+        assert again.budget.for_target("n9") == (3.0, 1e-5) and again.budget.curve_for("n1") is None
         assert again.spent() == spent
         assert again.remaining() == remaining
         assert [e["run_id"] for e in again.entries()] == ["r1", "r2"]
@@ -100,6 +103,11 @@ def test_remaining_and_budget_rdp_curve():
         assert "a" in led.would_exceed(gauss("r2", {"a": 0.3}))
         with pytest.raises(BudgetExceeded):
             led.charge(gauss("r2", {"a": 0.3}))
+    with Ledger(":memory:", budget=Budget(math.inf, 1e-6, per_target_rdp={"b": O * 0.01})) as led:
+        led.charge(gauss("r1", {"a": 1.0}))  # no curve toward a
+        with pytest.raises(BudgetExceeded) as err:
+            led.charge(gauss("r2", {"a": 0.1, "b": 0.2}))  # 0.2^2/2 = 0.02 > 0.01 toward b
+        assert err.value.target == "b"
     with Ledger(":memory:", budget=Budget(1.0, 1e-6)) as led:
         led.charge(gauss("r1", {"a": 0.1}))
         rem = led.remaining(targets=["b"])
