@@ -78,6 +78,7 @@ __all__ = [
     "sgd_epsilon",
     "sgd_sigma_search",
     "sgd_thm4_epsilon",
+    "sgd_utility_bound",
     # reference-code procedures (figures)
     "fig1a_code_curves",
     "EmpiricalWalkLoss",
@@ -718,6 +719,14 @@ def sgd_thm4_epsilon(eps: float, delta: float, n: int, T: int, delta_hat: float)
     e = math.sqrt(2.0 * q * math.log(1.0 / delta)) * eps / math.sqrt(math.log(1.25 / delta))
     return Guarantee(e, delta + delta_hat, PAPER, "P-AD Thm 4", "complete graph, hidden sender and receiver",
                      {"q": q, "N_u": N_u, "N_u_method": how})
+
+
+def sgd_utility_bound(diameter: float, L: float, d: int, eps: float, delta: float, T: int) -> float:
+    """P-AD Proposition 1 (Shamir & Zhang 2013 Thm 2): with ``G² = L² + 8 d L² ln(1.25/δ)/ε²`` and
+    ``η_t = D/(G√t)``, Algorithm 4 has ``E[F(τ) − F(w*)] ≤ 2 D G (2 + ln T)/√T``.  A utility bound
+    (no privacy label); the network-DP gain comes from the smaller per-step ε it allows."""
+    G = math.sqrt(L * L + 8.0 * d * L * L * math.log(1.25 / delta) / (eps * eps))
+    return 2.0 * diameter * G * (2.0 + math.log(T)) / math.sqrt(T)
 
 
 # ----------------------------------------------------------------------------------------------

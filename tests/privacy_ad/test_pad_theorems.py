@@ -161,3 +161,11 @@ def test_fig2_sigma_table(eps, loc, central, net):
 
 def test_fig2_central_sigma_n2048():
     assert A.fig2_sigma_central_code(0.4, 2048, 1, 1e-6, 20000) == pytest.approx(6.800, rel=5e-4)
+
+
+def test_prop1_utility_bound_scales_as_log_T_over_sqrt_T():
+    u1 = A.sgd_utility_bound(1.0, 1.0, 10, 0.5, 1e-6, 10_000)
+    u2 = A.sgd_utility_bound(1.0, 1.0, 10, 0.5, 1e-6, 1_000_000)
+    assert u2 / u1 == pytest.approx((2 + math.log(1e6)) / (2 + math.log(1e4)) / 10)
+    # more noise (smaller eps per step) -> worse bound
+    assert A.sgd_utility_bound(1.0, 1.0, 10, 0.1, 1e-6, 10_000) > u1
