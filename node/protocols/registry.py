@@ -75,8 +75,9 @@ def make_machine(
     if protocol in ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd"):
         if not isinstance(task, GradientTask):
             raise TaskError(f"{protocol} needs a gradient task (got {type(task).__name__})")
-        if protocol == "local-dp-sgd":
-            p.setdefault("over_cap", "nothing")
+        if protocol == "local-dp-sgd":  # "contribute then nothing" is what makes it the local-DP baseline
+            if p.setdefault("over_cap", "nothing") != "nothing":
+                raise ValueError("local-dp-sgd adds nothing on over-cap visits (over_cap='nothing')")
         rp = RWParams(**p)
         if protocol == "pad-complete-sgd":
             hop = UniformHop(node, n)

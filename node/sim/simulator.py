@@ -95,11 +95,17 @@ class Simulator:
         self.run_id = run_id or machines[0].ctx.run_id
         self.envelopes = envelopes
         self._dead: dict[int, float] = {}
+        self._injected: list[tuple[float, int, int, bytes]] = []
         self._on_metric: Callable[[Metric], None] | None = None
 
     def kill(self, node: int, at: float = 0.0) -> None:
         """Node ``node`` crashes at virtual time ``at`` (and never comes back)."""
         self._dead[int(node)] = float(at)
+
+    def inject(self, node: int, src: int, data: bytes, at: float = 0.0) -> None:
+        """Deliver raw transport bytes (an envelope) to ``node`` at virtual time ``at`` as if ``src`` sent them —
+        how tests play a misbehaving or replaying peer."""
+        self._injected.append((float(at), int(node), int(src), bytes(data)))
 
     def on_metric(self, fn: Callable[[Metric], None]) -> None:
         """Stream metrics to ``fn`` as they happen (what a ``run watch`` subscriber gets)."""
@@ -131,6 +137,9 @@ class Simulator:
         # event tuples: (time, seq, node, kind, a, b); kind 0 start, 1 message(src, bytes), 2 timer(name, gen)
         for v in range(len(machines)):
             push(heap, (0.0, seq, v, 0, None, None))
+            seq += 1
+        for at, node, src, data in self._injected:
+            push(heap, (at, seq, node, 1, src, data if use_env else Envelope.decode(data).payload))
             seq += 1
         status = "stalled"
         while heap:
@@ -202,8 +211,8 @@ class Simulator:
             if events >= max_events:
                 status = "limit"
                 break
-        if status == "stalled" and pauses:
-            status = "paused"
+        if status == "stalled" and any(p.node not in dead for p in pauses):
+            status = "paused"  # a live node holds the token and waits; a dead one means the token is gone
         return SimResult(
             status=status,
             model=None if finish is None else finish.model,
