@@ -526,6 +526,11 @@ def _resolve(
     """Apply the certified/paper rules; returns (horizon, constraint, alpha) actually used."""
     if bound == "paper":
         h = horizon or "lnT"
+        if not noise_condition_holds(alpha, sigma, "strict"):
+            notes.append(
+                f"σ={sigma:g}, α={alpha:g} violate Theorem 3's printed condition σ² ≥ 2α(α−1)"
+                + ("" if noise_condition_holds(alpha, sigma, "proof") else " and the proof's σ² ≥ α(α−1)/2")
+            )
         notes.append(
             "paper: Theorem 3 as the reference code computes it (ln T horizon, N_u = T/n, no σ condition); "
             "not a guarantee"
