@@ -39,6 +39,7 @@ __all__ = [
     "first_passage_stream",
     "hitting_pmf_horizon",
     "window_masses",
+    "window_masses_grid",
     "NodeLevelResult",
     "definition1_entropies",
     "StrongAdversaryResult",
@@ -216,6 +217,51 @@ def window_masses(
         mask = (lo <= t) & (t <= hi)
         mass += np.where(mask, F, 0.0)
     mass[~off] = 0.0
+    return np.nan_to_num(mass)
+
+
+def window_masses_grid(
+    adj: sp.csr_matrix,
+    delta: float,
+    kappas: Sequence[float],
+    *,
+    E: np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`window_masses` for many side-information values ``κ'`` at once (two streamed passes
+    in total instead of two per ``κ'``); shape ``(len(kappas), N, N)``."""
+    P = transition_matrix(adj)
+    n = adj.shape[0]
+    kappas = [float(k) for k in kappas]
+    finite = sorted({int(math.floor(k)) for k in kappas if math.isfinite(k)})
+    mus: dict[int, np.ndarray] = {}
+    if finite:
+        s0 = np.zeros((n, n))
+        s1 = np.zeros((n, n))
+        want = set(finite)
+        for t, F in first_passage_stream(P, max(finite)):
+            s0 += F
+            s1 += t * F
+            if t in want:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mus[t] = np.where(s0 > 0, s1 / np.where(s0 > 0, s0, 1.0), np.nan)
+    mu_inf = None
+    if any(math.isinf(k) for k in kappas):
+        mu_inf = mean_hitting_times(adj) if E is None else E
+    off = ~np.eye(n, dtype=bool)
+    los, his = [], []
+    for k in kappas:
+        mu = mu_inf if math.isinf(k) else mus[int(math.floor(k))]
+        los.append(np.ceil(mu - delta))
+        his.append(np.floor(mu + delta))
+    t_hi = int(max(np.nanmax(np.where(off, h, -1)) for h in his))
+    t_lo = [float(np.nanmin(np.where(off, lo, np.inf))) for lo in los]
+    t_top = [float(np.nanmax(np.where(off, h, -1))) for h in his]
+    mass = np.zeros((len(kappas), n, n))
+    for t, F in first_passage_stream(P, max(t_hi, 1)):
+        for g in range(len(kappas)):
+            if t_lo[g] <= t <= t_top[g]:
+                mass[g] += np.where((los[g] <= t) & (t <= his[g]), F, 0.0)
+    mass[:, ~off] = 0.0
     return np.nan_to_num(mass)
 
 
