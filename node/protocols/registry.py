@@ -79,8 +79,8 @@ def make_machine(
             if p.setdefault("over_cap", "nothing") != "nothing":
                 raise ValueError("local-dp-sgd adds nothing on over-cap visits (over_cap='nothing')")
         rp = RWParams(**p)
-        if protocol == "pad-complete-sgd":
-            hop = UniformHop(node, n)
+        if protocol == "pad-complete-sgd" or (protocol == "local-dp-sgd" and W is None):
+            hop = UniformHop(node, n)  # W = J/n (the local-DP baseline walks the complete graph unless told otherwise)
         else:
             if W is None:
                 raise ValueError(f"{protocol} needs the public transition matrix W")

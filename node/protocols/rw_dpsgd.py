@@ -111,6 +111,11 @@ class RWDPSGD(WalkMachine):
         if p.over_cap == "nothing":
             return x, aux, []
         eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
+        if p.clip_after_noise:  # the reference code clips every update, noise-only ones included
+            nrm = float(np.sqrt(eta @ eta))
+            clip = float(getattr(self.task, "clip", np.inf))
+            if nrm > clip:
+                eta *= clip / nrm
         x = x - p.step_size * eta
         return x, aux, [self.ledger(step, "noise", self.sens, self.noise_std)]
 

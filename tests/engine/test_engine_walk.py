@@ -257,3 +257,31 @@ def test_killed_holder_stalls_visibly():
     assert res.pauses and res.pauses[0].node == victim
     last = max((e.step, e.node) for led in res.ledgers.values() for e in led)
     assert last == (t2 - 1, victim)
+
+
+def test_parity_simulator_vs_concurrent_loopback_driver():
+    """Same run, same seed: the simulator and a concurrent asyncio driver with random real delays
+    (the node driver's shape) give the same model (to 1e-12 — here bit for bit) and the same ledgers."""
+    import asyncio
+
+    from node.protocols.registry import build_machines, transition_matrix
+    from node.protocols.walk import WalkOptions
+    from node.sim import Simulator
+    from node.sim.loopback import LoopbackNetwork
+
+    tasks = synthetic_tasks(8, d=3)
+    W = transition_matrix("er:8:0.5:2")
+    params = dict(steps=150, step_size=0.1, sigma=0.8, cap=15)
+
+    def machines():
+        return build_machines("rw-dpsgd", tasks, run_seed=21, run_id="parity", params=params, W=W,
+                              options=WalkOptions(ack_timeout=0.5))
+
+    sim = Simulator(machines()).run()
+    net = asyncio.run(LoopbackNetwork(machines(), delay=(0.0, 1.5e-3), seed=4).run(timeout=30))
+    assert sim.status == net.status == "finished"
+    np.testing.assert_allclose(net.model, sim.model, rtol=0, atol=1e-12)
+    assert net.model.tobytes() == sim.model.tobytes()
+    strip = lambda r: {v: [(e.step, e.kind, e.noise_std) for e in r.ledgers[v]] for v in r.ledgers}  # noqa: E731
+    assert strip(net) == strip(sim)
+    assert not net.faults and not sim.faults
