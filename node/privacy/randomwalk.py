@@ -423,6 +423,9 @@ def rw_single_loss_matrix(
     g = _horizon_weights(spec.eigenvalues, T, horizon)
     S = _from_spectrum(spec, g)
     S *= alpha / sigma**2
+    if horizon == "exact":
+        # Σ_t W^t/t ≥ 0 entrywise; pairs farther apart than T come out as ±1e-18 rounding noise: clip it
+        np.maximum(S, 0.0, out=S)
     if sender_known:
         S = _sender_known_from(S, spec.adjacency)
     np.fill_diagonal(S, 0.0)
@@ -738,6 +741,8 @@ def rw_pair_loss(
             row = np.zeros(n)
             row[v] = float((phi[u] * g) @ phi[v])
         row_tail = _certified_harmonic_tail(spec, T) if (bound == "certified" and h == "harmonic") else 0.0
+    if h == "exact":
+        row = np.maximum(row, 0.0)  # as in rw_single_loss_matrix: the exact sum is non-negative
     val = row[v]
     if sender_known:
         lo, hi = Ws.indptr[v], Ws.indptr[v + 1]
