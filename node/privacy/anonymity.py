@@ -52,6 +52,8 @@ __all__ = [
     "theorem3_proof_rho",
     "Theorem3Result",
     "theorem3_alpha",
+    "corollary1_alpha",
+    "design_kappa",
     "mean_iteration_time",
     "t1_return_bound",
     "kappa_midpoint",
@@ -609,6 +611,61 @@ def theorem3_alpha(
         rho_max=rho_max,
         alpha_bound=float(theorem2_bound(rho_max, ell2 - ell1 + 1)),
     )
+
+
+def corollary1_alpha(
+    model: RRGModel,
+    ell1: int,
+    ell2: int,
+    delta_prime: float,
+    *,
+    design: Literal["mean", "infinity"] = "mean",
+    mode: Mode = "paw",
+    delta: float = 5.0,
+    A: np.ndarray | None = None,
+    version: Literal["printed", "corrected", "shifted"] = "printed",
+    normalizer: Normalizer = "printed",
+) -> Theorem3Result:
+    """Corollary 1: with ``κ = E[T_FR|¬RETRO]`` (``design="mean"``) or ``κ → ∞`` (the §III design),
+    Theorem 3 holds with ``ε`` replaced by ``2ε`` — computed as :func:`theorem3_alpha` with that
+    ``κ`` and ``eps_scale=2``."""
+    kappa = mean_return_time_nonretro(model.n, model.c) if design == "mean" else math.inf
+    return theorem3_alpha(
+        model, ell1, ell2, kappa, delta_prime, mode=mode, delta=delta, A=A, version=version,
+        normalizer=normalizer, eps_scale=2.0,
+    )
+
+
+def design_kappa(
+    model: RRGModel,
+    ell1: int,
+    ell2: int,
+    delta_prime: float,
+    *,
+    mode: Mode = "cor",
+    delta: float = 5.0,
+    A: np.ndarray | None = None,
+    candidates: np.ndarray | None = None,
+    grid_factor: float = 20.0,
+) -> tuple[float, float]:
+    """The paper's design objective ``min_κ max_{κ'∈[t1,∞]} |H(W_{δ,κ}) − H(W_{δ,κ'})|``.
+
+    ``H(W_{δ,κ}) = log K`` for ``p*_{κ,δ}``, so this maximises the worst entropy
+    ``min_{κ'≥t1} H(W_{δ,κ'})``. Returns ``(κ, α_emp(κ))`` over ``candidates`` (default: 200
+    geometric points between ``t1`` and ``grid_factor·N/c'`` plus ``κ = ∞``).
+    """
+    t1 = t1_return_bound(model.n, model.c, ell1, delta_prime)
+    grid = _kappa_grid(model, t1, ell2, grid_factor)
+    if candidates is None:
+        lo = max(t1, ell2 + 1.0)
+        candidates = np.concatenate([np.geomspace(lo, grid_factor / model.a, 200), [math.inf]])
+    best = (math.nan, -math.inf)
+    for kappa in np.asarray(candidates, dtype=float):
+        p = p_star(model, ell1, ell2, kappa, mode=mode, delta=delta, A=A)
+        worst = float(np.min(entropy_w(p, model, ell1, ell2, grid, mode=mode, delta=delta, A=A)))
+        if worst > best[1]:
+            best = (float(kappa), worst)
+    return best
 
 
 def mean_iteration_time(model: RRGModel, p: np.ndarray, ell1: int) -> float:
