@@ -131,3 +131,29 @@ def build_machines(
         ms.append(make_machine(protocol, n, n, tasks[0], run_seed=run_seed, run_id=run_id, params=params,
                                view_model=view_model, options=options, rng=rngs[n]))
     return ms
+
+
+def options_for_spec(spec: Any, *, reliable: bool = True, progress_every: int = 0) -> WalkOptions:
+    """Walk transport options from a :class:`~node.runs.spec.RunSpec` (its ``on_peer_down`` run option)."""
+    return WalkOptions(reliable=reliable, on_peer_down=spec.on_peer_down, progress_every=progress_every)
+
+
+def machine_for_spec(spec: Any, node: int, task: Task | None, *, W: Any = None, reliable: bool = True,
+                     progress_every: int = 0) -> Protocol:
+    """What a networked node runs for a verified spec: its own machine, its own generator."""
+    n = transition_matrix(spec.graph, spec.weights).shape[0] if W is None else W.shape[0]
+    if W is None and spec.protocol in ("rw-dpsgd", "local-dp-sgd"):
+        W = transition_matrix(spec.graph, spec.weights)
+    return make_machine(spec.protocol, node, n, task, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(),
+                        W=W, view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
+                                                                                     progress_every=progress_every))
+
+
+def build_from_spec(spec: Any, tasks: Sequence[Task], *, reliable: bool = True, progress_every: int = 0) -> list[Protocol]:
+    """All machines of a spec's run (simulator side of the parity with :func:`machine_for_spec`)."""
+    W = transition_matrix(spec.graph, spec.weights) if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None
+    if W is not None and W.shape[0] != len(tasks):
+        raise ValueError(f"the spec's graph has {W.shape[0]} nodes, {len(tasks)} tasks were given")
+    return build_machines(spec.protocol, tasks, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(), W=W,
+                          view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
+                                                                               progress_every=progress_every))
