@@ -54,7 +54,7 @@ class SimResult:
     events: int
     virtual_time: float
     wall_seconds: float
-    dead: dict[int, float] = field(default_factory=dict)
+    dead: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def visits(self) -> np.ndarray:
         """Holder of the token at each step, from the ledger entries (one entry per visit that used data or added noise)."""
@@ -94,13 +94,17 @@ class Simulator:
         self.protocol = protocol or machines[0].name
         self.run_id = run_id or machines[0].ctx.run_id
         self.envelopes = envelopes
-        self._dead: dict[int, float] = {}
+        self._dead: dict[int, tuple[float, float]] = {}
         self._injected: list[tuple[float, int, int, bytes]] = []
         self._on_metric: Callable[[Metric], None] | None = None
 
-    def kill(self, node: int, at: float = 0.0) -> None:
-        """Node ``node`` crashes at virtual time ``at`` (and never comes back)."""
-        self._dead[int(node)] = float(at)
+    def kill(self, node: int, at: float = 0.0, until: float = float("inf")) -> None:
+        """Node ``node`` is down from virtual time ``at`` until ``until`` (default: forever).
+
+        While down it handles nothing and messages to it are lost.  A node that comes back keeps its
+        state (an unreachable process, not a wiped one), so a paused walk can resume.
+        """
+        self._dead[int(node)] = (float(at), float(until))
 
     def inject(self, node: int, src: int, data: bytes, at: float = 0.0) -> None:
         """Deliver raw transport bytes (an envelope) to ``node`` at virtual time ``at`` as if ``src`` sent them —
@@ -111,7 +115,16 @@ class Simulator:
         """Stream metrics to ``fn`` as they happen (what a ``run watch`` subscriber gets)."""
         self._on_metric = fn
 
-    def run(self, *, until: float = float("inf"), max_events: int = 50_000_000, stop_on_fault: bool = False) -> SimResult:
+    def run(
+        self,
+        *,
+        until: float = float("inf"),
+        max_events: int = 50_000_000,
+        stop_on_fault: bool = False,
+        stop_on_pause: bool = True,
+    ) -> SimResult:
+        """Run to the end.  With ``stop_on_pause`` the run stops at the first pause when no down node is
+        scheduled to come back (otherwise a paused walk would retry forever in virtual time)."""
         t0 = time.perf_counter()
         machines = self.machines
         dead = self._dead
@@ -147,7 +160,7 @@ class Simulator:
             if now > until:
                 status = "limit"
                 break
-            if v in dead and now >= dead[v]:
+            if v in dead and dead[v][0] <= now < dead[v][1]:
                 continue
             if kind == 0:
                 acts = machines[v].handle(RunStarted())
@@ -198,6 +211,9 @@ class Simulator:
                     deviations.append(act)
                 elif cls is Paused:
                     pauses.append(act)
+                    if stop_on_pause and not any(now < b < float("inf") for _, b in dead.values()):
+                        status = "paused"  # nothing scheduled can bring the neighbour back: stop here
+                        break
                 elif cls is Fault:
                     faults.append(act)
                 else:  # pragma: no cover - a new action type the simulator does not know
@@ -205,13 +221,15 @@ class Simulator:
             if finish is not None:
                 status = "finished"
                 break
+            if status == "paused":
+                break
             if stop_on_fault and faults:
                 status = "faulted"
                 break
             if events >= max_events:
                 status = "limit"
                 break
-        if status == "stalled" and any(p.node not in dead for p in pauses):
+        if status == "stalled" and any(not (p.node in dead and dead[p.node][1] == float("inf")) for p in pauses):
             status = "paused"  # a live node holds the token and waits; a dead one means the token is gone
         return SimResult(
             status=status,

@@ -24,7 +24,8 @@ def synthetic_tasks(n: int, per_node: int = 4, d: int = 3, clip: float = 1.0, se
 
 def rw_run(graph: str, tasks, *, seed: int = 1, steps: int = 200, sigma: float = 1.0, step_size: float = 0.1,
            cap=None, over_cap: str | None = None, protocol: str = "rw-dpsgd", reliable: bool = True, latency: float = 1e-3,
-           record_view: bool = False, on_peer_down: str = "pause", kill=None, until: float = float("inf"), **opt):
+           record_view: bool = False, on_peer_down: str = "pause", kill=None, until: float = float("inf"),
+           stop_on_pause: bool = True, **opt):
     W = transition_matrix(graph) if protocol != "pad-complete-sgd" else None
     params = dict(steps=steps, step_size=step_size, sigma=sigma, cap=cap, record_view=record_view)
     if over_cap is not None:
@@ -32,9 +33,9 @@ def rw_run(graph: str, tasks, *, seed: int = 1, steps: int = 200, sigma: float =
     ms = build_machines(protocol, tasks, run_seed=seed, params=params, W=W,
                         options=WalkOptions(reliable=reliable, on_peer_down=on_peer_down, **opt))
     sim = Simulator(ms, latency=latency)
-    for node, at in (kill or []):
-        sim.kill(node, at)
-    return sim.run(until=until), ms, W
+    for node, *when in (kill or []):
+        sim.kill(node, *when)
+    return sim.run(until=until, stop_on_pause=stop_on_pause), ms, W
 
 
 class ZeroGradTask(GradientTask):

@@ -225,13 +225,24 @@ def test_killed_neighbour_pauses_run_by_default():
     tasks = synthetic_tasks(8)
     base, holders, t = _first_handoff_target("ring:8", tasks, seed=3, steps=80)
     victim = int(holders[t])
-    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0)], until=30.0)
-    assert res.status in ("paused", "limit") and res.finish is None
+    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0)])
+    assert res.status == "paused" and res.finish is None
     assert res.pauses and res.pauses[0].node == holders[t - 1] and str(victim) in res.pauses[0].reason
     assert not res.deviations
     # nothing after the stall point was recorded, and the dead node never contributed
     assert victim not in res.ledgers
     assert max(e.step for led in res.ledgers.values() for e in led) == t - 1
+
+
+def test_paused_run_resumes_when_the_neighbour_returns_with_the_same_model():
+    """Pause keeps W: once the neighbour is back the walk resumes and ends with the model of the undisturbed run."""
+    tasks = synthetic_tasks(8)
+    base, holders, t = _first_handoff_target("ring:8", tasks, seed=3, steps=80)
+    victim = int(holders[t])
+    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0, 2.5)])
+    assert res.status == "finished" and res.pauses and not res.deviations
+    assert any(m.name == "resumed" for m in res.metrics)
+    assert res.model.tobytes() == base.model.tobytes()
 
 
 def test_killed_neighbour_deviation_is_recorded_and_run_finishes():
@@ -252,7 +263,7 @@ def test_killed_holder_stalls_visibly():
     victim = int(holders[t1])
     t2 = t1 + int(np.flatnonzero(holders[t1:] != victim)[0])
     nxt = int(holders[t2])
-    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(nxt, 0.0), (victim, 0.5)])
+    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(nxt, 0.0), (victim, 0.5)], stop_on_pause=False)
     assert res.status == "stalled" and res.finish is None
     assert res.pauses and res.pauses[0].node == victim
     last = max((e.step, e.node) for led in res.ledgers.values() for e in led)
