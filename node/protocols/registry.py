@@ -15,6 +15,7 @@ from node.engine.protocol import NodeContext, Protocol
 from node.engine.rng import node_generator, node_generators
 from node.privacy.graphs import metropolis_hastings, parse_graph
 from node.protocols.central import CentralAggregator, CentralClient, CentralParams
+from node.protocols.gossip_sim import GOSSIP_PROTOCOLS, make_gossip_machine
 from node.protocols.hops import TransitionRow, UniformHop
 from node.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
 from node.protocols.rw_dpsgd import RWDPSGD, RWParams
@@ -32,6 +33,7 @@ PROTOCOLS: dict[str, str] = {
     "pad-complete-sum": "P-AD Alg. 3: private real summation on the complete graph",
     "pad-complete-histogram": "P-AD Alg. 5: private histogram on the complete graph",
 }
+PROTOCOLS.update(GOSSIP_PROTOCOLS)  # gossip family (node/protocols/gossip*.py)
 
 
 class UnknownProtocol(ValueError):
@@ -72,6 +74,8 @@ def make_machine(
         rng = node_generator(run_seed, n_ctx, node)
     ctx = NodeContext(node, n_ctx, run_id, rng, view_model)
     p = dict(params)
+    if protocol in GOSSIP_PROTOCOLS:
+        return make_gossip_machine(protocol, ctx, task, p, W, options)  # type: ignore[arg-type]
     if protocol in ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd"):
         if not isinstance(task, GradientTask):
             raise TaskError(f"{protocol} needs a gradient task (got {type(task).__name__})")

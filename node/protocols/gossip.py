@@ -1,0 +1,610 @@
+"""Synchronous gossip protocols (Muffliato Alg. 1 and 3, Koskela–Kulkarni streaming gossip) as sans-IO machines.
+
+Every node adds Gaussian noise to what it shares — once (averaging) or at every gradient step /
+round (learning) — and then repeatedly averages with its neighbours.  All of these are the same
+*round machine* with a different injection rule, so this module holds one :class:`GossipMachine`
+that owns everything about a round over a real network, and three thin protocol classes:
+
+* :class:`MuffliatoAveraging` — [M] Alg. 1: ``x⁰ = x + η`` once, then T rounds of ``W``, plain or
+  Chebyshev-accelerated (Def. 3 initialisation: ``x¹ = W x⁰``, so the mean is preserved exactly);
+* :class:`MuffliatoGD` — [M] Alg. 3: a local noisy gradient step, then K (accelerated) gossip rounds,
+  repeated; the graph may be a fresh public Erdős–Rényi draw per step (the paper's Fig. 1c);
+* :class:`StreamingGossip` — [K] §5: fresh noise every round, ``θ ← W(θ + x + u)``.
+
+**The round over a network** (spec gossip.md §4.2).  Round t has two phases:
+
+1. *availability*: the node sends ``AVAIL(t, up)`` to its round-t neighbours (``up = 0`` announces a
+   dropout) and waits for theirs, or for a timeout; ``H`` = neighbours heard as up.
+2. *values*: to every neighbour in ``H`` it sends ``VALUE(t, |H|, m)``, to every other one ``SKIP(t)``;
+   it waits for a VALUE or SKIP from each member of ``H`` (or a timeout).  The edge {i, j} is used iff
+   both sent each other VALUE, and its weight ``1/(1 + max(|H_i|, |H_j|))`` is computed from the two
+   announced degrees — the same number on both ends, so the effective ``W_t`` is symmetric and doubly
+   stochastic (the self-weight takes the rest, and ``|used| ≤ |H|`` keeps it positive).
+
+A node computes round t+1 only after round t is closed; messages for later rounds are buffered (up
+to ``max_ahead`` rounds), messages for closed rounds or phases are refused with a typed
+:class:`~node.engine.actions.Fault`, never silently used.  A neighbour that misses ``give_up_after``
+consecutive rounds is declared gone (a :class:`~node.engine.actions.Deviation`) and no longer awaited,
+so a node that leaves mid-run costs a few timeouts, never a hang.
+
+**The schedule goes into the ledger.**  Every round closes with a ``LedgerEntry(kind="schedule")``
+holding the node's actual row of ``W_t`` and the list of neighbours it sent its message to.  The
+accountant (:mod:`node.protocols.gossip_accounting`) rebuilds the realised ``W_0..W_{T-1}`` and every
+observer's view from these entries, so what is certified is what really happened.  Views are built
+from *sender-side* records: a value a receiver refused as late is still in its view.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from node.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
+from node.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
+from node.engine.protocol import NodeContext, Protocol
+from node.engine.wire import digest
+from node.tasks.base import GradientTask, Task, TaskError, ValueTask
+
+__all__ = [
+    "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "StaleRound", "FutureRound", "GossipOptions", "Topology",
+    "FixedTopology", "ERPerStep", "GossipMachine", "MuffliatoAveraging", "MuffliatoGD", "StreamingGossip",
+    "encode_round", "decode_round", "mh_weight", "connected_er",
+]
+
+# ---- wire format --------------------------------------------------------------------------------
+
+KIND_AVAIL = 16
+KIND_VALUE = 17
+KIND_SKIP = 18
+_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP)
+_HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE: announced degree), dim
+_F64 = np.dtype("<f8")
+
+
+class StaleRound(ProtocolError):
+    """A round message for a round (or phase) this node has already closed."""
+
+    code = "stale-round"
+
+
+class FutureRound(ProtocolError):
+    """A round message too far ahead of this node's round to be a legitimate early arrival."""
+
+    code = "future-round"
+
+
+def encode_round(kind: int, rnd: int, aux: int, vector: np.ndarray | None = None) -> bytes:
+    if vector is None:
+        return _HDR.pack(kind, rnd, aux, 0)
+    v = np.ascontiguousarray(vector, dtype=_F64)
+    return _HDR.pack(kind, rnd, aux, v.shape[0]) + v.tobytes()
+
+
+def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | None]:
+    """Strict parse: known kind, complete header, VALUE of exactly the run's dimension, finite values."""
+    if len(payload) < _HDR.size:
+        raise MalformedMessage(f"gossip message too short ({len(payload)} bytes, header needs {_HDR.size})")
+    kind, rnd, aux, d = _HDR.unpack_from(payload)
+    if kind not in _KINDS:
+        raise MalformedMessage(f"unknown gossip message kind {kind}")
+    body = len(payload) - _HDR.size
+    if kind != KIND_VALUE:
+        if d != 0 or body != 0:
+            raise MalformedMessage("AVAIL/SKIP messages carry no vector")
+        if kind == KIND_AVAIL and aux not in (0, 1):
+            raise MalformedMessage(f"availability flag must be 0 or 1, got {aux}")
+        return kind, rnd, aux, None
+    if d != dim:
+        raise WrongDimension(f"round value has dimension {d}, this run's model has dimension {dim}")
+    if body != 8 * d:
+        raise MalformedMessage(f"round value declares {d} float64 values but carries {body} bytes")
+    vec = np.frombuffer(payload, dtype=_F64, count=d, offset=_HDR.size).copy()
+    if not np.all(np.isfinite(vec)):
+        raise MalformedMessage("round value contains NaN or infinity")
+    if aux < 1:
+        raise MalformedMessage("a VALUE sender announces at least one heard neighbour (the receiver)")
+    return kind, rnd, aux, vec
+
+
+def mh_weight(deg_a: int, deg_b: int) -> float:
+    """Metropolis–Hastings ("hamilton") weight of an edge from the two effective degrees."""
+    return 1.0 / (1.0 + max(int(deg_a), int(deg_b)))
+
+
+# ---- public topologies --------------------------------------------------------------------------
+
+
+class Topology:
+    """Who a node's neighbours are in round t, from public information only."""
+
+    n: int
+
+    def neighbours(self, node: int, rnd: int) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def step_of(self, rnd: int) -> int:
+        return 0
+
+
+class FixedTopology(Topology):
+    """One public graph for the whole run (its adjacency; self-loops ignored)."""
+
+    def __init__(self, adjacency: sp.spmatrix | np.ndarray) -> None:
+        A = sp.csr_matrix(adjacency)
+        A = (A != 0).astype(np.int8).tolil()
+        A.setdiag(0)
+        self.adj = A.tocsr()
+        self.adj.eliminate_zeros()
+        self.adj.sort_indices()
+        self.n = self.adj.shape[0]
+
+    def neighbours(self, node: int, rnd: int) -> np.ndarray:
+        a = self.adj
+        return a.indices[a.indptr[node] : a.indptr[node + 1]]
+
+
+@lru_cache(maxsize=64)
+def connected_er(n: int, q: float, seed: int) -> sp.csr_matrix:
+    """A connected G(n, q) drawn from public seeds ``seed, seed+1, …`` (first connected draw wins).
+
+    Deterministic in (n, q, seed), so every node computes the same graph; cached because every
+    machine of a simulated run asks for it.
+    """
+    import networkx as nx
+
+    s = int(seed)
+    for _ in range(1000):
+        g = nx.fast_gnp_random_graph(n, q, seed=s)
+        if nx.is_connected(g):
+            return nx.to_scipy_sparse_array(g, nodelist=range(n), format="csr").astype(np.int8).tocsr()
+        s += 1_000_003
+    raise ValueError(f"G({n}, {q}) never connected in 1000 draws: raise q")
+
+
+class ERPerStep(Topology):
+    """A fresh public connected Erdős–Rényi graph per gradient step ([M] §5, Fig. 1c) or per round.
+
+    ``rounds_per_step[r]`` rounds use graph r, drawn with seed ``seed·1_000_003 + r``.
+    """
+
+    def __init__(self, n: int, q: float, seed: int, rounds_per_step: Sequence[int]) -> None:
+        self.n, self.q, self.seed = int(n), float(q), int(seed)
+        self.ks = [int(k) for k in rounds_per_step]
+        self._starts = np.cumsum([0] + self.ks)
+
+    def graph(self, step: int) -> sp.csr_matrix:
+        return connected_er(self.n, self.q, self.seed * 1_000_003 + int(step))
+
+    def step_of(self, rnd: int) -> int:
+        return int(np.searchsorted(self._starts, rnd, side="right") - 1)
+
+    def neighbours(self, node: int, rnd: int) -> np.ndarray:
+        a = self.graph(self.step_of(rnd))
+        return a.indices[a.indptr[node] : a.indptr[node + 1]]
+
+
+# ---- options ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GossipOptions:
+    """Transport-facing options of a round (public, part of the run spec).
+
+    ``timeout``: seconds each phase waits for missing neighbours (virtual in the simulator);
+    ``max_ahead``: how many rounds ahead a message may be and still be buffered;
+    ``give_up_after``: consecutive silent rounds after which a neighbour is declared gone;
+    ``value_wait``: the value phase waits ``value_wait × timeout`` (a neighbour that announced itself
+    may be held up by one availability timeout of its own before it can send its value);
+    ``dropout``: probability that this node announces itself unavailable for a round (the
+    *simulated* user dropouts of [M] App. H.6, drawn from a child of the node's generator so the
+    noise stream is unchanged); ``record_states``: emit the state after every round as a
+    ``state`` metric (simulation traces only — a state is an extra release, spec E.1).
+    """
+
+    timeout: float = 0.05
+    max_ahead: int = 2
+    give_up_after: int = 3
+    dropout: float = 0.0
+    record_states: bool = False
+    value_wait: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("timeout must be > 0")
+        if self.max_ahead < 1 or self.give_up_after < 1 or self.value_wait < 1.0:
+            raise ValueError("max_ahead and give_up_after must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError("dropout must lie in [0, 1)")
+
+
+# ---- the round machine --------------------------------------------------------------------------
+
+_A, _B = 0, 1  # phases: availability, values
+
+
+class GossipMachine(Protocol):
+    """Base class: synchronous two-phase gossip rounds; subclasses say what is sent and how it is mixed.
+
+    Hooks: :meth:`outgoing` (the message of round t; may inject noise / data and return ledger
+    actions), :meth:`incorporate` (the weighted sum of round t's messages), :meth:`final_model`.
+    """
+
+    name: ClassVar[str] = "gossip"
+
+    def __init__(self, ctx: NodeContext, topology: Topology, rounds: int, dim: int,
+                 options: GossipOptions | None = None) -> None:
+        super().__init__(ctx)
+        if rounds < 1:
+            raise ValueError("a gossip run needs at least one round")
+        if topology.n != ctx.n:
+            raise ValueError(f"topology has {topology.n} nodes, the run has {ctx.n}")
+        self.topo = topology
+        self.rounds = int(rounds)
+        self.dim = int(dim)
+        self.opt = options or GossipOptions()
+        self._drop_rng = ctx.rng.spawn(1)[0] if self.opt.dropout > 0 else None
+        self.t = 0
+        self.phase = _A
+        self.gone: set[int] = set()
+        self._missed: dict[int, int] = {}
+        self._buf: dict[tuple[int, int, int], tuple[int, int, np.ndarray | None]] = {}
+        self._seen: dict[tuple[int, int, int], bytes] = {}
+        self._cand: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._up = True
+        self._heard: dict[int, int] = {}
+        self._H: list[int] = []
+        self._replies: dict[int, tuple[int, np.ndarray | None]] = {}
+        self._msg: np.ndarray | None = None
+        self._round_missing: list[int] = []
+        self._up_next = True
+        self.schedule: list[dict[str, Any]] = []  # this node's realised rows (also in the ledger)
+
+    # ---- hooks ------------------------------------------------------------------------------------
+
+    def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    # ---- events -----------------------------------------------------------------------------------
+
+    def on_start(self) -> list[Action]:
+        if self.finished or self.t or self.phase != _A or self._msg is not None:
+            return []
+        return self._announce(0) + self._begin_round(0)
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if self.finished:
+            raise StaleRound(f"run {self.ctx.run_id} already finished at node {self.ctx.node}")
+        kind, rnd, aux, vec = decode_round(payload, self.dim)
+        if rnd >= self.rounds:
+            raise MalformedMessage(f"round {rnd} outside 0..{self.rounds - 1}")
+        if src in self.gone:
+            raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
+        if src not in set(self.topo.neighbours(self.ctx.node, rnd).tolist()):
+            raise UnexpectedSender(f"node {src} is not a neighbour of node {self.ctx.node} in round {rnd}")
+        phase = _A if kind == KIND_AVAIL else _B
+        key = (rnd, phase, src)
+        if key in self._seen:
+            same = self._seen[key] == digest(payload)
+            raise ReplayedMessage(f"{'duplicate' if same else 'conflicting'} phase-{'AB'[phase]} message of round "
+                                  f"{rnd} from node {src} (already received; not used again)")
+        if (rnd, phase) < (self.t, self.phase):
+            raise StaleRound(f"phase {'AB'[phase]} of round {rnd} is closed at node {self.ctx.node} "
+                             f"(now round {self.t}); message from node {src} not used")
+        if rnd > self.t + self.opt.max_ahead:
+            raise FutureRound(f"message for round {rnd} while node {self.ctx.node} is in round {self.t} "
+                              f"(at most {self.opt.max_ahead} ahead)")
+        self._seen[key] = digest(payload)
+        if (rnd, phase) > (self.t, self.phase):
+            self._buf[key] = (kind, aux, vec)
+            return []
+        return self._accept(src, kind, aux, vec)
+
+    def on_timer(self, name: str) -> list[Action]:
+        if self.finished or name != f"{'AB'[self.phase]}{self.t}":
+            return []  # a timer of a phase that already closed
+        if self.phase == _A:
+            return self._close_availability(timed_out=True)
+        return self._close_values(timed_out=True)
+
+    # ---- the round --------------------------------------------------------------------------------
+
+    def _candidates(self, t: int) -> np.ndarray:
+        return np.asarray([j for j in self.topo.neighbours(self.ctx.node, t) if j not in self.gone], dtype=np.int64)
+
+    def _announce(self, t: int) -> list[Action]:
+        """Send ``AVAIL(t)``.  It goes out as soon as round t−1's availability phase closes (with the
+        round-(t−1) values), so a live neighbour is never awaited in phase A: only silent ones are,
+        and a node delayed by a dead neighbour does not make its other neighbours time out on it."""
+        self._up_next = not (self._drop_rng is not None and self._drop_rng.random() < self.opt.dropout)
+        avail = encode_round(KIND_AVAIL, t, int(self._up_next))
+        return [Send(int(j), avail) for j in self._candidates(t)]
+
+    def _begin_round(self, t: int) -> list[Action]:
+        self.t, self.phase = t, _A
+        self._cand = self._candidates(t)
+        self._up = self._up_next
+        self._heard = {}
+        self._replies = {}
+        self._H = []
+        msg, acts = self.outgoing(t)
+        self._msg = np.asarray(msg, dtype=np.float64)
+        if self._msg.shape != (self.dim,):
+            raise ValueError(f"outgoing message has shape {self._msg.shape}, expected ({self.dim},)")
+        if self._cand.size == 0:
+            return acts + self._close_availability(timed_out=False)
+        acts.append(SetTimer(f"A{t}", self.opt.timeout))
+        return acts + self._drain(_A)
+
+    def _drain(self, phase: int) -> list[Action]:
+        """Feed buffered messages of the current (round, phase) in sender order (deterministic)."""
+        acts: list[Action] = []
+        keys = sorted(k for k in self._buf if k[0] == self.t and k[1] == phase)
+        for key in keys:
+            if self.t != key[0] or self.phase != phase:
+                break
+            kind, aux, vec = self._buf.pop(key)
+            acts.extend(self._accept(key[2], kind, aux, vec))
+        return acts
+
+    def _accept(self, src: int, kind: int, aux: int, vec: np.ndarray | None) -> list[Action]:
+        if self.phase == _A:
+            self._heard[src] = aux
+            if len(self._heard) == self._cand.size:
+                return self._close_availability(timed_out=False)
+            return []
+        self._replies[src] = (aux, vec) if kind == KIND_VALUE else (0, None)
+        if all(j in self._replies for j in self._H):
+            return self._close_values(timed_out=False)
+        return []
+
+    def _close_availability(self, timed_out: bool) -> list[Action]:
+        t = self.t
+        acts: list[Action] = []
+        missing = [int(j) for j in self._cand if j not in self._heard]
+        self._H = [int(j) for j in self._cand if self._heard.get(int(j)) == 1] if self._up else []
+        self.phase = _B
+        deg = len(self._H)
+        val = encode_round(KIND_VALUE, t, deg, self._msg) if deg else b""
+        skip = encode_round(KIND_SKIP, t, 0)
+        hs = set(self._H)
+        for j in self._cand:
+            acts.append(Send(int(j), val if int(j) in hs else skip))
+        if t + 1 < self.rounds:
+            acts.extend(self._announce(t + 1))
+        self._round_missing = missing
+        if timed_out and missing:
+            acts.append(Deviation(self.ctx.node, t, "availability-timeout", {"round": t, "silent": missing}))
+        if not self._H:
+            return acts + self._close_values(timed_out=False)
+        acts.append(SetTimer(f"B{t}", self.opt.timeout * self.opt.value_wait))
+        return acts + self._drain(_B)
+
+    def _close_values(self, timed_out: bool) -> list[Action]:
+        t = self.t
+        acts: list[Action] = []
+        me = self.ctx.node
+        deg = len(self._H)
+        row: dict[int, float] = {}
+        mixed = np.zeros(self.dim)
+        for j in self._H:
+            rep = self._replies.get(j)
+            if rep is None or rep[1] is None:
+                continue
+            w = mh_weight(deg, rep[0])
+            row[j] = w
+            mixed += w * rep[1]
+        self_w = 1.0 - sum(row.values())
+        mixed += self_w * self._msg
+        late = [j for j in self._H if j not in self._replies]
+        if timed_out and late:
+            acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
+        entry = {"round": t, "up": self._up, "row": {int(k): float(v) for k, v in row.items()}, "self": self_w,
+                 "sent_value": list(self._H), "missing": list(self._round_missing) + late,
+                 "step": self.topo.step_of(t)}
+        self.schedule.append(entry)
+        acts.append(LedgerEntry(me, t, "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name, self.ctx.run_id,
+                                entry))
+        # neighbours silent in both phases of consecutive rounds are declared gone
+        silent = set(self._round_missing)
+        for j in self._cand:
+            j = int(j)
+            self._missed[j] = self._missed.get(j, 0) + 1 if j in silent else 0
+            if self._missed[j] >= self.opt.give_up_after and j not in self.gone:
+                self.gone.add(j)
+                acts.append(Deviation(me, t, "neighbour-gone", {"neighbour": j, "silent_rounds": self._missed[j]}))
+        acts.extend(self.incorporate(t, mixed))
+        if self.opt.record_states:
+            acts.append(Metric("state", self.current_state().copy(), t + 1, me))
+        self._seen = {k: v for k, v in self._seen.items() if k[0] >= t}
+        self._buf = {k: v for k, v in self._buf.items() if k[0] > t}
+        if t + 1 >= self.rounds:
+            self.finished = True
+            model, extra = self.final_model()
+            extra = {"rounds": self.rounds, "gone": sorted(self.gone), **extra}
+            return acts + [Finish(me, self.rounds, model, extra)]
+        return acts + self._begin_round(t + 1)
+
+    def current_state(self) -> np.ndarray:
+        return self.final_model()[0]
+
+    def data_entry(self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any) -> LedgerEntry:
+        sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
+        return LedgerEntry(self.ctx.node, step, kind, self.ctx.view_model, sensitivity, noise_std, sigma,
+                           self.name, self.ctx.run_id, detail)
+
+
+# ---- the protocols ------------------------------------------------------------------------------
+
+
+class MuffliatoAveraging(GossipMachine):
+    """[M] Alg. 1: private averaging.  Noise ``N(0, (σΔ)²)`` once (σ = noise multiplier, Δ the
+    task's sensitivity), then ``rounds`` gossip rounds; ``gamma`` (1 = plain) is the public Chebyshev
+    coefficient, applied from round 1 on (Def. 3).  The result is the node's estimate of the mean."""
+
+    name: ClassVar[str] = "muffliato"
+
+    def __init__(self, ctx: NodeContext, topology: Topology, task: ValueTask, rounds: int, sigma: float, *,
+                 gamma: float = 1.0, options: GossipOptions | None = None) -> None:
+        if not isinstance(task, ValueTask):
+            raise TaskError(f"muffliato averages values: it needs a value task (got {type(task).__name__})")
+        if not sigma >= 0 or not 1.0 <= gamma < 2.0:
+            raise ValueError("need sigma >= 0 and gamma in [1, 2)")
+        super().__init__(ctx, topology, rounds, task.dim, options)
+        self.task = task
+        self.sigma = float(sigma)
+        self.gamma = float(gamma)
+        self.sens = float(task.sensitivity())
+        self.x: np.ndarray | None = None
+        self.prev: np.ndarray | None = None
+
+    def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:
+        if rnd == 0:
+            std = self.sigma * self.sens
+            self.x = np.asarray(self.task.value(0), dtype=np.float64) + self.ctx.rng.standard_normal(self.dim) * std
+            return self.x, [self.data_entry(0, "value", self.sens, std, gamma=self.gamma, rounds=self.rounds)]
+        return self.x, []
+
+    def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:
+        if rnd == 0 or self.gamma == 1.0:
+            nxt = mixed
+        else:
+            nxt = self.gamma * mixed + (1.0 - self.gamma) * self.prev
+        self.prev, self.x = self.x, nxt
+        return []
+
+    def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:
+        x = np.zeros(self.dim) if self.x is None else self.x
+        return x, {"estimate": x.copy()}
+
+
+class MuffliatoGD(GossipMachine):
+    """[M] Alg. 3 (full-batch local gradients): for each step r, ``θ̂ = θ − ν(∇φ_v(θ) + ξ)`` with
+    ``ξ ~ N(0, (σΔ_φ)²)`` (σ a noise multiplier, or ``noise_std`` absolute for reproductions), then
+    ``ks[r]`` gossip rounds with Chebyshev coefficient ``gammas[r]`` (Def. 3 within each step).
+
+    ``clip_after_noise`` emulates the reference code (noisy gradient clipped to the task's clip
+    norm) for the Fig. 1c reproduction only.
+    """
+
+    name: ClassVar[str] = "muffliato-gd"
+
+    def __init__(self, ctx: NodeContext, topology: Topology, task: GradientTask, ks: Sequence[int], step_size: float,
+                 sigma: float, *, gammas: Sequence[float] | None = None, noise_std: float | None = None,
+                 clip_after_noise: bool = False, x0: Sequence[float] | None = None,
+                 options: GossipOptions | None = None) -> None:
+        if not isinstance(task, GradientTask):
+            raise TaskError(f"muffliato-gd needs a gradient task (got {type(task).__name__})")
+        ks = [int(k) for k in ks]
+        if not ks or min(ks) < 1:
+            raise ValueError("every gradient step needs at least one gossip round")
+        super().__init__(ctx, topology, sum(ks), task.dim, options)
+        self.task = task
+        self.ks = ks
+        self.starts = np.cumsum([0] + ks)
+        self.gammas = [1.0] * len(ks) if gammas is None else [float(g) for g in gammas]
+        if len(self.gammas) != len(ks) or not all(1.0 <= g < 2.0 for g in self.gammas):
+            raise ValueError("need one gamma in [1, 2) per gradient step")
+        if not step_size > 0 or not sigma >= 0:
+            raise ValueError("need step_size > 0 and sigma >= 0")
+        self.nu = float(step_size)
+        self.sens = float(task.sensitivity())
+        self.noise_std = float(noise_std) if noise_std is not None else float(sigma) * self.sens
+        self.clip_after_noise = bool(clip_after_noise)
+        self.theta = np.zeros(self.dim) if x0 is None else np.asarray(x0, dtype=np.float64)
+        if self.theta.shape != (self.dim,):
+            raise ValueError(f"x0 has shape {self.theta.shape}, the model has ({self.dim},)")
+        self.x = self.theta
+        self.prev: np.ndarray | None = None
+
+    def _step_of(self, rnd: int) -> tuple[int, int]:
+        r = int(np.searchsorted(self.starts, rnd, side="right") - 1)
+        return r, rnd - int(self.starts[r])
+
+    def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:
+        r, k = self._step_of(rnd)
+        if k:
+            return self.x, []
+        xi = self.ctx.rng.standard_normal(self.dim) * self.noise_std
+        if self.clip_after_noise:
+            g = self.task.raw_gradient(self.theta) + xi
+            nrm = float(np.sqrt(g @ g))
+            clip = float(getattr(self.task, "clip", np.inf))
+            if nrm > clip:
+                g = g * (clip / nrm)
+        else:
+            g = self.task.gradient(self.theta) + xi
+        self.x = self.theta - self.nu * g
+        self.prev = None
+        return self.x, [self.data_entry(r, "gradient", self.sens, self.noise_std, rounds=self.ks[r],
+                                        gamma=self.gammas[r], clip_after_noise=self.clip_after_noise)]
+
+    def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:
+        r, k = self._step_of(rnd)
+        g = self.gammas[r]
+        nxt = mixed if (k == 0 or g == 1.0) else g * mixed + (1.0 - g) * self.prev
+        self.prev, self.x = self.x, nxt
+        acts: list[Action] = []
+        if k == self.ks[r] - 1:
+            self.theta = self.x
+            acts.append(Metric("step", r + 1, r + 1, self.ctx.node))
+        return acts
+
+    def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:
+        return self.theta, {"steps": len(self.ks)}
+
+
+class StreamingGossip(GossipMachine):
+    """[K] §5 streaming gossip: every round the node sends ``m = θ + x_t + u_t`` (fresh noise) and sets
+    ``θ ← Σ_j W_ij m_j``.  With a value task ``x_t = value(t)`` and ``u_t ~ N(0, (σΔ)²)``; with a
+    gradient task it is DP-GD with gossip averaging: ``x_t = −η∇f(θ)``, ``u_t = −η ξ_t``, ``ξ_t ~ N(0, (σΔ)²)``."""
+
+    name: ClassVar[str] = "gossip-stream"
+
+    def __init__(self, ctx: NodeContext, topology: Topology, task: Task, rounds: int, sigma: float, *,
+                 step_size: float = 1.0, x0: Sequence[float] | None = None,
+                 options: GossipOptions | None = None) -> None:
+        if not isinstance(task, (ValueTask, GradientTask)):
+            raise TaskError("gossip-stream needs a value task or a gradient task")
+        if not sigma >= 0 or not step_size > 0:
+            raise ValueError("need sigma >= 0 and step_size > 0")
+        super().__init__(ctx, topology, rounds, task.dim, options)
+        self.task = task
+        self.sigma = float(sigma)
+        self.eta = float(step_size)
+        self.sens = float(task.sensitivity())
+        self.theta = np.zeros(self.dim) if x0 is None else np.asarray(x0, dtype=np.float64)
+
+    def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:
+        std = self.sigma * self.sens
+        noise = self.ctx.rng.standard_normal(self.dim) * std
+        if isinstance(self.task, GradientTask):
+            m = self.theta - self.eta * (self.task.gradient(self.theta) + noise)
+            kind = "gradient"
+        else:
+            m = self.theta + np.asarray(self.task.value(rnd), dtype=np.float64) + noise
+            kind = "value"
+        return m, [self.data_entry(rnd, kind, self.sens, std, step_size=self.eta)]
+
+    def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:
+        self.theta = mixed
+        return []
+
+    def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:
+        return self.theta, {}
+
+
+def t_stop(n: int, gap: float, sigma_abs: float, spread: float = 0.25, dim: int = 1) -> int:
+    """The spec's number of rounds ([M] Thm 2 / the code's ``T_mix``): ``⌈ln(n/(Dσ²)·max(Dσ², spread))/√λ⌉``."""
+    v = dim * sigma_abs**2
+    return max(1, int(math.ceil(math.log(n / v * max(v, spread)) / math.sqrt(gap))))

@@ -1,0 +1,140 @@
+"""Randomized Muffliato ([M] Alg. 2) on a seeded public edge-activation schedule.
+
+In the paper one random edge wakes up per tick and its two ends average.  Over a network there is
+no global clock, so the activations come from a *public seeded schedule* that every node computes
+the same way (:func:`node.privacy.muffliato.randomized_schedule`, ``p_e = 2W_e/n``, leftover
+probability = idle tick) — which is also what lets the accountant replay it.  Each node walks its
+own activations in schedule order: send its value to the partner of activation t, wait for the
+partner's value for t, set the average.  Both ends order their shared activations the same way, so
+this never deadlocks; a partner silent past the timeout makes the node skip that activation (a
+:class:`~node.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
+Each activation is recorded in the ledger (partner, whether the value was sent, whether it was used).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
+from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
+from node.engine.protocol import NodeContext, Protocol
+from node.engine.wire import digest
+from node.protocols.gossip import FutureRound, GossipOptions, StaleRound, decode_round, encode_round, KIND_VALUE
+from node.tasks.base import TaskError, ValueTask
+
+__all__ = ["RandomizedMuffliato"]
+
+
+class RandomizedMuffliato(Protocol):
+    """One node of Alg. 2.  ``schedule`` is the public (T, 2) activation array (``[-1, -1]`` = idle)."""
+
+    name: ClassVar[str] = "muffliato-randomized"
+
+    def __init__(self, ctx: NodeContext, task: ValueTask, schedule: np.ndarray, sigma: float, *,
+                 options: GossipOptions | None = None) -> None:
+        super().__init__(ctx)
+        if not isinstance(task, ValueTask):
+            raise TaskError("randomized muffliato averages values: it needs a value task")
+        sched = np.asarray(schedule, dtype=np.int64)
+        if sched.ndim != 2 or sched.shape[1] != 2:
+            raise ValueError("schedule must be a (T, 2) array of activated edges")
+        self.sched = sched
+        self.task = task
+        self.dim = task.dim
+        self.sigma = float(sigma)
+        self.sens = float(task.sensitivity())
+        self.opt = options or GossipOptions()
+        me = ctx.node
+        mine = np.flatnonzero((sched[:, 0] == me) | (sched[:, 1] == me))
+        self.acts = [(int(t), int(sched[t, 1] if sched[t, 0] == me else sched[t, 0])) for t in mine]
+        self.ptr = 0
+        self.x: np.ndarray | None = None
+        self.gone: set[int] = set()
+        self._missed: dict[int, int] = {}
+        self._buf: dict[int, tuple[int, np.ndarray]] = {}  # partner -> (activation, value)
+        self._seen: dict[int, bytes] = {}  # activation -> digest
+
+    def on_start(self) -> list[Action]:
+        if self.x is not None:
+            return []
+        std = self.sigma * self.sens
+        self.x = np.asarray(self.task.value(0), dtype=np.float64) + self.ctx.rng.standard_normal(self.dim) * std
+        led = LedgerEntry(self.ctx.node, 0, "value", self.ctx.view_model, self.sens, std,
+                          std / self.sens if self.sens > 0 else float("inf"), self.name, self.ctx.run_id,
+                          {"activations": len(self.acts)})
+        return [led] + self._next()
+
+    def _record(self, t: int, partner: int, used: bool, sent: bool) -> LedgerEntry:
+        return LedgerEntry(self.ctx.node, t, "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name,
+                           self.ctx.run_id, {"round": t, "partner": partner, "used": used, "sent": sent})
+
+    def _next(self) -> list[Action]:
+        acts: list[Action] = []
+        while self.ptr < len(self.acts):
+            t, p = self.acts[self.ptr]
+            if p in self.gone:
+                acts.append(self._record(t, p, False, False))
+                self.ptr += 1
+                continue
+            acts.append(Send(p, encode_round(KIND_VALUE, t, 1, self.x)))
+            if p in self._buf and self._buf[p][0] == t:
+                _, vec = self._buf.pop(p)
+                return acts + self._average(t, p, vec)
+            acts.append(SetTimer(f"P{t}", self.opt.timeout))
+            return acts
+        self.finished = True
+        return acts + [Finish(self.ctx.node, len(self.sched), self.x, {"activations": len(self.acts),
+                                                                        "gone": sorted(self.gone)})]
+
+    def _average(self, t: int, p: int, vec: np.ndarray) -> list[Action]:
+        self.x = 0.5 * (self.x + vec)
+        self._missed[p] = 0
+        self.ptr += 1
+        return [CancelTimer(f"P{t}"), self._record(t, p, True, True)] + self._next()
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if self.finished:
+            raise StaleRound(f"run {self.ctx.run_id} already finished at node {self.ctx.node}")
+        kind, t, _aux, vec = decode_round(payload, self.dim)
+        if kind != KIND_VALUE:
+            raise MalformedMessage("randomized muffliato exchanges values only")
+        if t >= len(self.sched):
+            raise MalformedMessage(f"activation {t} outside 0..{len(self.sched) - 1}")
+        a, b = (int(v) for v in self.sched[t])
+        if {a, b} != {self.ctx.node, src}:
+            raise UnexpectedSender(f"activation {t} is edge {{{a}, {b}}}: node {src} may not send it to node {self.ctx.node}")
+        if src in self.gone:
+            raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}")
+        if t in self._seen:
+            raise ReplayedMessage(f"activation {t} from node {src} already received "
+                                  f"({'duplicate' if self._seen[t] == digest(payload) else 'conflicting'}); not used again")
+        cur = self.acts[self.ptr][0] if self.ptr < len(self.acts) else len(self.sched)
+        if t < cur:
+            raise StaleRound(f"activation {t} already closed at node {self.ctx.node} (now at {cur}); value not used")
+        if t > cur:
+            if src in self._buf:
+                raise FutureRound(f"node {src} sent activation {t} while activation {self._buf[src][0]} is pending")
+            self._seen[t] = digest(payload)
+            self._buf[src] = (t, vec)
+            return []
+        self._seen[t] = digest(payload)
+        return self._average(t, src, vec)
+
+    def on_timer(self, name: str) -> list[Action]:
+        if self.finished or self.ptr >= len(self.acts):
+            return []
+        t, p = self.acts[self.ptr]
+        if name != f"P{t}":
+            return []
+        self._missed[p] = self._missed.get(p, 0) + 1
+        acts: list[Action] = [Deviation(self.ctx.node, t, "activation-timeout", {"partner": p}),
+                              self._record(t, p, False, True)]
+        if self._missed[p] >= self.opt.give_up_after:
+            self.gone.add(p)
+            acts.append(Deviation(self.ctx.node, t, "neighbour-gone", {"neighbour": p}))
+        self.ptr += 1
+        return acts + self._next()
+
+    def final_result(self) -> dict[str, Any]:
+        return {"activations": len(self.acts)}
