@@ -40,6 +40,7 @@ from node.privacy.anonymity import (
 )
 from node.privacy.anonymity_graph import (
     as_adjacency,
+    window_masses_grid,
     definition1_entropies,
     destination_matrix,
     distance_matrix,
@@ -68,6 +69,9 @@ __all__ = [
     "simulate_walk",
     "ProtocolTrace",
     "simulate_protocol",
+    "onion_path_length_max",
+    "sample_walk_to_destination",
+    "exact_graph_alpha",
 ]
 
 
@@ -335,11 +339,45 @@ def sample_destination(setup: AnonymitySetup, i: int, rng: np.random.Generator) 
 # ---------------------------------------------------------------------------------------------
 
 
+def exact_graph_alpha(
+    setup: AnonymitySetup, kappa_primes: list[float] | None = None, *, t1: float | None = None
+) -> dict[str, Any]:
+    """Exact-graph α under return-time side information: Definition 1 (distance and node level,
+    min over destinations) for each ``κ'`` of a grid, and the worst case over ``κ' ≥ t1``.
+
+    Default grid: 12 geometric points from ``⌈t1⌉`` to ``20·N/c'`` plus ``∞``, with
+    ``t1 = 2ℓ1 − (N/c')·ln(1−δ')``. Cost: two streamed first-passage passes to ``20·N/c'``.
+    """
+    model = setup.model
+    if t1 is None:
+        t1 = t1_return_bound(setup.n, setup.c, setup.ell1, setup.delta_prime)
+    if kappa_primes is None:
+        lo = max(math.ceil(t1), setup.ell2 + 1)
+        kappa_primes = sorted({float(round(x)) for x in np.geomspace(lo, 20.0 / model.a, 12)}) + [math.inf]
+    masses = window_masses_grid(setup.adjacency, setup.delta, kappa_primes)
+    M = setup.destination_matrix()
+    dist_min, node_min = [], []
+    for mass in masses:
+        r = definition1_entropies(setup.dist, M, mass, setup.ell1, setup.ell2)
+        dist_min.append(float(r.distance_level.min()))
+        node_min.append(float(r.node_level.min()))
+    sel = [i for i, k in enumerate(kappa_primes) if k >= t1]
+    return {
+        "t1": t1,
+        "kappa_prime": [("inf" if math.isinf(k) else k) for k in kappa_primes],
+        "distance_level_min": dist_min,
+        "node_level_min": node_min,
+        "alpha_distance_level": min(dist_min[i] for i in sel) if sel else math.nan,
+        "alpha_node_level": min(node_min[i] for i in sel) if sel else math.nan,
+    }
+
+
 def anonymity_report(
     setup: AnonymitySetup,
     *,
     strong: bool = False,
     strong_t_max: int | None = None,
+    side_information: bool = False,
 ) -> dict[str, Any]:
     """The α-privacy / entropy numbers of §2.6 step 4, each with the bound that produced it.
 
@@ -348,6 +386,8 @@ def anonymity_report(
       the corrected Theorem 1 (``1/K``) + Theorem 2 bound — ``certified`` within the RRG model.
     * ``exact_graph``: Definition 1 on the deployed graph with the exact first-passage pmfs
       (node level = α-privacy, and distance level) — ``certified`` for the paper's threat model.
+    * ``exact_graph_side_information`` (optional): the same with return-time side information,
+      worst case over a grid of ``κ' ≥ t1`` (:func:`exact_graph_alpha`) — ``certified`` on the grid.
     * ``strong_adversary`` (optional): a destination seeing the exact hop count (outside the
       paper's model): ``I(S;T|D)`` and ``H(S|D=j,T=2)`` — a diagnostic, ``certified`` exact.
     * ``cost``: mean hops per update (exact), chain-of-custody probability (§6.6).
@@ -414,6 +454,13 @@ def anonymity_report(
             "source_frequency_times_n_range": [float(pi.min() * setup.n), float(pi.max() * setup.n)],
         },
     }
+    if side_information:
+        report["exact_graph_side_information"] = {
+            "bound": "certified",
+            "what": "Definition 1 on the deployed graph, worst case over a grid of kappa' >= t1 (eq. (6) t1; "
+            "the true probability of kappa' >= t1 on a real graph is lower, erratum E9)",
+            **exact_graph_alpha(setup),
+        }
     if strong:
         t_max = strong_t_max or hitting_pmf_horizon(setup.n, setup.c, tail=5.0)
         sa = strong_adversary(setup.adjacency, M, t_max=t_max, pi=pi)
@@ -532,3 +579,47 @@ def simulate_protocol(
     return ProtocolTrace(
         chain=cat(out_chain), source=cat(out_src), destination=cat(out_dst), distance=cat(out_ell), hops=cat(out_hops)
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode B: the source simulates the walk itself (spec §6.3; the maths only, no crypto)
+# ---------------------------------------------------------------------------------------------
+
+
+def onion_path_length_max(n: int, c: int, ell2: int, eps_tr: float = 1e-3) -> int:
+    """``L_max = ℓ2 + ⌈(N/c')·ln(1/ε_tr)⌉`` onion slots: ``P(T > L_max) ≲ ε_tr`` under eq. (2)
+    (4151 for N=300, c=3, ℓ2=6)."""
+    return ell2 + int(math.ceil((n / RRGModel(n, c).c_prime) * math.log(1.0 / eps_tr)))
+
+
+def sample_walk_to_destination(
+    graph: Any,
+    source: int,
+    destination: int,
+    rng: np.random.Generator,
+    *,
+    l_max: int | None = None,
+    burn_in: int = 0,
+    max_tries: int = 1000,
+) -> np.ndarray:
+    """Trajectory ``v_1 … v_T`` of a simple random walk from ``source`` (excluded) that stops at
+    the first visit of ``destination`` at or after step ``burn_in`` (``burn_in=0``: the plain first
+    hitting time of the paper; ``>0``: the [BEYOND] mix-then-hit variant of §6.6).
+
+    Mode B's source builds the onion along this path. Paths longer than ``l_max`` are rejected and
+    resampled (the truncated law differs from the untruncated one by ``P(T > l_max)``).
+    """
+    adj = as_adjacency(graph)
+    indptr, indices, deg = _csr_parts(adj)
+    if source == destination and burn_in == 0:
+        raise ValueError("source and destination must differ")
+    cap = l_max if l_max is not None else 10**9
+    for _ in range(max_tries):
+        path: list[int] = []
+        cur = int(source)
+        while len(path) < cap:
+            cur = int(indices[indptr[cur] + int(rng.random() * deg[cur])])
+            path.append(cur)
+            if cur == destination and len(path) >= burn_in:
+                return np.asarray(path, dtype=np.int64)
+    raise RuntimeError(f"no walk reached the destination within l_max={l_max} in {max_tries} tries")
