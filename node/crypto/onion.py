@@ -1,0 +1,209 @@
+"""Onion packets: per-hop layers sealed to each hop's long-term X25519 onion key (Sphinx-like).
+
+Layout (every size fixed by the deployment: ``R`` header slots of ``S = 64`` bytes, payload ``P``)::
+
+    packet = version(1) ‖ epoch(4) ‖ epk(32) ‖ γ(16) ‖ β(R·S) ‖ payload(P)
+    slot   = type(1: RELAY|FINAL) ‖ next_hop(4) ‖ epk_next(32) ‖ γ_next(16) ‖ zero(11)
+
+Hop k derives ``s = X25519(y_k, epk_k)`` and from it (HKDF-SHA256) a header keystream key ρ, a
+one-time Poly1305 key μ, a payload keystream key π and a replay tag τ (spec anonymity.md §6.3,
+with a fresh ephemeral key per hop because ``cryptography`` offers no scalar blinding).  It checks
+``γ = Poly1305_μ(version ‖ epoch ‖ β ‖ payload)`` *first* (so garbage never fills the replay
+cache), refuses a τ it already saw in this epoch, then shifts its slot out of the header
+(``β ‖ 0^S`` XOR ρ-stream; the filler built by the source keeps the header length constant, so a
+hop cannot tell its position) and strips its payload layer.  Unlike Sphinx the MAC also covers
+the payload, so tampering anywhere is caught at the very next hop.
+
+What a hop learns: its previous hop (the link), its next hop (its slot) and whether it is the
+final recipient.  Incoming and outgoing bytes are unlinkable (fresh epk, fresh keystreams).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+from node.crypto.errors import CellError, CryptoError, IntegrityError
+from node.crypto.keys import KEY_LEN, EpochKeys, KeyPair, exchange, public_bytes
+from node.crypto.replay import ReplayCache
+from node.engine.errors import ReplayedMessage
+
+VERSION = 1
+SLOT = 64
+MAC_LEN = 16
+RELAY, FINAL = 0x01, 0x02
+_PREFIX = struct.Struct(">BI")  # version, epoch
+_SLOT = struct.Struct(">BI32s16s11x")
+_NONCE = bytes(16)
+_SALT = b"hushnet-onion-v1"
+_MSG_LEN = struct.Struct(">I")
+
+
+def packet_length(slots: int, payload_len: int) -> int:
+    return _PREFIX.size + KEY_LEN + MAC_LEN + slots * SLOT + payload_len
+
+
+def _stream(key: bytes, data: bytes) -> bytes:
+    """``data`` XOR ChaCha20_key (zero nonce: every key here is used once)."""
+    return Cipher(algorithms.ChaCha20(key, _NONCE), mode=None).encryptor().update(data)
+
+
+def _keystream(key: bytes, n: int) -> bytes:
+    return _stream(key, bytes(n))
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big")
+
+
+@dataclass(frozen=True)
+class HopKeys:
+    rho: bytes
+    mu: bytes
+    pi: bytes
+    tau: bytes
+
+
+def _derive(shared: bytes, epk: bytes, pk: bytes) -> HopKeys:
+    okm = HKDF(algorithm=hashes.SHA256(), length=112, salt=_SALT, info=b"keys").derive(shared + epk + pk)
+    return HopKeys(okm[0:32], okm[32:64], okm[64:96], okm[96:112])
+
+
+def _mac(mu: bytes, prefix: bytes, beta: bytes, payload: bytes) -> bytes:
+    p = Poly1305(mu)
+    p.update(prefix)
+    p.update(beta)
+    p.update(payload)
+    return p.finalize()
+
+
+def build_packet(
+    path: list[tuple[int, bytes]], message: bytes, *, epoch: int, slots: int, payload_len: int
+) -> bytes:
+    """The packet for hop 1 of ``path = [(node, onion_public_key), …]`` (the last entry is the recipient).
+
+    ``message`` is padded to ``payload_len − 4`` bytes; ``len(path) ≤ slots``.
+    """
+    T = len(path)
+    if not 1 <= T <= slots:
+        raise ValueError(f"path of {T} hops does not fit {slots} header slots")
+    if len(message) + _MSG_LEN.size > payload_len:
+        raise ValueError(f"message of {len(message)} bytes exceeds the payload capacity {payload_len - _MSG_LEN.size}")
+    R, S = slots, SLOT
+    prefix = _PREFIX.pack(VERSION, epoch)
+    epks, keys = [], []
+    for _, pk in path:
+        e = X25519PrivateKey.generate()
+        epk = public_bytes(e.public_key())
+        epks.append(epk)
+        keys.append(_derive(exchange(e, pk), epk, pk))
+    rho_streams = [_keystream(k.rho, (R + 1) * S) for k in keys]
+    # filler: what hops 1..T-1 will shift into the header's tail
+    phi = b""
+    for k in range(1, T):  # hops 1..T-1 (0-based index k-1)
+        phi = _xor(phi + bytes(S), rho_streams[k - 1][(R - k + 1) * S : (R + 1) * S])
+    # payload layers, innermost first: payload_T = m ⊕ π_T, payload_k = payload_{k+1} ⊕ π_k
+    plain = _MSG_LEN.pack(len(message)) + message + bytes(payload_len - _MSG_LEN.size - len(message))
+    payloads = [b""] * T
+    cur = plain
+    for k in range(T - 1, -1, -1):
+        cur = _stream(keys[k].pi, cur)
+        payloads[k] = cur
+    final_slot = _SLOT.pack(FINAL, 0, bytes(32), bytes(16))
+    beta = _xor(final_slot + bytes((R - T) * S), rho_streams[T - 1][: (R - T + 1) * S]) + phi
+    gamma = _mac(keys[T - 1].mu, prefix, beta, payloads[T - 1])
+    for k in range(T - 2, -1, -1):
+        slot = _SLOT.pack(RELAY, path[k + 1][0], epks[k + 1], gamma)
+        beta = _xor(slot + beta[: (R - 1) * S], rho_streams[k][: R * S])
+        gamma = _mac(keys[k].mu, prefix, beta, payloads[k])
+    return prefix + epks[0] + gamma + beta + payloads[0]
+
+
+@dataclass
+class OnionKeyring:
+    """A relay's onion keys by epoch and its replay cache (one tag set per epoch held)."""
+
+    keys: EpochKeys
+    replay: ReplayCache = field(default_factory=ReplayCache)
+
+    @classmethod
+    def single(cls, pair: KeyPair, epoch: int = 0) -> "OnionKeyring":
+        return cls(EpochKeys({epoch: pair}), ReplayCache({epoch}))
+
+    def rotate(self, pair: KeyPair, epoch: int, keep: int = 2) -> None:
+        """Install the key of a new epoch; keys and replay caches older than ``keep`` epochs are deleted."""
+        self.keys.pairs[epoch] = pair
+        for e in sorted(self.keys.pairs)[:-keep]:
+            del self.keys.pairs[e]
+        self.replay.open_epoch(epoch, keep)
+
+
+@dataclass(frozen=True)
+class Peeled:
+    """A hop's result: ``final`` (then ``message`` is the plaintext) or the ``next_hop`` and its ``packet``."""
+
+    final: bool
+    next_hop: int
+    packet: bytes
+    message: bytes
+    epoch: int
+
+
+class DuplicatePacket(ReplayedMessage):
+    """The very same packet again (a retransmission, or a replay of identical bytes)."""
+
+    code = "replay"
+
+
+def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) -> Peeled:
+    """Process one hop: verify, refuse replays, strip the layer.  Raises before any state change
+    except the replay-cache insert, which happens only for an authentic packet."""
+    R, S = slots, SLOT
+    want = packet_length(R, payload_len)
+    if len(packet) != want:
+        raise CellError(f"onion packet of {len(packet)} bytes, this deployment's packets are {want}")
+    version, epoch = _PREFIX.unpack_from(packet)
+    if version != VERSION:
+        raise CellError(f"onion packet version {version}, expected {VERSION}")
+    pair = keyring.keys.get(epoch)  # UnknownEpoch
+    o = _PREFIX.size
+    epk = packet[o : o + KEY_LEN]
+    gamma = packet[o + KEY_LEN : o + KEY_LEN + MAC_LEN]
+    o += KEY_LEN + MAC_LEN
+    beta = packet[o : o + R * S]
+    payload = packet[o + R * S :]
+    try:
+        hk = _derive(pair.exchange(epk), epk, pair.public)
+    except CryptoError as exc:
+        raise IntegrityError(f"bad ephemeral key: {exc}") from exc
+    try:
+        Poly1305.verify_tag(hk.mu, packet[: _PREFIX.size] + beta + payload, gamma)
+    except InvalidSignature:
+        raise IntegrityError("onion layer MAC does not verify (tampered, or not for this node)") from None
+    dig = hashlib.blake2b(packet, digest_size=16).digest()
+    prev = keyring.replay.seen(epoch, hk.tau)
+    if prev is not None:
+        if hmac.compare_digest(prev, dig):
+            raise DuplicatePacket(f"duplicate onion packet in epoch {epoch}")
+        raise ReplayedMessage(f"onion replay tag already processed in epoch {epoch}")
+    keyring.replay.add(epoch, hk.tau, dig)
+    B = _xor(beta + bytes(S), _keystream(hk.rho, (R + 1) * S))
+    kind, nxt, epk_next, gamma_next = _SLOT.unpack_from(B)
+    payload2 = _stream(hk.pi, payload)
+    if kind == FINAL:
+        (n,) = _MSG_LEN.unpack_from(payload2)
+        if n > payload_len - _MSG_LEN.size or any(payload2[_MSG_LEN.size + n :]):
+            raise IntegrityError("final onion payload has a bad length or non-zero padding")
+        return Peeled(True, -1, b"", payload2[_MSG_LEN.size : _MSG_LEN.size + n], epoch)
+    if kind != RELAY:
+        raise IntegrityError(f"onion slot of unknown type {kind}")
+    out = packet[: _PREFIX.size] + epk_next + gamma_next + B[S:] + payload2
+    return Peeled(False, int(nxt), out, b"", epoch)

@@ -1,0 +1,93 @@
+"""Sealed boxes: public-key encryption to one node, anonymous for the sender and key-private.
+
+Construction (spec anonymity.md §6.4 fallback, the shape of libsodium's ``crypto_box_seal``):
+a fresh ephemeral X25519 key ``e``, ``s = X25519(e, pk)``, ``k = HKDF-SHA256(s ‖ epk ‖ pk)`` with
+the caller's ``info`` as HKDF info, ChaCha20-Poly1305 under ``k`` with a zero nonce (``k`` is
+single-use) and ``info`` as associated data; output ``epk ‖ ct ‖ tag``.  The ciphertext carries no
+recipient id (the fresh ``epk`` does not identify the recipient), which is what lets a relay
+trial-open a token without learning for whom it is.
+
+Tokens (:func:`seal_token`) are two-part so that a relay's failed trial costs one X25519 and a
+32-byte AEAD, not a pass over the whole model: ``kem = seal(pk, K_c)`` (80 B) then the body under
+``K_c`` with ``kem`` as associated data (so a body cannot be moved under another header).
+"""
+from __future__ import annotations
+
+import hashlib
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from node.crypto.errors import CryptoError, IntegrityError
+from node.crypto.keys import KEY_LEN, KeyPair, exchange, public_bytes
+
+_SALT = b"hushnet-seal-v1"
+_ZERO_NONCE = bytes(12)
+TAG_LEN = 16
+SEAL_OVERHEAD = KEY_LEN + TAG_LEN  # 48
+KEM_LEN = KEY_LEN + KEY_LEN + TAG_LEN  # sealed 32-byte content key: 80
+TOKEN_OVERHEAD = KEM_LEN + TAG_LEN  # 96
+
+
+def _key(shared: bytes, epk: bytes, pk: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=info).derive(shared + epk + pk)
+
+
+def seal(recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
+    """Encrypt ``plaintext`` so that only the holder of ``recipient_public``'s secret key can read it."""
+    e = X25519PrivateKey.generate()
+    epk = public_bytes(e.public_key())
+    k = _key(exchange(e, recipient_public), epk, recipient_public, info)
+    return epk + ChaCha20Poly1305(k).encrypt(_ZERO_NONCE, plaintext, info)
+
+
+def open_sealed(keypair: KeyPair, box: bytes, info: bytes = b"") -> bytes:
+    """Open a sealed box; :class:`IntegrityError` if it is not for this key, tampered, or bound to other ``info``."""
+    if len(box) < SEAL_OVERHEAD:
+        raise IntegrityError(f"sealed box too short ({len(box)} bytes)")
+    epk = box[:KEY_LEN]
+    try:
+        k = _key(keypair.exchange(epk), epk, keypair.public, info)
+    except CryptoError as exc:
+        raise IntegrityError(str(exc)) from exc
+    try:
+        return ChaCha20Poly1305(k).decrypt(_ZERO_NONCE, box[KEY_LEN:], info)
+    except InvalidTag:
+        raise IntegrityError("sealed box does not open with this key (tampered, or for another recipient)") from None
+
+
+def token_length(body_len: int) -> int:
+    return TOKEN_OVERHEAD + body_len
+
+
+def seal_token(recipient_public: bytes, body: bytes, info: bytes = b"") -> bytes:
+    """Two-part sealed token ``kem ‖ AEAD_{K_c}(body)``, ``len = 96 + len(body)``."""
+    import os
+
+    kc = os.urandom(32)
+    kem = seal(recipient_public, kc, info)
+    return kem + ChaCha20Poly1305(kc).encrypt(_ZERO_NONCE, body, kem)
+
+
+def try_open_token(keypair: KeyPair, token: bytes, info: bytes = b"") -> bytes | None:
+    """Trial-open a token: ``None`` if its header is not for this key (the relay case, no side effects);
+    the body if it is; :class:`IntegrityError` if the header opens but the body was tampered with."""
+    if len(token) < TOKEN_OVERHEAD:
+        raise IntegrityError(f"token too short ({len(token)} bytes)")
+    kem = token[:KEM_LEN]
+    try:
+        kc = open_sealed(keypair, kem, info)
+    except IntegrityError:
+        return None
+    try:
+        return ChaCha20Poly1305(kc).decrypt(_ZERO_NONCE, token[KEM_LEN:], kem)
+    except InvalidTag:
+        raise IntegrityError("token header is for this node but the body fails authentication (tampered)") from None
+
+
+def token_replay_tag(token: bytes) -> bytes:
+    """What a destination keeps in its replay cache: a hash of the token's header (unique per sealing)."""
+    return hashlib.blake2b(token[:KEM_LEN], digest_size=16).digest()

@@ -1,0 +1,208 @@
+"""Source-anonymous random-walk learning (Egger et al.; spec anonymity.md §2, §6.3 Mode A, §6.4).
+
+The token holder updates the model, draws a destination ``j`` from the privacy core's ``p*_{κ,δ}``
+(:func:`node.privacy.anonymity_setup.sample_destination`: ``ℓ ~ p*`` over non-empty shells with
+``ℓ ≥ ℓ1 ≥ 2``, so never itself or a neighbour, then ``j`` uniform in the shell), seals the model to
+``j``'s destination key (:func:`node.crypto.sealed.seal_token`) and hands the sealed token to a
+uniform neighbour.  Every receiver trial-opens the token's 80-byte header: on failure it is a relay
+and forwards the *same bytes* to a uniform neighbour (simple random walk, backtracking allowed, not
+lazy — decision D2); the first visit of ``j`` opens it, updates, and becomes the next source.
+
+Nothing in the token names the source, the destination, an iteration or a hop count (D4, D5): the
+token is ``kind ‖ kem ‖ AEAD(model)`` in fixed-size cells, bound to the run and key epoch by the
+sealing ``info``.  The run ends at the first node asked to update beyond its local cap
+``updates_per_node`` (a local rule, so no global counter has to ride in the token).
+
+Hitting times are recorded *outside* the token, as metrics (``anon-hop`` per forward,
+``anon-open`` per opening) that the simulator or the node driver logs; :func:`iterations` turns a
+metric stream back into (source, destination, hops) rows.  Destination choice and forwarding use
+``secret_rng`` (default: seeded from the OS CSPRNG): with the public run seed they would be
+predictable by everyone.  DP noise comes from the node's run generator like every other machine.
+
+Bad input: cells that are truncated/oversized, a token from a non-neighbour, a token whose header
+opens here but whose body fails authentication (tampered, or moved under another header), a token
+replayed to its destination, a model of the wrong length — each a typed, counted Fault; the
+token is dropped and nothing enters the ledger.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
+from node.crypto.keys import KeyDirectory, KeyPair
+from node.crypto.replay import ReplayCache
+from node.crypto.sealed import seal_token, token_length, token_replay_tag, try_open_token
+from node.engine.actions import Action, Finish, LedgerEntry, Metric, Send
+from node.engine.errors import MalformedMessage, UnexpectedSender, WrongDimension
+from node.engine.protocol import NodeContext, Protocol
+from node.privacy.anonymity_setup import AnonymitySetup, sample_destination
+from node.protocols.onion import VIEWS
+from node.tasks.base import GradientTask
+
+KIND_SEALED = 0x53  # 'S'
+ACCOUNTING_VIEW = VIEWS["source-anonymous-walk"]
+
+
+@dataclass(frozen=True)
+class AnonWalkParams:
+    """Public parameters: local update cap, step size, noise multiplier σ (std = sensitivity·σ),
+    start node, initial model, key epoch and the network-wide cell size."""
+
+    updates_per_node: int
+    step_size: float
+    sigma: float
+    start: int = 0
+    x0: tuple[float, ...] | None = None
+    epoch: int = 0
+    cell_body: int = CELL_BODY
+
+    def __post_init__(self) -> None:
+        if self.updates_per_node < 1 or not self.step_size > 0 or not self.sigma >= 0:
+            raise ValueError("need updates_per_node >= 1, step_size > 0, sigma >= 0")
+
+
+def sealing_info(run_id: str, epoch: int) -> bytes:
+    return b"hushnet/v1/anon-walk|" + run_id.encode() + b"|" + int(epoch).to_bytes(8, "big")
+
+
+class AnonymousWalk(Protocol):
+    """One node of the source-anonymous walk (Mode A)."""
+
+    name: ClassVar[str] = "anon-walk-sgd"
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        setup: AnonymitySetup,
+        task: GradientTask,
+        params: AnonWalkParams,
+        dest_key: KeyPair,
+        directory: KeyDirectory,
+        *,
+        secret_rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        if setup.n != ctx.n:
+            raise ValueError(f"setup has {setup.n} nodes, run has {ctx.n}")
+        if directory.epoch != params.epoch:
+            raise ValueError(f"directory is for epoch {directory.epoch}, run uses epoch {params.epoch}")
+        self.setup = setup
+        self.task = task
+        self.p = params
+        self.key = dest_key
+        self.directory = directory
+        self.dim = int(task.dim)
+        self.sens = float(task.sensitivity())
+        self.noise_std = self.sens * params.sigma
+        adj = setup.adjacency
+        self.neighbours = np.asarray(adj.indices[adj.indptr[ctx.node] : adj.indptr[ctx.node + 1]], dtype=np.int64)
+        self._nbset = frozenset(int(x) for x in self.neighbours)
+        self.info = sealing_info(ctx.run_id, params.epoch)
+        self.token_len = token_length(8 * self.dim)
+        self.cells = n_cells(1 + self.token_len, params.cell_body)
+        self.replay = ReplayCache({params.epoch})
+        self.secret_rng = secret_rng if secret_rng is not None else np.random.default_rng(secrets.randbits(128))
+        self.updates = 0
+        self.relayed = 0
+        self.chosen: list[int] = []  # destinations this node chose (its own knowledge)
+        if params.x0 is not None and len(params.x0) != self.dim:
+            raise ValueError(f"x0 has {len(params.x0)} entries, the model has {self.dim}")
+
+    # events -------------------------------------------------------------------------------------
+
+    def on_start(self) -> list[Action]:
+        if self.ctx.node != self.p.start:
+            return []
+        x0 = np.zeros(self.dim) if self.p.x0 is None else np.asarray(self.p.x0, dtype=np.float64)
+        return self._source_step(x0)
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if src not in self._nbset:
+            raise UnexpectedSender(f"sealed token from node {src}, not a neighbour of node {self.ctx.node}")
+        data = from_cells(payload, self.p.cell_body, expected_cells=self.cells)
+        if len(data) != 1 + self.token_len or data[0] != KIND_SEALED:
+            raise MalformedMessage(f"not a sealed token of this run ({len(data)} bytes, kind {data[:1].hex()})")
+        token = data[1:]
+        body = try_open_token(self.key, token, self.info)  # IntegrityError if it opens but was tampered
+        if body is None:  # not for me: relay the same bytes (Mode A)
+            self.relayed += 1
+            return [Metric("anon-hop", 1, -1, self.ctx.node), Send(self._uniform_neighbour(), payload)]
+        if len(body) != 8 * self.dim:
+            raise WrongDimension(f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}")
+        x = np.frombuffer(body, dtype="<f8").copy()
+        if not np.all(np.isfinite(x)):
+            raise MalformedMessage("sealed model contains NaN or infinity")
+        self.replay.check_and_add(self.p.epoch, token_replay_tag(token))  # a replayed token stops here
+        if self.finished:
+            return []
+        acts: list[Action] = [Metric("anon-open", self.ctx.node, -1, self.ctx.node)]
+        return acts + self._source_step(x)
+
+    # the scheme ---------------------------------------------------------------------------------
+
+    def _uniform_neighbour(self) -> int:
+        return int(self.neighbours[int(self.secret_rng.integers(self.neighbours.size))])
+
+    def _source_step(self, x: np.ndarray) -> list[Action]:
+        node = self.ctx.node
+        if self.updates >= self.p.updates_per_node:
+            self.finished = True
+            return [Finish(node, self.updates, x, {"reason": "local update cap reached", "updates": self.updates})]
+        self.updates += 1
+        eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
+        x = x - self.p.step_size * (self.task.gradient(x) + eta)
+        led = LedgerEntry(node, self.updates, "gradient", ACCOUNTING_VIEW.view_model, self.sens, self.noise_std,
+                          self.noise_std / self.sens if self.sens > 0 else float("inf"), self.name, self.ctx.run_id,
+                          {"mechanism": ACCOUNTING_VIEW.mechanism, "anonymity_credited": False})
+        j = sample_destination(self.setup, node, self.secret_rng)
+        self.chosen.append(j)
+        token = seal_token(self.directory.public(j), np.ascontiguousarray(x, dtype="<f8").tobytes(), self.info)
+        payload = to_cells(bytes([KIND_SEALED]) + token, self.p.cell_body)
+        return [led, Metric("anon-hop", 1, -1, node), Send(self._uniform_neighbour(), payload)]
+
+
+def iterations(metrics: list[Metric], start: int) -> dict[str, np.ndarray]:
+    """(source, destination, hops) of every completed iteration, from a run's metric stream in time order."""
+    src, dst, hops = [], [], []
+    cur, h = start, 0
+    for m in metrics:
+        if m.name == "anon-hop":
+            h += 1
+        elif m.name == "anon-open":
+            src.append(cur)
+            dst.append(int(m.value))
+            hops.append(h)
+            cur, h = int(m.value), 0
+    return {"source": np.asarray(src, dtype=np.int64), "destination": np.asarray(dst, dtype=np.int64),
+            "hops": np.asarray(hops, dtype=np.int64)}
+
+
+def build_walk(
+    setup: AnonymitySetup,
+    tasks: list[GradientTask],
+    params: AnonWalkParams,
+    *,
+    run_seed: int,
+    run_id: str = "sim",
+    keys: list[KeyPair] | None = None,
+    secret_seed: int | None = None,
+) -> tuple[list[AnonymousWalk], list[KeyPair]]:
+    """All n machines (simulator helper).  ``keys=None`` derives simulation keys from the run seed
+    (never in a deployment); ``secret_seed`` makes destination/forwarding draws reproducible in tests."""
+    from node.crypto.keys import simulation_directory, simulation_keypairs
+    from node.engine.rng import node_generators
+
+    n = setup.n
+    keys = keys if keys is not None else simulation_keypairs(run_seed, n, "dest")
+    directory = simulation_directory(keys, params.epoch)
+    rngs = node_generators(run_seed, n)
+    ms = []
+    for v in range(n):
+        srng = None if secret_seed is None else np.random.default_rng([secret_seed, v])
+        ctx = NodeContext(v, n, run_id, rngs[v])
+        ms.append(AnonymousWalk(ctx, setup, tasks[v], params, keys[v], directory, secret_rng=srng))
+    return ms, keys

@@ -1,0 +1,330 @@
+"""Onion relaying along graph edges (sender anonymity) as a sans-IO wrapper around any machine.
+
+:class:`OnionLayer` wraps a protocol machine (e.g. RW DP-SGD).  Every ``Send(dst, msg)`` of the
+inner machine becomes an onion packet (:mod:`node.crypto.onion`) that travels
+``sender → r_1 → … → r_L → dst`` over graph edges (each relay is a neighbour of the previous one);
+only the recipient's layer reveals ``msg``, which reaches the inner machine as
+``MessageArrived(src=r_L, msg)`` — the link peer the receiver sees is the last relay, never the
+sender.  A relay learns only its previous hop (the link) and its next hop (its slot).  Packets
+are whole fixed-size cells (:mod:`node.crypto.cells`), one size for every hop and path length.
+
+Each hop is acknowledged and retransmitted hop-by-hop (the inner walk then runs with
+``reliable=False``: an end-to-end ack would have to travel back to an anonymous sender).  Bad
+input — truncated/oversized cells, a tampered layer, a replayed packet, a packet for an unknown
+key epoch, a packet from a non-neighbour or routed to a non-neighbour — is refused with a typed,
+counted :class:`~node.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
+
+Path choice: relays are sampled uniformly among the walks ``sender, r_1..r_L, dst`` of the graph
+whose relays avoid both endpoints (backward path counting with sparse mat-vecs).  On a bipartite
+graph no walk of the requested parity may exist, so ``L+1`` relays are used then (metric
+``onion-path-length``).  The path must be unpredictable to others, so it is drawn from
+``path_rng`` — by default seeded from the OS CSPRNG, not from the public run seed (spec E.4).
+
+This module also holds the *accounting views* of the anonymity layer (:data:`VIEWS`,
+:func:`accounting_view`): which observation model the accountant must use when each mechanism is
+really on, with the reason, as data a run report can show.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
+from node.crypto.keys import KeyDirectory
+from node.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
+from node.engine.actions import Action, CancelTimer, Fault, Metric, Paused, Send, SetTimer
+from node.engine.errors import MalformedMessage, UnexpectedSender
+from node.engine.events import MessageArrived, RunStarted, TimerFired
+from node.engine.protocol import NodeContext, Protocol
+
+KIND_PACKET = 0x4F  # 'O'
+KIND_HOP_ACK = 0x41  # 'A'
+_TIMER = "onion-retx:"
+
+
+# ---- accounting views --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccountingView:
+    """What an observer sees when a mechanism is on, and which accountant bound that licenses."""
+
+    mechanism: str
+    view_model: str
+    accountant: str
+    reason: str
+    dp_credit: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VIEWS: dict[str, AccountingView] = {
+    "plain-links": AccountingView(
+        "plain-links", "sender-known",
+        "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
+        "without onion relaying the receiver's gRPC peer is the token's sender (spec randomwalk.md E.2)", True),
+    "onion-relay": AccountingView(
+        "onion-relay", "anonymous",
+        "random-walk paper Thm 3 anonymous-sender bound, certified",
+        "onion relaying is on: the receiver's link peer is the last relay and the token carries no sender "
+        "field, so the receiver does not learn the sender; relays see only ciphertext", True),
+    "neighbourhood": AccountingView(
+        "plain-gossip", "neighbourhood",
+        "Muffliato certified exact loss, view='neighbourhood'",
+        "without secure summation a node sees every message of its closed neighbourhood", True),
+    "secure-summation": AccountingView(
+        "secure-summation", "aggregate",
+        "Muffliato certified exact loss, view='aggregate' (S = e_i^T: the observer sees only its sums)",
+        "pairwise-masked secure summation is on: the aggregating node learns only the sum of its "
+        "closed neighbourhood (threshold-bounded; a round below threshold releases nothing)", True),
+    "source-anonymous-walk": AccountingView(
+        "source-anonymous-walk", "sender-known",
+        "every update charged as attributable to its node (no amplification credited), certified",
+        "the destination sees the model after one update; source anonymity has no DP theorem and leaks "
+        "by chain of custody (spec anonymity.md §6.6-6.7): entropy is reported as a diagnostic only", False),
+}
+
+
+def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: bool = False) -> AccountingView:
+    """The view the accountant must use for a run (and why): anonymous-sender only with onion relaying,
+    aggregate only with secure summation, no anonymity credit for the source-anonymous walk."""
+    if protocol in ("anon-walk-sgd",):
+        return VIEWS["source-anonymous-walk"]
+    if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
+        return VIEWS["secure-summation"] if secure_summation or protocol == "secagg-sum" else VIEWS["neighbourhood"]
+    return VIEWS["onion-relay"] if onion_hops >= 1 else VIEWS["plain-links"]
+
+
+# ---- relay paths -------------------------------------------------------------------------------
+
+
+def _adjacency(graph: sp.spmatrix | np.ndarray) -> sp.csr_matrix:
+    A = sp.csr_matrix(graph, dtype=np.float64)
+    A = (A != 0).astype(np.float64).tocsr()
+    A.setdiag(0)
+    A.eliminate_zeros()
+    return A
+
+
+def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random.Generator) -> list[int] | None:
+    """``hops`` relays ``r_1..r_L`` with ``src~r_1~…~r_L~dst`` along edges, relays ∉ {src, dst},
+    uniform among all such walks; None if there is none."""
+    n = adj.shape[0]
+    allowed = np.ones(n)
+    allowed[[src, dst]] = 0.0
+    # f[m][x] = number of walks x=y_1..y_m (all allowed) with y_m ~ dst
+    f = [None] * (hops + 1)
+    f[1] = np.asarray(adj[:, dst].todense()).ravel() * allowed
+    for m in range(2, hops + 1):
+        f[m] = (adj @ f[m - 1]) * allowed
+    path: list[int] = []
+    cur = src
+    for m in range(hops, 0, -1):
+        lo, hi = adj.indptr[cur], adj.indptr[cur + 1]
+        nb = adj.indices[lo:hi]
+        w = f[m][nb]
+        tot = w.sum()
+        if tot <= 0:
+            return None
+        cur = int(nb[np.searchsorted(np.cumsum(w), rng.random() * tot, side="right").clip(0, nb.size - 1)])
+        path.append(cur)
+    return path
+
+
+# ---- the wrapper machine -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnionParams:
+    """Public onion options (run spec): ``hops`` relays per message (≥ 1), ``slots`` header slots
+    (≥ hops + 2, the recipient and a bipartite detour included), the inner message capacity
+    ``payload_len``, the network-wide ``cell_body``, the key ``epoch``, hop-level reliability."""
+
+    hops: int = 3
+    slots: int = 6
+    payload_len: int = 4096
+    cell_body: int = CELL_BODY
+    epoch: int = 0
+    reliable: bool = True
+    ack_timeout: float = 0.05
+    max_retries: int = 3
+    pause_retry: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.hops < 1:
+            raise ValueError("onion relaying needs at least one relay (hops >= 1)")
+        if self.slots < self.hops + 2:
+            raise ValueError("slots must be >= hops + 2 (relays, recipient, one bipartite detour)")
+
+    @property
+    def packet_len(self) -> int:
+        return packet_length(self.slots, self.payload_len)
+
+    @property
+    def cells(self) -> int:
+        return n_cells(self.packet_len, self.cell_body)
+
+
+def payload_len_for(message_len: int, cell_body: int, slots: int) -> int:
+    """Largest payload capacity ≥ ``message_len + 4`` that fills the same number of cells (no waste)."""
+    from node.crypto.cells import capacity
+
+    need = packet_length(slots, message_len + 4)
+    cells = n_cells(need, cell_body)
+    return cells * capacity(cell_body) - packet_length(slots, 0)
+
+
+class OnionLayer(Protocol):
+    """Sender-anonymous transport for an inner machine (one per node)."""
+
+    name: ClassVar[str] = "onion"
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        inner: Protocol,
+        graph: sp.spmatrix | np.ndarray,
+        keyring: OnionKeyring,
+        directory: KeyDirectory,
+        params: OnionParams | None = None,
+        *,
+        path_rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        self.inner = inner
+        self.name = f"{inner.name}+onion"  # type: ignore[misc]
+        self.adj = _adjacency(graph)
+        if self.adj.shape != (ctx.n, ctx.n):
+            raise ValueError(f"graph is {self.adj.shape}, run has {ctx.n} nodes")
+        lo, hi = self.adj.indptr[ctx.node], self.adj.indptr[ctx.node + 1]
+        self.neighbours = frozenset(int(x) for x in self.adj.indices[lo:hi])
+        self.keyring = keyring
+        self.directory = directory
+        self.p = params or OnionParams()
+        self.path_rng = path_rng if path_rng is not None else np.random.default_rng(secrets.randbits(128))
+        self._pending: dict[str, tuple[int, bytes, int]] = {}
+        self.relayed = 0
+        self.delivered = 0
+        self.paths: list[list[int]] = []  # own paths (sender side; never sent anywhere)
+
+    # inner machine passthrough ------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:  # type: ignore[override]
+        return getattr(self, "inner", None) is not None and self.inner.finished
+
+    @finished.setter
+    def finished(self, value: bool) -> None:  # Protocol.__init__ sets it; the inner machine owns it
+        pass
+
+    def on_start(self) -> list[Action]:
+        return self._translate(self.inner.handle(RunStarted()))
+
+    def on_timer(self, name: str) -> list[Action]:
+        if not name.startswith(_TIMER):
+            return self._translate(self.inner.handle(TimerFired(name)))
+        key = name[len(_TIMER) :]
+        if key not in self._pending:
+            return []
+        dst, data, attempts = self._pending[key]
+        attempts += 1
+        self._pending[key] = (dst, data, attempts)
+        if attempts <= self.p.max_retries:
+            return [Send(dst, data), SetTimer(name, self.p.ack_timeout)]
+        acts: list[Action] = [Send(dst, data), SetTimer(name, self.p.pause_retry)]
+        if attempts == self.p.max_retries + 1:
+            acts.insert(0, Paused(self.ctx.node, -1, f"onion hop to neighbour {dst} unacknowledged after {self.p.max_retries} retries"))
+        return acts
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if not payload:
+            raise MalformedMessage("empty onion message")
+        kind = payload[0]
+        if kind == KIND_HOP_ACK:
+            key = payload[1:].hex()
+            if len(payload) != 17 or key not in self._pending or self._pending[key][0] != src:
+                return []  # late or duplicate ack: harmless
+            del self._pending[key]
+            return [CancelTimer(_TIMER + key)]
+        if kind != KIND_PACKET:
+            raise MalformedMessage(f"unknown onion message kind {kind}")
+        if src not in self.neighbours:
+            raise UnexpectedSender(f"onion packet from node {src}, which is not a neighbour of node {self.ctx.node}")
+        packet = from_cells(payload[1:], self.p.cell_body, expected_cells=self.p.cells)
+        ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable else []
+        try:
+            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len)
+        except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
+            return ack + [Fault(self.ctx.node, err)]
+        if res.final:
+            self.delivered += 1
+            inner = self.inner.handle(MessageArrived(src, res.message))
+            return ack + [Metric("onion-delivered", 1, -1, self.ctx.node)] + self._translate(inner)
+        if res.next_hop not in self.neighbours:
+            return ack + [Fault(self.ctx.node, UnexpectedSender(
+                f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
+        self.relayed += 1
+        return ack + self._send_packet(res.next_hop, res.packet)
+
+    # sending ------------------------------------------------------------------------------------
+
+    def _send_packet(self, dst: int, packet: bytes) -> list[Action]:
+        data = bytes([KIND_PACKET]) + to_cells(packet, self.p.cell_body)
+        if not self.p.reliable:
+            return [Send(dst, data)]
+        key = _digest(data).hex()
+        self._pending[key] = (dst, data, 0)
+        return [Send(dst, data), SetTimer(_TIMER + key, self.p.ack_timeout)]
+
+    def wrap(self, dst: int, message: bytes) -> tuple[list[int], list[Action]]:
+        """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
+        relays = relay_path(self.adj, self.ctx.node, dst, self.p.hops, self.path_rng)
+        if relays is None:
+            relays = relay_path(self.adj, self.ctx.node, dst, self.p.hops + 1, self.path_rng)
+        if relays is None:
+            raise ValueError(f"no relay path of {self.p.hops} or {self.p.hops + 1} relays from {self.ctx.node} to {dst}")
+        path = relays + [int(dst)]
+        hops = [(v, self.directory.public(v)) for v in path]
+        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len)
+        self.paths.append(path)
+        return path, [Metric("onion-path-length", len(relays), -1, self.ctx.node)] + self._send_packet(path[0], packet)
+
+    def _translate(self, acts: list[Action]) -> list[Action]:
+        out: list[Action] = []
+        for a in acts:
+            if isinstance(a, Send):
+                out.extend(self.wrap(a.dst, a.payload)[1])
+            else:
+                out.append(a)
+        return out
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+# ---- construction ------------------------------------------------------------------------------
+
+
+def wrap_machines(
+    machines: list[Protocol],
+    graph: sp.spmatrix | np.ndarray,
+    keyrings: list[OnionKeyring],
+    directory: KeyDirectory,
+    params: OnionParams,
+    *,
+    path_seed: int | None = None,
+) -> list[OnionLayer]:
+    """Wrap every machine of a run (simulator helper).  ``path_seed`` makes paths reproducible in
+    tests; None draws them from the OS CSPRNG as a deployment must."""
+    out = []
+    for v, m in enumerate(machines):
+        rng = None if path_seed is None else np.random.default_rng([path_seed, v])
+        out.append(OnionLayer(m.ctx, m, graph, keyrings[v], directory, params, path_rng=rng))
+    return out
