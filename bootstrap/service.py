@@ -1,0 +1,245 @@
+"""The bootstrap gRPC service: admission (CA), membership with leases, and the topology.
+
+The bootstrap is never in the data path: nodes call it to join, renew their lease and read the
+directory, and exchange protocol envelopes directly with their neighbours.
+
+Every refusal is returned to the caller as a gRPC status with a readable message *and* logged
+with ``event=refused`` and the reason; the service keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import pathlib
+import re
+import signal
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from bootstrap.authority import Authority, load_or_create
+from bootstrap.store import BootstrapStore, MemberRow
+from bootstrap.topology import WEIGHT_RULE, Topology, build_topology
+from node.net import pki
+from node.net.logs import ContextLog
+from proto.hushnet.v1 import bootstrap_pb2 as pb
+from proto.hushnet.v1 import bootstrap_pb2_grpc as pb_grpc
+
+log = ContextLog(logging.getLogger("hushnet.bootstrap"), {"node": "bootstrap"})
+
+DEFAULT_LEASE_S = 15.0
+CLOCK_SKEW_MS = 5 * 60 * 1000
+_AUTO_ID = re.compile(r"^n(\d+)$")
+
+
+class BootstrapError(RuntimeError):
+    """The bootstrap cannot start (bad state directory, topology mismatch, port in use)."""
+
+
+@dataclass
+class BootstrapConfig:
+    state_dir: pathlib.Path
+    listen: str = "127.0.0.1:7400"
+    topology: str | None = None
+    token: str | None = None
+    lease_seconds: float = DEFAULT_LEASE_S
+
+
+class BootstrapService(pb_grpc.BootstrapServicer):
+    def __init__(self, authority: Authority, store: BootstrapStore, topology: Topology, lease_seconds: float) -> None:
+        self.authority = authority
+        self.store = store
+        self.topology = topology
+        self.lease_seconds = lease_seconds
+
+    # ------------------------------------------------------------------ helpers
+    async def _refuse(self, context, code: grpc.StatusCode, message: str, **fields) -> None:
+        log.warning("refused: %s", message, extra={"event": "refused", "code": code.name,
+                                                    "peer": context.peer(), **fields})
+        await context.abort(code, message)
+
+    def _alive(self, m: MemberRow, now: float) -> bool:
+        return (not m.left_network) and (now - m.last_seen) <= self.lease_seconds
+
+    # ------------------------------------------------------------------ RPCs
+    async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
+        if not hmac.compare_digest(request.token.encode(), self.authority.token.encode()):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "wrong join token",
+                               requested_id=request.requested_id)
+        try:
+            csr = pki.load_csr(request.csr_pem)
+        except pki.IdentityError as exc:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if len(request.x25519_public) != 32:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                               "x25519_public must be a raw 32-byte X25519 public key")
+        try:
+            host, _port = pki.split_address(request.address)
+        except ValueError as exc:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad address: {exc}")
+        if request.requested_id and not pki.valid_node_id(request.requested_id):
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                               f"invalid node id {request.requested_id!r} (lowercase letters, digits, '-')")
+
+        key_sha = pki.key_sha256(csr.public_key())
+        now = time.time()
+        existing = self.store.member_by_key(key_sha)
+        rejoined = existing is not None
+        if existing is not None:
+            if request.requested_id and request.requested_id != existing.node_id:
+                await self._refuse(context, grpc.StatusCode.ALREADY_EXISTS,
+                                   f"this key is already registered as node {existing.node_id}")
+            node_id, vertex, joined = existing.node_id, existing.vertex, existing.joined_unix
+        else:
+            node_id = request.requested_id
+            if node_id and self.store.member(node_id) is not None:
+                await self._refuse(context, grpc.StatusCode.ALREADY_EXISTS,
+                                   f"duplicate node id: {node_id} is already a member with a different key",
+                                   requested_id=node_id)
+            vertex = self._free_vertex(node_id)
+            if vertex is None:
+                await self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"network full: all {self.topology.n} vertices of {self.topology.spec} are taken")
+            if not node_id:
+                node_id = f"n{vertex}"
+                if self.store.member(node_id) is not None:
+                    node_id = f"n{vertex}-{key_sha[:6]}"
+            joined = now
+        cert = self.authority.issue_node_cert(csr.public_key(), node_id, host)
+        cert_pem = pki.cert_to_pem(cert)
+        changed = (existing is None or existing.address != request.address or existing.left_network
+                   or existing.x25519 != request.x25519_public or existing.cert_sha256 != pki.cert_sha256(cert))
+        self.store.upsert(MemberRow(node_id, vertex, request.address, cert_pem, pki.cert_sha256(cert), key_sha,
+                                    bytes(request.x25519_public), joined, now, False))
+        if changed:
+            self.store.bump_epoch()
+        log.info("%s node %s at %s (vertex %d)", "re-admitted" if rejoined else "admitted", node_id,
+                 request.address, vertex, extra={"event": "join", "member": node_id, "vertex": vertex,
+                                                 "rejoined": rejoined})
+        return pb.JoinReply(node_id=node_id, cert_pem=cert_pem, ca_pem=self.authority.ca_pem, vertex=vertex,
+                            lease_seconds=self.lease_seconds, rejoined=rejoined)
+
+    def _free_vertex(self, requested_id: str) -> int | None:
+        used = self.store.used_vertices()
+        match = _AUTO_ID.match(requested_id or "")
+        if match and int(match.group(1)) < self.topology.n and int(match.group(1)) not in used:
+            return int(match.group(1))
+        for v in range(self.topology.n):
+            if v not in used:
+                return v
+        return None
+
+    async def _check_signed(self, request: pb.SignedRequest, method: str, context) -> MemberRow:
+        member = self.store.member(request.node_id)
+        if member is None:
+            await self._refuse(context, grpc.StatusCode.NOT_FOUND, f"unknown node {request.node_id!r}; join first")
+        if abs(int(time.time() * 1000) - request.unix_ms) > CLOCK_SKEW_MS:
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED,
+                               f"{method} from {request.node_id}: timestamp outside the allowed clock skew")
+        cert = pki.load_cert(member.cert_pem)
+        if not pki.verify(cert, pki.signed_message(method, request.node_id, request.unix_ms), request.signature):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED,
+                               f"{method} from {request.node_id}: bad signature", member=request.node_id)
+        return member
+
+    async def Heartbeat(self, request: pb.SignedRequest, context) -> pb.LeaseReply:
+        member = await self._check_signed(request, "Heartbeat", context)
+        address = request.address or None
+        if address and address != member.address:
+            try:
+                pki.split_address(address)
+            except ValueError as exc:
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad address: {exc}")
+        self.store.touch(member.node_id, address)
+        if member.left_network or (address and address != member.address):
+            self.store.bump_epoch()
+        return pb.LeaseReply(ok=True, lease_seconds=self.lease_seconds, epoch=self.store.epoch)
+
+    async def Leave(self, request: pb.SignedRequest, context) -> pb.LeaseReply:
+        member = await self._check_signed(request, "Leave", context)
+        self.store.mark_left(member.node_id)
+        self.store.bump_epoch()
+        log.info("node %s left", member.node_id, extra={"event": "leave", "member": member.node_id})
+        return pb.LeaseReply(ok=True, lease_seconds=0.0, epoch=self.store.epoch)
+
+    async def GetDirectory(self, request: pb.DirectoryRequest, context) -> pb.Directory:
+        return self.directory()
+
+    def directory(self) -> pb.Directory:
+        now = time.time()
+        members = [
+            pb.Member(node_id=m.node_id, address=m.address, cert_sha256=m.cert_sha256, x25519_public=m.x25519,
+                      vertex=m.vertex, alive=self._alive(m, now), last_seen_unix=m.last_seen,
+                      key_sha256=m.key_sha256)
+            for m in self.store.members()
+        ]
+        topo = self.topology
+        return pb.Directory(
+            epoch=self.store.epoch, members=members, topology=topo.spec, n_vertices=topo.n,
+            edges=[pb.Edge(u=int(u), v=int(v)) for u, v in topo.edges],
+            weight_rule=WEIGHT_RULE, weights=[pb.Weight(u=u, v=v, w=w) for u, v, w in topo.weights],
+            ca_pem=self.authority.ca_pem,
+        )
+
+
+def open_service(config: BootstrapConfig) -> BootstrapService:
+    """Load (or create) the state directory and check the topology against the stored one."""
+    authority = load_or_create(config.state_dir, token=config.token)
+    store = BootstrapStore(pathlib.Path(config.state_dir) / "bootstrap.sqlite")
+    stored = store.get_meta("topology")
+    spec = config.topology or stored
+    if spec is None:
+        raise BootstrapError("no topology: pass --topology SPEC on first start (e.g. ring:8)")
+    if stored is not None and config.topology and config.topology != stored:
+        raise BootstrapError(
+            f"state directory {config.state_dir} was created with topology {stored!r}; refusing {config.topology!r} "
+            "(use a fresh --state-dir to change the graph)"
+        )
+    try:
+        topology = build_topology(spec)
+    except (ValueError, OSError) as exc:
+        raise BootstrapError(f"bad topology {spec!r}: {exc}") from exc
+    if stored is None:
+        store.set_meta("topology", spec)
+    return BootstrapService(authority, store, topology, config.lease_seconds)
+
+
+async def serve(config: BootstrapConfig, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Run the bootstrap until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
+    service = open_service(config)
+    key_pem, cert_pem = service.authority.server_files()
+    creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])  # server-only TLS: joining nodes have no cert yet
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                                      ("grpc.so_reuseport", 0)])
+    pb_grpc.add_BootstrapServicer_to_server(service, server)
+    try:
+        port = server.add_secure_port(config.listen, creds)
+    except RuntimeError as exc:
+        raise BootstrapError(f"cannot listen on {config.listen}: {exc}") from exc
+    if port == 0:
+        raise BootstrapError(f"cannot listen on {config.listen} (address in use?)")
+    host, _ = pki.split_address(config.listen)
+    address = f"{host}:{port}"
+    await server.start()
+    info = {"address": address, "topology": service.topology.spec, "pid": os.getpid(),
+            "ca": "ca.pem", "operator_cert": "operator.pem", "operator_key": "operator.key", "token_file": "join_token"}
+    pki.write_public(pathlib.Path(config.state_dir) / "bootstrap.json", json.dumps(info, indent=2).encode())
+    log.info("bootstrap serving on %s, topology %s (%d vertices), %d members", address, service.topology.spec,
+             service.topology.n, len(service.store.members()), extra={"event": "serving", "address": address})
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(1.0)
+        service.store.close()
+        log.info("bootstrap stopped", extra={"event": "stopped"})

@@ -1,0 +1,112 @@
+"""SQLite persistence of the bootstrap: members and the chosen topology survive a restart."""
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+import time
+from dataclasses import dataclass
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS members (
+    node_id      TEXT PRIMARY KEY,
+    vertex       INTEGER NOT NULL UNIQUE,
+    address      TEXT NOT NULL,
+    cert_pem     BLOB NOT NULL,
+    cert_sha256  TEXT NOT NULL,
+    key_sha256   TEXT NOT NULL UNIQUE,
+    x25519       BLOB NOT NULL,
+    joined_unix  REAL NOT NULL,
+    last_seen    REAL NOT NULL,
+    left_network INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+@dataclass
+class MemberRow:
+    node_id: str
+    vertex: int
+    address: str
+    cert_pem: bytes
+    cert_sha256: str
+    key_sha256: str
+    x25519: bytes
+    joined_unix: float
+    last_seen: float
+    left_network: bool
+
+
+class BootstrapStore:
+    """Members, topology spec and directory epoch in ``bootstrap.sqlite``."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = pathlib.Path(path)
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # meta
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT INTO meta(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                         (key, value))
+
+    @property
+    def epoch(self) -> int:
+        return int(self.get_meta("epoch", "0"))
+
+    def bump_epoch(self) -> int:
+        epoch = self.epoch + 1
+        self.set_meta("epoch", str(epoch))
+        return epoch
+
+    # members
+    def _row(self, row) -> MemberRow | None:
+        if row is None:
+            return None
+        return MemberRow(row[0], int(row[1]), row[2], bytes(row[3]), row[4], row[5], bytes(row[6]),
+                         float(row[7]), float(row[8]), bool(row[9]))
+
+    _COLS = "node_id, vertex, address, cert_pem, cert_sha256, key_sha256, x25519, joined_unix, last_seen, left_network"
+
+    def member(self, node_id: str) -> MemberRow | None:
+        return self._row(self._db.execute(f"SELECT {self._COLS} FROM members WHERE node_id=?", (node_id,)).fetchone())
+
+    def member_by_key(self, key_sha256: str) -> MemberRow | None:
+        return self._row(self._db.execute(f"SELECT {self._COLS} FROM members WHERE key_sha256=?", (key_sha256,)).fetchone())
+
+    def members(self) -> list[MemberRow]:
+        rows = self._db.execute(f"SELECT {self._COLS} FROM members ORDER BY vertex").fetchall()
+        return [self._row(r) for r in rows]
+
+    def used_vertices(self) -> set[int]:
+        return {int(r[0]) for r in self._db.execute("SELECT vertex FROM members")}
+
+    def upsert(self, m: MemberRow) -> None:
+        self._db.execute(
+            f"INSERT INTO members({self._COLS}) VALUES(?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(node_id) DO UPDATE SET vertex=excluded.vertex, address=excluded.address, "
+            "cert_pem=excluded.cert_pem, cert_sha256=excluded.cert_sha256, key_sha256=excluded.key_sha256, "
+            "x25519=excluded.x25519, last_seen=excluded.last_seen, left_network=excluded.left_network",
+            (m.node_id, m.vertex, m.address, m.cert_pem, m.cert_sha256, m.key_sha256, m.x25519,
+             m.joined_unix, m.last_seen, int(m.left_network)),
+        )
+
+    def touch(self, node_id: str, address: str | None = None, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if address:
+            self._db.execute("UPDATE members SET last_seen=?, address=?, left_network=0 WHERE node_id=?",
+                             (now, address, node_id))
+        else:
+            self._db.execute("UPDATE members SET last_seen=?, left_network=0 WHERE node_id=?", (now, node_id))
+
+    def mark_left(self, node_id: str) -> None:
+        self._db.execute("UPDATE members SET left_network=1 WHERE node_id=?", (node_id,))

@@ -1,0 +1,95 @@
+"""Structured logging for hushnet processes.
+
+Every record carries the process's node id (or ``bootstrap``/``cli``) so that the logs of a
+local cluster, interleaved in one terminal or collected from many files, stay attributable.
+``--log-json`` switches to one JSON object per line (for log shippers and for tests that
+grep for an event); the default is a compact human format.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_ROLE = {"id": "-"}
+
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
+
+
+def set_identity(name: str) -> None:
+    """Name attached to every later log record (e.g. the node id once it is known)."""
+    _ROLE["id"] = name
+
+
+class _IdentityFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "node"):
+            record.node = _ROLE["id"]
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, node, logger, msg, plus any ``extra=`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": round(record.created, 6),
+            "level": record.levelname.lower(),
+            "node": getattr(record, "node", _ROLE["id"]),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _RESERVED and key not in out and not key.startswith("_"):
+                try:
+                    json.dumps(value)
+                    out[key] = value
+                except TypeError:
+                    out[key] = repr(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, sort_keys=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level [node] logger: message key=value ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
+        extras = " ".join(
+            f"{k}={v}" for k, v in vars(record).items()
+            if k not in _RESERVED and k != "node" and not k.startswith("_")
+        )
+        line = f"{ts} {record.levelname:<7} [{getattr(record, 'node', '-')}] {record.name}: {record.getMessage()}"
+        if extras:
+            line += "  " + extras
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def setup_logging(json_lines: bool = False, level: str = "INFO", identity: str | None = None) -> None:
+    """Configure the root logger once for a hushnet process (stderr)."""
+    if identity:
+        set_identity(identity)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    handler.addFilter(_IdentityFilter())
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+class ContextLog(logging.LoggerAdapter):
+    """Logger adapter that merges fixed fields (e.g. ``node``) with per-call ``extra=``.
+
+    Several nodes (and a bootstrap) may share one process in tests; the adapter keeps each
+    record attributed to the right one.
+    """
+
+    def process(self, msg, kwargs):
+        kwargs["extra"] = {**self.extra, **(kwargs.get("extra") or {})}
+        return msg, kwargs

@@ -1,0 +1,1 @@
+"""Namespace for the hushnet wire contract (see :mod:`proto`)."""
