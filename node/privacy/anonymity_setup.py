@@ -72,6 +72,7 @@ __all__ = [
     "onion_path_length_max",
     "sample_walk_to_destination",
     "exact_graph_alpha",
+    "timing_leak_alert",
 ]
 
 
@@ -370,6 +371,14 @@ def exact_graph_alpha(
         "alpha_distance_level": min(dist_min[i] for i in sel) if sel else math.nan,
         "alpha_node_level": min(node_min[i] for i in sel) if sel else math.nan,
     }
+
+
+def timing_leak_alert(mutual_information: float, baseline: float, *, max_rise: float = 0.2) -> bool:
+    """§5.4 item 22: ``True`` (alert) when the strong adversary's ``I(S;T|D)`` rose by more than
+    ``max_rise`` (relative) over the recorded baseline of the deployment."""
+    if baseline < 0 or mutual_information < 0:
+        raise ValueError("mutual information is non-negative")
+    return mutual_information > (1.0 + max_rise) * baseline
 
 
 def anonymity_report(
