@@ -5,6 +5,17 @@ a timer fired) and returns :mod:`actions <node.engine.actions>` (send bytes to a
 set a timer, record a ledger entry, emit a metric, finish).  It never touches a socket, a clock
 or global randomness, which is what lets the in-process simulator (:mod:`node.sim`) and the gRPC
 node driver run the *same* code and get bit-identical models from the same run seed.
+
+Driving a machine (what :mod:`node.sim` does, and what the gRPC node driver must do):
+
+1. build it with :func:`node.protocols.registry.machine_for_spec` (its own generator, from the run seed);
+2. deliver :class:`RunStarted` once, then every incoming :class:`~node.engine.wire.Envelope` whose
+   ``(protocol, run_id)`` match as :class:`MessageArrived` ``(src, payload)`` — ``src`` is the peer the
+   transport authenticated — and every expired timer as :class:`TimerFired`;
+3. execute the returned actions in order: ``Send`` → wrap in an envelope (per-destination sequence
+   numbers) and transmit; ``SetTimer``/``CancelTimer`` → the driver's clock; ``LedgerEntry`` → the node's
+   ledger; ``Metric`` → subscribers; ``Deviation``/``Paused``/``Fault`` → the run's report;
+   ``Finish`` → the final model and the end of the run.
 """
 from node.engine.actions import (
     Action,
