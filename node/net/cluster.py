@@ -1,0 +1,338 @@
+"""A local hushnet network: one bootstrap and N node *processes* on distinct loopback addresses.
+
+This is what ``hushnet up`` runs, and what the demo and the integration tests use. Node ``i``
+serves on ``127.0.0.{2+i}`` (Linux routes all of 127/8 to loopback), so each node has its own
+address as it would on a real network, and the bootstrap on ``127.0.0.1``.
+
+Layout of the state directory::
+
+    cluster.json          supervisor pid, addresses, pids (rewritten when a child restarts)
+    bootstrap/            bootstrap state (CA, operator certificate, join token, SQLite)
+    nodes/<id>/           node state (keys, certificate, identity.json, node.sqlite)
+    logs/<id>.log         stdout+stderr of each process (``bootstrap.log`` for the bootstrap)
+
+Children get ``PR_SET_PDEATHSIG`` so they die with the supervisor even if it is SIGKILLed; the
+supervisor restarts a crashed child with backoff (unless ``restart=False``).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from node.net import pki
+
+log = logging.getLogger("hushnet.cluster")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+    os.setpgrp()  # Ctrl-C in the terminal goes to the supervisor only; it stops children in order
+
+
+def node_ip(i: int) -> str:
+    if i >= 253:
+        raise ValueError("at most 253 local nodes (127.0.0.2 .. 127.0.0.254)")
+    return f"127.0.0.{2 + i}"
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_port(hosts: list[str], start: int | None = None) -> int:
+    """A port free on every host (nodes share one port number on distinct addresses)."""
+    import random
+
+    rng = random.Random()
+    for _ in range(200):
+        port = start if start else rng.randint(20000, 59000)
+        start = None
+        if all(_port_free(h, port) for h in hosts):
+            return port
+    raise RuntimeError("no free port found on the loopback addresses")
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: pathlib.Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    next_restart: float = 0.0
+    address: str = ""
+    state_dir: str = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent, env=env)
+
+
+@dataclass
+class LocalCluster:
+    state_dir: pathlib.Path
+    n_nodes: int
+    topology: str
+    log_json: bool = False
+    restart: bool = True
+    token: str | None = None
+    max_message_mb: float | None = None
+    python: str = sys.executable
+    bootstrap: Child | None = None
+    nodes: list[Child] = field(default_factory=list)
+    bootstrap_address: str = ""
+    supervisor: bool = False  # True in `hushnet up`: record our pid so `hushnet down` can signal us
+
+    def __post_init__(self) -> None:
+        self.state_dir = pathlib.Path(self.state_dir).resolve()
+
+    # ------------------------------------------------------------------ start
+    def _cli(self, *args: str) -> list[str]:
+        argv = [self.python, "-m", "node.cli", *args]
+        if self.log_json:
+            argv.append("--log-json")
+        return argv
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the bootstrap, wait until it serves, then start the nodes."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        bdir = self.state_dir / "bootstrap"
+        logs = self.state_dir / "logs"
+        old = _read_json(self.state_dir / "cluster.json")
+        bport = old.get("bootstrap_port") if old else None
+        if not bport or not _port_free("127.0.0.1", bport):
+            bport = pick_port(["127.0.0.1"])
+        self.bootstrap_address = f"127.0.0.1:{bport}"
+        bargs = ["bootstrap", "serve", "--state-dir", str(bdir), "--listen", self.bootstrap_address,
+                 "--topology", self.topology]
+        if self.token:
+            bargs += ["--token", self.token]
+        self.bootstrap = Child("bootstrap", self._cli(*bargs), logs / "bootstrap.log",
+                               address=self.bootstrap_address, state_dir=str(bdir))
+        self.bootstrap.spawn()
+        self._write_state()
+        self._wait_bootstrap(timeout)
+
+        ips = [node_ip(i) for i in range(self.n_nodes)]
+        nport = old.get("node_port") if old else None
+        if not nport or not all(_port_free(ip, nport) for ip in ips):
+            nport = pick_port(ips)
+        self.node_port = nport
+        self.nodes = []
+        for i, ip in enumerate(ips):
+            node_id = f"n{i}"
+            ndir = self.state_dir / "nodes" / node_id
+            args = ["node", "serve", "--state-dir", str(ndir), "--listen", f"{ip}:{nport}",
+                    "--bootstrap", self.bootstrap_address, "--ca", str(bdir / "ca.pem"),
+                    "--token-file", str(bdir / "join_token"), "--node-id", node_id]
+            if self.max_message_mb:
+                args += ["--max-message-mb", str(self.max_message_mb)]
+            child = Child(node_id, self._cli(*args), logs / f"{node_id}.log", address=f"{ip}:{nport}",
+                          state_dir=str(ndir))
+            child.spawn()
+            self.nodes.append(child)
+        self._write_state()
+
+    def _wait_bootstrap(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        info_path = self.state_dir / "bootstrap" / "bootstrap.json"
+        while time.monotonic() < deadline:
+            if not self.bootstrap.alive():
+                raise RuntimeError(f"bootstrap exited with code {self.bootstrap.proc.returncode}; "
+                                   f"see {self.bootstrap.log_path}:\n{_tail(self.bootstrap.log_path)}")
+            info = _read_json(info_path)
+            if info.get("pid") == self.bootstrap.pid:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"bootstrap did not start within {timeout:.0f} s; see {self.bootstrap.log_path}")
+
+    def _write_state(self) -> None:
+        doc = {
+            "supervisor_pid": os.getpid() if self.supervisor else None,
+            "supervisor_start": _proc_start(os.getpid()) if self.supervisor else None,
+            "topology": self.topology,
+            "n_nodes": self.n_nodes,
+            "bootstrap_port": int(self.bootstrap_address.rsplit(":", 1)[1]) if self.bootstrap_address else None,
+            "node_port": getattr(self, "node_port", None),
+            "bootstrap": self._child_doc(self.bootstrap) if self.bootstrap else None,
+            "nodes": [self._child_doc(c) for c in self.nodes],
+        }
+        pki.write_public(self.state_dir / "cluster.json", json.dumps(doc, indent=2).encode())
+
+    @staticmethod
+    def _child_doc(c: Child) -> dict:
+        return {"id": c.name, "address": c.address, "pid": c.pid, "start": _proc_start(c.pid) if c.pid else None, "state_dir": c.state_dir, "log": str(c.log_path),
+                "restarts": c.restarts, "argv": c.argv}
+
+    # ------------------------------------------------------------------ health
+    def network_status(self, timeout: float = 3.0) -> dict:
+        from node.net.operator import Operator, OperatorCredentials
+        import uvloop
+
+        async def go() -> dict:
+            async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
+                return await op.network_status(timeout=timeout)
+
+        return uvloop.run(go())
+
+    def wait_healthy(self, timeout: float = 90.0) -> dict:
+        """Poll until all nodes are members, healthy, and connected to every neighbour."""
+        import grpc
+
+        deadline = time.monotonic() + timeout
+        last: dict | str = "no answer yet"
+        while time.monotonic() < deadline:
+            for child in [self.bootstrap, *self.nodes]:
+                if not child.alive() and not self.restart:
+                    raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see {child.log_path}:\n"
+                                       f"{_tail(child.log_path)}")
+            self.poll()
+            try:
+                doc = self.network_status()
+                last = doc
+                if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
+                        and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
+                    return doc
+            except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        summary = last if isinstance(last, str) else {n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors"))
+                                                      for n in last["nodes"]}
+        raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
+
+    # ------------------------------------------------------------------ supervision and stop
+    def poll(self) -> list[str]:
+        """Restart children that died (with backoff); returns the names restarted now."""
+        restarted = []
+        if not self.restart:
+            return restarted
+        now = time.monotonic()
+        for child in [c for c in [self.bootstrap, *self.nodes] if c is not None]:
+            if child.proc is not None and child.proc.poll() is not None:
+                if child.next_restart == 0.0:
+                    delay = min(0.5 * (2 ** min(child.restarts, 5)), 10.0)
+                    child.next_restart = now + delay
+                    log.warning("%s exited with code %s; restarting in %.1f s", child.name, child.proc.returncode,
+                                delay, extra={"event": "child_exit", "child": child.name})
+                elif now >= child.next_restart:
+                    child.restarts += 1
+                    child.next_restart = 0.0
+                    child.spawn()
+                    restarted.append(child.name)
+                    log.info("restarted %s (pid %d)", child.name, child.pid, extra={"event": "child_restart"})
+        if restarted:
+            self._write_state()
+        return restarted
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM nodes (they leave the network), then the bootstrap; SIGKILL what lingers."""
+        self.restart = False
+        for group in (self.nodes, [self.bootstrap] if self.bootstrap else []):
+            for child in group:
+                if child.alive():
+                    child.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for child in group:
+                if child.proc is None:
+                    continue
+                try:
+                    child.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop within %.0f s; killing it", child.name, timeout)
+                    child.proc.kill()
+                    child.proc.wait(timeout=5)
+
+
+def stop_recorded(state_dir: pathlib.Path, timeout: float = 30.0) -> str:
+    """``hushnet down``: ask the supervisor recorded in ``cluster.json`` to stop, and wait.
+
+    If the supervisor is gone but children survived, they are terminated directly (only
+    processes whose command line names this state directory).
+    """
+    state_dir = pathlib.Path(state_dir).resolve()
+    doc = _read_json(state_dir / "cluster.json")
+    if not doc:
+        raise RuntimeError(f"no cluster.json in {state_dir}: nothing started there with 'hushnet up'")
+    sup = doc.get("supervisor_pid")
+    if sup and _proc_start(sup) == doc.get("supervisor_start"):
+        os.kill(sup, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _pid_alive(sup):
+            time.sleep(0.2)
+        if _pid_alive(sup):
+            raise RuntimeError(f"supervisor {sup} did not stop within {timeout:.0f} s")
+        return f"stopped the network in {state_dir} (supervisor pid {sup})"
+    killed = []
+    for child in [doc.get("bootstrap") or {}, *doc.get("nodes", [])]:
+        pid = child.get("pid")
+        if pid and child.get("start") and _proc_start(pid) == child.get("start"):
+            os.kill(pid, signal.SIGTERM)
+            killed.append(child["id"])
+    return f"supervisor not running; terminated leftover processes: {', '.join(killed) or 'none'}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _proc_start(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (identifies a process even if its pid is later reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_json(path: pathlib.Path) -> dict:
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _tail(path: pathlib.Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(pathlib.Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,159 @@
+"""Operator client: read the directory, query node status, and send control commands.
+
+The operator authenticates with the operator certificate the bootstrap wrote into its state
+directory (``operator.pem``/``operator.key``); nodes accept ``Control`` only from such
+certificates. Used by ``hushnet status``, the demo, the tests and (later) the notebook client.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from node.net import pki
+from proto.hushnet.v1 import bootstrap_pb2 as bpb
+from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
+from proto.hushnet.v1 import peer_pb2 as ppb
+from proto.hushnet.v1 import peer_pb2_grpc as ppb_grpc
+
+MiB = 1024 * 1024
+
+
+class OperatorError(RuntimeError):
+    pass
+
+
+def find_bootstrap_dir(state_dir: pathlib.Path) -> pathlib.Path:
+    """The bootstrap state directory inside a ``hushnet up`` directory, or the directory itself."""
+    state_dir = pathlib.Path(state_dir)
+    for candidate in (state_dir / "bootstrap", state_dir):
+        if (candidate / "bootstrap.json").exists() and (candidate / "operator.pem").exists():
+            return candidate
+    raise OperatorError(
+        f"{state_dir} is neither a 'hushnet up' state directory nor a bootstrap state directory "
+        "(no bootstrap.json + operator.pem found)")
+
+
+@dataclass
+class OperatorCredentials:
+    ca_pem: bytes
+    key_pem: bytes
+    cert_pem: bytes
+    bootstrap: str
+
+    @classmethod
+    def from_state_dir(cls, state_dir: pathlib.Path, bootstrap: str | None = None) -> "OperatorCredentials":
+        bdir = find_bootstrap_dir(state_dir)
+        info = json.loads((bdir / "bootstrap.json").read_text())
+        return cls((bdir / "ca.pem").read_bytes(), (bdir / "operator.key").read_bytes(),
+                   (bdir / "operator.pem").read_bytes(), bootstrap or info["address"])
+
+
+class Operator:
+    """Async operator client; channels to nodes are cached and closed by :meth:`close`."""
+
+    def __init__(self, creds: OperatorCredentials, max_message_bytes: int = 256 * MiB) -> None:
+        self.creds = creds
+        self.max_message_bytes = max_message_bytes
+        self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+    async def __aenter__(self) -> "Operator":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def directory(self, timeout: float = 5.0) -> bpb.Directory:
+        async with grpc.aio.secure_channel(
+            self.creds.bootstrap, pki.channel_credentials(self.creds.ca_pem),
+            options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
+                     ("grpc.max_receive_message_length", 64 * MiB)],
+        ) as ch:
+            return await bpb_grpc.BootstrapStub(ch).GetDirectory(bpb.DirectoryRequest(), timeout=timeout)
+
+    def _stub(self, node_id: str, address: str) -> ppb_grpc.PeerStub:
+        key = (node_id, address)
+        ch = self._channels.get(key)
+        if ch is None:
+            ch = grpc.aio.secure_channel(
+                address, pki.channel_credentials(self.creds.ca_pem, self.creds.key_pem, self.creds.cert_pem),
+                options=[("grpc.ssl_target_name_override", pki.node_dns(node_id)),
+                         ("grpc.max_receive_message_length", self.max_message_bytes),
+                         ("grpc.max_send_message_length", self.max_message_bytes),
+                         ("grpc.use_local_subchannel_pool", 1)])
+            self._channels[key] = ch
+        return ppb_grpc.PeerStub(ch)
+
+    async def status(self, node_id: str, address: str, timeout: float = 3.0) -> ppb.StatusReply:
+        return await self._stub(node_id, address).Status(ppb.StatusRequest(), timeout=timeout)
+
+    async def control(self, node_id: str, address: str, command: str, args: Any = None,
+                      timeout: float = 60.0) -> Any:
+        """Run ``command`` on a node; JSON in and out (bytes pass through unchanged)."""
+        payload = args if isinstance(args, (bytes, bytearray)) else json.dumps(args or {}).encode()
+        reply = await self._stub(node_id, address).Control(
+            ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout)
+        if not reply.ok:
+            raise OperatorError(f"{node_id}: {command} failed: {reply.error}")
+        try:
+            return json.loads(reply.payload) if reply.payload else None
+        except ValueError:
+            return bytes(reply.payload)
+
+    async def network_status(self, timeout: float = 3.0) -> dict:
+        """The ``hushnet status --json`` document: bootstrap view plus each node's own report."""
+        directory = await self.directory(timeout=timeout)
+
+        async def one(m: bpb.Member) -> dict:
+            entry: dict[str, Any] = {
+                "id": m.node_id, "address": m.address, "vertex": m.vertex, "alive_in_directory": m.alive,
+                "cert_sha256": m.cert_sha256, "x25519_public": bytes(m.x25519_public).hex(),
+            }
+            try:
+                st = await self.status(m.node_id, m.address, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                entry.update(healthy=False, neighbors=[], connected=[], error=f"{exc.code().name}: {exc.details()}")
+                return entry
+            connected = [c.peer_id for c in st.connections if c.healthy]
+            entry.update(
+                healthy=st.node_id == m.node_id, neighbors=list(st.neighbors), connected=connected,
+                all_neighbors_connected=set(connected) == set(st.neighbors),
+                uptime_s=round(st.uptime_seconds, 1), version=st.version, delivered=st.delivered,
+                rejected=st.rejected, protocols=list(st.protocols), directory_epoch=st.directory_epoch,
+                connections=[{"peer": c.peer_id, "address": c.address, "state": c.state, "healthy": c.healthy,
+                              "sent": c.sent, "failures": c.failures} for c in st.connections],
+            )
+            return entry
+
+        nodes = await asyncio.gather(*(one(m) for m in directory.members))
+        return {
+            "bootstrap": self.creds.bootstrap, "topology": directory.topology, "epoch": directory.epoch,
+            "n_vertices": directory.n_vertices, "weight_rule": directory.weight_rule,
+            "edges": [[e.u, e.v] for e in directory.edges],
+            "nodes": sorted(nodes, key=lambda e: e["vertex"]),
+            "healthy": bool(nodes) and all(n["healthy"] for n in nodes),
+        }
+
+
+def format_table(doc: dict) -> str:
+    """Human table for ``hushnet status`` / ``hushnet up``."""
+    rows = [("ID", "VERTEX", "ADDRESS", "HEALTHY", "LINKS", "NEIGHBOURS", "UPTIME")]
+    for n in doc["nodes"]:
+        links = f"{len(n.get('connected', []))}/{len(n.get('neighbors', []))}"
+        rows.append((n["id"], str(n["vertex"]), n["address"], "yes" if n["healthy"] else "NO", links,
+                     ",".join(n.get("neighbors", [])) or "-",
+                     f"{n['uptime_s']:.0f}s" if "uptime_s" in n else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"network: topology {doc['topology']}, {len(doc['nodes'])}/{doc['n_vertices']} members, "
+             f"directory epoch {doc['epoch']}, bootstrap {doc['bootstrap']}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
