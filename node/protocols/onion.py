@@ -15,9 +15,10 @@ key epoch, a packet from a non-neighbour or routed to a non-neighbour — is ref
 counted :class:`~node.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
 
 Path choice: relays are sampled uniformly among the walks ``sender, r_1..r_L, dst`` of the graph
-whose relays avoid both endpoints (backward path counting with sparse mat-vecs).  On a bipartite
-graph no walk of the requested parity may exist, so ``L+1`` relays are used then (metric
-``onion-path-length``).  The path must be unpredictable to others, so it is drawn from
+that never pass through the recipient and whose last relay is not the sender (backward path
+counting with sparse mat-vecs, :func:`relay_path`).  When no such walk of length ``L`` exists (parity
+on a bipartite graph, no short cycle through the edge) the shortest longer one that fits the
+header is used (metric ``onion-path-length``).  The path must be unpredictable to others, so it is drawn from
 ``path_rng`` — by default seeded from the OS CSPRNG, not from the public run seed (spec E.4).
 
 This module also holds the *accounting views* of the anonymity layer (:data:`VIEWS`,
@@ -113,16 +114,23 @@ def _adjacency(graph: sp.spmatrix | np.ndarray) -> sp.csr_matrix:
 
 
 def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random.Generator) -> list[int] | None:
-    """``hops`` relays ``r_1..r_L`` with ``src~r_1~…~r_L~dst`` along edges, relays ∉ {src, dst},
-    uniform among all such walks; None if there is none."""
+    """``hops`` relays ``r_1..r_L`` with ``src~r_1~…~r_L~dst`` along edges, uniform among all such walks
+    (backtracking allowed) whose relays are never ``dst`` and whose last relay is not ``src``; None if none.
+
+    The sender may reappear as an intermediate relay (on a locally tree-like graph a path to a
+    neighbour must otherwise go around a cycle), but never as the last one: the recipient's link
+    peer is always someone else.
+    """
     n = adj.shape[0]
-    allowed = np.ones(n)
-    allowed[[src, dst]] = 0.0
-    # f[m][x] = number of walks x=y_1..y_m (all allowed) with y_m ~ dst
-    f = [None] * (hops + 1)
-    f[1] = np.asarray(adj[:, dst].todense()).ravel() * allowed
+    mid = np.ones(n)
+    mid[dst] = 0.0
+    last = mid.copy()
+    last[src] = 0.0
+    # f[m][x] = number of admissible relay walks x = y_1, …, y_m with y_m ~ dst
+    f: list[np.ndarray] = [np.zeros(n)] * (hops + 1)
+    f[1] = np.asarray(adj[:, dst].todense()).ravel() * last
     for m in range(2, hops + 1):
-        f[m] = (adj @ f[m - 1]) * allowed
+        f[m] = (adj @ f[m - 1]) * mid
     path: list[int] = []
     cur = src
     for m in range(hops, 0, -1):
@@ -132,7 +140,7 @@ def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random
         tot = w.sum()
         if tot <= 0:
             return None
-        cur = int(nb[np.searchsorted(np.cumsum(w), rng.random() * tot, side="right").clip(0, nb.size - 1)])
+        cur = int(nb[min(int(np.searchsorted(np.cumsum(w), rng.random() * tot, side="right")), nb.size - 1)])
         path.append(cur)
     return path
 
@@ -143,11 +151,11 @@ def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random
 @dataclass(frozen=True)
 class OnionParams:
     """Public onion options (run spec): ``hops`` relays per message (≥ 1), ``slots`` header slots
-    (≥ hops + 2, the recipient and a bipartite detour included), the inner message capacity
+    (≥ hops + 2: the recipient and room for longer detours, see :func:`relay_path`), the inner message capacity
     ``payload_len``, the network-wide ``cell_body``, the key ``epoch``, hop-level reliability."""
 
     hops: int = 3
-    slots: int = 6
+    slots: int = 10
     payload_len: int = 4096
     cell_body: int = CELL_BODY
     epoch: int = 0
@@ -160,7 +168,7 @@ class OnionParams:
         if self.hops < 1:
             raise ValueError("onion relaying needs at least one relay (hops >= 1)")
         if self.slots < self.hops + 2:
-            raise ValueError("slots must be >= hops + 2 (relays, recipient, one bipartite detour)")
+            raise ValueError("slots must be >= hops + 2 (relays, the recipient, room for one longer detour)")
 
     @property
     def packet_len(self) -> int:
@@ -284,11 +292,13 @@ class OnionLayer(Protocol):
 
     def wrap(self, dst: int, message: bytes) -> tuple[list[int], list[Action]]:
         """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
-        relays = relay_path(self.adj, self.ctx.node, dst, self.p.hops, self.path_rng)
+        relays = None
+        for L in range(self.p.hops, self.p.slots):  # the requested length, else the shortest longer one
+            relays = relay_path(self.adj, self.ctx.node, dst, L, self.path_rng)
+            if relays is not None:
+                break
         if relays is None:
-            relays = relay_path(self.adj, self.ctx.node, dst, self.p.hops + 1, self.path_rng)
-        if relays is None:
-            raise ValueError(f"no relay path of {self.p.hops} or {self.p.hops + 1} relays from {self.ctx.node} to {dst}")
+            raise ValueError(f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}")
         path = relays + [int(dst)]
         hops = [(v, self.directory.public(v)) for v in path]
         packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len)
@@ -328,3 +338,114 @@ def wrap_machines(
         rng = None if path_seed is None else np.random.default_rng([path_seed, v])
         out.append(OnionLayer(m.ctx, m, graph, keyrings[v], directory, params, path_rng=rng))
     return out
+
+
+# ---- registry entry points -----------------------------------------------------------------------
+
+#: protocols of the anonymity layer (merged into :data:`node.protocols.registry.PROTOCOLS`)
+ANONYMITY_PROTOCOLS: dict[str, str] = {
+    "rw-dpsgd-onion": "RW DP-SGD with onion relaying along graph edges (anonymous-sender view)",
+    "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination",
+    "secagg-sum": "secure summation with pairwise masks, Shamir dropout recovery and a threshold (aggregate view)",
+}
+
+_SETUP_CACHE: dict[tuple, Any] = {}
+
+
+def _anon_setup(W, p: dict[str, Any]):
+    from node.privacy.anonymity_setup import public_setup
+
+    A = _adjacency(W)
+    key = (A.shape[0], A.indptr.tobytes(), A.indices.tobytes(), int(p.get("ell1", 2)), int(p.get("ell2", 6)),
+           float(p.get("delta", 5.0)), p.get("kappa"), float(p.get("delta_prime", 0.3)))
+    if key not in _SETUP_CACHE:
+        if len(_SETUP_CACHE) > 8:
+            _SETUP_CACHE.clear()
+        _SETUP_CACHE[key] = public_setup(A, ell1=key[3], ell2=key[4], delta=key[5], kappa=key[6], delta_prime=key[7])
+    return _SETUP_CACHE[key]
+
+
+def make_anonymity_machine(
+    protocol: str,
+    node: int,
+    n: int,
+    task: Any,
+    *,
+    run_seed: int,
+    run_id: str,
+    params: dict[str, Any],
+    W: sp.spmatrix | np.ndarray | None,
+    view_model: str = "sender-known",
+    options: Any = None,
+    rng: np.random.Generator | None = None,
+) -> Protocol:
+    """Build one node's machine of an anonymity-layer protocol (called by the registry).
+
+    Keys: a deployed node passes its own private key and the directory of public keys in
+    ``params`` (``onion_key``/``onion_directory``, ``dest_key``/``dest_directory``,
+    ``share_key``/``share_directory``).  Without them, *simulation* keys are derived from the run
+    seed — reproducible, and therefore only for the in-process simulator.
+    """
+    from node.crypto.keys import simulation_directory, simulation_keypairs
+    from node.engine.rng import node_generator
+
+    p = dict(params)
+    if rng is None:
+        rng = node_generator(run_seed, n, node)
+
+    def keypair(purpose: str):
+        k, d = p.pop(f"{purpose}_key", None), p.pop(f"{purpose}_directory", None)
+        if k is None or d is None:
+            pairs = simulation_keypairs(run_seed, n, purpose)
+            return pairs[node], simulation_directory(pairs, int(p.get("epoch", p.get("onion_epoch", 0))))
+        return k, d
+
+    secret_seed = p.pop("secret_seed", None)
+    srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
+    if protocol == "rw-dpsgd-onion":
+        from node.protocols.hops import TransitionRow
+        from node.protocols.rw_dpsgd import RWDPSGD, RWParams
+        from node.protocols.walk import WalkOptions
+
+        if W is None:
+            raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
+        op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
+        key, directory = keypair("onion")
+        ctx = NodeContext(node, n, run_id, rng, "anonymous")  # the receiver's peer is the last relay
+        base = options or WalkOptions()
+        inner_opt = WalkOptions(reliable=False, progress_every=base.progress_every, snapshot_every=base.snapshot_every)
+        inner = RWDPSGD(ctx, TransitionRow.from_matrix(W, node), task, RWParams(**p), inner_opt)
+        inner.name = "rw-dpsgd-onion"  # type: ignore[misc]
+        hops = int(op.pop("hops", 3))
+        slots = int(op.pop("slots", hops + 8))
+        cell_body = int(op.pop("cell_body", CELL_BODY))
+        payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
+        par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
+                          epoch=directory.epoch, reliable=base.reliable, **op)
+        return OnionLayer(ctx, inner, W, OnionKeyring.single(key, directory.epoch), directory, par, path_rng=srng)
+    if protocol == "anon-walk-sgd":
+        from node.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
+
+        if W is None:
+            raise ValueError("anon-walk-sgd needs the graph (pass W; its support is the graph)")
+        setup = _anon_setup(W, p)
+        for k in ("ell1", "ell2", "delta", "kappa", "delta_prime"):
+            p.pop(k, None)
+        key, directory = keypair("dest")
+        ctx = NodeContext(node, n, run_id, rng, view_model)
+        return AnonymousWalk(ctx, setup, task, AnonWalkParams(**p), key, directory, secret_rng=srng)
+    if protocol == "secagg-sum":
+        from node.protocols.secagg import SecAggMachine, SecAggParams
+
+        p.setdefault("members", tuple(range(n)))
+        p["members"] = tuple(int(m) for m in p["members"])
+        key, directory = keypair("share")
+        p.pop("epoch", None)
+        if task is None:
+            raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
+        p.setdefault("dim", int(task.dim))
+        p.setdefault("sensitivity", float(task.sensitivity()))
+        sp_ = SecAggParams(**p)
+        vec = task.value(0) if node in sp_.members else None
+        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory)
+    raise ValueError(f"{protocol!r} is not an anonymity-layer protocol")

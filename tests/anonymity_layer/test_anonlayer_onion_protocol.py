@@ -1,0 +1,180 @@
+"""Onion relaying as a sans-IO wrapper: 3-hop relay, what each party sees, bad input, RW runs on it."""
+import numpy as np
+import pytest
+
+from node.crypto.cells import to_cells
+from node.crypto.keys import simulation_directory, simulation_keypairs
+from node.crypto.onion import OnionKeyring, build_packet
+from node.engine.actions import Fault, Metric, Send
+from node.engine.events import MessageArrived, RunStarted
+from node.engine.protocol import NodeContext, Protocol
+from node.privacy.graphs import metropolis_hastings, parse_graph
+from node.protocols.onion import (
+    KIND_PACKET,
+    OnionLayer,
+    OnionParams,
+    accounting_view,
+    make_anonymity_machine,
+    relay_path,
+)
+from node.protocols.registry import build_machines
+from node.sim.simulator import Simulator
+from node.tasks.logistic import LogisticRegressionTask
+
+N = 12
+GRAPH = "regular:12:4:3"
+
+
+class Probe(Protocol):
+    """A minimal real protocol: sends one message at start (node 0 only), records what arrives."""
+
+    name = "probe"
+
+    def __init__(self, ctx, dst=None, msg=b""):
+        super().__init__(ctx)
+        self.dst, self.msg, self.got = dst, msg, []
+
+    def on_start(self):
+        return [Send(self.dst, self.msg)] if self.dst is not None else []
+
+    def on_message(self, src, payload):
+        self.got.append((src, payload))
+        return []
+
+
+@pytest.fixture(scope="module")
+def net():
+    g = parse_graph(GRAPH)
+    kps = simulation_keypairs(5, N, "onion")
+    return g, kps, simulation_directory(kps)
+
+
+def _layers(net, sender, dst, msg, params):
+    g, kps, d = net
+    out = []
+    for v in range(N):
+        ctx = NodeContext(v, N, "r", np.random.default_rng(v))
+        inner = Probe(ctx, dst if v == sender else None, msg if v == sender else b"")
+        out.append(OnionLayer(ctx, inner, g.adjacency, OnionKeyring.single(kps[v]), d, params,
+                              path_rng=np.random.default_rng(100 + v)))
+    return out
+
+
+def test_relay_path_follows_edges_avoids_recipient():
+    g = parse_graph(GRAPH)
+    A = g.adjacency.toarray()
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        s, t = rng.choice(N, 2, replace=False)
+        path = relay_path(g.adjacency.tocsr(), int(s), int(t), 3, rng)
+        assert path is not None
+        full = [int(s)] + path + [int(t)]
+        assert all(A[a, b] for a, b in zip(full[:-1], full[1:]))
+        assert t not in path and path[-1] != s
+
+
+def test_three_hop_relay_views(net):
+    """Sender → r1 → r2 → r3 → receiver: each relay sees only prev (link) and next (slot); the
+    receiver's peer is r3 and the message carries nothing about the sender."""
+    msg = b"token-without-sender-field" * 4
+    params = OnionParams(hops=3, slots=6, payload_len=600, cell_body=256)
+    ms = _layers(net, sender=0, dst=7, msg=msg, params=params)
+    sim = Simulator(ms, latency=1e-3)
+    res = sim.run()
+    assert not res.faults
+    path = ms[0].paths[0]
+    assert path[-1] == 7 and len(path) - 1 >= 3 and 0 not in path[-2:]
+    assert ms[7].inner.got == [(path[-2], msg)]  # peer = last relay, never the sender
+    for v in range(N):
+        if v != 7:
+            assert ms[v].inner.got == []  # relays never see the message
+    assert sum(m.relayed for m in ms) == len(path) - 1
+    assert all(not m._pending for m in ms)  # every hop was acknowledged
+
+
+def test_relay_processing_step_by_step(net):
+    g, kps, d = net
+    params = OnionParams(hops=3, slots=6, payload_len=600, cell_body=256)
+    ms = _layers(net, sender=0, dst=7, msg=b"m", params=params)
+    path, acts = ms[0].wrap(7, b"m")
+    hop_send = [a for a in acts if isinstance(a, Send)]
+    assert [a.dst for a in hop_send] == [path[0]]
+    prev, data = 0, hop_send[0].payload
+    for k, v in enumerate(path[:-1]):
+        out = ms[v].handle(MessageArrived(prev, data))
+        sends = [a for a in out if isinstance(a, Send)]
+        # exactly: an ack to the previous hop and the packet to the next hop (nothing else, nobody else)
+        assert sorted(a.dst for a in sends) == sorted([prev, path[k + 1]])
+        fwd = next(a for a in sends if a.dst == path[k + 1])
+        assert len(fwd.payload) == len(data)
+        prev, data = v, fwd.payload
+    out = ms[7].handle(MessageArrived(prev, data))
+    assert ms[7].inner.got == [(prev, b"m")]
+
+
+def test_onion_bad_input_counted(net):
+    g, kps, d = net
+    params = OnionParams(hops=3, slots=6, payload_len=600, cell_body=256)
+    ms = _layers(net, sender=0, dst=7, msg=b"m", params=params)
+    path, acts = ms[0].wrap(7, b"m")
+    data = next(a for a in acts if isinstance(a, Send)).payload
+    r1 = ms[path[0]]
+
+    def faults(out):
+        return [a.error.code for a in out if isinstance(a, Fault)]
+
+    tampered = bytearray(data)
+    tampered[300] ^= 4
+    assert faults(r1.handle(MessageArrived(0, bytes(tampered)))) == ["integrity"]
+    assert faults(r1.handle(MessageArrived(0, data[:-1]))) == ["bad-cell"]  # truncated
+    assert faults(r1.handle(MessageArrived(0, data + bytes(256)))) == ["bad-cell"]  # oversized
+    non_nb = next(v for v in range(N) if v != path[0] and not g.adjacency[path[0], v])
+    assert faults(r1.handle(MessageArrived(non_nb, data))) == ["unexpected-sender"]
+    ok = r1.handle(MessageArrived(0, data))
+    assert not faults(ok)
+    again = r1.handle(MessageArrived(0, data))  # replay within the epoch
+    assert faults(again) == ["replay"] and not any(isinstance(a, Send) and a.dst != 0 for a in again)
+    e9 = build_packet([(path[0], kps[path[0]].public)], b"x", epoch=9, slots=6, payload_len=600)
+    assert faults(r1.handle(MessageArrived(0, bytes([KIND_PACKET]) + to_cells(e9, 256)))) == ["unknown-epoch"]
+    assert r1.inner.got == []
+
+
+def _tasks(n, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        X = rng.standard_normal((6, 3))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        out.append(LogisticRegressionTask(X, np.where(rng.random(6) > 0.5, 1.0, -1.0)))
+    return out
+
+
+def test_rw_dpsgd_over_onion_same_model_anonymous_ledger():
+    """The onion layer changes what nodes observe, not the learning: same seed, same model; the
+    ledger says 'anonymous' only when the relay layer is really on."""
+    W = metropolis_hastings(parse_graph(GRAPH))
+    tasks = _tasks(N)
+    par = dict(steps=60, step_size=0.1, sigma=1.0)
+    plain = Simulator(build_machines("rw-dpsgd", tasks, run_seed=4, params=par, W=W)).run()
+    onion = [make_anonymity_machine("rw-dpsgd-onion", v, N, tasks[v], run_seed=4, run_id="sim", W=W,
+                                    params={**par, "onion_hops": 3, "onion_cell_body": 1024, "secret_seed": 1})
+             for v in range(N)]
+    res = Simulator(onion).run()
+    assert res.status == plain.status == "finished"
+    assert np.array_equal(res.model, plain.model)
+    assert {e.view_model for led in res.ledgers.values() for e in led} == {"anonymous"}
+    assert {e.view_model for led in plain.ledgers.values() for e in led} == {"sender-known"}
+    assert not res.faults
+    lens = [m.value for m in res.metrics if m.name == "onion-path-length"]
+    assert len(lens) > 0 and min(lens) >= 3
+
+
+def test_accounting_views_follow_mechanisms():
+    assert accounting_view("rw-dpsgd").view_model == "sender-known"
+    assert accounting_view("rw-dpsgd", onion_hops=3).view_model == "anonymous"
+    assert accounting_view("muffliato").view_model == "neighbourhood"
+    assert accounting_view("muffliato", secure_summation=True).view_model == "aggregate"
+    assert accounting_view("secagg-sum").view_model == "aggregate"
+    v = accounting_view("anon-walk-sgd")
+    assert v.dp_credit is False and "no amplification" in v.accountant
+    assert set(accounting_view("rw-dpsgd", onion_hops=1).as_dict()) == {"mechanism", "view_model", "accountant", "reason", "dp_credit"}
