@@ -16,7 +16,8 @@ that owns everything about a round over a real network, and three thin protocol 
 1. *availability*: the node sends ``AVAIL(t, up)`` to its round-t neighbours (``up = 0`` announces a
    dropout) and waits for theirs, or for a timeout; ``H`` = neighbours heard as up.
 2. *values*: to every neighbour in ``H`` it sends ``VALUE(t, |H|, m)``, to every other one ``SKIP(t)``;
-   it waits for a VALUE or SKIP from each member of ``H`` (or a timeout).  The edge {i, j} is used iff
+   it waits for a VALUE or SKIP from every neighbour it heard from in phase 1 (or a timeout), so no
+   phase-2 message of a live neighbour ever arrives after the round closed.  The edge {i, j} is used iff
    both sent each other VALUE, and its weight ``1/(1 + max(|H_i|, |H_j|))`` is computed from the two
    announced degrees — the same number on both ends, so the effective ``W_t`` is symmetric and doubly
    stochastic (the self-weight takes the rest, and ``|used| ≤ |H|`` keeps it positive).
@@ -61,7 +62,8 @@ __all__ = [
 KIND_AVAIL = 16
 KIND_VALUE = 17
 KIND_SKIP = 18
-_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP)
+KIND_HEARTBEAT = 19
+_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT)
 _HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE: announced degree), dim
 _F64 = np.dtype("<f8")
 
@@ -95,7 +97,7 @@ def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | 
     body = len(payload) - _HDR.size
     if kind != KIND_VALUE:
         if d != 0 or body != 0:
-            raise MalformedMessage("AVAIL/SKIP messages carry no vector")
+            raise MalformedMessage("AVAIL/SKIP/HEARTBEAT messages carry no vector")
         if kind == KIND_AVAIL and aux not in (0, 1):
             raise MalformedMessage(f"availability flag must be 0 or 1, got {aux}")
         return kind, rnd, aux, None
@@ -195,11 +197,13 @@ class ERPerStep(Topology):
 class GossipOptions:
     """Transport-facing options of a round (public, part of the run spec).
 
-    ``timeout``: seconds each phase waits for missing neighbours (virtual in the simulator);
+    ``timeout``: how long a neighbour may stay *silent* while awaited before it counts as dropped for
+    the round (virtual seconds in the simulator).  Silence, not phase length: a node that is itself
+    waiting sends ``HEARTBEAT`` every ``timeout/ticks`` seconds, so a live neighbour held up by a dead
+    one further away is never mistaken for a dropout (fixed phase deadlines would cascade);
     ``max_ahead``: how many rounds ahead a message may be and still be buffered;
     ``give_up_after``: consecutive silent rounds after which a neighbour is declared gone;
-    ``value_wait``: the value phase waits ``value_wait × timeout`` (a neighbour that announced itself
-    may be held up by one availability timeout of its own before it can send its value);
+    ``ticks``: timer ticks per timeout;
     ``dropout``: probability that this node announces itself unavailable for a round (the
     *simulated* user dropouts of [M] App. H.6, drawn from a child of the node's generator so the
     noise stream is unchanged); ``record_states``: emit the state after every round as a
@@ -211,12 +215,12 @@ class GossipOptions:
     give_up_after: int = 3
     dropout: float = 0.0
     record_states: bool = False
-    value_wait: float = 3.0
+    ticks: int = 4
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ValueError("timeout must be > 0")
-        if self.max_ahead < 1 or self.give_up_after < 1 or self.value_wait < 1.0:
+        if self.max_ahead < 1 or self.give_up_after < 1 or self.ticks < 1:
             raise ValueError("max_ahead and give_up_after must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("dropout must lie in [0, 1)")
@@ -262,6 +266,7 @@ class GossipMachine(Protocol):
         self._msg: np.ndarray | None = None
         self._round_missing: list[int] = []
         self._up_next = True
+        self._silence: dict[int, int] = {}
         self.schedule: list[dict[str, Any]] = []  # this node's realised rows (also in the ledger)
 
     # ---- hooks ------------------------------------------------------------------------------------
@@ -292,6 +297,11 @@ class GossipMachine(Protocol):
             raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
         if src not in set(self.topo.neighbours(self.ctx.node, rnd).tolist()):
             raise UnexpectedSender(f"node {src} is not a neighbour of node {self.ctx.node} in round {rnd}")
+        self._silence[src] = 0  # any valid message proves the neighbour is alive
+        if kind == KIND_HEARTBEAT:
+            if rnd > self.t + self.opt.max_ahead:
+                raise FutureRound(f"heartbeat for round {rnd} while node {self.ctx.node} is in round {self.t}")
+            return []
         phase = _A if kind == KIND_AVAIL else _B
         key = (rnd, phase, src)
         if key in self._seen:
@@ -313,9 +323,26 @@ class GossipMachine(Protocol):
     def on_timer(self, name: str) -> list[Action]:
         if self.finished or name != f"{'AB'[self.phase]}{self.t}":
             return []  # a timer of a phase that already closed
+        awaited = self._awaited()
+        for j in awaited:
+            self._silence[j] = self._silence.get(j, 0) + 1
+        if all(self._silence.get(j, 0) >= self.opt.ticks for j in awaited):
+            if self.phase == _A:
+                return self._close_availability(timed_out=True)
+            return self._close_values(timed_out=True)
+        hb = encode_round(KIND_HEARTBEAT, self.t, 0)
+        acts: list[Action] = [Send(int(j), hb) for j in self._cand]
+        return acts + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
+
+    def _awaited(self) -> list[int]:
         if self.phase == _A:
-            return self._close_availability(timed_out=True)
-        return self._close_values(timed_out=True)
+            return [int(j) for j in self._cand if int(j) not in self._heard]
+        return [j for j in self._heard if j not in self._replies]
+
+    def _arm(self, phase: int) -> SetTimer:
+        for j in self._awaited():
+            self._silence[j] = 0
+        return SetTimer(f"{'AB'[phase]}{self.t}", self.opt.timeout / self.opt.ticks)
 
     # ---- the round --------------------------------------------------------------------------------
 
@@ -343,7 +370,7 @@ class GossipMachine(Protocol):
             raise ValueError(f"outgoing message has shape {self._msg.shape}, expected ({self.dim},)")
         if self._cand.size == 0:
             return acts + self._close_availability(timed_out=False)
-        acts.append(SetTimer(f"A{t}", self.opt.timeout))
+        acts.append(self._arm(_A))
         return acts + self._drain(_A)
 
     def _drain(self, phase: int) -> list[Action]:
@@ -364,7 +391,7 @@ class GossipMachine(Protocol):
                 return self._close_availability(timed_out=False)
             return []
         self._replies[src] = (aux, vec) if kind == KIND_VALUE else (0, None)
-        if all(j in self._replies for j in self._H):
+        if all(j in self._replies for j in self._heard):
             return self._close_values(timed_out=False)
         return []
 
@@ -385,9 +412,9 @@ class GossipMachine(Protocol):
         self._round_missing = missing
         if timed_out and missing:
             acts.append(Deviation(self.ctx.node, t, "availability-timeout", {"round": t, "silent": missing}))
-        if not self._H:
+        if all(j in self._replies for j in self._heard):  # nobody heard (or all replies already buffered)
             return acts + self._close_values(timed_out=False)
-        acts.append(SetTimer(f"B{t}", self.opt.timeout * self.opt.value_wait))
+        acts.append(self._arm(_B))
         return acts + self._drain(_B)
 
     def _close_values(self, timed_out: bool) -> list[Action]:
@@ -406,7 +433,7 @@ class GossipMachine(Protocol):
             mixed += w * rep[1]
         self_w = 1.0 - sum(row.values())
         mixed += self_w * self._msg
-        late = [j for j in self._H if j not in self._replies]
+        late = [j for j in self._heard if j not in self._replies]
         if timed_out and late:
             acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
         entry = {"round": t, "up": self._up, "row": {int(k): float(v) for k, v in row.items()}, "self": self_w,

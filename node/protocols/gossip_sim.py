@@ -53,7 +53,7 @@ GOSSIP_PROTOCOLS: dict[str, str] = {
     "gossip-stream": "streaming gossip DP-GD (Koskela-Kulkarni §5): fresh noise every round, theta <- W(theta + x + u)",
 }
 
-_OPTION_KEYS = ("timeout", "max_ahead", "give_up_after", "dropout", "record_states", "value_wait")
+_OPTION_KEYS = ("timeout", "max_ahead", "give_up_after", "dropout", "record_states", "ticks")
 
 
 def code_gap(W) -> float:
