@@ -1,0 +1,157 @@
+"""Secure summation: 16 members with 3 dropouts, threshold abort, bad input, and the aggregate view."""
+import numpy as np
+import pytest
+
+from node.crypto.shamir import PRIME, SHARE_LEN
+from node.engine.actions import Fault
+from node.engine.events import MessageArrived
+from node.privacy.audit import audit_muffliato
+from node.privacy.graphs import metropolis_hastings, parse_graph
+from node.privacy.muffliato import muffliato_observer_losses
+from node.protocols import secagg as sa
+from node.protocols.secagg import SecAggParams, build_round
+from node.sim.simulator import Simulator
+
+M, D = 16, 2000
+LAT = 1e-3  # one message = 1 ms of virtual time; rounds: keys ~2 ms, shares ~3 ms, masked ~5 ms
+
+
+def _vectors(seed=0):
+    rng = np.random.default_rng(seed)
+    return {v: rng.normal(scale=10.0, size=D) for v in range(M)}
+
+
+def _run(params, kill=(), vecs=None, n=M + 1):
+    vecs = vecs or _vectors()
+    ms, keys = build_round(vecs, params, n, run_seed=2)
+    sim = Simulator(ms, latency=LAT)
+    for v, at in kill:
+        sim.kill(v, at)
+    return sim.run(), ms, vecs
+
+
+def _params(**kw):
+    return SecAggParams(**{"members": tuple(range(M)), "leader": M, "threshold": 9, "dim": D, **kw})
+
+
+@pytest.mark.parametrize("when", [0.0035, 0.0045])
+def test_sixteen_members_three_dropouts_equal_plain_sum(when):
+    """Dropouts after sharing their mask keys (recovered through Shamir shares of the mask keys) or
+    after sending the masked input (their self-mask seeds are recovered): the sum equals the plain
+    sum of the included inputs to the documented fixed-point bound n·2^-(f+1)."""
+    dead = (3, 7, 11)
+    res, ms, vecs = _run(_params(), kill=[(v, when) for v in dead])
+    assert res.status == "finished" and not res.faults
+    info = res.finish.result
+    survivors = info["survivors"]
+    if when < 0.004:
+        assert info["dropped"] == list(dead) and len(survivors) == 13
+    else:
+        assert info["dropped"] == [] and len(survivors) == 16  # masked inputs arrived; unmask without them
+    plain = sum(vecs[v] for v in survivors)
+    err = np.abs(res.model - plain).max()
+    assert err <= info["error_bound"] + 1e-12 * np.abs(plain).max()
+    assert info["error_bound"] == pytest.approx(len(survivors) * 2.0**-25)
+    # one 'aggregate' ledger entry per contributor, written at release
+    entries = [e for led in res.ledgers.values() for e in led]
+    assert sorted(e.node for e in entries) == survivors
+    assert {e.view_model for e in entries} == {"aggregate"}
+
+
+def test_leader_sees_only_masked_inputs():
+    """A masked input alone reveals nothing: it is uniform mod 2^64 and unrelated to the input."""
+    res, ms, vecs = _run(_params())
+    leader = ms[M]
+    y = leader.masked[0]
+    enc = ms[0].fp.encode(vecs[0], M)
+    assert not np.array_equal(y, enc)
+    assert abs(np.corrcoef(y.astype(np.float64), enc.view(np.int64).astype(np.float64))[0, 1]) < 0.1
+    assert abs(y.astype(np.float64).mean() / 2.0**63 - 1.0) < 0.05  # uniform words have mean 2^63
+
+
+def test_below_threshold_aborts_cleanly_without_release():
+    res, ms, _ = _run(_params(threshold=14), kill=[(v, 0.0035) for v in (1, 2, 3)])
+    assert res.status == "finished"
+    assert res.finish.model is None and res.finish.result["status"] == "aborted"
+    assert not any(res.ledgers.values())  # the ledger records no release
+    # a member refuses an unmask request below the threshold even if a leader sends one
+    res2, ms2, _ = _run(_params(threshold=14))
+    m = ms2[0]
+    m.phase = "masked"
+    req = bytes([sa.UNMASK_REQ]) + sa._ids(range(10)) + sa._ids(range(10, 16))
+    out = m.handle(MessageArrived(M, req))
+    assert [a.error.code for a in out if isinstance(a, Fault)] == ["malformed"]
+
+
+def test_leader_as_member_over_closed_neighbourhood():
+    """Gossip use: node 0 aggregates its closed neighbourhood, itself included."""
+    g = parse_graph("regular:20:4:1")
+    group = tuple(sorted([0] + [int(v) for v in g.neighbors(0)]))
+    rng = np.random.default_rng(3)
+    vecs = {v: rng.uniform(size=50) for v in group}
+    p = SecAggParams(members=group, leader=0, threshold=3, dim=50)
+    ms, _ = build_round(vecs, p, 20, run_seed=1)
+    res = Simulator(ms).run()
+    assert res.finish.node == 0 and res.finish.result["status"] == "released"
+    assert np.abs(res.model - sum(vecs.values())).max() <= p.fixed_point.error_bound(len(group))
+
+
+def test_bad_inputs_rejected_and_counted():
+    p = _params()
+    ms, keys = build_round(_vectors(), p, M + 1, run_seed=2)
+    L = ms[M]
+    L.on_start()
+    out = L.handle(MessageArrived(99, bytes([sa.ADV]) + bytes(32)))  # a non-member
+    assert [a.error.code for a in out if isinstance(a, Fault)] == ["unexpected-sender"]
+    assert [a.error.code for a in L.handle(MessageArrived(4, bytes([sa.ADV]) + bytes(31)))] == ["malformed"]
+    # the leader in the masked-input phase (U2 = all members)
+    L.lphase, L.lU2 = "masked", list(range(M))
+    wrong = bytes([sa.MASKED]) + sa._U32.pack(D - 1) + bytes(8 * (D - 1))
+    assert [a.error.code for a in L.handle(MessageArrived(4, wrong))] == ["wrong-dimension"]
+    short = bytes([sa.MASKED]) + sa._U32.pack(D) + bytes(8 * D - 3)
+    assert [a.error.code for a in L.handle(MessageArrived(4, short))] == ["wrong-dimension"]
+    good = bytes([sa.MASKED]) + sa._U32.pack(D) + bytes(8 * D)
+    assert not L.handle(MessageArrived(4, good))
+    assert [a.error.code for a in L.handle(MessageArrived(4, good))] == ["replay"]  # twice
+    # a member only listens to its leader
+    assert [a.error.code for a in ms[2].handle(MessageArrived(5, bytes([sa.KEYS]) + sa._U16.pack(0)))] == ["unexpected-sender"]
+
+
+def test_inconsistent_shares_detected_and_round_still_exact(monkeypatch):
+    """A member that reveals a wrong share is identified (counted Fault) and the sum stays exact,
+    because the remaining shares open the committed secrets."""
+    p = _params()
+    ms, _ = build_round(_vectors(), p, M + 1, run_seed=2)
+    cheater = ms[5]
+    orig = cheater._send
+
+    def lying_send(dst, data):
+        if data[0] == sa.UNMASK:
+            b = bytearray(data)
+            off = 3 + 4 + 1  # first revealed share: kind, count, owner, which
+            y = int.from_bytes(b[off + 4 : off + SHARE_LEN], "big")
+            b[off + 4 : off + SHARE_LEN] = ((y + 12345) % PRIME).to_bytes(SHARE_LEN - 4, "big")
+            data = bytes(b)
+        return orig(dst, data)
+
+    monkeypatch.setattr(cheater, "_send", lying_send)
+    res = Simulator(ms, latency=LAT).run()
+    assert res.finish.result["status"] == "released"
+    assert res.finish.result["offenders"] == [5]
+    assert [f.error.code for f in res.faults] == ["inconsistent-shares"]
+    vecs = _vectors()
+    assert np.abs(res.model - sum(vecs.values())).max() <= res.finish.result["error_bound"] + 1e-9
+
+
+def test_aggregate_view_leaks_less_than_neighbourhood_view():
+    """What secure summation buys the accountant: with the aggregate view (S = e_i^T) the privacy
+    core's certified loss and the empirical audit are both below the neighbourhood view's."""
+    W = metropolis_hastings(parse_graph("ring:8"))
+    cert_nb = muffliato_observer_losses(W, 0, 3, 2.0, 1.0, view="neighbourhood")
+    cert_ag = muffliato_observer_losses(W, 0, 3, 2.0, 1.0, view="aggregate")
+    assert np.all(cert_ag <= cert_nb + 1e-12) and cert_ag[1] < cert_nb[1]
+    nb = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, view="neighbourhood", n_train=1000, n_test=4000, seed=0)
+    ag = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, view="aggregate", n_train=1000, n_test=4000, seed=0)
+    assert ag["certified_epsilon"] < nb["certified_epsilon"]
+    assert ag["empirical_epsilon"] < nb["empirical_epsilon"]
+    assert ag["empirical_epsilon"] <= ag["certified_epsilon"] and nb["empirical_epsilon"] <= nb["certified_epsilon"]
