@@ -17,6 +17,7 @@ from node.privacy.graphs import metropolis_hastings, parse_graph
 from node.protocols.central import CentralAggregator, CentralClient, CentralParams
 from node.protocols.gossip_sim import GOSSIP_PROTOCOLS, make_gossip_machine
 from node.protocols.hops import TransitionRow, UniformHop
+from node.protocols.onion import ANONYMITY_PROTOCOLS, make_anonymity_machine
 from node.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
 from node.protocols.rw_dpsgd import RWDPSGD, RWParams
 from node.protocols.walk import WalkOptions
@@ -34,6 +35,7 @@ PROTOCOLS: dict[str, str] = {
     "pad-complete-histogram": "P-AD Alg. 5: private histogram on the complete graph",
 }
 PROTOCOLS.update(GOSSIP_PROTOCOLS)  # gossip family (node/protocols/gossip*.py)
+PROTOCOLS.update(ANONYMITY_PROTOCOLS)  # anonymity layer (node/protocols/onion.py, anonymous_walk.py, secagg.py)
 
 
 class UnknownProtocol(ValueError):
@@ -76,6 +78,9 @@ def make_machine(
     p = dict(params)
     if protocol in GOSSIP_PROTOCOLS:
         return make_gossip_machine(protocol, ctx, task, p, W, options)  # type: ignore[arg-type]
+    if protocol in ANONYMITY_PROTOCOLS:
+        return make_anonymity_machine(protocol, node, n, task, run_seed=run_seed, run_id=run_id, params=p, W=W,
+                                      view_model=view_model, options=options, rng=rng)
     if protocol in ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd"):
         if not isinstance(task, GradientTask):
             raise TaskError(f"{protocol} needs a gradient task (got {type(task).__name__})")
