@@ -112,6 +112,12 @@ class Operator:
     async def network_status(self, timeout: float = 3.0) -> dict:
         """The ``hushnet status --json`` document: bootstrap view plus each node's own report."""
         directory = await self.directory(timeout=timeout)
+        by_vertex = {m.vertex: m.node_id for m in directory.members}
+        expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
+        for e in directory.edges:
+            if e.u in by_vertex and e.v in by_vertex:
+                expected[by_vertex[e.u]].add(by_vertex[e.v])
+                expected[by_vertex[e.v]].add(by_vertex[e.u])
 
         async def one(m: bpb.Member) -> dict:
             entry: dict[str, Any] = {
@@ -126,7 +132,8 @@ class Operator:
             connected = [c.peer_id for c in st.connections if c.healthy]
             entry.update(
                 healthy=st.node_id == m.node_id, neighbors=list(st.neighbors), connected=connected,
-                all_neighbors_connected=set(connected) == set(st.neighbors),
+                # against the published graph, not the node's own (possibly stale) view
+                all_neighbors_connected=set(connected) == expected[m.node_id] == set(st.neighbors),
                 uptime_s=round(st.uptime_seconds, 1), version=st.version, delivered=st.delivered,
                 rejected=st.rejected, protocols=list(st.protocols), directory_epoch=st.directory_epoch,
                 connections=[{"peer": c.peer_id, "address": c.address, "state": c.state, "healthy": c.healthy,
