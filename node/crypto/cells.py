@@ -63,8 +63,8 @@ def from_cells(data: bytes, cell_body: int = CELL_BODY, *, expected_cells: int |
             raise CellError(f"cell {i}: header says {idx}/{cnt}, stream has {count} cells")
         if used > cap or (i < count - 1 and used != cap):
             raise CellError(f"cell {i}: {used} bytes used (capacity {cap})")
-        body = mv[o + _HDR.size : o + cell_body]
-        if any(body[used:]):  # padding must be zeros: nothing may ride in it
-            raise CellError(f"cell {i}: non-zero padding")
-        parts.append(bytes(body[:used]))
+        start = o + _HDR.size
+        if data.count(0, start + used, o + cell_body) != cell_body - _HDR.size - used:
+            raise CellError(f"cell {i}: non-zero padding")  # nothing may ride in the padding
+        parts.append(mv[start : start + used])
     return b"".join(parts)

@@ -174,18 +174,23 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) 
     if version != VERSION:
         raise CellError(f"onion packet version {version}, expected {VERSION}")
     pair = keyring.keys.get(epoch)  # UnknownEpoch
+    mv = memoryview(packet)  # no copies of the (possibly multi-megabyte) payload
     o = _PREFIX.size
     epk = packet[o : o + KEY_LEN]
     gamma = packet[o + KEY_LEN : o + KEY_LEN + MAC_LEN]
     o += KEY_LEN + MAC_LEN
     beta = packet[o : o + R * S]
-    payload = packet[o + R * S :]
+    payload = mv[o + R * S :]
     try:
         hk = _derive(pair.exchange(epk), epk, pair.public)
     except CryptoError as exc:
         raise IntegrityError(f"bad ephemeral key: {exc}") from exc
+    mac = Poly1305(hk.mu)
+    mac.update(mv[: _PREFIX.size])
+    mac.update(beta)
+    mac.update(payload)
     try:
-        Poly1305.verify_tag(hk.mu, packet[: _PREFIX.size] + beta + payload, gamma)
+        mac.verify(gamma)
     except InvalidSignature:
         raise IntegrityError("onion layer MAC does not verify (tampered, or not for this node)") from None
     dig = hashlib.blake2b(packet, digest_size=16).digest()
@@ -200,10 +205,11 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) 
     payload2 = _stream(hk.pi, payload)
     if kind == FINAL:
         (n,) = _MSG_LEN.unpack_from(payload2)
-        if n > payload_len - _MSG_LEN.size or any(payload2[_MSG_LEN.size + n :]):
+        pad = payload_len - _MSG_LEN.size - n
+        if pad < 0 or payload2.count(0, _MSG_LEN.size + n) != pad:
             raise IntegrityError("final onion payload has a bad length or non-zero padding")
         return Peeled(True, -1, b"", payload2[_MSG_LEN.size : _MSG_LEN.size + n], epoch)
     if kind != RELAY:
         raise IntegrityError(f"onion slot of unknown type {kind}")
-    out = packet[: _PREFIX.size] + epk_next + gamma_next + B[S:] + payload2
+    out = b"".join((packet[: _PREFIX.size], epk_next, gamma_next, B[S:], payload2))
     return Peeled(False, int(nxt), out, b"", epoch)
