@@ -46,7 +46,7 @@ class TransitionRow(HopRule):
         self.probs = p / total
         self.cum = np.cumsum(self.probs)
         self.cum[-1] = 1.0
-        self._senders: frozenset[int] | None = None  # built on first use (rows of J/n are long)
+        self._senders = np.sort(self.cols[self.cols != self.node])  # sorted: membership by binary search
 
     @classmethod
     def from_matrix(cls, W, node: int) -> "TransitionRow":
@@ -63,9 +63,9 @@ class TransitionRow(HopRule):
 
     def may_receive_from(self, src: int) -> bool:
         # W is symmetric under the papers' assumptions, so in-neighbours = out-neighbours
-        if self._senders is None:
-            self._senders = frozenset(int(c) for c in self.cols if c != self.node)
-        return src in self._senders
+        s = self._senders
+        i = int(np.searchsorted(s, src))
+        return i < s.size and int(s[i]) == src
 
     def without(self, excluded: set[int]) -> "TransitionRow | None":
         keep = ~np.isin(self.cols, list(excluded))
@@ -77,7 +77,7 @@ class TransitionRow(HopRule):
         r.probs = self.probs[keep] / self.probs[keep].sum()
         r.cum = np.cumsum(r.probs)
         r.cum[-1] = 1.0
-        r._senders = self._senders if self._senders is not None else frozenset(int(c) for c in self.cols if c != self.node)
+        r._senders = self._senders
         return r
 
 
