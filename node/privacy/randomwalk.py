@@ -57,6 +57,7 @@ __all__ = [
     "power_harmonic_sum",
     "power_harmonic_tail_bound",
     "rw_spectrum",
+    "rw_eigenvalues",
     "rw_M_matrix",
     "vplambda",
     "compute_T_walk",
@@ -203,7 +204,9 @@ class RWSpectrum:
 
 
 _SPECTRUM_CACHE: "OrderedDict[str, RWSpectrum]" = OrderedDict()
-_CACHE_SIZE = 4
+_EIGVALS_CACHE: "OrderedDict[str, np.ndarray]" = OrderedDict()
+_CACHE_SIZE = 32  # entries; and at most _CACHE_BYTES of eigenvectors (an n = 2048 spectrum is 32 MB)
+_CACHE_BYTES = 400 * 2**20
 
 
 def _w_key(W: Any) -> str:
@@ -273,9 +276,34 @@ def rw_spectrum(W: Any) -> RWSpectrum:
         raise ValueError("W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)")
     spec = RWSpectrum(eigenvalues=lam, eigenvectors=phi, adjacency=sp.csr_matrix(adj))
     _SPECTRUM_CACHE[key] = spec
-    while len(_SPECTRUM_CACHE) > _CACHE_SIZE:
+    while len(_SPECTRUM_CACHE) > 1 and (
+        len(_SPECTRUM_CACHE) > _CACHE_SIZE
+        or sum(x.eigenvectors.nbytes for x in _SPECTRUM_CACHE.values()) > _CACHE_BYTES
+    ):
         _SPECTRUM_CACHE.popitem(last=False)
     return spec
+
+
+def rw_eigenvalues(W: Any) -> np.ndarray:
+    """Ascending eigenvalues of W (validated like :func:`rw_spectrum`); ``eigvalsh`` only, unless already cached.
+
+    Enough for the mean loss, σ calibration, T_RW and T_gossip — about 3× cheaper than a full ``eigh``.
+    """
+    key = _w_key(W)
+    if key in _SPECTRUM_CACHE:
+        return _SPECTRUM_CACHE[key].eigenvalues
+    hit = _EIGVALS_CACHE.get(key)
+    if hit is not None:
+        return hit
+    Wd = _dense(W)
+    _validate_W(Wd)
+    lam = sla.eigh(0.5 * (Wd + Wd.T), eigvals_only=True, driver="evd", overwrite_a=True, check_finite=False)
+    if lam[-2] > 1.0 - 1e-10:
+        raise ValueError("W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)")
+    _EIGVALS_CACHE[key] = lam
+    while len(_EIGVALS_CACHE) > _CACHE_SIZE:
+        _EIGVALS_CACHE.popitem(last=False)
+    return lam
 
 
 def _from_spectrum(spec: RWSpectrum, g: np.ndarray) -> np.ndarray:
@@ -294,19 +322,19 @@ def rw_M_matrix(W: Any) -> np.ndarray:
 
 def vplambda(W: Any) -> float:
     """The reference code's spectral gap: second-smallest eigenvalue of ``I − W`` (= 1 − λ₂(W))."""
-    return float(1.0 - rw_spectrum(W).eigenvalues[-2])
+    return float(1.0 - rw_eigenvalues(W)[-2])
 
 
 def compute_T_walk(W: Any, sigma: float) -> int:
     """[CODE] ``graph.computeTwalk``: ``int(20·⌈ln(n)/λ⌉·(0.25+σ²)/σ²)`` with λ = vplambda (spec B.6)."""
-    n = rw_spectrum(W).n
+    n = rw_eigenvalues(W).size
     lam = vplambda(W)
     return int(20 * math.ceil(math.log(n) / lam) * (0.25 + sigma**2) / sigma**2)
 
 
 def gossip_T_mix(W: Any, sigma: float) -> int:
     """[CODE] ``graphutils.T_mix``: ``⌈(1/√λ) ln(n·max(1/4, σ²)/σ²)⌉`` gossip rounds (spec B.5)."""
-    n = rw_spectrum(W).n
+    n = rw_eigenvalues(W).size
     lam = vplambda(W)
     return int(math.ceil(math.log(n * max(0.25, sigma**2) / sigma**2) / math.sqrt(lam)))
 
@@ -589,9 +617,10 @@ def _contributions(contributions: Any, T: int, n: int, cap: float | None, bound:
     return N
 
 
-def _certified_harmonic_tail(spec: RWSpectrum, T: int) -> float:
+def _certified_harmonic_tail(spec: RWSpectrum | np.ndarray, T: int) -> float:
     """Entrywise bound on ``|Σ_{t>T} (W^t − J/n)_{uv}/t| ≤ max_{i≥2} |R_T(λ_i)|`` (Cauchy–Schwarz on φ rows)."""
-    return float(power_harmonic_tail_bound(spec.eigenvalues[:-1], T).max())
+    lam = spec.eigenvalues if isinstance(spec, RWSpectrum) else np.asarray(spec)
+    return float(power_harmonic_tail_bound(lam[:-1], T).max())
 
 
 def rw_pndp_matrix(
@@ -796,9 +825,9 @@ def rw_mean_single_loss(W: Any, T: int, horizon: str = "exact") -> float:
     Entries of ``Σ_t W^t/t`` sum to ``n H_T`` (bi-stochastic) and its trace is ``Σ_i s_T(λ_i)``; for the ln T/H_T
     forms ``M 1 = 0`` gives ``mean = c/n + Σ_{i≥2} ln(1−λ_i)/(n(n−1))`` (spec B.4.2 closed-form mean).
     """
-    spec = rw_spectrum(W)
-    n = spec.n
-    g = _horizon_weights(spec.eigenvalues, int(T), horizon)
+    lam = rw_eigenvalues(W)
+    n = lam.size
+    g = _horizon_weights(lam, int(T), horizon)
     total = n * g[-1]  # row sums: g(1)·n (eigenvector 1/√n)
     return float((total - g.sum()) / (n * (n - 1)))
 
@@ -836,19 +865,19 @@ def calibrate_sigma_mean(
     T/n, scalar, or per-node vector.  ``horizon``: "exact" (certified), "harmonic" or "lnT" (the spec's reference
     convention, used for its table).  Returns σ (noise multiplier).
     """
-    spec = rw_spectrum(W)
-    n = spec.n
+    lam = rw_eigenvalues(W)
+    n = lam.size
     T = int(T)
     if N_u is None or np.ndim(N_u) == 0:
         Nu = T / n if N_u is None else float(N_u)
         mean_a = Nu * rw_mean_single_loss(W, T, horizon)
         if horizon == "harmonic":  # certified harmonic = H_T form + tail bound (see rw_pndp_matrix)
-            mean_a += Nu * _certified_harmonic_tail(spec, T)
+            mean_a += Nu * _certified_harmonic_tail(lam, T)
     else:
         Nv = np.asarray(N_u, dtype=float)
         S = rw_single_loss_matrix(W, T, 1.0, 1.0, horizon=horizon)
         if horizon == "harmonic":
-            S += _certified_harmonic_tail(spec, T)
+            S += _certified_harmonic_tail(lam, T)
             np.fill_diagonal(S, 0.0)
         mean_a = float((Nv[:, None] * S).sum() / (n * (n - 1)))
     if not (target_eps > 0 and 0 < delta < 1):

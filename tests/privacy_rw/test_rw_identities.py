@@ -98,22 +98,28 @@ def test_complete_graph_M_zero_and_single_loss_alpha_H_T_over_n():
 
 
 def test_complete_graph_reference_totals_n2048():
+    """Spec B.4.4 / G values at n = 2048 (eigenvalues only: every off-diagonal entry equals the mean when M = 0)."""
     W = W_of("complete:2048")
-    p1 = rw.rw_pndp_matrix(W, 1150, 2.0, 1.0, bound="paper")
-    assert p1.bound == "paper" and p1.horizon == "lnT"
-    assert p1.matrix[0, 1] == pytest.approx(3.8646e-3, rel=1e-4)
-    assert p1.matrix[5, 2000] == pytest.approx(3.8646e-3, rel=1e-4)
-    p2 = rw.rw_pndp_matrix(W, 20000, 2.0, 1.0, bound="paper")
-    assert p2.matrix[0, 1] == pytest.approx(9.4447e-2, rel=1e-4)
-    # certified (exact horizon, H_T) totals of the spec: 4.181e-3 and 9.995e-2; per-contribution 7.446e-3, 1.0235e-2
-    c1 = rw.rw_pndp_matrix(W, 1150, 2.0, 1.0, constraint="proof")
-    assert c1.matrix[3, 7] == pytest.approx(4.181e-3, rel=1e-3)
-    assert rw.rw_single_loss_matrix(W, 1150, 2.0, 1.0)[0, 1] == pytest.approx(7.446e-3, rel=1e-3)
-    assert rw.rw_single_loss_matrix(W, 20000, 2.0, 1.0)[0, 1] == pytest.approx(1.0235e-2, rel=1e-3)
+    n, alpha, sigma = 2048, 2.0, 1.0
+    mean = lambda T, h: rw.rw_mean_single_loss(W, T, h) * alpha / sigma**2  # noqa: E731
+    assert mean(1150, "lnT") * 1150 / n == pytest.approx(3.8646e-3, rel=1e-4)  # paper total, N_u = T/n
+    assert mean(20000, "lnT") * 20000 / n == pytest.approx(9.4447e-2, rel=1e-4)
+    assert mean(1150, "exact") == pytest.approx(7.446e-3, rel=1e-3)  # per contribution, exact = α H_T/(nσ²)
+    assert mean(20000, "exact") == pytest.approx(1.0235e-2, rel=1e-3)
+    assert mean(1150, "exact") * 1150 / n == pytest.approx(4.181e-3, rel=1e-3)  # certified totals (H_T)
+    assert mean(20000, "exact") * 20000 / n == pytest.approx(9.995e-2, rel=1e-3)
     # D12: total over N_u = T/n contributions is 2H_T/n times the LDP total N_u α/(2σ²)
-    T, n, alpha, sigma = 1150, 2048, 2.0, 1.0
+    T = 1150
     ldp_total = (T / n) * alpha / (2 * sigma**2)
-    assert c1.matrix[0, 1] == pytest.approx(2 * rw.harmonic_number(T) / n * ldp_total, rel=1e-12)
+    assert mean(T, "exact") * T / n == pytest.approx(2 * rw.harmonic_number(T) / n * ldp_total, rel=1e-12)
+    # the full matrix on a smaller complete graph: every pair equal, and the pair function agrees
+    W64 = W_of("complete:64")
+    P = rw.rw_pndp_matrix(W64, 1150, alpha, sigma, constraint="proof")
+    off = P.off_diagonal()
+    assert np.allclose(off, 2 * rw.harmonic_number(1150) / 64 * (1150 / 64), rtol=1e-12)
+    assert rw.rw_pair_loss(W64, 3, 7, 1150, alpha, sigma, constraint="proof") == pytest.approx(off[0], rel=1e-12)
+    assert rw.rw_pndp_matrix(W64, 1150, alpha, sigma, bound="paper").matrix[0, 1] == pytest.approx(
+        2 * math.log(1150) / 64 * (1150 / 64), rel=1e-12)
 
 
 # --- D5 / D6: symmetry, scaling, mean identity ---------------------------------------------------------------------
