@@ -47,6 +47,7 @@ from node.net.handlers import (
 )
 from node.net.logs import ContextLog
 from node.net.store import NodeStore
+from node.net.wire import encode_envelope, tune_allocator
 from proto.hushnet.v1 import bootstrap_pb2 as bpb
 from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
 from proto.hushnet.v1 import envelope_pb2 as epb
@@ -124,6 +125,13 @@ class PeerLink:
     sent: int = 0
     failures: int = 0
     ever_healthy: bool = False
+    deliver: Any = None  # Deliver with pre-encoded request bytes (see node.net.wire)
+
+    def __post_init__(self) -> None:
+        if self.deliver is None:
+            self.deliver = self.channel.unary_unary(
+                f"/{PEER_SERVICE}/Deliver", request_serializer=None,
+                response_deserializer=epb.DeliveryAck.FromString)
 
     def state(self) -> str:
         try:
@@ -262,14 +270,13 @@ class Node:
                 f"payload of {len(payload)} bytes exceeds the configured limit of {self.config.max_message_bytes} bytes")
         if seq is None:
             seq = self.next_seq(protocol, run_id)
-        env = epb.Envelope(protocol=protocol, run_id=run_id, seq=seq, payload=payload,
-                           sender=self.node_id, recipient=to)
+        wire = encode_envelope(protocol, run_id, seq, payload, self.node_id, to)
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
             remaining = deadline - time.monotonic()
             try:
-                ack = await link.stub.Deliver(env, timeout=max(remaining, 0.01), wait_for_ready=True)
+                ack = await link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
                 link.sent += 1
                 return ack
             except grpc.aio.AioRpcError as exc:
@@ -304,6 +311,7 @@ class Node:
 
     # ------------------------------------------------------------------ start / stop
     async def start(self) -> None:
+        tune_allocator()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = NodeStore(self.state_dir / "node.sqlite")
         self.incarnation = self.store.next_incarnation()
