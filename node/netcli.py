@@ -175,7 +175,7 @@ def cmd_up(args) -> int:
                            max_message_mb=args.max_message_mb, supervisor=True)
     try:
         cluster.start()
-        doc = cluster.wait_healthy(timeout=args.timeout)
+        doc = cluster.wait_healthy(timeout=args.timeout, should_stop=lambda: stop["flag"])
         print(json.dumps(doc, indent=2) if args.json else format_table(doc), flush=True)
         print(f"network up: {args.nodes} nodes, logs in {cluster.state_dir / 'logs'}. "
               f"Stop with Ctrl-C or: hushnet down --state-dir {args.state_dir}", flush=True)
@@ -184,6 +184,9 @@ def cmd_up(args) -> int:
             time.sleep(0.3)
         print("stopping ...", flush=True)
         return 0
+    except InterruptedError:
+        print("stopping ...", flush=True)
+        return 130
     except (RuntimeError, TimeoutError, ValueError) as exc:
         return _fail(str(exc))
     finally:

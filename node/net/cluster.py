@@ -205,13 +205,18 @@ class LocalCluster:
 
         return uvloop.run(go())
 
-    def wait_healthy(self, timeout: float = 90.0) -> dict:
-        """Poll until all nodes are members, healthy, and connected to every neighbour."""
+    def wait_healthy(self, timeout: float = 90.0, should_stop=lambda: False) -> dict:
+        """Poll until all nodes are members, healthy, and connected to every neighbour.
+
+        ``should_stop()`` is polled too (Ctrl-C during start-up raises :class:`InterruptedError`).
+        """
         import grpc
 
         deadline = time.monotonic() + timeout
         last: dict | str = "no answer yet"
         while time.monotonic() < deadline:
+            if should_stop():
+                raise InterruptedError("interrupted while waiting for the network to become healthy")
             for child in [self.bootstrap, *self.nodes]:
                 if not child.alive() and not self.restart:
                     raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see {child.log_path}:\n"
