@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from node.crypto.keys import KeyDirectory
 from node.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
-from node.engine.actions import Action, CancelTimer, Fault, Metric, Paused, Send, SetTimer
+from node.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
 from node.engine.errors import MalformedMessage, UnexpectedSender
 from node.engine.events import MessageArrived, RunStarted, TimerFired
 from node.engine.protocol import NodeContext, Protocol
@@ -311,6 +311,9 @@ class OnionLayer(Protocol):
             if isinstance(a, Send):
                 out.extend(self.wrap(a.dst, a.payload)[1])
             else:
+                if isinstance(a, Finish):  # the run report shows which view the accountant must use, and why
+                    a.result.setdefault("accounting_view", VIEWS["onion-relay"].as_dict())
+                    a.result.setdefault("onion", {"relayed": self.relayed, "delivered": self.delivered})
                 out.append(a)
         return out
 

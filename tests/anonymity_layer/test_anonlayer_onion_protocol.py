@@ -14,7 +14,6 @@ from node.protocols.onion import (
     OnionLayer,
     OnionParams,
     accounting_view,
-    make_anonymity_machine,
     relay_path,
 )
 from node.protocols.registry import build_machines
@@ -156,15 +155,16 @@ def test_rw_dpsgd_over_onion_same_model_anonymous_ledger():
     tasks = _tasks(N)
     par = dict(steps=60, step_size=0.1, sigma=1.0)
     plain = Simulator(build_machines("rw-dpsgd", tasks, run_seed=4, params=par, W=W)).run()
-    onion = [make_anonymity_machine("rw-dpsgd-onion", v, N, tasks[v], run_seed=4, run_id="sim", W=W,
-                                    params={**par, "onion_hops": 3, "onion_cell_body": 1024, "secret_seed": 1})
-             for v in range(N)]
+    onion = build_machines("rw-dpsgd-onion", tasks, run_seed=4, W=W,
+                           params={**par, "onion_hops": 3, "onion_cell_body": 1024, "secret_seed": 1})
+    assert all(isinstance(m, OnionLayer) for m in onion)
     res = Simulator(onion).run()
     assert res.status == plain.status == "finished"
     assert np.array_equal(res.model, plain.model)
     assert {e.view_model for led in res.ledgers.values() for e in led} == {"anonymous"}
     assert {e.view_model for led in plain.ledgers.values() for e in led} == {"sender-known"}
     assert not res.faults
+    assert res.finish.result["accounting_view"]["view_model"] == "anonymous"
     lens = [m.value for m in res.metrics if m.name == "onion-path-length"]
     assert len(lens) > 0 and min(lens) >= 3
 
@@ -178,3 +178,19 @@ def test_accounting_views_follow_mechanisms():
     v = accounting_view("anon-walk-sgd")
     assert v.dp_credit is False and "no amplification" in v.accountant
     assert set(accounting_view("rw-dpsgd", onion_hops=1).as_dict()) == {"mechanism", "view_model", "accountant", "reason", "dp_credit"}
+
+
+def test_registry_builds_the_anonymity_protocols():
+    from node.protocols.registry import PROTOCOLS
+    from node.tasks.values import SumTask
+
+    assert {"rw-dpsgd-onion", "anon-walk-sgd", "secagg-sum"} <= set(PROTOCOLS)
+    W = metropolis_hastings(parse_graph("regular:24:3:1"))
+    ms = build_machines("anon-walk-sgd", _tasks(24), run_seed=2, W=W,
+                        params=dict(updates_per_node=1, step_size=0.1, sigma=1.0, ell1=2, ell2=4, cell_body=512))
+    res = Simulator(ms).run()
+    assert res.status == "finished" and not res.faults
+    st = [SumTask(np.full(3, 0.1 * v)) for v in range(6)]
+    res = Simulator(build_machines("secagg-sum", st, run_seed=2, params=dict(leader=0, threshold=4))).run()
+    assert res.finish.result["status"] == "released"
+    assert np.abs(res.model - 1.5).max() <= res.finish.result["error_bound"]
