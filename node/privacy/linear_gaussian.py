@@ -166,6 +166,8 @@ def projection_weights(M: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
     n, r = M.shape
     if r == 0:
         return np.zeros(n)
+    if r > n:
+        return _projection_weights_wide(M, rtol)
     lam, U = np.linalg.eigh(M.T @ M)
     top = float(lam[-1])
     if top <= 0.0:
@@ -181,6 +183,25 @@ def projection_weights(M: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
         Q2 -= Q @ (Q.T @ Q2)
         Q2 = _reorthonormalise(Q2)
         Q = np.concatenate([Q, Q2], axis=1)
+    return np.einsum("ij,ij->i", Q, Q)
+
+
+def _projection_weights_wide(M: np.ndarray, rtol: float) -> np.ndarray:
+    """Same as :func:`projection_weights` when there are more rows in the view than sources:
+    work with the n×n Gram ``M Mᵀ`` (its eigenvectors are orthonormal already), then the same
+    residual pass for directions the squared spectrum could not resolve."""
+    lam, U = np.linalg.eigh(M @ M.T)
+    top = float(lam[-1])
+    if top <= 0.0:
+        return np.zeros(M.shape[0])
+    Q = U[:, lam > 1e-12 * top]
+    resid = M - Q @ (Q.T @ M)
+    lam_r, U_r = np.linalg.eigh(resid @ resid.T)
+    extra = lam_r > (rtol**2) * top
+    if extra.any():
+        Q2 = U_r[:, extra]
+        Q2 -= Q @ (Q.T @ Q2)
+        Q = np.concatenate([Q, _reorthonormalise(Q2)], axis=1)
     return np.einsum("ij,ij->i", Q, Q)
 
 
