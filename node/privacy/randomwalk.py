@@ -30,6 +30,11 @@ number of contributions ``T/n`` and no noise condition.  ``ln T < H_T = Σ_{t≤
     - ``passage="first_passage"`` replaces ``(W^i)_{uv}`` by the exact first-passage probability (sound, tighter,
       not in the paper; a separate named mode).
 
+Assumptions behind every value (Theorem 3's proof): the local updates are non-expansive (convex β-smooth losses,
+step γ ≤ 2/β; amplification by iteration needs it — the training engine must enforce it), clipped gradients of
+sensitivity Δ with noise std Δσ at every step, G and W public, no release of the final model x_T (a broadcast
+x_T is an extra observation not covered, spec E.1), nodes not colluding (see :func:`rw_collusion_loss`).
+
 Matrix conventions: row ``u`` = contributor, column ``v`` = observer, diagonal 0, values are RDP of order α.
 All-pairs matrices use one ``eigh`` per graph (cached by the bytes of ``W``) and a single matrix product.
 """
@@ -659,6 +664,8 @@ def rw_pndp_matrix(
         S += tb
         np.fill_diagonal(S, 0.0)
         notes.append(f"harmonic horizon plus the tail bound {tb:.3e} per contribution (≥ the exact finite-T sum)")
+    if bound == "certified":
+        notes.append("assumes non-expansive updates (convex β-smooth losses, γ ≤ 2/β) and no release of x_T")
     if passage == "first_passage":
         notes.append("first-passage probabilities (tighter than (W^i)_uv; hushnet option, not in the paper)")
     if sender_known:
