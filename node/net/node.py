@@ -229,6 +229,7 @@ class Node:
         self._stopping = False
         self.store: NodeStore | None = None
         self.incarnation = 0
+        self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
 
     # ------------------------------------------------------------------ public API
@@ -455,6 +456,8 @@ class Node:
                 await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
                 delay = min(delay * 2, self.config.max_backoff_s)
         cert_pem = bytes(reply.cert_pem)
+        if reply.lease_seconds > 0:
+            self.lease_seconds = reply.lease_seconds
         pki.write_public(self.state_dir / "node.pem", cert_pem)
         if reply.ca_pem and bytes(reply.ca_pem) != ca_pem:
             raise NodeError("the bootstrap presented a different CA than the one configured")
@@ -797,7 +800,8 @@ class Node:
     async def _heartbeat_loop(self) -> None:
         failing = False
         while True:
-            await asyncio.sleep(self.config.heartbeat_s)
+            # renew well within the lease the bootstrap granted, whatever heartbeat_s says
+            await asyncio.sleep(min(self.config.heartbeat_s, self.lease_seconds / 3))
             try:
                 async with self._bootstrap_channel() as ch:
                     await bpb_grpc.BootstrapStub(ch).Heartbeat(self._signed("Heartbeat"), timeout=5.0)

@@ -45,10 +45,11 @@ class AsyncCollector:
         await self.got.put(envelope)
 
 
-async def _network(tmp: pathlib.Path, spec: str, n: int, max_message_bytes: int = 128 * MiB):
+async def _network(tmp: pathlib.Path, spec: str, n: int, max_message_bytes: int = 128 * MiB, lease: float = 15.0):
     stop = asyncio.Event()
     ready = asyncio.Event()
-    task = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", spec, "tok"), stop, ready))
+    task = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", spec, "tok",
+                                                               lease_seconds=lease), stop, ready))
     await asyncio.wait([task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()
@@ -202,5 +203,45 @@ def test_pki_identities_and_grpc_accepts_p256_not_ed25519(tmp_path: pathlib.Path
                     await ch.unary_unary("/t.T/E")(b"x", timeout=5)
         finally:
             await server.stop(None)
+
+    uvloop.run(go())
+
+
+@pytest.mark.timeout(120)
+def test_membership_leave_and_lease_expiry(tmp_path: pathlib.Path) -> None:
+    """Leave marks a member not alive at once; a silent member expires with its lease."""
+    from node.net.operator import Operator, OperatorCredentials
+
+    async def alive() -> dict[str, bool]:
+        async with Operator(OperatorCredentials.from_state_dir(tmp_path / "b")) as op:
+            return {m.node_id: m.alive for m in (await op.directory()).members}
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3, lease=2.0)
+        try:
+            assert await alive() == {"n0": True, "n1": True, "n2": True}
+            await nodes[0].stop(leave=True)
+            assert (await alive())["n0"] is False
+            nodes[1].config.heartbeat_s = 3600.0  # effective after its current sleep; then it falls silent
+            for task_ in nodes[1]._tasks:
+                if task_.get_name() == "heartbeat":
+                    task_.cancel()
+            for _ in range(60):
+                state = await alive()
+                if state["n1"] is False:
+                    break
+                await asyncio.sleep(0.2)
+            assert state == {"n0": False, "n1": False, "n2": True}
+            # the member entries (identity, keys) remain: a restart re-joins with the same id
+            node = Node(NodeConfig(tmp_path / "n0", "127.0.0.20:0", nodes[2].config.bootstrap,
+                                   ca_file=tmp_path / "b" / "ca.pem"))  # no token, no id: all from state
+            await node.start()
+            try:
+                assert node.node_id == "n0" and node.identity.vertex == 0
+                assert (await alive())["n0"] is True
+            finally:
+                await node.stop()
+        finally:
+            await _shutdown(nodes[1:], stop, task)
 
     uvloop.run(go())
