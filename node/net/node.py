@@ -319,8 +319,8 @@ class Node:
         key, x_key = self._load_keys()
         ca_pem = self._load_ca()
         host, port = pki.split_address(self.config.listen)
-        # Bind first on an ephemeral port? No: the certificate must exist before TLS serving,
-        # so we reserve the port by binding after joining with the advertised address.
+        # The certificate must exist before the TLS server can start, and the directory entry
+        # needs our address before that: resolve port 0 to a concrete free port up front.
         if port == 0:
             port = _free_port(host)
         self.address = self.config.advertise or f"{host}:{port}"
@@ -589,21 +589,24 @@ class Node:
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
+            # claim the key before dispatching: a concurrent retry of the same envelope is a duplicate
+            self._seen[key] = None
+            if len(self._seen) > 65536:
+                self._seen.popitem(last=False)
             try:
                 outgoing = await self.handlers.dispatch(env)
             except UnknownProtocol:
+                self._seen.pop(key, None)  # not delivered: a later retry may succeed
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
                                 f"unknown protocol {env.protocol!r} (this node serves: "
                                 f"{', '.join(self.handlers.protocols()) or 'none'})",
                                 caller=who.name, protocol=env.protocol) from None
             except Exception as exc:  # a protocol bug must not take the node down
+                self._seen.pop(key, None)
                 self.log.exception("handler %s failed on envelope from %s", env.protocol, who.name,
                               extra={"event": "handler_error", "protocol": env.protocol})
                 raise _Rejected(grpc.StatusCode.INTERNAL, f"handler {env.protocol!r} failed: {exc}",
                                 caller=who.name) from None
-            self._seen[key] = None
-            if len(self._seen) > 65536:
-                self._seen.popitem(last=False)
             self.delivered += 1
             if outgoing:
                 task = asyncio.get_running_loop().create_task(self._send_outgoing(outgoing))
