@@ -9,8 +9,11 @@ and forwards the *same bytes* to a uniform neighbour (simple random walk, backtr
 lazy — decision D2); the first visit of ``j`` opens it, updates, and becomes the next source.
 
 Nothing in the token names the source, the destination, an iteration or a hop count (D4, D5): the
-token is ``kind ‖ kem ‖ AEAD(model)`` in fixed-size cells, bound to the run and key epoch by the
-sealing ``info``.  The run ends at the first node asked to update beyond its local cap
+token is ``kem ‖ AEAD(model)``, bound to the run and key epoch by the sealing ``info``, and travels
+as ``kind ‖ hop id ‖ token`` in fixed-size cells.  Each handoff is acknowledged (the fresh random
+hop id marks retransmissions, so a lost ack never duplicates the walk); a neighbour that stays
+silent gets the token re-sent, then the token goes to another uniform neighbour, recorded as a
+``Deviation`` (walk loss, spec §6.6 / D6).  The run ends at the first node asked to update beyond its local cap
 ``updates_per_node`` (a local rule, so no global counter has to ride in the token).
 
 Hitting times are recorded *outside* the token, as metrics (``anon-hop`` per forward,
@@ -26,6 +29,7 @@ token is dropped and nothing enters the ledger.
 """
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -36,14 +40,18 @@ from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.replay import ReplayCache
 from node.crypto.sealed import seal_token, token_length, token_replay_tag, try_open_token
-from node.engine.actions import Action, Finish, LedgerEntry, Metric, Send
-from node.engine.errors import MalformedMessage, UnexpectedSender, WrongDimension
+from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
 from node.privacy.anonymity_setup import AnonymitySetup, sample_destination
 from node.protocols.onion import VIEWS
 from node.tasks.base import GradientTask
 
 KIND_SEALED = 0x53  # 'S'
+KIND_HOP_ACK = 0x41  # 'A' (acks are not celled: 17 bytes that only confirm a handoff to its sender)
+HOP_ID = 16
+_TIMER = "anon-retx:"
+_RECENT = 4096  # hop ids remembered for duplicate detection
 ACCOUNTING_VIEW = VIEWS["source-anonymous-walk"]
 
 
@@ -59,10 +67,16 @@ class AnonWalkParams:
     x0: tuple[float, ...] | None = None
     epoch: int = 0
     cell_body: int = CELL_BODY
+    reliable: bool = True
+    ack_timeout: float = 0.05
+    max_retries: int = 3
+    pause_retry: float = 1.0
 
     def __post_init__(self) -> None:
         if self.updates_per_node < 1 or not self.step_size > 0 or not self.sigma >= 0:
             raise ValueError("need updates_per_node >= 1, step_size > 0, sigma >= 0")
+        if self.ack_timeout <= 0 or self.pause_retry <= 0 or self.max_retries < 0:
+            raise ValueError("ack_timeout and pause_retry must be > 0, max_retries >= 0")
 
 
 def sealing_info(run_id: str, epoch: int) -> bytes:
@@ -103,7 +117,9 @@ class AnonymousWalk(Protocol):
         self._nbset = frozenset(int(x) for x in self.neighbours)
         self.info = sealing_info(ctx.run_id, params.epoch)
         self.token_len = token_length(8 * self.dim)
-        self.cells = n_cells(1 + self.token_len, params.cell_body)
+        self.cells = n_cells(1 + HOP_ID + self.token_len, params.cell_body)
+        self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
+        self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
         self.replay = ReplayCache({params.epoch})
         self.secret_rng = secret_rng if secret_rng is not None else np.random.default_rng(secrets.randbits(128))
         self.updates = 0
@@ -121,26 +137,80 @@ class AnonymousWalk(Protocol):
         return self._source_step(x0)
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if payload[:1] == bytes([KIND_HOP_ACK]):
+            return self._on_ack(src, payload)
         if src not in self._nbset:
             raise UnexpectedSender(f"sealed token from node {src}, not a neighbour of node {self.ctx.node}")
         data = from_cells(payload, self.p.cell_body, expected_cells=self.cells)
-        if len(data) != 1 + self.token_len or data[0] != KIND_SEALED:
+        if len(data) != 1 + HOP_ID + self.token_len or data[0] != KIND_SEALED:
             raise MalformedMessage(f"not a sealed token of this run ({len(data)} bytes, kind {data[:1].hex()})")
-        token = data[1:]
+        hop_id, token = bytes(data[1 : 1 + HOP_ID]), bytes(data[1 + HOP_ID :])
+        ack: list[Action] = [Send(src, bytes([KIND_HOP_ACK]) + hop_id)] if self.p.reliable else []
+        if hop_id in self._recent:  # a retransmission (our ack was lost) or a replay: acknowledge, never process
+            return ack + [Fault(self.ctx.node, ReplayedMessage("handoff already received here: acknowledged, not processed"))]
         body = try_open_token(self.key, token, self.info)  # IntegrityError if it opens but was tampered
-        if body is None:  # not for me: relay the same bytes (Mode A)
+        if body is None:  # not for me: relay the same token bytes (Mode A)
+            self._remember(hop_id)
             self.relayed += 1
-            return [Metric("anon-hop", 1, -1, self.ctx.node), Send(self._uniform_neighbour(), payload)]
+            return ack + [Metric("anon-hop", 1, -1, self.ctx.node)] + self._hand_off(token)
         if len(body) != 8 * self.dim:
             raise WrongDimension(f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}")
         x = np.frombuffer(body, dtype="<f8").copy()
         if not np.all(np.isfinite(x)):
             raise MalformedMessage("sealed model contains NaN or infinity")
         self.replay.check_and_add(self.p.epoch, token_replay_tag(token))  # a replayed token stops here
+        self._remember(hop_id)
         if self.finished:
-            return []
-        acts: list[Action] = [Metric("anon-open", self.ctx.node, -1, self.ctx.node)]
+            return ack
+        acts: list[Action] = ack + [Metric("anon-open", self.ctx.node, -1, self.ctx.node)]
         return acts + self._source_step(x)
+
+    def on_timer(self, name: str) -> list[Action]:
+        if not name.startswith(_TIMER):
+            return []
+        hop_id = bytes.fromhex(name[len(_TIMER) :])
+        if hop_id not in self._pending:
+            return []
+        dst, token, payload, attempts = self._pending[hop_id]
+        attempts += 1
+        if attempts <= self.p.max_retries:
+            self._pending[hop_id] = (dst, token, payload, attempts)
+            return [Send(dst, payload), SetTimer(name, self.p.ack_timeout)]
+        # the neighbour stays silent: hand the token to another uniform neighbour (spec §6.6 walk loss),
+        # recorded as a deviation from the simple random walk; alone with it, keep retrying (paused)
+        others = self.neighbours[self.neighbours != dst]
+        if others.size == 0:
+            self._pending[hop_id] = (dst, token, payload, attempts)
+            acts: list[Action] = [Send(dst, payload), SetTimer(name, self.p.pause_retry)]
+            if attempts == self.p.max_retries + 1:
+                acts.insert(0, Paused(self.ctx.node, -1, f"only neighbour {dst} does not acknowledge the token"))
+            return acts
+        del self._pending[hop_id]
+        nxt = int(others[int(self.secret_rng.integers(others.size))])
+        dev = Deviation(self.ctx.node, -1, "anon-walk-reroute", {"silent": dst, "to": nxt})
+        return [dev] + self._hand_off(token, nxt)
+
+    def _on_ack(self, src: int, payload: bytes) -> list[Action]:
+        hop_id = payload[1:]
+        if len(hop_id) != HOP_ID or hop_id not in self._pending or self._pending[hop_id][0] != src:
+            return []  # late or duplicate ack: harmless
+        del self._pending[hop_id]
+        return [CancelTimer(_TIMER + hop_id.hex())]
+
+    def _remember(self, hop_id: bytes) -> None:
+        self._recent[hop_id] = None
+        if len(self._recent) > _RECENT:
+            del self._recent[next(iter(self._recent))]
+
+    def _hand_off(self, token: bytes, dst: int | None = None) -> list[Action]:
+        """Send the token to ``dst`` (default: a uniform neighbour) under a fresh per-hop id."""
+        dst = self._uniform_neighbour() if dst is None else dst
+        hop_id = os.urandom(HOP_ID)  # unlinkable across hops; only marks retransmissions of this handoff
+        payload = to_cells(bytes([KIND_SEALED]) + hop_id + token, self.p.cell_body)
+        if not self.p.reliable:
+            return [Send(dst, payload)]
+        self._pending[hop_id] = (dst, token, payload, 0)
+        return [Send(dst, payload), SetTimer(_TIMER + hop_id.hex(), self.p.ack_timeout)]
 
     # the scheme ---------------------------------------------------------------------------------
 
@@ -161,8 +231,7 @@ class AnonymousWalk(Protocol):
         j = sample_destination(self.setup, node, self.secret_rng)
         self.chosen.append(j)
         token = seal_token(self.directory.public(j), np.ascontiguousarray(x, dtype="<f8").tobytes(), self.info)
-        payload = to_cells(bytes([KIND_SEALED]) + token, self.p.cell_body)
-        return [led, Metric("anon-hop", 1, -1, node), Send(self._uniform_neighbour(), payload)]
+        return [led, Metric("anon-hop", 1, -1, node)] + self._hand_off(token)
 
 
 def iterations(metrics: list[Metric], start: int) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from node.engine.events import MessageArrived
 from node.privacy.anonymity_graph import mean_hitting_times
 from node.privacy.anonymity_setup import public_setup
 from node.privacy.graphs import parse_graph
-from node.protocols.anonymous_walk import KIND_SEALED, AnonWalkParams, build_walk, iterations, sealing_info
+from node.protocols.anonymous_walk import HOP_ID, KIND_SEALED, AnonWalkParams, build_walk, iterations, sealing_info
 from node.sim.simulator import Simulator
 from node.tasks.logistic import LogisticRegressionTask
 
@@ -34,7 +34,7 @@ def _first_token(ms, start=0):
     acts = ms[start].on_start()
     send = next(a for a in acts if isinstance(a, Send))
     ms[start].first_actions = acts
-    return send, from_cells(send.payload, 1024)[1:]
+    return send, from_cells(send.payload, 1024)[1 + HOP_ID :]
 
 
 def test_only_the_destination_opens_and_token_has_no_cleartext(setup):
@@ -73,7 +73,7 @@ def test_sealed_token_walks_to_destination(setup):
 
 def test_hitting_times_match_exact_graph(setup):
     """Protocol hop counts agree with the exact expected first-hitting times E[T_ij] of the graph."""
-    ms, _ = build_walk(setup, _tasks(N), _params(updates_per_node=10**6), run_seed=1, secret_seed=11)
+    ms, _ = build_walk(setup, _tasks(N), _params(updates_per_node=10**6, reliable=False), run_seed=1, secret_seed=11)
     res = Simulator(ms).run(max_events=40_000)
     it = iterations(res.metrics, start=0)
     assert it["hops"].size >= 200
@@ -97,19 +97,37 @@ def test_bad_sealed_tokens_rejected(setup):
     assert codes(ms[j].handle(MessageArrived(non_nb, send.payload))) == ["unexpected-sender"]
     bad = bytearray(token)
     bad[-3] ^= 1  # body tampered: only the destination can tell
-    pay = to_cells(bytes([KIND_SEALED]) + bytes(bad), 1024)
+    pay = to_cells(bytes([KIND_SEALED]) + bytes(16) + bytes(bad), 1024)
     assert codes(ms[j].handle(MessageArrived(nb, pay))) == ["integrity"]
     assert codes(ms[j].handle(MessageArrived(nb, send.payload[:-1]))) == ["bad-cell"]
     assert codes(ms[j].handle(MessageArrived(nb, send.payload + bytes(1024)))) == ["bad-cell"]
     d = ms[j].dim
     wrong_len = seal_token(keys[j].public, bytes(8 * (d + 1)), sealing_info("sim", 0))  # one entry too many
-    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + wrong_len, 1024)))
+    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + bytes(range(16)) + wrong_len, 1024)))
     assert codes(out) == ["malformed"]
     other_run = seal_token(keys[j].public, bytes(8 * d), sealing_info("other-run", 0))
-    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + other_run, 1024)))
+    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + bytes(range(1, 17)) + other_run, 1024)))
     assert not codes(out) and not any(isinstance(a, LedgerEntry) for a in out)  # not for this run: relayed
     first = ms[j].handle(MessageArrived(nb, send.payload))
     assert not codes(first) and any(isinstance(a, LedgerEntry) for a in first)  # opened and updated
-    again = ms[j].handle(MessageArrived(nb, send.payload))
-    assert codes(again) == ["replay"] and not any(isinstance(a, (LedgerEntry, Send)) for a in again)
+    again = ms[j].handle(MessageArrived(nb, send.payload))  # the same handoff again: re-acknowledged only
+    assert codes(again) == ["replay"] and [a.dst for a in again if isinstance(a, Send)] == [nb]
+    assert not any(isinstance(a, LedgerEntry) for a in again)
+    rewrapped = to_cells(bytes([KIND_SEALED]) + bytes(range(2, 18)) + token, 1024)  # same token, new hop id
+    out = ms[j].handle(MessageArrived(nb, rewrapped))
+    assert codes(out) == ["replay"] and not any(isinstance(a, (LedgerEntry, Send)) for a in out)
     assert ms[j].updates == 1
+
+
+def test_silent_neighbour_gets_retries_then_the_token_moves_on(setup):
+    """Walk loss (D6): a dead neighbour is retried, then the token goes to another neighbour and the
+    deviation is recorded; the run still finishes."""
+    ms, _ = build_walk(setup, _tasks(N), _params(updates_per_node=1), run_seed=3, secret_seed=5)
+    first = ms[0].on_start()
+    dead = next(a.dst for a in first if isinstance(a, Send))
+    ms, _ = build_walk(setup, _tasks(N), _params(updates_per_node=1), run_seed=3, secret_seed=5)
+    sim = Simulator(ms)
+    sim.kill(dead, 0.0)
+    res = sim.run()
+    assert res.status == "finished"
+    assert any(d.reason == "anon-walk-reroute" and d.detail["silent"] == dead for d in res.deviations)
