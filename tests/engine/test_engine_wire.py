@@ -55,3 +55,31 @@ def test_node_generators_are_spawned_children():
         c = node_generator(123, 5, v).standard_normal(4)
         assert np.array_equal(a, b) and np.array_equal(a, c)
     assert not np.array_equal(node_generator(123, 5, 0).random(3), node_generator(123, 5, 1).random(3))
+
+
+import functools  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from node.engine import MessageArrived  # noqa: E402
+
+
+@functools.lru_cache(maxsize=1)
+def _ring_machines():
+    from engine_helpers import rw_run, synthetic_tasks
+
+    return rw_run("ring:4", synthetic_tasks(4, d=3), steps=50, until=-1.0)[1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=120), st.integers(0, 3))
+def test_arbitrary_bytes_never_crash_a_machine(payload, src):
+    """Whatever a peer sends, a machine answers with actions or a typed Fault — it never raises,
+    and only a well-formed token from a neighbour, addressed to it, can advance it."""
+    m = _ring_machines()[1]
+    before = (m.visits, m.contributions)
+    acts = m.handle(MessageArrived(src, payload))
+    assert isinstance(acts, list)
+    if before != (m.visits, m.contributions):
+        tok = decode_token(payload, 4)
+        assert tok.recipient == 1 and src in (0, 2)
