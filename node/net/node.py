@@ -30,7 +30,7 @@ import pathlib
 import random
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc

@@ -6,7 +6,6 @@ restart processes run last. The fixture always stops everything.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import pathlib
