@@ -70,7 +70,19 @@ def _dense(q) -> None:
     })
 
 
-def _run(target, tmp: pathlib.Path) -> dict:
+def _blas_threads() -> int:
+    """BLAS threads for the children: all cores on an idle machine, one when the machine is
+    already busy (OpenBLAS threads spin-wait and slow down >10× when cores are oversubscribed)."""
+    env = os.environ.get("HUSHNET_BENCH_THREADS")
+    if env:
+        return int(env)
+    cpus = os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] >= cpus else cpus
+
+
+def _run(target, tmp: pathlib.Path, threads: int) -> dict:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)  # read by numpy when the spawned child imports it
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     p = ctx.Process(target=target, args=({"out": out, "tmp": str(tmp)},))
@@ -86,8 +98,17 @@ def main(out_dir: pathlib.Path) -> dict:
     tmp_fast = out_dir / "_muffliato_fast.npy"
     tmp_dense = out_dir / "_muffliato_dense.npy"
     load_before = os.getloadavg()[0]
-    fast = _run(_fast, tmp_fast)
-    dense = _run(_dense, tmp_dense)
+    threads = _blas_threads()
+    saved = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    try:
+        fast = _run(_fast, tmp_fast, threads)
+        dense = _run(_dense, tmp_dense, threads)
+    finally:
+        for var, val in saved.items():
+            if val is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = val
     S = np.load(tmp_fast)
     Sd = np.load(tmp_dense)
     tmp_fast.unlink(missing_ok=True)
@@ -114,6 +135,7 @@ def main(out_dir: pathlib.Path) -> dict:
         "goal_met": bool(fast["seconds"] < 60 and fast["peak_rss_mb"] < 4096),
         "exact_sensitivity_by_distance_from_observer_0": by_dist,
         "load_average_1min_at_start": load_before,
+        "blas_threads": threads,
         "cpus": os.cpu_count(),
         "note": "dense baseline timed on a subset of observers and extrapolated linearly to all n",
     }
