@@ -120,15 +120,14 @@ def test_64mb_payload_crosses_one_edge_intact(net: UpProcess) -> None:
 def _assert_refused(channel: grpc.Channel) -> grpc.RpcError:
     stub = ppb_grpc.PeerStub(channel)
     with pytest.raises(grpc.RpcError) as info:
-        stub.Health(ppb.HealthRequest(), timeout=5)
+        stub.Health(ppb.HealthRequest(), timeout=20)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     return info.value
 
 
 def _still_serving(net: UpProcess, node: str) -> None:
-    doc = status_json(net)
-    entry = {n["id"]: n for n in doc["nodes"]}[node]
-    assert entry["healthy"], entry
+    wait_for(lambda: {n["id"]: n for n in status_json(net)["nodes"]}[node]["healthy"], 60,
+             what=f"{node} answering Status")
 
 
 @pytest.mark.timeout(120)

@@ -217,7 +217,7 @@ def test_membership_leave_and_lease_expiry(tmp_path: pathlib.Path) -> None:
             return {m.node_id: m.alive for m in (await op.directory()).members}
 
     async def go():
-        nodes, stop, task = await _network(tmp_path, "ring:3", 3, lease=2.0)
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3, lease=4.0)
         try:
             assert await alive() == {"n0": True, "n1": True, "n2": True}
             await nodes[0].stop(leave=True)
@@ -226,7 +226,7 @@ def test_membership_leave_and_lease_expiry(tmp_path: pathlib.Path) -> None:
             for task_ in nodes[1]._tasks:
                 if task_.get_name() == "heartbeat":
                     task_.cancel()
-            for _ in range(60):
+            for _ in range(150):
                 state = await alive()
                 if state["n1"] is False:
                     break
