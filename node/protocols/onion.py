@@ -389,7 +389,9 @@ def make_anonymity_machine(
     Keys: a deployed node passes its own private key and the directory of public keys in
     ``params`` (``onion_key``/``onion_directory``, ``dest_key``/``dest_directory``,
     ``share_key``/``share_directory``).  Without them, *simulation* keys are derived from the run
-    seed — reproducible, and therefore only for the in-process simulator.
+    seed — reproducible, and therefore only for the in-process simulator.  Likewise ``secret_seed``
+    (reproducible relay paths / destinations / forwarding) is for tests only: in a deployment
+    those draws must stay secret, so they come from the OS CSPRNG when it is absent.
     """
     from node.crypto.keys import simulation_directory, simulation_keypairs
     from node.engine.rng import node_generator

@@ -27,6 +27,10 @@ Bad input — a masked input of the wrong length, a message from a non-member or
 duplicate, shares that do not open or are inconsistent — is a typed, counted Fault; the offender
 is treated as dropped where that keeps the sum exact, otherwise the round aborts.
 Fixed-point error bound: see :mod:`node.crypto.masks` (``n·2^-(f+1)`` per entry).
+Threat model: an honest-but-curious leader and members (SecAgg's semi-honest setting); a
+threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Feldman VSS): a member
+that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
+on the holders of the bad shares; recovery stays exact whenever ``t`` consistent shares remain.
 Randomness for keys, seeds and shares is the OS CSPRNG; the DP noise (``noise_std``) comes from
 the node's run generator like every other machine.
 """
