@@ -5,8 +5,8 @@ import pytest
 from node.crypto.cells import to_cells
 from node.crypto.keys import simulation_directory, simulation_keypairs
 from node.crypto.onion import OnionKeyring, build_packet
-from node.engine.actions import Fault, Metric, Send
-from node.engine.events import MessageArrived, RunStarted
+from node.engine.actions import Fault, Send
+from node.engine.events import MessageArrived
 from node.engine.protocol import NodeContext, Protocol
 from node.privacy.graphs import metropolis_hastings, parse_graph
 from node.protocols.onion import (
