@@ -48,13 +48,12 @@ import scipy.sparse as sp
 from node.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
-from node.engine.wire import digest
 from node.tasks.base import GradientTask, Task, TaskError, ValueTask
 
 __all__ = [
     "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "StaleRound", "FutureRound", "GossipOptions", "Topology",
     "FixedTopology", "ERPerStep", "GossipMachine", "MuffliatoAveraging", "MuffliatoGD", "StreamingGossip",
-    "encode_round", "decode_round", "mh_weight", "connected_er",
+    "encode_round", "decode_round", "mh_weight", "connected_er", "er_graph", "t_stop",
 ]
 
 # ---- wire format --------------------------------------------------------------------------------
@@ -106,7 +105,7 @@ def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | 
     if body != 8 * d:
         raise MalformedMessage(f"round value declares {d} float64 values but carries {body} bytes")
     vec = np.frombuffer(payload, dtype=_F64, count=d, offset=_HDR.size).copy()
-    if not np.all(np.isfinite(vec)):
+    if not np.isfinite(vec.sum()) and not np.all(np.isfinite(vec)):  # the sum is finite iff all are (barring overflow)
         raise MalformedMessage("round value contains NaN or infinity")
     if aux < 1:
         raise MalformedMessage("a VALUE sender announces at least one heard neighbour (the receiver)")
@@ -131,6 +130,17 @@ class Topology:
 
     def step_of(self, rnd: int) -> int:
         return 0
+
+    def neighbour_set(self, node: int, rnd: int) -> frozenset[int]:
+        """Round-t neighbours as a set (cached per graph: validating a sender is a hash lookup)."""
+        key = (node, self.step_of(rnd))
+        cache = self.__dict__.setdefault("_sets", {})
+        s = cache.get(key)
+        if s is None:
+            if len(cache) > 4:
+                cache.clear()
+            s = cache[key] = frozenset(int(j) for j in self.neighbours(node, rnd))
+        return s
 
 
 class FixedTopology(Topology):
@@ -168,19 +178,31 @@ def connected_er(n: int, q: float, seed: int) -> sp.csr_matrix:
     raise ValueError(f"G({n}, {q}) never connected in 1000 draws: raise q")
 
 
-class ERPerStep(Topology):
-    """A fresh public connected Erdős–Rényi graph per gradient step ([M] §5, Fig. 1c) or per round.
+@lru_cache(maxsize=64)
+def er_graph(n: int, q: float, seed: int) -> sp.csr_matrix:
+    """G(n, q) from a public seed, connected or not (the dropout experiment's per-round graphs)."""
+    import networkx as nx
 
-    ``rounds_per_step[r]`` rounds use graph r, drawn with seed ``seed·1_000_003 + r``.
+    g = nx.fast_gnp_random_graph(n, q, seed=int(seed))
+    return nx.to_scipy_sparse_array(g, nodelist=range(n), format="csr").astype(np.int8).tocsr()
+
+
+class ERPerStep(Topology):
+    """A fresh public Erdős–Rényi graph per gradient step ([M] §5, Fig. 1c) or per round ([M] App. H.6).
+
+    ``rounds_per_step[r]`` rounds use graph r, drawn with seed ``seed·1_000_003 + r``; ``connected``
+    re-draws until connected (Fig. 1c) — the dropout experiment's sparse graphs are used as drawn.
     """
 
-    def __init__(self, n: int, q: float, seed: int, rounds_per_step: Sequence[int]) -> None:
+    def __init__(self, n: int, q: float, seed: int, rounds_per_step: Sequence[int], connected: bool = True) -> None:
         self.n, self.q, self.seed = int(n), float(q), int(seed)
+        self.connected = bool(connected)
         self.ks = [int(k) for k in rounds_per_step]
         self._starts = np.cumsum([0] + self.ks)
 
     def graph(self, step: int) -> sp.csr_matrix:
-        return connected_er(self.n, self.q, self.seed * 1_000_003 + int(step))
+        draw = connected_er if self.connected else er_graph
+        return draw(self.n, self.q, self.seed * 1_000_003 + int(step))
 
     def step_of(self, rnd: int) -> int:
         return int(np.searchsorted(self._starts, rnd, side="right") - 1)
@@ -203,7 +225,8 @@ class GossipOptions:
     one further away is never mistaken for a dropout (fixed phase deadlines would cascade);
     ``max_ahead``: how many rounds ahead a message may be and still be buffered;
     ``give_up_after``: consecutive silent rounds after which a neighbour is declared gone;
-    ``ticks``: timer ticks per timeout;
+    ``ticks``: timer ticks per timeout; ``record_steps``: Muffliato-GD emits its model after every
+    gradient step as a ``model`` metric (simulation traces only);
     ``dropout``: probability that this node announces itself unavailable for a round (the
     *simulated* user dropouts of [M] App. H.6, drawn from a child of the node's generator so the
     noise stream is unchanged); ``record_states``: emit the state after every round as a
@@ -216,6 +239,7 @@ class GossipOptions:
     dropout: float = 0.0
     record_states: bool = False
     ticks: int = 4
+    record_steps: bool = False
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -257,7 +281,7 @@ class GossipMachine(Protocol):
         self.gone: set[int] = set()
         self._missed: dict[int, int] = {}
         self._buf: dict[tuple[int, int, int], tuple[int, int, np.ndarray | None]] = {}
-        self._seen: dict[tuple[int, int, int], bytes] = {}
+        self._seen: dict[tuple[int, int, int], int] = {}  # (round, phase, src) -> hash of the payload
         self._cand: np.ndarray = np.zeros(0, dtype=np.int64)
         self._up = True
         self._heard: dict[int, int] = {}
@@ -295,17 +319,20 @@ class GossipMachine(Protocol):
             raise MalformedMessage(f"round {rnd} outside 0..{self.rounds - 1}")
         if src in self.gone:
             raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
-        if src not in set(self.topo.neighbours(self.ctx.node, rnd).tolist()):
+        if src not in self.topo.neighbour_set(self.ctx.node, rnd):
             raise UnexpectedSender(f"node {src} is not a neighbour of node {self.ctx.node} in round {rnd}")
-        self._silence[src] = 0  # any valid message proves the neighbour is alive
         if kind == KIND_HEARTBEAT:
-            if rnd > self.t + self.opt.max_ahead:
-                raise FutureRound(f"heartbeat for round {rnd} while node {self.ctx.node} is in round {self.t}")
+            # The sender is alive.  It counts as *legitimately slow* only if it has not yet reached the
+            # stage at which it sends what we wait for (AVAIL(t) leaves at the end of phase A of round
+            # t−1, the round-t value at the end of phase A of round t); a heartbeat from a node past that
+            # stage means our message was lost or refused, so its silence keeps counting (no livelock).
+            if src in self._silence and aux <= 2 * self.t - (2 if self.phase == _A else 0):
+                self._silence[src] = 0
             return []
         phase = _A if kind == KIND_AVAIL else _B
         key = (rnd, phase, src)
         if key in self._seen:
-            same = self._seen[key] == digest(payload)
+            same = self._seen[key] == hash(payload)
             raise ReplayedMessage(f"{'duplicate' if same else 'conflicting'} phase-{'AB'[phase]} message of round "
                                   f"{rnd} from node {src} (already received; not used again)")
         if (rnd, phase) < (self.t, self.phase):
@@ -314,7 +341,7 @@ class GossipMachine(Protocol):
         if rnd > self.t + self.opt.max_ahead:
             raise FutureRound(f"message for round {rnd} while node {self.ctx.node} is in round {self.t} "
                               f"(at most {self.opt.max_ahead} ahead)")
-        self._seen[key] = digest(payload)
+        self._seen[key] = hash(payload)
         if (rnd, phase) > (self.t, self.phase):
             self._buf[key] = (kind, aux, vec)
             return []
@@ -330,7 +357,7 @@ class GossipMachine(Protocol):
             if self.phase == _A:
                 return self._close_availability(timed_out=True)
             return self._close_values(timed_out=True)
-        hb = encode_round(KIND_HEARTBEAT, self.t, 0)
+        hb = encode_round(KIND_HEARTBEAT, self.t, 2 * self.t + self.phase)
         acts: list[Action] = [Send(int(j), hb) for j in self._cand]
         return acts + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
 
@@ -380,6 +407,8 @@ class GossipMachine(Protocol):
         for key in keys:
             if self.t != key[0] or self.phase != phase:
                 break
+            if key not in self._buf:  # consumed by a nested drain (the round advanced and came back here)
+                continue
             kind, aux, vec = self._buf.pop(key)
             acts.extend(self._accept(key[2], kind, aux, vec))
         return acts
@@ -453,7 +482,8 @@ class GossipMachine(Protocol):
         acts.extend(self.incorporate(t, mixed))
         if self.opt.record_states:
             acts.append(Metric("state", self.current_state().copy(), t + 1, me))
-        self._seen = {k: v for k, v in self._seen.items() if k[0] >= t}
+        if t % 4 == 3:  # prune old rounds now and then (a replay of those is refused as stale anyway)
+            self._seen = {k: v for k, v in self._seen.items() if k[0] >= t}
         self._buf = {k: v for k, v in self._buf.items() if k[0] > t}
         if t + 1 >= self.rounds:
             self.finished = True
@@ -585,6 +615,8 @@ class MuffliatoGD(GossipMachine):
         if k == self.ks[r] - 1:
             self.theta = self.x
             acts.append(Metric("step", r + 1, r + 1, self.ctx.node))
+            if self.opt.record_steps:
+                acts.append(Metric("model", self.theta.copy(), r + 1, self.ctx.node))
         return acts
 
     def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:

@@ -147,55 +147,62 @@ def replay_stream(sched: RealisedSchedule, z: np.ndarray, theta0: np.ndarray | N
     return theta
 
 
-def _products(sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray) -> list[np.ndarray]:
-    """``P_k`` (the map from the step's noisy input to the state at its k-th round), k = 0..len(ts)−1."""
-    n = sched.n
-    P = [np.eye(n)]
-    prev = None
-    for k, t in enumerate(ts[:-1]):
-        nxt = np.asarray(sched.W[t] @ P[-1])
-        if k > 0 and g[t] != 1.0:
-            nxt = g[t] * nxt + (1.0 - g[t]) * prev
-        prev = P[-1]
-        P.append(nxt)
-    return P
-
-
 def averaging_sensitivities(sched: RealisedSchedule, gamma: float | Sequence[float] = 1.0, *,
                             view: str = "neighbourhood", rounds: Sequence[int] | None = None,
-                            observers: Sequence[int] | None = None) -> np.ndarray:
+                            observers: Sequence[int] | None = None, batch: int = 64,
+                            source: int | None = None) -> np.ndarray:
     """Certified ``S[u, v] = Δ²(u → v)/Δ²`` of one averaging phase (noise once, then the rounds
     ``rounds`` of the recorded schedule; all rounds by default).  Exact: projection of ``e_u`` on
-    the observer's view with its own noise removed.  Diagonal 0."""
+    the observer's view with its own noise removed.  Diagonal 0; columns of observers not asked for
+    are 0.  Observers are processed ``batch`` at a time: the state maps ``P_k`` are propagated once
+    per batch and only the batch's rows are kept, so memory is O(batch·rows·n), not O(T·n²).
+    With ``source`` only row ``source`` of S is wanted: observers whose view never involves it
+    (column ``source`` of their rows is 0, so ``Π e_source = 0``) are skipped — exactly 0."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     n = sched.n
     ts = list(range(sched.rounds)) if rounds is None else list(rounds)
     g = _gammas(gamma, sched.rounds)
-    P = _products(sched, ts, g)
-    obs = range(n) if observers is None else observers
+    recv = [defaultdict(list) for _ in ts]
+    for k, t in enumerate(ts):
+        for w, v in sched.sent[t]:
+            recv[k][v].append(w)
+    obs = list(range(n)) if observers is None else [int(v) for v in observers]
     S = np.zeros((n, n))
-    for v in obs:
-        cols = []
-        if view == "neighbourhood":
-            for k, t in enumerate(ts):
-                cols.append(P[k][v])
-                cols.extend(P[k][w] for w in sched.received(t, v))
-        else:
-            e = np.zeros(n)
-            e[v] = 1.0
-            cols.append(e)
-            for k, t in enumerate(ts):
-                cols.append(np.asarray(sched.W[t][v] @ P[k]).ravel())
-        M = np.array(cols).T.copy()
-        M[v, :] = 0.0
-        s = np.clip(projection_weights(M), 0.0, 1.0)
-        s[v] = 0.0
-        S[:, v] = s
+    for b0 in range(0, len(obs), batch):
+        chunk = obs[b0 : b0 + batch]
+        cols: dict[int, list[np.ndarray]] = {v: [] for v in chunk}
+        if view == "aggregate":
+            for v in chunk:
+                e = np.zeros(n)
+                e[v] = 1.0
+                cols[v].append(e)
+        cur, prev = np.eye(n), None
+        for k, t in enumerate(ts):
+            for v in chunk:
+                if view == "neighbourhood":
+                    cols[v].append(cur[v].copy())
+                    cols[v].extend(cur[w].copy() for w in recv[k][v])
+                else:
+                    cols[v].append(np.asarray(sched.W[t][v] @ cur).ravel())
+            if k + 1 < len(ts):
+                nxt = np.asarray(sched.W[t] @ cur)
+                if k > 0 and g[t] != 1.0:
+                    nxt = g[t] * nxt + (1.0 - g[t]) * prev
+                prev, cur = cur, nxt
+        for v in chunk:
+            M = np.array(cols[v]).T.copy()
+            if source is not None and not np.any(M[source]):
+                continue
+            M[v, :] = 0.0
+            s = np.clip(projection_weights(M), 0.0, 1.0)
+            s[v] = 0.0
+            S[:, v] = s
     return S
 
 
-def averaging_thm1(sched: RealisedSchedule, rounds: Sequence[int] | None = None) -> np.ndarray:
+def averaging_thm1(sched: RealisedSchedule, rounds: Sequence[int] | None = None, *,
+                   keep_diagonal: bool = False) -> np.ndarray:
     """[M] Theorem 1 (paper bound, unclipped, unit-free) on the recorded schedule, plain gossip:
     ``F[u, v] = Σ_t Σ_{w→v at t} W_{0:t}[w,u]²/‖W_{0:t}[w,:]‖²`` (t = 0..T−1, ``W_{0:0} = I``)."""
     n = sched.n
@@ -208,7 +215,8 @@ def averaging_thm1(sched: RealisedSchedule, rounds: Sequence[int] | None = None)
         for w, v in sched.sent[t]:
             F[:, v] += C[w]
         P = np.asarray(sched.W[t] @ P)
-    np.fill_diagonal(F, 0.0)
+    if not keep_diagonal:  # u = v: the observer's own input (its term is kept only to reproduce [M] App. H.6)
+        np.fill_diagonal(F, 0.0)
     return F
 
 

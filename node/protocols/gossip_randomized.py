@@ -19,7 +19,6 @@ import numpy as np
 from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from node.engine.protocol import NodeContext, Protocol
-from node.engine.wire import digest
 from node.protocols.gossip import FutureRound, GossipOptions, StaleRound, decode_round, encode_round, KIND_VALUE
 from node.tasks.base import TaskError, ValueTask
 
@@ -53,7 +52,7 @@ class RandomizedMuffliato(Protocol):
         self.gone: set[int] = set()
         self._missed: dict[int, int] = {}
         self._buf: dict[int, tuple[int, np.ndarray]] = {}  # partner -> (activation, value)
-        self._seen: dict[int, bytes] = {}  # activation -> digest
+        self._seen: dict[int, int] = {}  # activation -> hash of the payload
 
     def on_start(self) -> list[Action]:
         if self.x is not None:
@@ -108,17 +107,17 @@ class RandomizedMuffliato(Protocol):
             raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}")
         if t in self._seen:
             raise ReplayedMessage(f"activation {t} from node {src} already received "
-                                  f"({'duplicate' if self._seen[t] == digest(payload) else 'conflicting'}); not used again")
+                                  f"({'duplicate' if self._seen[t] == hash(payload) else 'conflicting'}); not used again")
         cur = self.acts[self.ptr][0] if self.ptr < len(self.acts) else len(self.sched)
         if t < cur:
             raise StaleRound(f"activation {t} already closed at node {self.ctx.node} (now at {cur}); value not used")
         if t > cur:
             if src in self._buf:
                 raise FutureRound(f"node {src} sent activation {t} while activation {self._buf[src][0]} is pending")
-            self._seen[t] = digest(payload)
+            self._seen[t] = hash(payload)
             self._buf[src] = (t, vec)
             return []
-        self._seen[t] = digest(payload)
+        self._seen[t] = hash(payload)
         return self._average(t, src, vec)
 
     def on_timer(self, name: str) -> list[Action]:

@@ -53,7 +53,7 @@ GOSSIP_PROTOCOLS: dict[str, str] = {
     "gossip-stream": "streaming gossip DP-GD (Koskela-Kulkarni §5): fresh noise every round, theta <- W(theta + x + u)",
 }
 
-_OPTION_KEYS = ("timeout", "max_ahead", "give_up_after", "dropout", "record_states", "ticks")
+_OPTION_KEYS = ("timeout", "max_ahead", "give_up_after", "dropout", "record_states", "ticks", "record_steps")
 
 
 def code_gap(W) -> float:
@@ -103,6 +103,8 @@ def resolve_params(protocol: str, params: dict[str, Any], W, n: int, sensitivity
     p = dict(params)
     sigma_abs = float(p.get("noise_std", p.get("sigma", 0.0) * sensitivity))
     if protocol == "muffliato":
+        if p.get("graph", "fixed") == "er-per-round" and (p.get("rounds", "auto") == "auto" or p.get("chebyshev")):
+            raise ValueError("muffliato on fresh per-round graphs needs explicit rounds and plain gossip")
         if p.get("rounds", "auto") == "auto":
             p["rounds"] = t_stop(n, code_gap(W), max(sigma_abs, 1e-12))
         if p.get("chebyshev", False) and "gamma" not in p:
@@ -137,7 +139,12 @@ def resolve_params(protocol: str, params: dict[str, Any], W, n: int, sensitivity
 def _options(params: dict[str, Any], options: Any) -> GossipOptions:
     if isinstance(options, GossipOptions):
         return options
-    return GossipOptions(**{k: params[k] for k in _OPTION_KEYS if k in params})
+    kw = {k: params[k] for k in _OPTION_KEYS if k in params}
+    if params.get("graph") == "er-per-round" and "max_ahead" not in kw:
+        # with a fresh graph every round, a node is in lockstep only with this round's neighbours:
+        # a node isolated for a few rounds legitimately runs ahead, so its early messages are buffered
+        kw["max_ahead"] = max(2, int(params.get("rounds", 2)))
+    return GossipOptions(**kw)
 
 
 def make_gossip_machine(protocol: str, ctx: NodeContext, task: Task, params: dict[str, Any], W,
@@ -145,13 +152,17 @@ def make_gossip_machine(protocol: str, ctx: NodeContext, task: Task, params: dic
     """One node's gossip machine.  ``W`` is the public gossip matrix (its support is the graph)."""
     if protocol not in GOSSIP_PROTOCOLS:
         raise ValueError(f"{protocol!r} is not a gossip protocol")
-    if W is None and not (protocol == "muffliato-gd" and params.get("graph") == "er-per-step"):
+    if W is None and params.get("graph") not in ("er-per-step", "er-per-round"):
         raise ValueError(f"{protocol} needs the public gossip matrix W")
     n = ctx.n
     p = resolve_params(protocol, dict(params), W, n, float(task.sensitivity()))
     opt = _options(p, options)
     if protocol == "muffliato":
-        return MuffliatoAveraging(ctx, FixedTopology(W), task, int(p["rounds"]), float(p["sigma"]),
+        if p.get("graph", "fixed") == "er-per-round":  # [M] App. H.6: a fresh G(n, q) every round, as drawn
+            topo = ERPerStep(n, float(p["q"]), int(p.get("graph_seed", 0)), [1] * int(p["rounds"]), connected=False)
+        else:
+            topo = FixedTopology(W)
+        return MuffliatoAveraging(ctx, topo, task, int(p["rounds"]), float(p["sigma"]),
                                   gamma=float(p.get("gamma", 1.0)), options=opt)  # type: ignore[arg-type]
     if protocol == "muffliato-randomized":
         return RandomizedMuffliato(ctx, task, p["schedule"], float(p["sigma"]), options=opt)  # type: ignore[arg-type]

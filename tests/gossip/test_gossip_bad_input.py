@@ -102,20 +102,26 @@ def test_replay_refused_and_past_round_refused():
 
 
 def test_heartbeats_keep_a_slow_neighbour_alive_and_silence_drops_it():
+    """Waiting for a round-0 value: a neighbour still in phase A (stage 0) is slow, not gone; one that
+    says it is past that stage (its value was lost or refused) stops counting as alive — no livelock."""
     m, _ = fresh()
-    for j in NB[1:]:
+    for j in NB:
         m.handle(MessageArrived(j, encode_round(KIND_AVAIL, 0, 1)))
-    slow = NB[0]
-    ticks = m.opt.ticks
-    for _ in range(3 * ticks):  # a slow-but-alive neighbour: heartbeats between ticks
-        m.handle(MessageArrived(slow, encode_round(KIND_HEARTBEAT, 0, 0)))
-        acts = m.handle(TimerFired("A0"))
-        assert m.phase == 0
-        assert any(isinstance(a, Send) and a.payload[0] == KIND_HEARTBEAT for a in acts)
-    for _ in range(ticks):  # then silence: dropped for the round, not awaited forever
-        acts = m.handle(TimerFired("A0"))
     assert m.phase == 1
-    assert slow not in m._heard
+    slow, rest = NB[0], NB[1:]
+    for j in rest:
+        m.handle(MessageArrived(j, encode_round(KIND_VALUE, 0, len(NB), np.ones(2))))
+    ticks = m.opt.ticks
+    for _ in range(3 * ticks):
+        m.handle(MessageArrived(slow, encode_round(KIND_HEARTBEAT, 0, 0)))  # stage 0: still in phase A
+        acts = m.handle(TimerFired("B0"))
+        assert m.phase == 1 and m.t == 0
+        assert any(isinstance(a, Send) and a.payload[0] == KIND_HEARTBEAT for a in acts)
+    for _ in range(ticks):  # now it claims stage 1 (value already sent): silence counts, the round closes
+        m.handle(MessageArrived(slow, encode_round(KIND_HEARTBEAT, 0, 1)))
+        m.handle(TimerFired("B0"))
+    assert m.t == 1
+    assert slow not in m.schedule[0]["row"] and slow in m.schedule[0]["missing"]
 
 
 def test_a_node_whose_neighbours_never_answer_still_finishes():
