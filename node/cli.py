@@ -14,6 +14,7 @@ import sys
 _REGISTRARS = [
     ("node.netcli", "register"),
     ("node.privacy.cli", "register"),
+    ("node.runs.cli", "register"),
 ]
 
 

@@ -1,0 +1,349 @@
+"""The operator client (asyncio): connect, list nodes and the graph, start/watch/cancel runs, fetch results.
+
+It talks to the bootstrap (directory) and to every node's ``Control`` RPC with the operator
+certificate — the same calls ``hushnet run …`` makes, so the CLI and the notebook show the same
+information.  Every failure a user can cause or meet (wrong certificate, a node that refuses,
+a network that goes away during ``watch``) is a :class:`ClientError` with a readable message.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import pathlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import grpc
+import numpy as np
+
+from node.net.operator import Operator, OperatorCredentials, OperatorError
+from node.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
+
+
+class ClientError(RuntimeError):
+    """An expected failure, with a message meant for the user (no traceback needed)."""
+
+
+class RunRefusedError(ClientError):
+    """At least one node refused the run; ``decisions`` holds every node's answer."""
+
+    def __init__(self, run_id: str, decisions: dict[str, dict[str, Any]]) -> None:
+        self.run_id = run_id
+        self.decisions = decisions
+        bad = {n: d.get("reason", "?") for n, d in decisions.items() if not d.get("accept")}
+        lines = "; ".join(f"{n}: {r}" for n, r in sorted(bad.items()))
+        super().__init__(f"run {run_id} refused by {len(bad)} node(s): {lines}")
+
+
+@dataclass
+class RunOutcome:
+    """What :meth:`AsyncClient.watch` returns: the final state and where the model is."""
+
+    run_id: str
+    state: str  # finished | paused | stopped | cancelled | timeout
+    step: int
+    steps: int
+    holder: str | None
+    seconds: float
+    deviations: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+
+
+def _load_spec(spec: RunSpec | str | pathlib.Path) -> RunSpec:
+    if isinstance(spec, RunSpec):
+        return spec.with_run_id().validate()
+    p = pathlib.Path(spec) if not isinstance(spec, str) or "\n" not in spec else None
+    if p is not None and p.exists():
+        return parse_spec_toml(p.read_text())
+    if isinstance(spec, str) and "[run]" in spec:
+        return parse_spec_toml(spec)
+    raise ClientError(f"run spec {spec!s} does not exist")
+
+
+class AsyncClient:
+    """Async operator client.  ``await AsyncClient.connect(state_dir)``; ``await close()`` at the end."""
+
+    def __init__(self, creds: OperatorCredentials, *, timeout: float = 10.0) -> None:
+        self.creds = creds
+        self.timeout = timeout
+        self.op = Operator(creds)
+        self._members: dict[str, Any] = {}
+        self._specs: dict[str, RunSpec] = {}
+
+    # ------------------------------------------------------------------ connection
+    @classmethod
+    async def connect(cls, state_dir: str | pathlib.Path | None = None, *, bootstrap: str | None = None,
+                      ca: str | pathlib.Path | None = None, cert: str | pathlib.Path | None = None,
+                      key: str | pathlib.Path | None = None, timeout: float = 10.0) -> "AsyncClient":
+        """Connect with the operator identity: a ``hushnet up``/bootstrap state directory, or explicit
+        ``bootstrap`` address + ``ca``/``cert``/``key`` PEM files.  Checks the bootstrap answers."""
+        try:
+            if state_dir is not None:
+                creds = OperatorCredentials.from_state_dir(pathlib.Path(state_dir), bootstrap=bootstrap)
+            else:
+                if not (bootstrap and ca and cert and key):
+                    raise ClientError("give a state directory, or bootstrap + ca + cert + key")
+                creds = OperatorCredentials(pathlib.Path(ca).read_bytes(), pathlib.Path(key).read_bytes(),
+                                            pathlib.Path(cert).read_bytes(), bootstrap)
+        except (OperatorError, OSError, KeyError, ValueError) as exc:
+            raise ClientError(f"cannot load the operator identity: {exc}") from None
+        client = cls(creds, timeout=timeout)
+        await client.refresh()
+        return client
+
+    async def close(self) -> None:
+        await self.op.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def refresh(self) -> None:
+        try:
+            directory = await self.op.directory(timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise ClientError(f"bootstrap {self.creds.bootstrap} unreachable or refused us: "
+                              f"{exc.code().name}: {exc.details()}") from None
+        self._directory = directory
+        self._members = {m.node_id: m for m in directory.members}
+
+    async def _control(self, node_id: str, command: str, args: Any = None, timeout: float | None = None) -> Any:
+        m = self._members.get(node_id)
+        if m is None:
+            raise ClientError(f"no node {node_id!r} in the directory")
+        try:
+            return await self.op.control(node_id, m.address, command, args, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.PERMISSION_DENIED:
+                raise ClientError(f"{node_id} refused our certificate: {exc.details()}") from None
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise ClientError(f"{node_id} does not serve runs ({exc.details()}); start nodes with "
+                                  "'hushnet node serve' / 'hushnet up' from this version") from None
+            raise ClientError(f"{node_id} at {m.address} unreachable: {code.name}: {exc.details()}") from None
+        except OperatorError as exc:
+            raise ClientError(str(exc).replace("OperatorError: ", "")) from None
+
+    async def _all(self, command: str, args: Any = None, timeout: float | None = None,
+                   nodes: list[str] | None = None) -> dict[str, Any]:
+        ids = nodes or sorted(self._members, key=lambda i: self._members[i].vertex)
+        res = await asyncio.gather(*(self._control(i, command, args, timeout) for i in ids), return_exceptions=True)
+        out = {}
+        for i, r in zip(ids, res):
+            if isinstance(r, BaseException) and not isinstance(r, ClientError):
+                raise r
+            out[i] = r
+        return out
+
+    # ------------------------------------------------------------------ network
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every node of the directory with its health and neighbours (``hushnet status``)."""
+        try:
+            doc = await self.op.network_status(timeout=min(self.timeout, 5.0))
+        except grpc.aio.AioRpcError as exc:
+            raise ClientError(f"bootstrap {self.creds.bootstrap} unreachable: {exc.code().name}") from None
+        return doc["nodes"]
+
+    async def graph(self):
+        """The network graph as a :class:`networkx.Graph` (node attribute ``id`` = node id)."""
+        import networkx as nx
+
+        await self.refresh()
+        g = nx.Graph()
+        for m in self._directory.members:
+            g.add_node(m.vertex, id=m.node_id, address=m.address)
+        g.add_edges_from((e.u, e.v) for e in self._directory.edges)
+        g.graph["topology"] = self._directory.topology
+        return g
+
+    # ------------------------------------------------------------------ runs
+    def sign(self, spec: RunSpec) -> bytes:
+        from node.net import pki
+
+        key = pki.load_key(self.creds.key_pem)
+        return sign_spec(spec, key, self.creds.cert_pem).to_bytes()
+
+    async def submit(self, spec: RunSpec | str | pathlib.Path) -> tuple[RunSpec, dict[str, dict[str, Any]]]:
+        """Sign and deliver the spec to every node; returns (spec, each node's decision)."""
+        try:
+            spec = _load_spec(spec)
+        except SpecError as exc:
+            raise ClientError(str(exc)) from None
+        await self.refresh()
+        self._specs[spec.run_id] = spec
+        payload = self.sign(spec)
+        res = await self._all("run.submit", payload, timeout=max(self.timeout, 60.0))
+        decisions = {}
+        for i, r in res.items():
+            decisions[i] = {"accept": False, "reason": str(r)} if isinstance(r, ClientError) else r
+        return spec, decisions
+
+    async def start_run(self, spec: RunSpec | str | pathlib.Path) -> str:
+        """Submit; if every node accepts, start the run everywhere and return its id, else raise
+        :class:`RunRefusedError` (the run does not start)."""
+        spec, decisions = await self.submit(spec)
+        if not all(d.get("accept") for d in decisions.values()):
+            accepted = [i for i, d in decisions.items() if d.get("accept")]
+            if accepted:  # nobody keeps a half-accepted run around
+                await self._all("run.cancel", {"run_id": spec.run_id, "reason": "refused by another node"},
+                                nodes=accepted)
+            raise RunRefusedError(spec.run_id, decisions)
+        res = await self._all("run.start", {"run_id": spec.run_id})
+        errs = {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
+        if errs:
+            raise ClientError(f"run {spec.run_id} could not be started on {sorted(errs)}: {errs}")
+        return spec.run_id
+
+    async def statuses(self, run_id: str) -> dict[str, Any]:
+        return await self._all("run.status", {"run_id": run_id})
+
+    async def watch(self, run_id: str, *, progress: bool | Callable[[int, int], None] = True, timeout: float = 600.0,
+                    pause_timeout: float = 15.0, poll: float = 2.0) -> RunOutcome:
+        """Follow the run until it finishes (or stops, is cancelled, or stays paused ``pause_timeout`` s).
+
+        Progress: a live bar (``tqdm.auto``: a widget in Jupyter, text in a terminal) when
+        ``progress`` is True, or a callback ``fn(step, total)``.  When the run has finished somewhere,
+        every node is told to close it (with whether a deviation happened, so it is accounted).
+        """
+        await self.refresh()
+        ids = sorted(self._members, key=lambda i: self._members[i].vertex)
+        cursors = {i: 0 for i in ids}
+        t0 = time.monotonic()
+        total = 0
+        step = 0
+        holder = None
+        deviations: list[dict[str, Any]] = []
+        faults: list[dict[str, Any]] = []
+        paused_since: float | None = None
+        state = "running"
+        reason = ""
+        bar = None
+        unreachable: dict[str, str] = {}
+        try:
+            while True:
+                res = await asyncio.gather(*(self._control(i, "run.events", {"run_id": run_id, "after": cursors[i],
+                                                                             "wait": poll}, timeout=poll + 10)
+                                             for i in ids), return_exceptions=True)
+                states = {}
+                for i, r in zip(ids, res):
+                    if isinstance(r, ClientError):
+                        unreachable[i] = str(r)
+                        continue
+                    if isinstance(r, BaseException):
+                        raise r
+                    unreachable.pop(i, None)
+                    cursors[i] = r["next"]
+                    st = r["status"]
+                    total = st.get("steps") or total
+                    states[i] = st
+                    for ev in r["events"]:
+                        if ev["type"] in ("progress", "finished", "resumed", "paused"):
+                            step = max(step, int(ev.get("step", 0)))
+                        if ev["type"] == "deviation":
+                            deviations.append(ev)
+                        if ev["type"] == "fault":
+                            faults.append(ev)
+                        if ev["type"] == "finished" and ev.get("holds_model"):
+                            holder = i
+                if len(unreachable) == len(ids):
+                    raise ClientError("the network went away during watch: " + "; ".join(
+                        f"{i}: {e}" for i, e in sorted(unreachable.items())[:3]))
+                if progress is True and bar is None and total:
+                    from tqdm.auto import tqdm
+
+                    bar = tqdm(total=total, desc=run_id, unit="step")
+                if bar is not None:
+                    bar.update(max(0, step - bar.n))
+                elif callable(progress) and total:
+                    progress(step, total)
+                if any(s["state"] == "finished" for s in states.values()):
+                    state = "finished"
+                    break
+                stopped = [s for s in states.values() if s["state"] in ("stopped", "cancelled")]
+                if stopped:
+                    state, reason = stopped[0]["state"], f"{stopped[0]['node']}: {stopped[0].get('reason', '')}"
+                    break
+                if any(s["state"] == "paused" for s in states.values()) or (unreachable and step < total):
+                    paused_since = paused_since or time.monotonic()
+                    if time.monotonic() - paused_since > pause_timeout:
+                        state = "paused"
+                        who = [s["node"] for s in states.values() if s["state"] == "paused"]
+                        reason = (f"paused at step {step} (held by {', '.join(who) or '?'}; unreachable: "
+                                  f"{', '.join(sorted(unreachable)) or 'none'})")
+                        break
+                else:
+                    paused_since = None
+                if time.monotonic() - t0 > timeout:
+                    state, reason = "timeout", f"no finish within {timeout:.0f} s (last step {step})"
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        if state == "finished":
+            alive = [i for i in ids if i not in unreachable]
+            await self._all("run.close", {"run_id": run_id, "deviated": bool(deviations)}, nodes=alive)
+        return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason)
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by the operator") -> dict[str, Any]:
+        await self.refresh()
+        res = await self._all("run.cancel", {"run_id": run_id, "reason": reason})
+        return {i: (str(r) if isinstance(r, ClientError) else r["state"]) for i, r in res.items()}
+
+    async def list_runs(self) -> list[dict[str, Any]]:
+        """One row per run known to any node: id, protocol, state (most advanced), step, nodes."""
+        await self.refresh()
+        res = await self._all("run.list")
+        runs: dict[str, dict[str, Any]] = {}
+        order = {"accepted": 0, "running": 1, "paused": 2, "closed": 3, "finished": 4, "cancelled": 5, "stopped": 6}
+        for i, r in res.items():
+            if isinstance(r, ClientError):
+                continue
+            for st in r["runs"]:
+                row = runs.setdefault(st["run_id"], {"run_id": st["run_id"], "protocol": st["protocol"], "state": "accepted",
+                                                     "step": -1, "steps": st["steps"], "nodes": 0})
+                row["nodes"] += 1
+                row["step"] = max(row["step"], st["step"])
+                if order.get(st["state"], 0) > order.get(row["state"], 0):
+                    row["state"] = st["state"]
+            for rf in r.get("refused", []):
+                runs.setdefault(rf.get("run_id", "?"), {"run_id": rf.get("run_id", "?"), "protocol": "?", "state": "refused",
+                                                        "step": -1, "steps": 0, "nodes": 0})
+        return sorted(runs.values(), key=lambda d: d["run_id"])
+
+    async def report(self, run_id: str):
+        """The run's privacy report (every node's certified row, paper values labelled) and timings."""
+        from node.client.report import RunReport
+
+        await self.refresh()
+        res = await self._all("run.report", {"run_id": run_id})
+        per = {}
+        for i, r in res.items():
+            if isinstance(r, ClientError):
+                per[i] = {"error": str(r)}
+            else:
+                per[i] = r
+        graph = await self.graph()
+        return RunReport(run_id, per, graph)
+
+    async def model(self, run_id: str) -> np.ndarray:
+        """The final model, from the node that holds it."""
+        await self.refresh()
+        res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0))
+        for i, r in res.items():
+            if isinstance(r, dict) and r.get("model_b64"):
+                return np.frombuffer(base64.b64decode(r["model_b64"]), dtype="<f8").copy()
+        raise ClientError(f"no node holds a final model of run {run_id} (has it finished?)")
+
+    async def ledgers(self) -> dict[str, Any]:
+        """Each node's lifetime privacy ledger (certified totals toward every other node)."""
+        await self.refresh()
+        return await self._all("run.ledger")
+
+
+def outcome_dict(o: RunOutcome) -> dict[str, Any]:
+    return json.loads(json.dumps(o.__dict__, default=str))

@@ -1,0 +1,107 @@
+"""Turn a machine's ledger actions into charges on the node's persistent privacy ledger.
+
+A walk machine emits one :class:`~node.engine.actions.LedgerEntry` per visit that used the node's
+data.  The certified random-walk bound (random-walk paper, Thm 3, exact horizon, with the spec's
+noise condition) is *linear in the number of contributions*: ``ε_{u→v}(α) = N_u · α · s_{uv}/σ²``.
+So charging every contribution with the per-contribution row ``α·s_{u,:}/σ²`` composes on the
+ledger to exactly the run-level value the node projected when it accepted the run — the ledger is
+exact contribution by contribution, and a stopped run has charged exactly what it used.
+
+Per order the charge is ``min(walk bound, α/(2σ²))``: the second is the Gaussian RDP of the noisy
+contribution seen in the clear (post-processing), valid at every order and for every walk, so it
+also covers orders above the noise condition's α_max.  Everything here is "certified"; the paper's
+Theorem 3 values are computed separately by :func:`paper_row` and labelled "paper".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from node.engine.actions import LedgerEntry as EngineEntry
+from node.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from node.privacy.ledger import LedgerEntry as PrivacyEntry
+from node.runs.spec import WALK_SGD, RunSpec
+
+#: protocols whose contributions are charged with the walk bound; others use the local-DP bound
+WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd")
+
+
+@dataclass
+class ContributionCost:
+    """Per-contribution certified RDP curves of one node toward every other node (rows = targets).
+
+    ``curves[j]`` is the curve toward ``targets[j]`` on ``orders``, for a contribution with noise
+    multiplier ``sigma``; :meth:`curve_for` rescales it for another multiplier.
+    """
+
+    targets: list[str]
+    orders: np.ndarray
+    walk_slope: np.ndarray | None  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
+    alpha_max: float
+    bound_name: str
+
+    def curves(self, sigma: float) -> np.ndarray:
+        """(targets, orders) certified RDP of one contribution with noise multiplier ``sigma``."""
+        if not sigma > 0 or not math.isfinite(sigma):
+            raise ValueError(f"cannot account a contribution with noise multiplier {sigma}")
+        ldp = np.broadcast_to(self.orders / (2.0 * sigma**2), (len(self.targets), self.orders.size))
+        if self.walk_slope is None:
+            return np.array(ldp)
+        walk = self.walk_slope[:, None] * self.orders[None, :] / sigma**2
+        walk = np.where(self.orders[None, :] <= self.alpha_max, walk, np.inf)
+        return np.minimum(walk, ldp)
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        rdp = self.curves(ev.sigma)
+        return PrivacyEntry.from_row(run_id, ev.protocol, ev.view_model, "certified", self.targets, rdp,
+                                     note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
+
+
+def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
+    """The certified per-contribution cost of node ``vertex`` in ``spec``'s run; ``ids[v]`` names vertex v."""
+    from node.privacy.randomwalk import alpha_max, rw_single_loss_matrix
+    from node.protocols.registry import transition_matrix
+
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    targets = [ids[v] for v in range(len(ids)) if v != vertex]
+    if spec.protocol in WALK_ACCOUNTED:
+        if W is None:
+            W = transition_matrix(spec.graph, spec.weights)
+        S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact",
+                                  sender_known=spec.view_model == "sender-known")
+        row = np.delete(S[vertex], vertex)
+        amax = alpha_max(spec.sigma, spec.constraint)
+        name = f"random-walk bound ({spec.view_model}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
+        return ContributionCost(targets, o, row, amax, name)
+    return ContributionCost(targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)")
+
+
+def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
+    """Mironov conversion (the papers' and the ledger's), 0 for an empty curve."""
+    if not np.any(rdp > 0):
+        return 0.0
+    return float(rdp_to_dp(orders, rdp, delta)[0])
+
+
+def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.ndarray | None:
+    """Theorem 3 as printed (ln T horizon, no σ condition), best order — labelled "paper"; None if n/a."""
+    from node.privacy.randomwalk import rw_single_loss_matrix
+    from node.protocols.registry import transition_matrix
+
+    if spec.protocol not in WALK_ACCOUNTED:
+        return None
+    if W is None:
+        W = transition_matrix(spec.graph, spec.weights)
+    S = rw_single_loss_matrix(W, spec.steps, 1.0, spec.sigma, horizon="lnT",
+                              sender_known=spec.view_model == "sender-known")
+    slope = np.maximum(S[vertex] * contributions, 0.0)
+    L = math.log(1.0 / spec.budget.delta)
+    a = 1.0 + np.sqrt(L / np.maximum(slope, 1e-300))
+    eps = a * slope + L / (a - 1.0)
+    eps[vertex] = 0.0
+    return eps
+
+
+__all__ = ["ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "WALK_ACCOUNTED", "WALK_SGD"]

@@ -1,0 +1,185 @@
+"""``hushnet run …``: start, watch, report, list and cancel private runs.
+
+``--state-dir`` is a ``hushnet up`` directory or a bootstrap state directory (the operator
+certificate lives there); the commands use :class:`node.client.AsyncClient`, the same API the
+notebook uses, so both show the same information.  Expected failures print one line, exit 1.
+
+:func:`register` also points ``hushnet node serve`` at :func:`node.runs.host.cmd_node_serve`, so
+every node process (``hushnet node serve``, ``hushnet up``) serves runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+
+def _state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state-dir", required=True, type=pathlib.Path,
+                   help="'hushnet up' state directory or bootstrap state directory (operator identity)")
+    p.add_argument("--bootstrap", help="bootstrap HOST:PORT (default: from the state directory)")
+
+
+def register(subparsers) -> None:
+    rp = subparsers.add_parser("run", help="private runs: start, watch, report, list, cancel",
+                               description="Operate private runs on a hushnet network.")
+    rsub = rp.add_subparsers(dest="run_command", metavar="COMMAND")
+    rp.set_defaults(handler=lambda a: (rp.print_help(), 2)[1])
+
+    st = rsub.add_parser("start", help="sign a run spec, deliver it, start when every node accepts",
+                         description="Sign SPEC.toml with the operator key, deliver it to every node; each node checks "
+                                     "the signature, its own budget and its data, and accepts or refuses with a reason. "
+                                     "The run starts only if all accept. Prints the run id.")
+    st.add_argument("spec", type=pathlib.Path, help="run spec (TOML; see examples/)")
+    st.add_argument("--watch", action="store_true", help="then watch it like 'hushnet run watch'")
+    st.add_argument("--json", action="store_true")
+    _state(st)
+    st.set_defaults(handler=cmd_start)
+
+    wa = rsub.add_parser("watch", help="live progress bar until the run ends")
+    wa.add_argument("run_id")
+    wa.add_argument("--timeout", type=float, default=600.0)
+    wa.add_argument("--pause-timeout", type=float, default=15.0, help="give up after the run stays paused this long")
+    wa.add_argument("--json", action="store_true")
+    _state(wa)
+    wa.set_defaults(handler=cmd_watch)
+
+    re_ = rsub.add_parser("report", help="privacy report (table; optional heatmap PNG)")
+    re_.add_argument("run_id")
+    re_.add_argument("--png", type=pathlib.Path, help="write the pairwise heatmap + loss-by-distance plot here")
+    re_.add_argument("--json", action="store_true", help="print the per-node reports as JSON")
+    _state(re_)
+    re_.set_defaults(handler=cmd_report)
+
+    li = rsub.add_parser("list", help="runs known to the nodes")
+    li.add_argument("--json", action="store_true")
+    _state(li)
+    li.set_defaults(handler=cmd_list)
+
+    ca = rsub.add_parser("cancel", help="cancel a run on every node")
+    ca.add_argument("run_id")
+    _state(ca)
+    ca.set_defaults(handler=cmd_cancel)
+
+    _serve_runs_on_nodes(subparsers)
+
+
+def _serve_runs_on_nodes(subparsers) -> None:
+    """Make ``hushnet node serve`` load the run service (see :mod:`node.runs.host`)."""
+    node_parser = subparsers.choices.get("node")
+    if node_parser is None:
+        return
+    for action in node_parser._actions:  # noqa: SLF001 - argparse keeps sub-parsers here
+        if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:  # noqa: SLF001
+            action.choices["serve"].set_defaults(handler=_node_serve)
+
+
+def _node_serve(args) -> int:
+    from node.runs.host import cmd_node_serve  # heavy imports only in node processes
+
+    return cmd_node_serve(args)
+
+
+def _fail(msg: str) -> int:
+    print(f"hushnet: error: {msg}", file=sys.stderr)
+    return 1
+
+
+def _go(args, fn) -> int:
+    import asyncio
+
+    from node.client.core import AsyncClient, ClientError
+
+    async def main():
+        client = await AsyncClient.connect(args.state_dir, bootstrap=args.bootstrap)
+        try:
+            return await fn(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except ClientError as exc:
+        return _fail(str(exc))
+
+
+def cmd_start(args) -> int:
+    async def fn(c):
+        run_id = await c.start_run(args.spec)
+        print(json.dumps({"run_id": run_id}) if args.json else f"run {run_id} started")
+        if args.watch:
+            return await _watch(c, run_id, args)
+        return 0
+
+    return _go(args, fn)
+
+
+async def _watch(c, run_id: str, args) -> int:
+    o = await c.watch(run_id, progress=not getattr(args, "json", False), timeout=getattr(args, "timeout", 600.0),
+                      pause_timeout=getattr(args, "pause_timeout", 15.0))
+    if getattr(args, "json", False):
+        from node.client.core import outcome_dict
+
+        print(json.dumps(outcome_dict(o)))
+    else:
+        print(f"run {run_id}: {o.state} at step {o.step}/{o.steps} in {o.seconds:.1f} s"
+              + (f", model held by {o.holder}" if o.holder else "") + (f" — {o.reason}" if o.reason else ""))
+        for d in o.deviations:
+            print(f"  deviation at step {d.get('step')}: {d.get('reason')} (dead: {d.get('dead_node', '?')}); "
+                  "accounted with the local-DP bound")
+        for f in o.faults:
+            print(f"  refused message at {f.get('node')}: {f.get('code')}: {f.get('message')}")
+    return 0 if o.state == "finished" else 3
+
+
+def cmd_watch(args) -> int:
+    return _go(args, lambda c: _watch(c, args.run_id, args))
+
+
+def cmd_report(args) -> int:
+    async def fn(c):
+        rep = await c.report(args.run_id)
+        if args.json:
+            print(json.dumps({"summary": rep.summary(), "nodes": rep.per_node}, default=str))
+        else:
+            print(rep.format_table())
+        if args.png:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            rep.save_heatmap(args.png)
+            if not args.json:
+                print(f"heatmap written to {args.png}")
+        return 0
+
+    return _go(args, fn)
+
+
+def cmd_list(args) -> int:
+    async def fn(c):
+        runs = await c.list_runs()
+        if args.json:
+            print(json.dumps(runs))
+            return 0
+        if not runs:
+            print("no runs")
+            return 0
+        rows = [("RUN", "PROTOCOL", "STATE", "STEP", "NODES")]
+        rows += [(r["run_id"], r["protocol"], r["state"], f"{max(r['step'], 0)}/{r['steps']}", str(r["nodes"])) for r in runs]
+        w = [max(len(r[k]) for r in rows) for k in range(5)]
+        for r in rows:
+            print("  ".join(x.ljust(wk) for x, wk in zip(r, w)).rstrip())
+        return 0
+
+    return _go(args, fn)
+
+
+def cmd_cancel(args) -> int:
+    async def fn(c):
+        res = await c.cancel(args.run_id)
+        for node, state in sorted(res.items()):
+            print(f"{node}: {state}")
+        return 0
+
+    return _go(args, fn)
