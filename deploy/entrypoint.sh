@@ -23,6 +23,8 @@
 #   HUSHNET_NODE_ID     node: requested id (default assigned by the bootstrap: n<vertex>)
 #   HUSHNET_MAX_MESSAGE_MB, HUSHNET_JOIN_TIMEOUT   node: passed to `hushnet node serve`
 #   HUSHNET_WAIT_FILES  node: seconds to wait for the CA/token files on first start (default 120)
+#   HUSHNET_DATA_PATH   node: local data for runs, <vertex> / <node_id> filled in after the join
+#                       (e.g. /data/node-<vertex>.npz); HUSHNET_BUDGET_EPSILON / _DELTA: its budget
 #   HUSHNET_LOG_JSON    1/true: one JSON object per log line;  HUSHNET_LOG_LEVEL: INFO, DEBUG, ...
 set -eu
 
@@ -127,6 +129,10 @@ volume at $JOIN_DIR or provide them as secrets"
     [ -n "${HUSHNET_MAX_MESSAGE_MB:-}" ] && set -- "$@" --max-message-mb "$HUSHNET_MAX_MESSAGE_MB"
     [ -n "${HUSHNET_JOIN_TIMEOUT:-}" ] && set -- "$@" --join-timeout "$HUSHNET_JOIN_TIMEOUT"
     for a in $(log_args); do set -- "$@" "$a"; done
+    if [ -n "${HUSHNET_DATA_PATH:-}${HUSHNET_BUDGET_EPSILON:-}" ]; then
+        # run policy (data shard + budget) once the bootstrap has assigned our vertex
+        HUSHNET_STATE_DIR="$STATE_DIR" "$PY" /usr/local/lib/hushnet/node_policy.py &
+    fi
     exec "$HUSHNET" "$@"
     ;;
 hushnet)

@@ -186,16 +186,6 @@ def inspect(container: str) -> dict:
     return json.loads(docker("inspect", container).stdout)[0]
 
 
-def operator_dir_from_container(container: str, dest: pathlib.Path, bootstrap: str) -> pathlib.Path:
-    """Copy the operator identity out of the bootstrap container (what deploy/README.md tells users)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("ca.pem", "operator.pem", "operator.key"):
-        docker("cp", f"{container}:/var/lib/hushnet/{name}", str(dest / name))
-    (dest / "operator.key").chmod(0o600)
-    (dest / "bootstrap.json").write_text(json.dumps({"address": bootstrap}))
-    return dest
-
-
 def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
     """Poll ``predicate`` (returns a truthy value or raises) until truthy; raise with the last state."""
     deadline = time.monotonic() + timeout

@@ -15,12 +15,14 @@ import time
 import pytest
 
 from deploy_support import (
+    REPO,
     compose,
     container_ids,
     docker,
+    docker_bin,
     free_loopback_port,
     inspect,
-    operator_dir_from_container,
+    run,
     TIMINGS,
     wait_for,
 )
@@ -84,9 +86,12 @@ def net(hushnet_image, tmp_path_factory):
         compose(project, "up", "-d", "--scale", f"node={N_NODES}", env=env, timeout=240)
         TIMINGS["compose_up_cmd_s"] = time.monotonic() - t0
         (boot,) = container_ids(project, "bootstrap")
-        wait_for(lambda: docker("exec", boot, "test", "-f", "/var/lib/hushnet/bootstrap.json", check=False)
-                 .returncode == 0, 60, what="bootstrap state")
-        op_dir = operator_dir_from_container(boot, tmp_path_factory.mktemp("operator"), f"127.0.0.1:{port}")
+        # the operator identity, fetched the way deploy/README.md tells users to
+        op_dir = tmp_path_factory.mktemp("operator") / "op"
+        run([str(REPO / "deploy" / "scripts" / "compose-operator.sh"), str(op_dir)], timeout=90,
+            env=dict(os.environ, COMPOSE_PROJECT_NAME=project, COMPOSE_FILE=str(REPO / "docker-compose.yml"),
+                     HUSHNET_BOOTSTRAP_PORT=str(port), DOCKER=docker_bin()), cwd=REPO)
+        assert oct((op_dir / "operator.key").stat().st_mode & 0o777) == "0o600"
         doc = wait_for(lambda: _all_connected(op_dir), 120, what="4 healthy nodes with all ring links up")
         TIMINGS["compose_up_to_healthy_s"] = time.monotonic() - t0
         state.update(op_dir=op_dir, bootstrap=boot, first_status=doc,
