@@ -220,6 +220,7 @@ class AsyncClient:
         deviations: list[dict[str, Any]] = []
         faults: list[dict[str, Any]] = []
         paused_since: float | None = None
+        last_step = -1
         state = "running"
         reason = ""
         bar = None
@@ -250,6 +251,11 @@ class AsyncClient:
                             faults.append(ev)
                         if ev["type"] == "finished" and ev.get("holds_model"):
                             holder = i
+                unknown = {i: e for i, e in unreachable.items() if "no run" in e or "refused here" in e}
+                if unknown and len(unknown) + len(states) == len(ids) and not states:
+                    raise ClientError(f"no run {run_id} on this network ({next(iter(unknown.values()))})")
+                for i in unknown:
+                    unreachable.pop(i, None)
                 if len(unreachable) == len(ids):
                     raise ClientError("the network went away during watch: " + "; ".join(
                         f"{i}: {e}" for i, e in sorted(unreachable.items())[:3]))
@@ -268,6 +274,8 @@ class AsyncClient:
                 if stopped:
                     state, reason = stopped[0]["state"], f"{stopped[0]['node']}: {stopped[0].get('reason', '')}"
                     break
+                if step != last_step:
+                    last_step, paused_since = step, None
                 if any(s["state"] == "paused" for s in states.values()) or (unreachable and step < total):
                     paused_since = paused_since or time.monotonic()
                     if time.monotonic() - paused_since > pause_timeout:
