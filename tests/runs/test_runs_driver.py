@@ -1,0 +1,157 @@
+"""The node driver on its own: bad tokens are refused with a reason and leave the ledger exact.
+
+Drives real machines and a real SQLite privacy ledger through :class:`RunDriver` on an asyncio
+loop; the "transport" is a list per node that the test delivers by hand, so it can play a
+misbehaving peer (unexpected sender, replayed step, wrong dimension) at an exact moment.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from node.engine.wire import encode_token
+from node.privacy.ledger import Ledger
+from node.protocols.registry import make_machine, transition_matrix
+from node.runs.accounting import contribution_cost
+from node.runs.driver import RunDriver, RunRefused
+from node.runs.service import network_walk_options
+from node.runs.spec import Budget, RunSpec
+from node.tasks import LogisticRegressionTask
+
+N = 4
+GRAPH = "ring:4"
+
+
+def _drivers(tmp_path, spec, ledger_budget=None):
+    rng = np.random.default_rng(0)
+    W = transition_matrix(spec.graph)
+    ids = [f"n{i}" for i in range(N)]
+    outbox: list[tuple[str, str, bytes]] = []
+    drivers = []
+    for v in range(N):
+        X = rng.standard_normal((5, 3))
+        y = np.where(rng.random(5) > 0.5, 1.0, -1.0)
+        task = LogisticRegressionTask(X, y)
+        m = make_machine(spec.protocol, v, N, task, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(),
+                         W=W, options=network_walk_options(spec, progress_every=1))
+        led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
+        if ledger_budget is not None:
+            from node.privacy.ledger import Budget as LB
+
+            led.set_budget(LB(ledger_budget, spec.budget.delta))
+
+        async def send(dst, data, src=ids[v]):
+            outbox.append((src, dst, data))
+
+        drivers.append(RunDriver(spec, v, ids, m, send, ledger=led, cost=contribution_cost(spec, v, ids, W), W=W))
+    return drivers, outbox
+
+
+def _spec(**kw):
+    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=40, seed=5, budget=Budget(1e6, 1e-5), sigma=1.0,
+                cap=None)
+    base.update(kw)
+    return RunSpec(**base).with_run_id()
+
+
+async def _pump(drivers, outbox, until_step=None, max_msgs=10_000):
+    """Deliver queued messages in order until none are left (or the walk reached ``until_step``)."""
+    by = {d.node_id: d for d in drivers}
+    delivered = []
+    for _ in range(max_msgs):
+        await asyncio.sleep(0)
+        if not outbox:
+            await asyncio.sleep(0.01)
+            if not outbox:
+                return delivered
+        src, dst, data = outbox.pop(0)
+        by[dst].on_message(src, data)
+        delivered.append((src, dst, data))
+        if until_step is not None and max(d.last_step for d in drivers) >= until_step:
+            return delivered
+    return delivered
+
+
+def test_bad_tokens_refused_ledger_exact(tmp_path):
+    async def go():
+        spec = _spec()
+        drivers, outbox = _drivers(tmp_path, spec)
+        for d in drivers:
+            d.start()
+        delivered = await _pump(drivers, outbox, until_step=10)
+        tokens = [x for x in delivered if x[2][0] == 1]
+        src, dst, data = tokens[-1]
+        holder = {d.node_id: d for d in drivers}[dst]
+        before = holder.ledger.entries()
+        charged = holder.run_rdp.copy() if holder.run_rdp is not None else None
+        # replay with other contents, same step
+        step = int.from_bytes(data[1:9], "little")
+        forged = encode_token(step, spec.steps, 0, int(dst[1:]), np.ones(4))
+        with pytest.raises(RunRefused, match="replay"):
+            holder.on_message(src, forged)
+        # a sender that cannot hand this node the token under W (ring: only the two neighbours)
+        far = f"n{(int(dst[1:]) + 2) % N}"
+        with pytest.raises(RunRefused, match="unexpected-sender"):
+            holder.on_message(far, encode_token(step + 1, spec.steps, 0, int(dst[1:]), np.zeros(4)))
+        # model of the wrong dimension
+        with pytest.raises(RunRefused, match="wrong-dimension"):
+            holder.on_message(src, encode_token(step + 1, spec.steps, 0, int(dst[1:]), np.zeros(7)))
+        # a peer outside the run's graph
+        with pytest.raises(RunRefused, match="unknown-sender"):
+            holder.on_message("intruder", data)
+        assert [e["id"] for e in holder.ledger.entries()] == [e["id"] for e in before]
+        if charged is not None:
+            np.testing.assert_array_equal(holder.run_rdp, charged)
+        assert [f["code"] for f in holder.faults] == ["replay", "unexpected-sender", "wrong-dimension"]
+        # the exact retransmission is harmless (acknowledged again, nothing charged)
+        holder.on_message(src, data)
+        assert len(holder.ledger.entries()) == len(before)
+        # the walk still finishes, and the ledgers hold exactly one entry per contribution
+        await _pump(drivers, outbox)
+        assert sum(d.state == "finished" for d in drivers) == 1
+        assert sum(d.contributions for d in drivers) == spec.steps
+        for d in drivers:
+            assert len(d.ledger.entries(spec.run_id)) == d.contributions
+            d.shutdown()
+
+    asyncio.run(go())
+
+
+def test_budget_exhausted_mid_run_stops_before_the_contribution_leaves(tmp_path):
+    async def go():
+        spec = _spec(steps=400, sigma=1.0)
+        drivers, outbox = _drivers(tmp_path, spec, ledger_budget=3.0)
+        for d in drivers:
+            d.start()
+        await _pump(drivers, outbox)
+        stopped = [d for d in drivers if d.state == "stopped"]
+        assert stopped and "budget exhausted" in stopped[0].reason
+        d = stopped[0]
+        # the ledger never exceeds the node's budget, and it matches the contributions that left
+        for t, s in d.ledger.spent(delta=spec.budget.delta).items():
+            assert s.epsilon <= 3.0 * (1 + 1e-9)
+        assert len(d.ledger.entries(spec.run_id)) == d.contributions
+        for x in drivers:
+            x.shutdown()
+
+    asyncio.run(go())
+
+
+def test_cancel_and_events(tmp_path):
+    async def go():
+        spec = _spec(steps=30)
+        drivers, outbox = _drivers(tmp_path, spec)
+        for d in drivers:
+            d.start()
+        evs = await drivers[0].wait_events(0, 0.1)
+        assert evs[0]["type"] == "started"
+        drivers[1].cancel("test")
+        with pytest.raises(RunRefused, match="run-over"):
+            drivers[1].on_message("n0", b"\x01")
+        assert drivers[1].status()["state"] == "cancelled"
+        for d in drivers:
+            d.shutdown()
+
+    asyncio.run(go())
