@@ -119,8 +119,8 @@ def main(out_dir: pathlib.Path) -> dict:
     specs = {
         "hypercube": ([parse_graph("hypercube:11")], 0),
         "erdos-renyi": (er, 12),
-        "geometric": ([geo], 3),
-        "grid": ([parse_graph("grid:45x45")], 3),
+        "geometric": ([geo], 1),
+        "grid": ([parse_graph("grid:45x45")], 2),
     }
     results = {}
     for name, (graphs, per_class) in specs.items():
