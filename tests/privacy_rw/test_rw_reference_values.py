@@ -209,3 +209,20 @@ def test_paper_weights_periodic_hypercube_is_flagged():
     S = rw.rw_single_loss_matrix(W, 50, 2.0, 5.0)
     # odd/even structure: from node 0, W^t reaches odd-weight nodes only at odd t, so the exact sum is still finite
     assert np.isfinite(S).all() and (S >= 0).all()
+
+
+def test_grid45_corner_rw_not_better_than_gossip():
+    """D13 (v) / B.7.1: grid 45×45, corner source — deterministic, spec values to 1e-3 relative."""
+    g = parse_graph("grid:45x45")
+    W = metropolis_hastings(g)
+    T = rw.compute_T_walk(W, 1.0)
+    assert T == 193225 and rw.gossip_T_mix(W, 1.0) == 243
+    assert rw.vplambda(W) == pytest.approx(0.00099, rel=0.01)
+    a0 = np.clip(rw.rw_pndp_matrix(W, T, 2.0, 1.0, bound="paper").matrix[0], 0, 1)
+    gv = rw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
+    assert a0[1:].mean() == pytest.approx(0.569, rel=1e-3)
+    assert gv[1:].mean() == pytest.approx(0.120, rel=2e-3)
+    dist = g.shortest_path_lengths(0)
+    assert all(by_distance(a0, dist, d) > 0.99 for d in range(1, 16))  # saturated at the LDP level
+    assert by_distance(a0, dist, 25) == pytest.approx(0.83, abs=0.01)
+    assert all(by_distance(gv, dist, d) < by_distance(a0, dist, d) for d in range(16, 45))
