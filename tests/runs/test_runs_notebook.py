@@ -1,0 +1,37 @@
+"""notebooks/quickstart.ipynb runs end to end (nbclient, a real kernel, a real local network) and shows
+a finished run, a refusal with a reason, the certified report, the plots and the model's accuracy."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="install the dev extra: pip install -e '.[dev]'")
+nbclient = pytest.importorskip("nbclient", reason="install the dev extra: pip install -e '.[dev]'")
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+
+def test_quickstart_notebook_executes(tmp_path):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text, images = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", out
+            text.append(out.get("text", "") + str(out.get("data", {}).get("text/plain", "")))
+            images += "image/png" in out.get("data", {})
+    joined = "\n".join(text)
+    assert "network healthy: 8 nodes" in joined
+    assert "state=finished step=300/300" in joined
+    assert "refused:" in joined and "feature columns" in joined and "Traceback" not in joined
+    m = re.search(r"certified worst pair eps=([0-9.]+), mean=([0-9.]+)", joined)
+    assert m and float(m.group(1)) >= float(m.group(2)) > 0
+    acc = float(re.search(r"held-out accuracy=([0-9.]+)", joined).group(1))
+    assert acc >= 0.8
+    assert images >= 1
+    assert "network stopped" in joined
