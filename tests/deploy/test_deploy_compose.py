@@ -1,8 +1,10 @@
-"""docker-compose with a real engine: up --scale, a job through the published port, a node
-stopped mid-run, its ledger across a container restart, bad input, and a quick ``down``.
+"""docker-compose with a real engine: up --scale, private runs through the published port, a
+node stopped mid-run (``deviate`` and ``pause``), identity and privacy ledger across a container
+restart, bad input, and a quick ``down``.
 
-One compose project (bootstrap + 4 nodes on ``ring:4``) lives for the whole module; the tests
-run in file order and each checks one documented behaviour (deploy/README.md).
+One compose project (bootstrap + 4 nodes on ``ring:4``, each node with its own synthetic data
+shard from ``HUSHNET_DATA_DIR``) lives for the whole module; the tests run in file order and each
+checks one documented behaviour (deploy/README.md).
 """
 from __future__ import annotations
 
@@ -10,7 +12,12 @@ import asyncio
 import json
 import os
 import pathlib
+import shutil
+import sys
+import tempfile
 import time
+
+import numpy as np
 
 import pytest
 
@@ -32,6 +39,76 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(420
 N_NODES = 4
 TOPOLOGY = "ring:4"
 RING = {"n0": {"n1", "n3"}, "n1": {"n0", "n2"}, "n2": {"n1", "n3"}, "n3": {"n0", "n2"}}
+NODE_BUDGET = 200.0
+HUSHNET = str(pathlib.Path(sys.executable).parent / "hushnet")
+
+
+def spec_toml(steps: int, sigma: float, seed: int, on_peer_down: str = "deviate") -> str:
+    """A private logistic regression by random walk (rw-dpsgd) over the ring."""
+    return f"""[run]
+protocol = "rw-dpsgd"
+graph = "{TOPOLOGY}"
+weights = "hamilton"
+steps = {steps}
+sigma = {sigma}
+clip = 1.0
+step_size = 0.5
+seed = {seed}
+view_model = "sender-known"
+on_peer_down = "{on_peer_down}"
+constraint = "strict"
+
+[task]
+name = "logreg"
+
+[budget]
+epsilon = {NODE_BUDGET}
+delta = 1e-5
+"""
+
+
+def write_shards(data_dir: pathlib.Path, n: int, per_node: int = 20, d: int = 4, seed: int = 0) -> None:
+    """Planted, separable logistic data with unit-norm rows: node v reads node-v.npz."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    for v in range(n):
+        X = rng.standard_normal((per_node, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        np.savez(data_dir / f"node-{v}.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
+        (data_dir / f"node-{v}.npz").chmod(0o644)
+
+
+def _client(op_dir: pathlib.Path, fn):
+    from node.client import AsyncClient
+
+    async def go():
+        async with await AsyncClient.connect(op_dir) as c:
+            return await fn(c)
+
+    return asyncio.run(go())
+
+
+def _start_and_stop_mid_run(op_dir: pathlib.Path, spec: pathlib.Path, victim: str, at_step: int = 150,
+                            pause_timeout: float = 10.0):
+    """Start a run, stop the ``victim`` container once the walk has made ``at_step`` steps, watch it."""
+    async def go(c):
+        run_id = await c.start_run(spec)
+        deadline = time.monotonic() + 60
+        while True:
+            st = await c.statuses(run_id)
+            step = max((s.get("step", 0) for s in st.values() if isinstance(s, dict)), default=0)
+            if step >= at_step:
+                break
+            assert time.monotonic() < deadline, f"run {run_id} made no progress: {st}"
+            await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(docker_bin(), "stop", "--time", "10", victim)
+        await proc.wait()
+        stop_s = time.monotonic() - t0
+        outcome = await c.watch(run_id, progress=False, pause_timeout=pause_timeout, timeout=180)
+        return run_id, step, stop_s, outcome
+
+    return _client(op_dir, go)
 
 
 def _status(op_dir: pathlib.Path, timeout: float = 3.0) -> dict:
@@ -78,9 +155,12 @@ def net(hushnet_image, tmp_path_factory):
     """A compose project up and healthy; always brought down (volumes included) at the end."""
     project = f"hndeploy{os.getpid()}"
     port = free_loopback_port()
+    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="hushnet-deploy-data-"))
+    data_dir.chmod(0o755)  # the containers' user (uid 10001) reads it through a bind mount
+    write_shards(data_dir, N_NODES)
     env = {"HUSHNET_IMAGE": hushnet_image, "HUSHNET_BOOTSTRAP_PORT": str(port), "HUSHNET_TOPOLOGY": TOPOLOGY,
-           "HUSHNET_LOG_JSON": "1"}
-    state = {"project": project, "env": env, "port": port, "down": False}
+           "HUSHNET_LOG_JSON": "1", "HUSHNET_DATA_DIR": str(data_dir), "HUSHNET_BUDGET_EPSILON": str(NODE_BUDGET)}
+    state = {"project": project, "env": env, "port": port, "down": False, "specs": tmp_path_factory.mktemp("specs")}
     try:
         t0 = time.monotonic()
         compose(project, "up", "-d", "--scale", f"node={N_NODES}", env=env, timeout=240)
@@ -102,6 +182,7 @@ def net(hushnet_image, tmp_path_factory):
             logs = compose(project, "logs", "--no-color", "--tail", "40", env=env, check=False).stdout
             compose(project, "down", "-v", "--timeout", "10", env=env, timeout=180, check=False)
             print(logs[-6000:])
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_compose_scale_brings_up_the_topology(net):
@@ -130,12 +211,39 @@ def test_healthchecks_report_healthy(net):
     assert "node n0 serving on" in out
 
 
-def test_job_end_to_end_through_published_port(net):
-    t0 = time.monotonic()
-    result = _exchange(net["op_dir"], "deploy-job-1")
-    TIMINGS["demo_job_in_containers_s"] = time.monotonic() - t0
+def test_envelopes_cross_every_edge(net):
+    result = _exchange(net["op_dir"], "deploy-ping-1")
     assert result["ok"], result
     assert result["directed_edges"] == 2 * N_NODES and result["delivered"] == 2 * N_NODES
+
+
+def test_private_run_end_to_end_through_published_port(net):
+    """`hushnet run start --watch` on the host, through 127.0.0.1:<port>, against the containers."""
+    spec = net["specs"] / "run1.toml"
+    spec.write_text(spec_toml(steps=400, sigma=10.0, seed=11))
+    t0 = time.monotonic()
+    proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"]), "--watch"], timeout=180)
+    TIMINGS["private_run_in_containers_s"] = time.monotonic() - t0
+    assert "finished at step 400/400" in proc.stdout, proc.stdout
+    run_id = proc.stdout.split("run ", 1)[1].split()[0]
+    report = run([HUSHNET, "run", "report", run_id, "--state-dir", str(net["op_dir"])], timeout=60).stdout
+    assert "certified" in report and "paper" in report  # every number says which bound produced it
+    for node in RING:
+        assert f"\n{node} " in report
+    ledgers = _client(net["op_dir"], lambda c: c.ledgers())
+    for node in RING:  # every node charged its own persistent ledger toward every other node
+        spent = ledgers[node]["spent"]
+        assert set(spent) == set(RING) - {node} and all(v["epsilon"] > 0 for v in spent.values()), ledgers[node]
+    net["ledger_before"] = ledgers["n1"]
+
+
+def test_node_refuses_a_run_over_its_budget(net):
+    spec = net["specs"] / "greedy.toml"
+    spec.write_text(spec_toml(steps=1500, sigma=1.0, seed=12))
+    proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"])], timeout=60, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "over budget" in text and f"budget is ε={NODE_BUDGET:g}" in text and "Traceback" not in text
 
 
 def test_bad_input_wrong_token_is_refused_clearly(net):
@@ -148,32 +256,25 @@ def test_bad_input_wrong_token_is_refused_clearly(net):
     assert "wrong join token" in text and "Traceback" not in text
 
 
-def test_stopping_a_node_mid_run(net):
-    """Documented behaviour: SIGTERM → the node leaves (bootstrap marks it not alive), its
-    neighbours see the link unhealthy, and deliveries to it fail with an error reported to the
-    operator while every other edge keeps working."""
+def test_stopping_a_node_mid_run_deviates(net):
+    """Documented behaviour of ``on_peer_down = "deviate"``: the run goes on without the stopped
+    node, the holders that found it down record a deviation naming it, and the run finishes.
+    At the network level the node leaves (bootstrap: not alive) and its neighbours lose the link."""
     op_dir, victim = net["op_dir"], net["nodes"]["n1"]
-    t0 = time.monotonic()
-    docker("stop", "--time", "10", victim, timeout=30)
-    stop_s = time.monotonic() - t0
+    spec = net["specs"] / "deviate.toml"
+    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=13, on_peer_down="deviate"))
+    run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim)
     TIMINGS["docker_stop_node_s"] = stop_s
     assert stop_s < 5.0, f"docker stop took {stop_s:.1f} s: SIGTERM is not reaching hushnet"
     assert inspect(victim)["State"]["ExitCode"] == 0
+    assert outcome.state == "finished" and outcome.step == 1200 > step, outcome
+    assert outcome.deviations and {d.get("dead_node") for d in outcome.deviations} == {"n1"}, outcome.deviations
+    assert {d["node"] for d in outcome.deviations} <= {"n0", "n2"}  # only n1's neighbours hand to it
 
-    def n1_gone():
-        doc = _status(op_dir)
-        by = {n["id"]: n for n in doc["nodes"]}
-        return (not by["n1"]["alive_in_directory"] and not by["n1"]["healthy"]
-                and "n1" not in by["n0"]["connected"] and "n1" not in by["n2"]["connected"]
-                and by["n0"]["healthy"] and by["n2"]["healthy"]) and by
-    by = wait_for(n1_gone, 30, what="neighbours to see n1 gone")
+    by = {n["id"]: n for n in _status(op_dir)["nodes"]}
+    assert not by["n1"]["alive_in_directory"] and not by["n1"]["healthy"]
+    assert "n1" not in by["n0"]["connected"] and "n1" not in by["n2"]["connected"]
     assert "n3" in by["n0"]["connected"] and "n3" in by["n2"]["connected"]
-
-    report = _control(op_dir, "n0", "ping_neighbors", {"run_id": "deploy-job-2", "size": 256, "timeout": 5})
-    assert report["sent"]["n3"]["ok"], report
-    assert not report["sent"]["n1"]["ok"] and report["sent"]["n1"].get("error"), report
-    inbox = _control(op_dir, "n3", "inbox", {"protocol": "net.ping", "run_id": "deploy-job-2"})["inbox"]
-    assert [row["sender"] for row in inbox] == ["n0"]
 
 
 def test_restarted_node_keeps_identity_and_ledger(net):
@@ -185,10 +286,30 @@ def test_restarted_node_keeps_identity_and_ledger(net):
     assert next(n for n in doc["nodes"] if n["id"] == "n1")["cert_sha256"] == ident["cert_sha256"]
     first = {n["id"]: n for n in net["first_status"]["nodes"]}["n1"]
     assert first["x25519_public"] == ident["x25519_public"]  # same keys: the volume survived
-    # the ledger (node.sqlite) still holds what n1 received before the restart
-    inbox = _control(op_dir, "n1", "inbox", {"protocol": "net.ping", "run_id": "deploy-job-1"})["inbox"]
+    # the privacy ledger still holds what n1 spent before the restart (and after: the deviate run)
+    after = _client(op_dir, lambda c: c.ledgers())["n1"]
+    before = net["ledger_before"]
+    assert after["entries"] >= before["entries"] > 0
+    for peer, spent in before["spent"].items():
+        assert after["spent"][peer]["epsilon"] >= spent["epsilon"] - 1e-9
+    # and the transport inbox of the ping exchange too
+    inbox = _control(op_dir, "n1", "inbox", {"protocol": "net.ping", "run_id": "deploy-ping-1"})["inbox"]
     assert sorted(row["sender"] for row in inbox) == ["n0", "n2"]
-    assert _exchange(op_dir, "deploy-job-3")["ok"]
+
+
+def test_stopping_a_node_mid_run_pauses(net):
+    """Documented behaviour of ``on_peer_down = "pause"``: the holder keeps the token and retries;
+    ``watch`` returns "paused" with the holder and the unreachable node; the operator cancels."""
+    op_dir, victim = net["op_dir"], net["nodes"]["n3"]
+    spec = net["specs"] / "pause.toml"
+    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=14, on_peer_down="pause"))
+    run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim, pause_timeout=8.0)
+    assert outcome.state == "paused" and step <= outcome.step < 1200, outcome
+    assert "unreachable: n3" in outcome.reason and not outcome.deviations, outcome
+    cancelled = _client(op_dir, lambda c: c.cancel(run_id))
+    assert {cancelled[n] for n in ("n0", "n1", "n2")} == {"cancelled"}, cancelled
+    docker("start", victim)
+    wait_for(lambda: _all_connected(op_dir), 90, what="n3 back and all ring links up")
 
 
 def test_down_is_quick_and_complete(net):
