@@ -1,0 +1,108 @@
+"""Runs over the real network: token hops per second (16 nodes, models of 10⁴ and 10⁶ float64) against
+the bare envelope hop of the network layer, measured in the same run on the same cluster; and the
+simulator's RW DP-SGD steps per second at n = 2048.
+
+* token hop: one step of RW DP-SGD that leaves the node — the machine's update (fresh noise of the
+  model's size), encoding, a mutual-TLS Deliver to the next holder, its validation and the
+  acknowledgement back, plus the ledger charge; measured as hops / (finish − start) of a run.
+* bare hop: the network's own ``ping_neighbors`` control command sending one envelope of the same
+  size to one neighbour and waiting for its DeliveryAck (sequential, mean over repetitions).
+
+Ratios are reported, never asserted.
+"""
+from __future__ import annotations
+
+import pathlib
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+N_NODES, GRAPH = 16, "hypercube:4"
+SIZES = (10_000, 1_000_000)
+
+
+def _network(out: dict) -> None:
+    from node.client import Client
+    from node.net.cluster import LocalCluster
+    from node.runs.policy import NodePolicy
+    from node.runs.spec import Budget, RunSpec
+
+    with tempfile.TemporaryDirectory(prefix="hushnet-bench-runs-") as tmp:
+        state = pathlib.Path(tmp)
+        for i in range(N_NODES):
+            d = state / "nodes" / f"n{i}"
+            d.mkdir(parents=True)
+            np.savez(d / "data.npz", X=np.zeros((1, 1)), y=np.ones(1))
+            NodePolicy.write(d, epsilon=1e9, delta=1e-5, data_path="data.npz")
+        cluster = LocalCluster(state, N_NODES, GRAPH, restart=False)
+        try:
+            cluster.start(timeout=120)
+            cluster.wait_healthy(timeout=180)
+            with Client(state) as c:
+                for size in SIZES:
+                    steps = 600 if size <= 10_000 else 120
+                    reps = 30 if size <= 10_000 else 10
+                    rtts = []
+                    for _ in range(reps):
+                        r = c._call(c.aio._control("n0", "ping_neighbors", {"size": 8 * size, "to": ["n1"]}, timeout=60))
+                        rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
+                    bare = 1.0 / statistics.mean(rtts)
+                    spec = RunSpec(protocol="rw-dpsgd", task="node.runs.synthetic:ZeroGradientTask", graph=GRAPH,
+                                   steps=steps, seed=size % 97, budget=Budget(1e9, 1e-5), sigma=1.0, step_size=0.01,
+                                   task_params={"size": size})
+                    run_id = c.start_run(spec)
+                    o = c.watch(run_id, progress=False, timeout=600)
+                    rep = c.report(run_id)
+                    hops = sum(r["messages"]["out"] for r in rep.per_node.values() if "messages" in r) / 2
+                    secs = rep.summary()["run_seconds"]
+                    rate = hops / secs
+                    out[f"size_{size}"] = {"state": o.state, "steps": steps, "hops": hops, "run_seconds": secs,
+                                           "token_hops_per_s": rate, "bare_hops_per_s": bare,
+                                           "ratio_token_vs_bare": rate / bare,
+                                           "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
+                                           "payload_mb": 8 * size / 1e6}
+        finally:
+            cluster.stop(timeout=15)
+
+
+def _simulator(out: dict) -> None:
+    from node.protocols.registry import build_machines, transition_matrix
+    from node.protocols.walk import WalkOptions
+    from node.sim import Simulator
+    from node.tasks import LogisticRegressionTask
+
+    n, T, d = 2048, 20_000, 8
+    rng = np.random.default_rng(0)
+    tasks = []
+    for _ in range(n):
+        X = rng.standard_normal((8, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        tasks.append(LogisticRegressionTask(X, np.where(X[:, 0] > 0, 1.0, -1.0)))
+    W = transition_matrix("regular:2048:8:1")
+    ms = build_machines("rw-dpsgd", tasks, run_seed=1, params=dict(steps=T, step_size=0.05, sigma=1.0), W=W,
+                        options=WalkOptions())
+    t0 = time.perf_counter()
+    res = Simulator(ms).run()
+    secs = time.perf_counter() - t0
+    out["simulator_n2048"] = {"status": res.status, "steps": T, "seconds": secs, "steps_per_s": T / secs}
+
+
+def main(out_dir: pathlib.Path) -> dict:
+    out: dict = {"nodes": N_NODES, "graph": GRAPH}
+    _network(out)
+    _simulator(out)
+    print(f"{'model':>10} {'token hops/s':>13} {'bare hops/s':>12} {'ratio':>6}")
+    for size in SIZES:
+        r = out[f"size_{size}"]
+        print(f"{size:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} {r['ratio_token_vs_bare']:>6.2f}")
+    s = out["simulator_n2048"]
+    print(f"simulator n=2048, T=20000: {s['steps_per_s']:.0f} steps/s ({s['seconds']:.2f} s)")
+    return out
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(main(pathlib.Path(__file__).resolve().parent / "out"), indent=2))
