@@ -34,7 +34,8 @@ from deploy_support import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(420)]
+# generous: on a cold machine the first test also pays for apt, debootstrap and the image build
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 N_NODES = 4
 TOPOLOGY = "ring:4"

@@ -5,7 +5,8 @@ The harness reads ``ExecStart`` from deploy/systemd/*.service, expands it the wa
 network namespace with its own address (10.77.0.0/24, hosts joined by veth pairs to a bridge
 that lives in a namespace of its own). Nothing is sent outside these namespaces.
 
-Checked: the bootstrap and three nodes form ``ring:3``; when one host's link is cut
+Checked: the bootstrap and three nodes form ``ring:3`` and carry a private run (rw-dpsgd, started
+by the operator on the bootstrap host); when one host's link is cut
 (``ip link set … down``) its neighbours mark it unhealthy within seconds and the bootstrap
 marks it not alive after the lease; when the link is restored the node renews its lease and
 every link comes back — the behaviour documented in deploy/README.md ("A host drops off the
@@ -88,6 +89,43 @@ def test_units_are_complete(unit, reference):
     assert proc.returncode == 0, proc.stderr
     for flag in [a for a in argv if a.startswith("--")]:
         assert flag in proc.stdout, f"{unit}: {flag} is not an option of '{' '.join(argv[1:3])}'"
+
+
+RUN_SPEC = """[run]
+protocol = "rw-dpsgd"
+graph = "ring:3"
+weights = "hamilton"
+steps = 300
+sigma = 10.0
+clip = 1.0
+step_size = 0.5
+seed = 21
+view_model = "sender-known"
+on_peer_down = "deviate"
+constraint = "strict"
+
+[task]
+name = "logreg"
+
+[budget]
+epsilon = 100.0
+delta = 1e-5
+"""
+
+
+def write_node_policy(state_dir: pathlib.Path, vertex: int, per_node: int = 20, d: int = 4) -> None:
+    """What a node's owner does before the first start: data shard + ``runs.toml`` (budget, data)."""
+    import numpy as np
+
+    from node.runs.policy import NodePolicy
+
+    rng = np.random.default_rng(100 + vertex)
+    w = np.random.default_rng(99).standard_normal(d)
+    X = rng.standard_normal((per_node, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(state_dir / "data.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
+    NodePolicy.write(state_dir, epsilon=100.0, delta=1e-5, data_path="data.npz")
 
 
 class Hosts:
@@ -189,6 +227,8 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
         host_etc.mkdir()
         shutil.copy(boot_state / "ca.pem", host_etc / "ca.pem")
         shutil.copy(boot_state / "join_token", host_etc / "join_token")
+        # the node owner's run policy: its own data shard and budget, in its state directory
+        write_node_policy(tmp_path / host / "state", vertex=i)
         env = parse_env((UNITS / "node.env").read_text())
         env.update(HUSHNET_STATE_DIR=str(tmp_path / host / "state"), HUSHNET_LISTEN=f"{addresses[host]}:7500",
                    HUSHNET_ADVERTISE=f"{addresses[host]}:7500", HUSHNET_BOOTSTRAP="10.77.0.1:7400",
@@ -205,6 +245,13 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     doc = wait_for(ring_up, 60, what="ring:3 up across the namespaces")
     assert {n["id"]: n["address"] for n in doc["nodes"]} == {
         "n0": "10.77.0.10:7500", "n1": "10.77.0.11:7500", "n2": "10.77.0.12:7500"}
+
+    # a private run across the hosts, started by the operator on the bootstrap machine
+    spec = tmp_path / "run.toml"
+    spec.write_text(RUN_SPEC)
+    proc = hosts.in_host("boot", [str(HUSHNET), "run", "start", str(spec), "--state-dir", str(boot_state), "--watch"],
+                         timeout=120)
+    assert proc.returncode == 0 and "finished at step 300/300" in proc.stdout, proc.stdout + proc.stderr
 
     # cut host h2 off the network
     hosts.set_link("h2", up=False)

@@ -19,7 +19,7 @@ import pytest
 
 from deploy_support import REPO, TIMINGS, docker, docker_bin, free_loopback_port, run, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _stack_containers(stack: str, service: str | None = None) -> list[str]:
