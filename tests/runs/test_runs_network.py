@@ -189,6 +189,60 @@ delta = 1e-5
     assert r.returncode != 0 and "no run" in r.stderr and "Traceback" not in r.stderr
 
 
+def _forge(state: pathlib.Path, as_node: str, to_node: str, address: str, run_id: str, payload: bytes) -> str:
+    """Deliver an envelope to ``to_node`` with ``as_node``'s own TLS identity (a misbehaving neighbour);
+    returns the error the node answered with ('' if accepted)."""
+    import asyncio
+
+    import grpc
+
+    from node.net import pki
+    from node.net.wire import encode_envelope
+    from proto.hushnet.v1 import envelope_pb2 as epb
+
+    nd = state / "nodes" / as_node
+    creds = pki.channel_credentials((nd / "ca.pem").read_bytes(), (nd / "node.key").read_bytes(),
+                                    (nd / "node.pem").read_bytes())
+
+    async def go() -> str:
+        async with grpc.aio.secure_channel(address, creds,
+                                           options=[("grpc.ssl_target_name_override", pki.node_dns(to_node))]) as ch:
+            call = ch.unary_unary("/hushnet.v1.Peer/Deliver", request_serializer=None,
+                                  response_deserializer=epb.DeliveryAck.FromString)
+            try:
+                await call(encode_envelope("hushnet.run", run_id, 2**40 + len(payload), payload, as_node, to_node),
+                           timeout=10)
+                return ""
+            except grpc.aio.AioRpcError as exc:
+                return exc.details()
+
+    return asyncio.run(go())
+
+
+def test_forged_tokens_from_a_real_neighbour_are_refused(net):
+    from node.engine.wire import encode_token
+
+    c: Client = net["client"]
+    spec = spec_for(seed=41, steps=3000, sigma=0.5)
+    run_id = c.start_run(spec)
+    wait_for(lambda: max(s["step"] for s in c.statuses(run_id).values() if isinstance(s, dict)) > 400, timeout=60)
+    n0 = net["cluster"].nodes[0].address
+    # wrong model dimension, and a stale step-1 token (n0 has handled later steps): both refused, reasons returned
+    err_dim = _forge(net["state"], "n1", "n0", n0, run_id, encode_token(500_000 % 2999 + 1, spec.steps, 0, 0, np.zeros(9)))
+    err_replay = _forge(net["state"], "n1", "n0", n0, run_id, encode_token(1, spec.steps, 0, 0, np.zeros(5)))
+    err_run = _forge(net["state"], "n1", "n0", n0, "run-unknown", encode_token(1, spec.steps, 0, 0, np.zeros(5)))
+    assert "wrong-dimension" in err_dim, err_dim
+    assert "replay" in err_replay, err_replay
+    assert "unknown-run" in err_run, err_run
+    out = c.watch(run_id, progress=False, timeout=120)
+    assert out.state == "finished"
+    rep = c.report(run_id)
+    assert [f["code"] for f in rep.per_node["n0"]["faults_list"]] == ["wrong-dimension", "replay"]
+    assert sum(rep.per_node[f"n{i}"]["contributions"] for i in range(N)) == spec.steps  # ledgers exact
+    ledgers = c.ledgers()
+    assert all(isinstance(v, dict) for v in ledgers.values())
+
+
 def test_killed_node_mid_walk_deviation_or_pause(net):
     c: Client = net["client"]
     cl = net["cluster"]
