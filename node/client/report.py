@@ -117,6 +117,7 @@ class RunReport:
         if ax is None:
             _, ax = plt.subplots(figsize=(5.2, 4.4))
         M = self.matrix(bound)
+        np.fill_diagonal(M, np.nan)  # no loss toward oneself: left blank so the colour scale shows the pairs
         im = ax.imshow(M, cmap="viridis")
         ids = self.ids
         step = max(1, len(ids) // 16)
@@ -139,6 +140,7 @@ class RunReport:
         p = self.loss_by_distance("paper")
         if p:
             ax.plot(list(p), list(p.values()), "s--", label="paper (Thm 3 as printed; not a guarantee)")
+        ax.set_xticks(sorted(set(c) | set(p)))
         ax.set_xlabel("shortest-path distance (hops)")
         ax.set_ylabel(f"mean ε at δ={self.delta:g}")
         ax.set_title(f"privacy loss by distance — {self.run_id}", fontsize=9)

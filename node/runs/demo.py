@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--report-png", type=pathlib.Path, help="also write the privacy heatmap + loss-by-distance plot")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     _data_dir()
@@ -152,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     nonpriv = nonprivate_accuracy(P)
     ldp, sig_ldp = localdp_accuracy(spec, tasks, P, worst)
     seconds = time.perf_counter() - t0
+    if args.report_png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        report.save_heatmap(args.report_png)
     print()
     print(report.format_table())
     print()

@@ -151,6 +151,20 @@ def test_bad_specs_and_data_are_refused_with_reasons(net):
         assert not d["accept"] and needle in d["reason"], d
 
 
+def test_wrong_operator_certificate_is_a_clear_error(net):
+    """A node certificate is not an operator certificate: every node refuses, with the reason, no traceback."""
+    nd = net["state"] / "nodes" / "n4"
+    boot = net["client"].aio.creds.bootstrap
+    bad = Client(bootstrap=boot, ca=nd / "ca.pem", cert=nd / "node.pem", key=nd / "node.key")
+    try:
+        with pytest.raises(RunRefusedError, match="operator certificate"):
+            bad.start_run(spec_for(seed=51))
+        runs = bad.list_runs()  # list degrades to nothing rather than failing
+        assert runs == []
+    finally:
+        bad.close()
+
+
 def test_cli_start_watch_report_list(net, tmp_path):
     state = str(net["state"])
     spec_path = tmp_path / "spec.toml"
