@@ -10,6 +10,7 @@ from node.privacy import koskela as ks
 from node.privacy import muffliato as mf
 from node.protocols.gossip_accounting import (
     averaging_sensitivities,
+    certified_report,
     averaging_thm1,
     privacy_ledger_entries,
     replay_averaging,
@@ -86,6 +87,10 @@ def test_dropout_certified_values_are_replayed_and_charged(tmp_path):
     tight = Ledger(":memory:", node_id="0", budget=Budget(epsilon=worst.epsilon * 0.5, delta=1e-6))
     with pytest.raises(BudgetExceeded):
         tight.charge(entries[0])
+    rep = certified_report(S, 2.0, 2.0, view="neighbourhood", protocol="muffliato", paper=averaging_thm1(sched))
+    assert rep["view"] == "neighbourhood" and rep["certified"]["bound"].startswith("certified")
+    assert rep["paper"]["bound"].startswith("paper")
+    assert rep["certified"]["max"] == pytest.approx(2.0 / (2 * 2.0**2))  # LDP value α/(2σ²) reached by neighbours
 
 
 def test_stream_accountant_on_schedule_matches_koskela():
