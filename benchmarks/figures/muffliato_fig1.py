@@ -118,9 +118,9 @@ def main(out_dir: pathlib.Path) -> dict:
     geo, geo_seed = _connected(f"geometric:{n}:0.07:{{seed}}", 0)
     specs = {
         "hypercube": ([parse_graph("hypercube:11")], 0),
-        "erdos-renyi": (er, 12),
+        "erdos-renyi": (er, 25),
         "geometric": ([geo], 1),
-        "grid": ([parse_graph("grid:45x45")], 2),
+        "grid": ([parse_graph("grid:45x45")], 4),
     }
     results = {}
     for name, (graphs, per_class) in specs.items():

@@ -199,6 +199,18 @@ def observer_view_matrix(W, observer: int, T: int, *, view: str = "neighbourhood
     return _assemble(Y, observer, view, own_noise_known)
 
 
+def _svd_left(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left singular vectors and values; falls back to LAPACK's gesvd when gesdd fails to converge
+    (it happens, rarely, on some well-scaled inputs)."""
+    try:
+        U, sv, _ = np.linalg.svd(X, full_matrices=False)
+    except np.linalg.LinAlgError:
+        import scipy.linalg as sla
+
+        U, sv, _ = sla.svd(X, full_matrices=False, lapack_driver="gesvd")
+    return U, sv
+
+
 def krylov_weights(W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, expansions: int,
                    rtol: float = 1e-9) -> np.ndarray:
     """``‖Π_S e_u‖²`` for ``S = span{e_f : f ∈ fixed} + span{W^t X₀ : t ≤ expansions}``, minus the
@@ -236,7 +248,7 @@ def krylov_weights(W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, e
                 X -= Q[:, :k] @ (Q[:, :k].T @ X)
         if X.shape[1] == 0:
             break
-        U, sv, _ = np.linalg.svd(X, full_matrices=False)
+        U, sv = _svd_left(X)
         keep = sv > rtol
         if not keep.any() or k >= Q.shape[1]:
             break

@@ -381,3 +381,16 @@ def test_krylov_dimension_matches_exact_arithmetic():
     s = mf.observer_sensitivities(W, v, T)
     assert round(float(s.sum())) == exact_dim == 60
     assert mf.observer_sensitivities(W, v, T, method="rows").sum() < exact_dim - 5
+
+
+def test_svd_fallback_when_gesdd_fails(monkeypatch):
+    """LAPACK's gesdd occasionally fails to converge (seen on the Facebook ego graph); the Arnoldi
+    step must fall back to gesvd and give the same subspace."""
+    W = metropolis_hastings(parse_graph("er:40:0.15:1").largest_component())
+    ref = mf.observer_sensitivities(W, 0, 4)
+
+    def broken(*args, **kwargs):
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    monkeypatch.setattr(mf.np.linalg, "svd", broken)
+    np.testing.assert_allclose(mf.observer_sensitivities(W, 0, 4), ref, atol=1e-12)
