@@ -35,10 +35,10 @@ from node.engine.errors import ProtocolError
 from node.net import pki
 from node.privacy.ledger import Budget as LedgerBudget
 from node.privacy.ledger import Ledger
-from node.protocols.registry import PROTOCOLS, make_machine, transition_matrix
+from node.protocols.registry import make_machine, transition_matrix
 from node.protocols.walk import WalkOptions
 from node.runs.accounting import contribution_cost
-from node.runs.driver import TERMINAL, RunDriver, RunRefused
+from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
 from node.tasks.base import TaskError

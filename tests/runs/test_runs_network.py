@@ -11,7 +11,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
 from dataclasses import replace
 
 import numpy as np
