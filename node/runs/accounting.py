@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -104,4 +105,16 @@ def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.nd
     return eps
 
 
-__all__ = ["ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "WALK_ACCOUNTED", "WALK_SGD"]
+#: protocol → ``fn(spec, vertex, local_budget, W) -> PolicyDecision``: how a node projects its loss
+#: before accepting a run.  Walk protocols use :func:`node.runs.spec.evaluate_policy` (the default);
+#: the gossip / anonymity owners register theirs here, and until then the node refuses those runs
+#: with the reason "cannot project this node's privacy loss".
+PROJECTORS: dict[str, Callable[..., Any]] = {}
+
+
+def register_projector(protocol: str, fn: Callable[..., Any]) -> None:
+    PROJECTORS[protocol] = fn
+
+
+__all__ = ["ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
+           "WALK_ACCOUNTED", "WALK_SGD"]

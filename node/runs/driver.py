@@ -229,7 +229,11 @@ class RunDriver:
             self.noise_visits += 1
             return True
         if self.cost is not None:
-            entry = self.cost.entry(ev, self.run_id, self.node_id)
+            try:
+                entry = self.cost.entry(ev, self.run_id, self.node_id)
+            except ValueError as exc:  # an entry this node cannot account: the data must not leave
+                self._stop(f"cannot account the {ev.kind} contribution at step {ev.step}: {exc}")
+                return False
             if self.ledger is not None:
                 try:
                     self.ledger.charge(entry)

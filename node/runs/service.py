@@ -37,7 +37,7 @@ from node.privacy.ledger import Budget as LedgerBudget
 from node.privacy.ledger import Ledger
 from node.protocols.registry import make_machine, transition_matrix
 from node.protocols.walk import WalkOptions
-from node.runs.accounting import contribution_cost
+from node.runs.accounting import PROJECTORS, contribution_cost
 from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
@@ -182,7 +182,7 @@ class RunService:
             return {**base, "reason": str(exc)}
         W = transition_matrix(spec.graph, spec.weights)
         local = policy.budget
-        dec = evaluate_policy(spec, vertex, local, W)
+        dec = PROJECTORS.get(spec.protocol, evaluate_policy)(spec, vertex, local, W)
         row = None if dec.epsilon_row is None else {ids[v]: float(dec.epsilon_row[v]) for v in range(len(ids)) if v != vertex}
         base.update(row=row, worst_epsilon=dec.worst_epsilon if dec.epsilon_row is not None else None, bound=dec.bound,
                     budget={"epsilon": (local or spec.budget).epsilon, "delta": (local or spec.budget).delta})
