@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench figures clean
+.PHONY: venv test demo net-demo bench figures clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,7 +18,7 @@ test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/python -m node.demo
+	$(BIN)/python -m node.runs.demo
 
 bench: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m benchmarks
@@ -28,3 +28,7 @@ figures: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The network-only demo of the peer layer: 8 nodes, one envelope along every edge.
+net-demo: $(STAMP)
+	$(BIN)/python -m node.demo
