@@ -17,8 +17,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = "hushnet:test"
@@ -200,3 +203,50 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
             last = exc
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}"[:3000])
+
+
+# ---------------------------------------------------------------------- runs
+
+
+def spec_toml(steps: int, sigma: float, seed: int, on_peer_down: str = "deviate", *, graph: str,
+              epsilon: float) -> str:
+    """A private logistic regression by random walk (rw-dpsgd) over ``graph`` (the network's topology)."""
+    return f"""[run]
+protocol = "rw-dpsgd"
+graph = "{graph}"
+weights = "hamilton"
+steps = {steps}
+sigma = {sigma}
+clip = 1.0
+step_size = 0.5
+seed = {seed}
+view_model = "sender-known"
+on_peer_down = "{on_peer_down}"
+constraint = "strict"
+
+[task]
+name = "logreg"
+
+[budget]
+epsilon = {epsilon}
+delta = 1e-5
+"""
+
+
+def write_shards(data_dir: pathlib.Path, n: int, per_node: int = 20, d: int = 4, seed: int = 0) -> None:
+    """Planted, separable logistic data with unit-norm rows: node v reads node-v.npz."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    for v in range(n):
+        X = rng.standard_normal((per_node, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        np.savez(data_dir / f"node-{v}.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
+        (data_dir / f"node-{v}.npz").chmod(0o644)
+
+
+def make_data_dir(n: int) -> pathlib.Path:
+    """A temporary folder with one shard per vertex, readable by the containers' user (uid 10001)."""
+    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="hushnet-deploy-data-"))
+    data_dir.chmod(0o755)
+    write_shards(data_dir, n)
+    return data_dir

@@ -14,23 +14,22 @@ import os
 import pathlib
 import shutil
 import sys
-import tempfile
 import time
-
-import numpy as np
 
 import pytest
 
 from deploy_support import (
     REPO,
+    TIMINGS,
     compose,
     container_ids,
     docker,
     docker_bin,
     free_loopback_port,
     inspect,
+    make_data_dir,
     run,
-    TIMINGS,
+    spec_toml,
     wait_for,
 )
 
@@ -42,41 +41,6 @@ TOPOLOGY = "ring:4"
 RING = {"n0": {"n1", "n3"}, "n1": {"n0", "n2"}, "n2": {"n1", "n3"}, "n3": {"n0", "n2"}}
 NODE_BUDGET = 200.0
 HUSHNET = str(pathlib.Path(sys.executable).parent / "hushnet")
-
-
-def spec_toml(steps: int, sigma: float, seed: int, on_peer_down: str = "deviate") -> str:
-    """A private logistic regression by random walk (rw-dpsgd) over the ring."""
-    return f"""[run]
-protocol = "rw-dpsgd"
-graph = "{TOPOLOGY}"
-weights = "hamilton"
-steps = {steps}
-sigma = {sigma}
-clip = 1.0
-step_size = 0.5
-seed = {seed}
-view_model = "sender-known"
-on_peer_down = "{on_peer_down}"
-constraint = "strict"
-
-[task]
-name = "logreg"
-
-[budget]
-epsilon = {NODE_BUDGET}
-delta = 1e-5
-"""
-
-
-def write_shards(data_dir: pathlib.Path, n: int, per_node: int = 20, d: int = 4, seed: int = 0) -> None:
-    """Planted, separable logistic data with unit-norm rows: node v reads node-v.npz."""
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    for v in range(n):
-        X = rng.standard_normal((per_node, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        np.savez(data_dir / f"node-{v}.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
-        (data_dir / f"node-{v}.npz").chmod(0o644)
 
 
 def _client(op_dir: pathlib.Path, fn):
@@ -156,9 +120,7 @@ def net(hushnet_image, tmp_path_factory):
     """A compose project up and healthy; always brought down (volumes included) at the end."""
     project = f"hndeploy{os.getpid()}"
     port = free_loopback_port()
-    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="hushnet-deploy-data-"))
-    data_dir.chmod(0o755)  # the containers' user (uid 10001) reads it through a bind mount
-    write_shards(data_dir, N_NODES)
+    data_dir = make_data_dir(N_NODES)  # bind-mounted read-only at /data in the node containers
     env = {"HUSHNET_IMAGE": hushnet_image, "HUSHNET_BOOTSTRAP_PORT": str(port), "HUSHNET_TOPOLOGY": TOPOLOGY,
            "HUSHNET_LOG_JSON": "1", "HUSHNET_DATA_DIR": str(data_dir), "HUSHNET_BUDGET_EPSILON": str(NODE_BUDGET)}
     state = {"project": project, "env": env, "port": port, "down": False, "specs": tmp_path_factory.mktemp("specs")}
@@ -221,7 +183,7 @@ def test_envelopes_cross_every_edge(net):
 def test_private_run_end_to_end_through_published_port(net):
     """`hushnet run start --watch` on the host, through 127.0.0.1:<port>, against the containers."""
     spec = net["specs"] / "run1.toml"
-    spec.write_text(spec_toml(steps=400, sigma=10.0, seed=11))
+    spec.write_text(spec_toml(steps=400, sigma=10.0, seed=11, graph=TOPOLOGY, epsilon=NODE_BUDGET))
     t0 = time.monotonic()
     proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"]), "--watch"], timeout=180)
     TIMINGS["private_run_in_containers_s"] = time.monotonic() - t0
@@ -240,7 +202,7 @@ def test_private_run_end_to_end_through_published_port(net):
 
 def test_node_refuses_a_run_over_its_budget(net):
     spec = net["specs"] / "greedy.toml"
-    spec.write_text(spec_toml(steps=1500, sigma=1.0, seed=12))
+    spec.write_text(spec_toml(steps=1500, sigma=1.0, seed=12, graph=TOPOLOGY, epsilon=NODE_BUDGET))
     proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"])], timeout=60, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
@@ -263,7 +225,8 @@ def test_stopping_a_node_mid_run_deviates(net):
     At the network level the node leaves (bootstrap: not alive) and its neighbours lose the link."""
     op_dir, victim = net["op_dir"], net["nodes"]["n1"]
     spec = net["specs"] / "deviate.toml"
-    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=13, on_peer_down="deviate"))
+    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=13, on_peer_down="deviate", graph=TOPOLOGY,
+                                   epsilon=NODE_BUDGET))
     run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim)
     TIMINGS["docker_stop_node_s"] = stop_s
     assert stop_s < 5.0, f"docker stop took {stop_s:.1f} s: SIGTERM is not reaching hushnet"
@@ -303,7 +266,8 @@ def test_stopping_a_node_mid_run_pauses(net):
     ``watch`` returns "paused" with the holder and the unreachable node; the operator cancels."""
     op_dir, victim = net["op_dir"], net["nodes"]["n3"]
     spec = net["specs"] / "pause.toml"
-    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=14, on_peer_down="pause"))
+    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=14, on_peer_down="pause", graph=TOPOLOGY,
+                                   epsilon=NODE_BUDGET))
     run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim, pause_timeout=8.0)
     assert outcome.state == "paused" and step <= outcome.step < 1200, outcome
     assert "unreachable: n3" in outcome.reason and not outcome.deviations, outcome

@@ -3,7 +3,8 @@
 Two deployments:
 
 * the plain stack (``docker stack deploy -c docker-compose.yml``): bootstrap + 3 node
-  replicas on an overlay network form ``ring:3`` and carry an envelope on every edge;
+  replicas on an overlay network form ``ring:3``, carry an envelope on every edge and a private
+  run (rw-dpsgd) started with ``hushnet run start`` inside the bootstrap task;
 * the multi-host recipe of deploy/swarm.md, followed literally on one host: the network's CA
   created beforehand in the bootstrap's volume, CA certificate and join token handed to the
   nodes as Swarm **secrets** (``deploy/swarm-multihost.yml``), the bootstrap pinned by a node
@@ -18,12 +19,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from deploy_support import REPO, TIMINGS, docker, docker_bin, free_loopback_port, run, wait_for
+from deploy_support import (
+    REPO,
+    TIMINGS,
+    docker,
+    docker_bin,
+    free_loopback_port,
+    make_data_dir,
+    run,
+    spec_toml,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -94,18 +106,30 @@ def _remove_stack(stack: str) -> None:
     wait_for(volumes_removed, 60, what="the stack volumes to be removed")
 
 
-def test_single_node_swarm_stack_deploy(swarm, hushnet_image):
+def test_single_node_swarm_stack_deploy(swarm, hushnet_image, tmp_path):
+    """The plain stack: ring up, an envelope on every edge, and a private run driven from inside
+    the bootstrap task (the overlay network is not reachable from the host; deploy/swarm.md)."""
     stack = f"hnstack{os.getpid()}"
+    data_dir = make_data_dir(3)
     t0 = time.monotonic()
     try:
         run([docker_bin(), "stack", "deploy", "--resolve-image", "never", "-c", str(REPO / "docker-compose.yml"),
-             stack], env=_deploy_env(hushnet_image), timeout=120)
+             stack], env=_deploy_env(hushnet_image, HUSHNET_DATA_DIR=str(data_dir), HUSHNET_BUDGET_EPSILON="100"),
+            timeout=120)
         boot, _ = _wait_ring(stack)
         TIMINGS["swarm_deploy_to_healthy_s"] = time.monotonic() - t0
         result = _exchange_inside(boot, "swarm-job")
         assert result["ok"] and result["delivered"] == 6, result
+
+        spec = tmp_path / "swarm-run.toml"
+        spec.write_text(spec_toml(steps=300, sigma=10.0, seed=31, graph="ring:3", epsilon=100.0))
+        docker("cp", str(spec), f"{boot}:/tmp/swarm-run.toml")
+        proc = docker("exec", boot, "hushnet", "run", "start", "/tmp/swarm-run.toml", "--state-dir", "/var/lib/hushnet",
+                      "--bootstrap", "127.0.0.1:7400", "--watch", timeout=120, check=False)
+        assert proc.returncode == 0 and "finished at step 300/300" in proc.stdout, proc.stdout + proc.stderr
     finally:
         _remove_stack(stack)
+        shutil.rmtree(data_dir, ignore_errors=True)
     assert not _stack_containers(stack)
 
 
