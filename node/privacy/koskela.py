@@ -16,6 +16,11 @@ The box maximum is a Boolean quadratic program: it is computed exactly by vertex
 small T, or read off as ``1ᵀM1`` when M is entrywise non-negative (then c = 1 is optimal);
 otherwise the certified value is ``min(T λmax(M), 1ᵀ|M|1)``, both valid upper bounds ([K] §3.4,
 App. E).  The ``c = 1`` value (``lower``) is reported but never used as a guarantee.
+
+Numerics: ``K_T`` is factorised with a relative eigenvalue threshold (``K_RTOL``).  With the
+observers' noise counted ``K_T ⪰ I`` and nothing is cut; with known noise (SecLDP) the cut removes
+the structural null space, and a signal component outside the kept range makes the loss ``inf``
+(never silently dropped) unless it is below ``RANGE_RTOL`` of the signal.
 """
 from __future__ import annotations
 

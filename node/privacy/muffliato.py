@@ -12,6 +12,14 @@ the antipode's noisy input *exactly* on the paper's own hypercube setting.  Henc
   ``α Δ²/(2σ²) · ‖Π_{row(R̃_v)} e_u‖²`` where ``R̃_v`` stacks the rows the observer sees with the
   observer's own column removed (it knows its own noise) — [K] Lemma 6 applied to Muffliato.
 
+How the certified value is computed: the observer's rows span a block Krylov space of W, so an
+orthonormal basis is grown round by round with block Arnoldi (re-orthogonalised, with deflation);
+``Δ²(u→v) = ‖Π_v e_u‖²`` for every source at once.  Stacking the explicit rows ``W^t`` and
+factorising them instead loses rank as T grows (powers of W are badly conditioned) and would
+*under*-state the loss; a test checks the Arnoldi dimension against exact arithmetic modulo a
+prime.  Muffliato-GD is accounted as one joint view across rounds (the state carries noise from
+round to round; adding per-round values under-states the loss, also tested).
+
 Conventions (fixed by the issue): the observer of view ``"neighbourhood"`` sees ``x^t_w`` for
 every w in its closed neighbourhood at t = 0..T−1 and knows its own noise; view ``"aggregate"``
 sees only what secure summation would give it: its own input and the weighted sums
