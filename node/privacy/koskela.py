@@ -18,7 +18,8 @@ otherwise the certified value is ``min(T λmax(M), 1ᵀ|M|1)``, both valid upper
 App. E).  The ``c = 1`` value (``lower``) is reported but never used as a guarantee.
 
 Numerics: ``K_T`` is factorised with a relative eigenvalue threshold (``K_RTOL``).  With the
-observers' noise counted ``K_T ⪰ I`` and nothing is cut; with known noise (SecLDP) the cut removes
+observers' noise counted ``K_T`` has full rank (block-triangular H_T with S on the diagonal) and
+nothing is cut; with known noise (SecLDP) the cut removes
 the structural null space, and a signal component outside the kept range makes the loss ``inf``
 (never silently dropped) unless it is below ``RANGE_RTOL`` of the signal.
 """
