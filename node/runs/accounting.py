@@ -26,7 +26,7 @@ from node.privacy.ledger import LedgerEntry as PrivacyEntry
 from node.runs.spec import WALK_SGD, RunSpec
 
 #: protocols whose contributions are charged with the walk bound; others use the local-DP bound
-WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd")
+WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion")
 
 
 @dataclass
@@ -116,5 +116,16 @@ def register_projector(protocol: str, fn: Callable[..., Any]) -> None:
     PROJECTORS[protocol] = fn
 
 
+#: protocol → ``fn(node, spec, vertex, ids, task, W, options) -> Protocol``: builds the machine of a
+#: protocol that needs node-local material (e.g. the node's own long-term X25519 key and the
+#: directory's public keys for the anonymity layer); other protocols use ``make_machine``.
+MACHINE_BUILDERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_machine_builder(protocol: str, fn: Callable[..., Any]) -> None:
+    MACHINE_BUILDERS[protocol] = fn
+
+
 __all__ = ["ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
+           "register_machine_builder", "MACHINE_BUILDERS",
            "WALK_ACCOUNTED", "WALK_SGD"]

@@ -37,7 +37,7 @@ from node.privacy.ledger import Budget as LedgerBudget
 from node.privacy.ledger import Ledger
 from node.protocols.registry import make_machine, transition_matrix
 from node.protocols.walk import WalkOptions
-from node.runs.accounting import PROJECTORS, contribution_cost
+from node.runs.accounting import MACHINE_BUILDERS, PROJECTORS, contribution_cost
 from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
@@ -212,9 +212,13 @@ class RunService:
         except (DataFileMissing, DataShapeError, TaskError, ValueError) as exc:
             return {**base, "reason": f"local data/task: {exc}"}
         try:
-            machine = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                                   params=spec.machine_params(), W=W if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None,
-                                   view_model=spec.view_model, options=network_walk_options(spec))
+            builder = MACHINE_BUILDERS.get(spec.protocol)
+            if builder is not None:  # needs node-local material (own keys, the directory's public keys)
+                machine = builder(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
+            else:
+                machine = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
+                                       params=spec.machine_params(), W=W if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None,
+                                       view_model=spec.view_model, options=network_walk_options(spec))
         except (ValueError, TypeError, TaskError) as exc:
             return {**base, "reason": f"cannot build the {spec.protocol} machine: {exc}"}
         return {**base, "accept": True, "reason": dec.reason, "model_dim": getattr(task, "dim", None),
@@ -306,3 +310,6 @@ def _default(x: Any) -> Any:
     if isinstance(x, ProtocolError):
         return str(x)
     return str(x)
+
+
+import node.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders

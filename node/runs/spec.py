@@ -37,6 +37,10 @@ ON_PEER_DOWN = ("pause", "deviate")
 CONSTRAINTS = ("strict", "proof")
 
 
+#: protocol -> ``fn(spec) -> dict``: machine parameters of protocols whose owners map them themselves
+MACHINE_PARAMS: dict[str, Any] = {}
+
+
 class SpecError(ValueError):
     """A run spec that is malformed or inconsistent (the node refuses it with this message)."""
 
@@ -85,6 +89,9 @@ class RunSpec:
     operator: str = ""
     run_id: str = ""
     task_params: dict[str, Any] = field(default_factory=dict)
+    #: public protocol options beyond the common fields (e.g. onion ``hops``, secure-summation
+    #: ``threshold``/``members``/``leader``); ``[run.protocol_params]`` in TOML; omitted when empty
+    protocol_params: dict[str, Any] = field(default_factory=dict)
 
     # ---- derived ----------------------------------------------------------------------------------
 
@@ -102,6 +109,8 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["budget"] = {"epsilon": self.budget.epsilon, "delta": self.budget.delta}
+        if not d.get("protocol_params"):
+            d.pop("protocol_params", None)  # specs without protocol options keep their bytes (and run ids)
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -131,6 +140,8 @@ class RunSpec:
             return {"steps": self.steps, "sigma_loc": self.sigma, "start": self.start}
         if p == "pad-ring-histogram":
             return {"rounds": self.rounds, "gamma": self.gamma}
+        if p in MACHINE_PARAMS:  # protocols that register their own parameter mapping (anonymity layer)
+            return MACHINE_PARAMS[p](self)
         return {"steps": self.steps, "gamma": self.gamma, "start": self.start}
 
     def task_kwargs(self) -> dict[str, Any]:

@@ -1,0 +1,325 @@
+"""The anonymity layer over the real network: keys from the node, projectors, machine builders.
+
+The sans-IO machines (:mod:`node.protocols.onion`, :mod:`node.protocols.anonymous_walk`,
+:mod:`node.protocols.secagg`) take their key material as parameters; in the simulator that is
+derived from the public run seed, which would let anyone open every layer.  Here a deployed node
+passes its **own long-term X25519 key** (``x25519.key`` in its state directory, created by
+:mod:`node.net.node`, never sent anywhere) and the **directory's public keys** (each member's
+``x25519_public`` as published through the bootstrap).  Relay paths, destinations and forwarding
+draws are left to the machines' default: the OS CSPRNG, never the public seed.
+
+Each protocol registers, on import (``node.runs.service`` imports this module):
+
+* a machine-parameter mapping (:data:`node.runs.spec.MACHINE_PARAMS`) from the spec's public
+  fields and ``protocol_params``;
+* a machine builder (:data:`node.runs.accounting.MACHINE_BUILDERS`) that adds the node's keys;
+* a projector (:func:`node.runs.accounting.register_projector`) — how the node projects its own
+  certified loss before accepting, with the **view model that the mechanism really licenses**:
+
+  ============== ===================================================================================
+  rw-dpsgd-onion anonymous-sender random-walk bound (Thm 3) — *only* with ``view_model =
+                 "anonymous"`` and ``hops ≥ 1`` (onion relaying really on); otherwise refused
+  rw-dpsgd,      sender-known bound (plain links reveal the sender); ``view_model = "anonymous"``
+  pad-complete-  without onion relaying is refused: nothing would hide the sender
+  sgd
+  secagg-sum     one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the
+                 aggregate view is what the leader sees, no credit taken for other members' noise
+  anon-walk-sgd  every update charged as attributable (α/(2σ²) each): source anonymity has no DP
+                 theorem, entropy is a diagnostic (spec anonymity.md §6.6–6.7)
+  ============== ===================================================================================
+
+Secure summation over the network is wrapped by :class:`NetworkSecAgg`: the sans-IO leader writes
+one ledger entry *per contributor*, which over the network would charge the leader's ledger for
+other nodes' data.  The wrapper instead charges each member's **own** ledger right before its
+masked input leaves (the last moment the member controls: after it, the leader can release the sum
+from the other members' shares alone), and keeps the leader's release record as a metric.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from node.crypto.keys import KeyDirectory, KeyPair, public_bytes
+from node.engine.actions import Action, Finish, LedgerEntry, Metric
+from node.engine.protocol import Protocol
+from node.runs.accounting import register_machine_builder, register_projector
+from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, evaluate_policy
+
+#: network defaults for the anonymity machines' hop-level reliability (the sans-IO defaults are
+#: simulator timings: 50 ms acks)
+NET_ACK_TIMEOUT = 2.0
+NET_MAX_RETRIES = 3
+NET_PAUSE_RETRY = 1.0
+#: a secure-summation phase waits this long for stragglers before it closes (members that did not
+#: answer by then are dropouts)
+NET_ROUND_TIMEOUT = 5.0
+
+
+# ---- keys --------------------------------------------------------------------------------------
+
+
+def node_keypair(node) -> KeyPair:
+    """The node's own long-term X25519 key pair (from its state directory, via its identity)."""
+    ident = getattr(node, "identity", None)
+    if ident is None or ident.x25519 is None:
+        raise ValueError("this node has no long-term X25519 key yet (not started)")
+    sk = ident.x25519
+    return KeyPair(sk, public_bytes(sk.public_key()))
+
+
+def node_key_directory(node, epoch: int = 0) -> KeyDirectory:
+    """vertex → 32-byte X25519 public key of every member, as the bootstrap directory publishes it."""
+    d = getattr(node, "directory", None)
+    if d is None:
+        raise ValueError("this node has no membership directory yet")
+    keys = {int(m.vertex): bytes(m.x25519_public) for m in d.members if len(bytes(m.x25519_public)) == 32}
+    return KeyDirectory(int(epoch), keys)
+
+
+def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
+    kp = node_keypair(node)
+    directory = node_key_directory(node, epoch)
+    missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
+    if missing:
+        raise ValueError(f"the directory has no X25519 key for {', '.join(missing[:5])}"
+                         f"{' …' if len(missing) > 5 else ''}: cannot seal to them")
+    if directory.keys.get(vertex) != kp.public:
+        raise ValueError("the directory's X25519 key for this node is not the key in its state directory")
+    return kp, directory
+
+
+# ---- machine parameters (public, from the spec) -----------------------------------------------
+
+ONION_OPTIONS = ("hops", "slots", "cell_body", "payload_len", "epoch", "ack_timeout", "max_retries", "pause_retry")
+
+
+def _onion_params(spec: RunSpec) -> dict[str, Any]:
+    pp = dict(spec.protocol_params)
+    out: dict[str, Any] = {"steps": spec.steps, "step_size": spec.step_size, "sigma": spec.sigma, "cap": spec.cap,
+                           "start": spec.start}
+    out["onion_hops"] = int(pp.get("hops", 3))
+    out["onion_ack_timeout"] = float(pp.get("ack_timeout", NET_ACK_TIMEOUT))
+    out["onion_max_retries"] = int(pp.get("max_retries", NET_MAX_RETRIES))
+    out["onion_pause_retry"] = float(pp.get("pause_retry", NET_PAUSE_RETRY))
+    for k in ("slots", "cell_body", "payload_len", "epoch"):
+        if k in pp:
+            out[f"onion_{k}"] = int(pp[k])
+    return out
+
+
+def _secagg_params(spec: RunSpec) -> dict[str, Any]:
+    pp = dict(spec.protocol_params)
+    n = spec.n
+    members = tuple(int(m) for m in pp.get("members", range(n)))
+    out: dict[str, Any] = {"members": members, "leader": int(pp.get("leader", spec.start)),
+                           "threshold": int(pp.get("threshold", len(members) // 2 + 1)),
+                           "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
+                           "broadcast": bool(pp.get("broadcast", True)), "round_id": int(pp.get("round_id", 0))}
+    for k in ("frac_bits", "bits"):
+        if k in pp:
+            out[k] = int(pp[k])
+    return out
+
+
+def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
+    pp = dict(spec.protocol_params)
+    out: dict[str, Any] = {"updates_per_node": int(pp.get("updates_per_node", spec.cap or 1)),
+                           "step_size": spec.step_size, "sigma": spec.sigma, "start": spec.start,
+                           "epoch": int(pp.get("epoch", 0)),
+                           "ack_timeout": float(pp.get("ack_timeout", NET_ACK_TIMEOUT)),
+                           "max_retries": int(pp.get("max_retries", NET_MAX_RETRIES)),
+                           "pause_retry": float(pp.get("pause_retry", NET_PAUSE_RETRY))}
+    for k in ("ell1", "ell2", "delta", "kappa", "delta_prime", "cell_body"):
+        if k in pp:
+            out[k] = pp[k]
+    return out
+
+
+MACHINE_PARAMS.update({"rw-dpsgd-onion": _onion_params, "secagg-sum": _secagg_params,
+                       "anon-walk-sgd": _anon_walk_params})
+
+
+# ---- projectors --------------------------------------------------------------------------------
+
+
+def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
+    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+
+
+def project_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Plain-link walks (``rw-dpsgd``, ``pad-complete-sgd``): the anonymous-sender view is refused —
+    without onion relaying the receiver's gRPC peer *is* the sender."""
+    if spec.view_model != "sender-known":
+        return _refuse(spec, f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
+                             "plain links reveal the sender, so only 'sender-known' is accountable")
+    return evaluate_policy(spec, vertex, local, W)
+
+
+def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Onion-relayed RW DP-SGD: the random-walk paper's anonymous-sender bound, certified — only if
+    relaying is really on (``hops ≥ 1``) and the spec says so (``view_model = "anonymous"``)."""
+    hops = int(spec.protocol_params.get("hops", 3))
+    if hops < 1:
+        return _refuse(spec, "rw-dpsgd-onion with hops < 1 relays nothing")
+    if spec.view_model != "anonymous":
+        return _refuse(spec, "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
+                             "(the accountant then uses the anonymous-sender bound)")
+    dec = evaluate_policy(replace(spec, protocol="rw-dpsgd"), vertex, local, W)
+    details = dict(dec.details)
+    details["view"] = ("anonymous-sender (random-walk paper Thm 3): onion relaying is on with "
+                       f"{hops} relays; the receiver's link peer is the last relay, the token has no sender field")
+    return replace(dec, details=details)
+
+
+def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,
+                  sigma: float, what: str) -> PolicyDecision:
+    """``contributions`` Gaussian releases with noise multiplier ``sigma``, each seen in the clear."""
+    from node.runs.spec import _best_order_dp
+
+    budget = local or spec.budget
+    if budget.delta < spec.budget.delta:
+        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+                              None, spec.budget.delta, "certified")
+    if not (sigma > 0 and math.isfinite(sigma)):
+        return _refuse(spec, f"{spec.protocol} needs sigma > 0 (noise multiplier): a release without noise is not private")
+    row = _best_order_dp(np.full(n, contributions / (2.0 * sigma**2)), math.inf, math.log(1.0 / spec.budget.delta))
+    row[vertex] = 0.0
+    det = {"N_u": float(contributions), "view": what}
+    worst = int(np.argmax(row))
+    if row[worst] > budget.epsilon:
+        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+                                     f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
+                              row, spec.budget.delta, "certified", det)
+    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g}; {what})", row, spec.budget.delta,
+                          "certified", det)
+
+
+def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    p = _secagg_params(spec)
+    n = spec.n
+    if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
+        return _refuse(spec, "members/leader outside the graph")
+    if vertex not in p["members"]:
+        return PolicyDecision(True, "not a member of the secure sum: no contribution", np.zeros(n), spec.budget.delta,
+                              "certified", {"N_u": 0.0})
+    return _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
+                         "aggregate view (secure summation): one contribution, Gaussian bound of the sum seen in the clear")
+
+
+def project_anon_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    p = _anon_walk_params(spec)
+    return _ldp_decision(spec, vertex, local, spec.n, float(p["updates_per_node"]), spec.sigma,
+                         "source-anonymous walk: every update charged as attributable (no anonymity credit)")
+
+
+# ---- machine builders --------------------------------------------------------------------------
+
+
+def _epoch(spec: RunSpec) -> int:
+    return int(spec.protocol_params.get("epoch", 0))
+
+
+def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
+    from node.protocols.registry import make_machine, transition_matrix
+
+    W = W if W is not None else transition_matrix(spec.graph, spec.weights)
+    kp, directory = _keys(node, ids, vertex, _epoch(spec))
+    params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory}
+    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
+                        W=W, view_model="anonymous", options=options)
+
+
+def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
+    from node.protocols.registry import make_machine, transition_matrix
+
+    W = W if W is not None else transition_matrix(spec.graph, spec.weights)
+    kp, directory = _keys(node, ids, vertex, _epoch(spec))
+    params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory}
+    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
+                        W=W, view_model="sender-known", options=options)
+
+
+def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
+    from node.protocols.registry import make_machine
+
+    kp, directory = _keys(node, ids, vertex, 0)
+    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory}
+    if task is not None:
+        params["noise_std"] = float(spec.sigma) * float(task.sensitivity())
+    inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
+                         view_model=spec.view_model, options=options)
+    return NetworkSecAgg(inner)
+
+
+class NetworkSecAgg(Protocol):
+    """A :class:`~node.protocols.secagg.SecAggMachine` whose ledger entries land on the right ledger.
+
+    * member: one :class:`LedgerEntry` for *itself* is emitted before the actions that carry its
+      masked input (the node driver refuses the rest of the actions if the charge does not fit, so
+      the input never leaves unaccounted);
+    * leader: the machine's per-contributor entries become ``secagg-release`` metrics (the release
+      record in the event stream); they are not charged on the leader's ledger, which holds the
+      leader's own loss only.
+    """
+
+    def __init__(self, inner: Protocol) -> None:
+        super().__init__(inner.ctx)
+        self.inner = inner
+        self.name = inner.name  # type: ignore[misc]
+        self.charged = False
+        self.released_for: list[int] = []
+
+    @property
+    def finished(self) -> bool:  # type: ignore[override]
+        return getattr(self, "inner", None) is not None and self.inner.finished
+
+    @finished.setter
+    def finished(self, value: bool) -> None:
+        pass
+
+    def handle(self, event) -> list[Action]:  # type: ignore[override]
+        acts = self.inner.handle(event)
+        out: list[Action] = []
+        p = self.inner.p
+        for a in acts:
+            if isinstance(a, LedgerEntry):
+                self.released_for.append(int(a.node))
+                out.append(Metric("secagg-release", int(a.node), p.round_id, self.ctx.node))
+            else:
+                out.append(a)
+        if not self.charged and getattr(self.inner, "is_member", False) and self.inner.phase in ("masked", "unmasked", "done") \
+                and getattr(self.inner, "U2", None):
+            self.charged = True
+            sens = float(p.sensitivity)
+            sigma = p.noise_std / sens if sens > 0 else math.inf
+            entry = LedgerEntry(self.ctx.node, p.round_id, "value", "aggregate", sens, p.noise_std, sigma, self.name,
+                                self.ctx.run_id, {"mechanism": "secure-summation", "charged_at": "masked input leaves"})
+            out.insert(0, entry)
+        for a in out:
+            if isinstance(a, Finish) and isinstance(a.result, dict):
+                a.result.setdefault("released_for", list(self.released_for))
+        return out
+
+    # the wrapper only forwards: Protocol's dispatch is replaced by handle() above
+    def on_start(self) -> list[Action]:  # pragma: no cover - never called (handle is overridden)
+        return []
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:  # pragma: no cover
+        return []
+
+    def on_timer(self, name: str) -> list[Action]:  # pragma: no cover
+        return []
+
+
+for _proto, _fn in (("rw-dpsgd", project_walk), ("pad-complete-sgd", project_walk), ("rw-dpsgd-onion", project_onion),
+                    ("secagg-sum", project_secagg), ("anon-walk-sgd", project_anon_walk)):
+    register_projector(_proto, _fn)
+for _proto, _fn in (("rw-dpsgd-onion", build_onion), ("anon-walk-sgd", build_anon_walk), ("secagg-sum", build_secagg)):
+    register_machine_builder(_proto, _fn)
+
+
+__all__ = ["node_keypair", "node_key_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
+           "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]

@@ -1,0 +1,146 @@
+"""Onion-relayed RW DP-SGD (``rw-dpsgd-onion``) over real nodes (mutual TLS on 127.0.0.x).
+
+Checks: every hop of the token travels through 3 relays along graph edges; the receiver's handler
+sees the last relay as its authenticated peer and gRPC address, never the token's sender, and the
+bytes it gets are whole fixed-size cells carrying nothing that names the sender; a replayed packet
+and a tampered packet are refused with counted faults; the run finishes and every node's ledger
+holds exactly one anonymous-sender charge per contribution; the anonymous view is refused without
+onion relaying.
+"""
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import numpy as np
+import pytest
+import uvloop
+
+from anonnet_helpers import network
+from node.client.core import RunRefusedError
+from node.net.node import DeliveryError
+from node.runs.accounting import contribution_cost
+from node.runs.service import RUN_PROTOCOL
+from node.runs.spec import Budget, RunSpec
+
+GRAPH, N, HOPS = "regular:10:4:1", 10, 3
+
+
+def _shards(n: int, m: int = 12, d: int = 4, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    out = []
+    for _ in range(n):
+        X = rng.standard_normal((m, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
+    return out
+
+
+def _spec(**kw) -> RunSpec:
+    base = dict(protocol="rw-dpsgd-onion", task="logreg", graph=GRAPH, steps=30, seed=11, budget=Budget(1e6, 1e-5),
+                sigma=2.0, step_size=0.05, cap=10, view_model="anonymous", protocol_params={"hops": HOPS})
+    base.update(kw)
+    return RunSpec(**base).with_run_id()
+
+
+@pytest.mark.timeout(150)
+def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.Path) -> None:
+    async def go():
+        async with network(tmp_path, GRAPH, N, shards=_shards(N), base_ip=40) as net:
+            # the anonymous view without onion relaying is refused by every node, with the reason
+            with pytest.raises(RunRefusedError) as ei:
+                await net.client.start_run(_spec(protocol="rw-dpsgd", protocol_params={}))
+            assert all("needs onion relaying" in d["reason"] for d in ei.value.decisions.values())
+
+            spec = _spec()
+            run_id = await net.client.start_run(spec)
+            drivers = {v: net.driver(v, run_id) for v in range(N)}
+            await net.wait(lambda: any(d.state == "finished" for d in drivers.values()), 90, what="the walk to finish")
+            holder = next(v for v, d in drivers.items() if d.state == "finished")
+            assert drivers[holder].model is not None and drivers[holder].finish_step == spec.steps
+
+            # --- the receiver's view: who the handler sees, and the bytes ------------------------
+            ids = drivers[0].ids
+            addr = {nd.identity.vertex: nd.address for nd in net.nodes}
+            assert len(set(addr.values())) == N
+            xpub = {nd.identity.vertex: nd.identity.x25519_public for nd in net.nodes}
+            sizes = set()
+            finals = 0
+            peers: dict[int, dict[str, set]] = {}
+            for v, spy in net.spies.items():
+                for r in spy.seen:
+                    peers.setdefault(v, {}).setdefault(r["sender"], set()).add(r["peer"])
+            for u, d in drivers.items():
+                layer = d.machine
+                for path in layer.paths:  # the sender's own record of its paths (never sent anywhere)
+                    relays, dst = path[:-1], path[-1]
+                    assert len(relays) == HOPS  # the requested length exists on this non-bipartite graph
+                    hopseq = [u] + path
+                    A = layer.adj
+                    assert all(A[a, b] for a, b in zip(hopseq, hopseq[1:])), "relay path leaves the graph's edges"
+                    assert relays[-1] != u
+                    got = [r for r in net.spies[dst].seen if r["run_id"] == run_id and r["payload"][:1] == b"O"
+                           and r["sender"] == ids[relays[-1]]]
+                    assert got, "the recipient never got a packet from the path's last relay"
+                    for r in got:
+                        finals += 1
+                        assert r["sender"] != ids[u]
+                        # the gRPC peer (connection address) is the last relay's channel, not the sender's
+                        assert r["peer"] in peers[dst][ids[relays[-1]]]
+                        assert r["peer"] not in peers[dst].get(ids[u], set())
+                        # nothing in the clear names the sender (its id is 2 bytes: too short to test on
+                        # 64 KiB of ciphertext; the envelope's own sender field is the relay's, checked above)
+                        for secret in (xpub[u], addr[u].encode(), f"hushnet://node/{ids[u]}".encode()):
+                            assert secret not in r["payload"]
+            assert finals >= spec.steps - 1
+            for spy in net.spies.values():
+                for r in spy.seen:
+                    if r["run_id"] == run_id and r["payload"][:1] == b"O":
+                        sizes.add(len(r["payload"]))
+            assert len(sizes) == 1, f"onion packets of several sizes {sizes}: size would reveal hop position"
+
+            # --- replay and tamper: taken from what a relay really processed ---------------------
+            relay_v = next(v for v in range(N) if v != holder and drivers[v].machine.relayed > 0
+                           and drivers[v].state == "running")
+            rec = next(r for r in net.spies[relay_v].seen if r["run_id"] == run_id and r["payload"][:1] == b"O")
+            prev = net.by_id[rec["sender"]]
+            faults0 = len(drivers[relay_v].faults)
+            with pytest.raises(DeliveryError) as replay:
+                await prev.send(ids[relay_v], rec["payload"], protocol=RUN_PROTOCOL, run_id=run_id, timeout=10)
+            assert "replay" in replay.value.details.lower() or "already" in replay.value.details.lower()
+            tampered = bytearray(rec["payload"])
+            tampered[1 + 9 + 200] ^= 0x01  # inside the first cell's data (header β): the layer MAC fails
+            with pytest.raises(DeliveryError) as tamper:
+                await prev.send(ids[relay_v], bytes(tampered), protocol=RUN_PROTOCOL, run_id=run_id, timeout=10)
+            faults = drivers[relay_v].faults[faults0:]
+            codes = [f["code"] for f in faults]
+            assert len(faults) == 2 and codes[1] == "integrity", faults
+            assert codes[0] in ("replay", "replayed", "duplicate") or "replay" in faults[0]["message"].lower(), faults
+            assert "integrity" in tamper.value.details.lower() or "tamper" in tamper.value.details.lower() \
+                or "mac" in tamper.value.details.lower()
+            assert drivers[relay_v].machine.relayed == drivers[relay_v].machine.relayed  # nothing forwarded twice
+
+            outcome = await net.client.watch(run_id, progress=False, timeout=30)
+            assert outcome.state == "finished"
+
+            # --- exact ledgers: one anonymous-sender charge per contribution, nothing else ------------
+            total = 0
+            for v, d in drivers.items():
+                led = net.svc_by_vertex[v].ledger
+                entries = led.entries(run_id)
+                assert len(entries) == d.contributions
+                total += d.contributions
+                assert "anonymous" in d.cost.bound_name
+                cost = contribution_cost(spec, v, ids, d.W, led.orders)
+                if d.contributions:
+                    want = cost.curves(spec.sigma) * d.contributions
+                    np.testing.assert_allclose(d.run_rdp, want, rtol=1e-12)
+                    for j, t in enumerate(cost.targets):
+                        np.testing.assert_allclose(led.rdp(t), want[j], rtol=1e-9)
+                rep = d.report()
+                assert rep["result"] == {} or rep["result"].get("accounting_view", {}).get("view_model") == "anonymous"
+            assert total == spec.steps  # cap not reached: every step used exactly one node's data
+            assert drivers[holder].finish_result["accounting_view"]["view_model"] == "anonymous"
+
+    uvloop.run(go())
