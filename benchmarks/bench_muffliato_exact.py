@@ -138,6 +138,9 @@ def main(out_dir: pathlib.Path) -> dict:
         "max_abs_difference_on_measured_observers": agree,
         "goal": "all pairs < 60 s on 2 cores, < 4 GB",
         "goal_met": bool(fast["seconds"] < 60 and fast["peak_rss_mb"] < 4096),
+        "goal_met_on_cpu_time": bool(fast["cpu_seconds"] < 60 and fast["peak_rss_mb"] < 4096),
+        "note_timing": "wall time depends on the machine's load (shared 2-core box); CPU time is what an "
+                       "idle core would need",
         "exact_sensitivity_by_distance_from_observer_0": by_dist,
         "load_average_1min_at_start": load_before,
         "blas_threads": threads,
