@@ -314,6 +314,22 @@ class NetworkSecAgg(Protocol):
         return []
 
 
+def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> dict[str, np.ndarray]:
+    """(source, destination, hops) of every completed iteration of an ``anon-walk-sgd`` run, from the
+    nodes' event streams (``run.events``): the ``anon-hop``/``anon-open`` metrics merged by time.
+
+    Hitting times are recorded *outside* the token (nothing in the token counts hops); merging by
+    wall-clock time is exact on one host and needs synchronised clocks across hosts.
+    """
+    from node.engine.actions import Metric as _M
+    from node.protocols.anonymous_walk import iterations
+
+    evs = sorted((e for es in event_streams for e in es
+                  if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")),
+                 key=lambda e: (e["t"], e["seq"]))
+    return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
+
+
 for _proto, _fn in (("rw-dpsgd", project_walk), ("pad-complete-sgd", project_walk), ("rw-dpsgd-onion", project_onion),
                     ("secagg-sum", project_secagg), ("anon-walk-sgd", project_anon_walk)):
     register_projector(_proto, _fn)
@@ -322,4 +338,4 @@ for _proto, _fn in (("rw-dpsgd-onion", build_onion), ("anon-walk-sgd", build_ano
 
 
 __all__ = ["node_keypair", "node_key_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
-           "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]
+           "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "walk_iterations", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]
