@@ -144,26 +144,40 @@ def houses_partition(n_nodes: int, per_node: int = 8, *, seed: int = 42, cache_d
     return partition(X, y, n_nodes, per_node, seed=seed)
 
 
-def load_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
+BREAST_CANCER_FEATURES = ("all", "mean", "error", "worst")
+
+
+def load_breast_cancer(features: str = "all") -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled Wisconsin diagnostic breast-cancer data, prepared like houses.
 
-    569 rows, 30 features (standardised, then each row scaled to unit L2 norm so per-example
-    logistic gradients are bounded), y = +1 benign, −1 malignant (majority class: benign, 357/569).
-    The data ships inside the scikit-learn wheel, so the demo runs offline with nothing to download;
-    its classes are well separated by a linear model, which is what a 16-node private demo needs to
-    show a signal through user-level noise.
+    569 rows; ``features`` picks the data set's documented blocks of 10 nucleus measurements —
+    ``"mean"``, ``"error"`` (standard error), ``"worst"`` (mean of the three largest values) — or
+    ``"all"`` 30.  The chosen columns are standardised, then each row is scaled to unit L2 norm so
+    per-example logistic gradients are bounded; y = +1 benign, −1 malignant (majority class:
+    benign, 357/569).  The data ships inside the scikit-learn wheel, so the demo runs offline with
+    nothing to download; its classes are well separated by a linear model, which is what a 16-node
+    private demo needs to show a signal through user-level noise.
     """
     from sklearn.datasets import load_breast_cancer as _sk_load
 
+    if features not in BREAST_CANCER_FEATURES:
+        raise ValueError(f"features must be one of {BREAST_CANCER_FEATURES}, got {features!r}")
     d = _sk_load()
     X = np.asarray(d.data, dtype=np.float64)
+    if features != "all":
+        names = [str(f) for f in d.feature_names]
+        pick = {"mean": lambda f: f.startswith("mean "), "error": lambda f: f.endswith(" error"),
+                "worst": lambda f: f.startswith("worst ")}[features]
+        X = X[:, [i for i, f in enumerate(names) if pick(f)]]
     y = np.where(np.asarray(d.target) == 1, 1.0, -1.0)  # scikit-learn: 0 = malignant, 1 = benign
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     X = X / np.linalg.norm(X, axis=1, keepdims=True)
     return X, y
 
 
-def breast_cancer_partition(n_nodes: int, per_node: int | None = None, *, seed: int = 42) -> Partition:
+def breast_cancer_partition(
+    n_nodes: int, per_node: int | None = None, *, features: str = "all", seed: int = 42
+) -> Partition:
     """Breast-cancer data split 80/20 (stratified), ``per_node`` training rows per node (default: all, evenly)."""
-    X, y = load_breast_cancer()
+    X, y = load_breast_cancer(features)
     return partition(X, y, n_nodes, per_node, seed=seed)
