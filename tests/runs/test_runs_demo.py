@@ -70,3 +70,14 @@ def test_houses_stays_selectable(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("data: houses")
     assert LAST_LINE.match(out[-1]), out[-1]
+
+
+def test_example_spec_is_the_demo_configuration(breast_cancer):
+    from pathlib import Path
+
+    from node.runs.spec import parse_spec_toml
+
+    _, _, _, spec = breast_cancer
+    path = Path(__file__).resolve().parents[2] / "examples" / "rw_breast_cancer.toml"
+    ex = parse_spec_toml(path.read_text())
+    assert ex.run_id == spec.run_id  # same canonical contents, so the same run
