@@ -12,7 +12,8 @@
 
 Every node shares one Python process here (:mod:`node.runs.local_net`): work that runs in parallel
 on a real network (16 members masking) is serialised, so secure-sum times are an upper bound on
-the critical path.  Ratios are reported, never asserted.
+the critical path.  Each number is the best of ``REPEATS`` runs (the shared machine is noisy).
+Ratios are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ import numpy as np
 from node.runs.local_net import network
 from node.runs.spec import Budget, RunSpec
 
-WALK_GRAPH, WALK_N, WALK_D, WALK_T = "regular:10:4:1", 10, 16, 120
+WALK_GRAPH, WALK_N, WALK_D, WALK_T = "regular:10:4:1", 10, 16, 80
 SUM_N, SUM_D, ROUND_TIMEOUT = 16, 100_000, 1.0
+REPEATS = 3
 
 
 def _shards(n: int, d: int, m: int = 20, seed: int = 0):
@@ -67,12 +69,18 @@ async def _onion_part(tmp: pathlib.Path) -> dict:
     async with network(tmp, WALK_GRAPH, WALK_N, shards=_shards(WALK_N, WALK_D), base_ip=140, epsilon=1e9) as net:
         common = dict(task="logreg", graph=WALK_GRAPH, steps=WALK_T, budget=Budget(1e9, 1e-5), sigma=2.0,
                       step_size=0.05)
-        direct = await _walk_seconds_per_step(net, RunSpec(protocol="rw-dpsgd", seed=1, **common).with_run_id())
-        onion64 = await _walk_seconds_per_step(net, RunSpec(protocol="rw-dpsgd-onion", seed=2, view_model="anonymous",
-                                                            protocol_params={"hops": 3}, **common).with_run_id())
-        onion4 = await _walk_seconds_per_step(net, RunSpec(protocol="rw-dpsgd-onion", seed=3, view_model="anonymous",
-                                                           protocol_params={"hops": 3, "cell_body": 4096},
-                                                           **common).with_run_id())
+        seeds = iter(range(1, 100))
+
+        async def best(protocol: str, **kw) -> float:  # the loaded shared machine is noisy: best of REPEATS
+            out = []
+            for _ in range(REPEATS):
+                out.append(await _walk_seconds_per_step(net, RunSpec(protocol=protocol, seed=next(seeds), **kw,
+                                                                      **common).with_run_id()))
+            return min(out)
+
+        direct = await best("rw-dpsgd")
+        onion64 = await best("rw-dpsgd-onion", view_model="anonymous", protocol_params={"hops": 3})
+        onion4 = await best("rw-dpsgd-onion", view_model="anonymous", protocol_params={"hops": 3, "cell_body": 4096})
         bare = await _bare_hop(net, 8 * WALK_D + 64)
     return {"model_entries": WALK_D, "steps": WALK_T, "graph": WALK_GRAPH, "relays": 3,
             "direct_step_s": direct, "onion_step_s_64KiB_cells": onion64, "onion_step_s_4KiB_cells": onion4,
@@ -145,8 +153,10 @@ async def _secagg_part(tmp: pathlib.Path) -> dict:
     values = [rng.random(SUM_D) for _ in range(SUM_N)]
     async with network(tmp, f"complete:{SUM_N}", SUM_N, values=values, base_ip=170, epsilon=1e9) as net:
         plain = min([await _plain_sum(net, values) for _ in range(3)])
-        secure, res0 = await _secure_sum(net, 1)
-        secure_drop, res3 = await _secure_sum(net, 2, dropouts=(5, 9, 13))
+        runs = [await _secure_sum(net, 1 + k) for k in range(REPEATS)]
+        secure, res0 = min(runs, key=lambda r: r[0])
+        runs = [await _secure_sum(net, 10 + k, dropouts=(5, 9, 13)) for k in range(REPEATS)]
+        secure_drop, res3 = min(runs, key=lambda r: r[0])
     assert res0["status"] == "released" and res3["status"] == "released" and res3["dropped"] == [5, 9, 13]
     drop_net = secure_drop - ROUND_TIMEOUT
     return {"members": SUM_N, "entries": SUM_D, "plain_sum_over_network_s": plain, "secure_sum_s": secure,
