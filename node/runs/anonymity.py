@@ -45,6 +45,7 @@ import numpy as np
 from node.crypto.keys import KeyDirectory, KeyPair, public_bytes
 from node.engine.actions import Action, Finish, LedgerEntry, Metric
 from node.engine.protocol import Protocol
+from node.protocols.onion import VIEWS
 from node.runs.accounting import register_machine_builder, register_projector
 from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, evaluate_policy
 
@@ -155,7 +156,8 @@ def project_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any
     if spec.view_model != "sender-known":
         return _refuse(spec, f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
                              "plain links reveal the sender, so only 'sender-known' is accountable")
-    return evaluate_policy(spec, vertex, local, W)
+    dec = evaluate_policy(spec, vertex, local, W)
+    return replace(dec, details={**dec.details, "accounting_view": VIEWS["plain-links"].as_dict()})
 
 
 def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
@@ -168,14 +170,12 @@ def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: An
         return _refuse(spec, "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
                              "(the accountant then uses the anonymous-sender bound)")
     dec = evaluate_policy(replace(spec, protocol="rw-dpsgd"), vertex, local, W)
-    details = dict(dec.details)
-    details["view"] = ("anonymous-sender (random-walk paper Thm 3): onion relaying is on with "
-                       f"{hops} relays; the receiver's link peer is the last relay, the token has no sender field")
-    return replace(dec, details=details)
+    view = {**VIEWS["onion-relay"].as_dict(), "relays": hops}
+    return replace(dec, details={**dec.details, "accounting_view": view})
 
 
 def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,
-                  sigma: float, what: str) -> PolicyDecision:
+                  sigma: float, what: str, view: str) -> PolicyDecision:
     """``contributions`` Gaussian releases with noise multiplier ``sigma``, each seen in the clear."""
     from node.runs.spec import _best_order_dp
 
@@ -187,7 +187,7 @@ def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, cont
         return _refuse(spec, f"{spec.protocol} needs sigma > 0 (noise multiplier): a release without noise is not private")
     row = _best_order_dp(np.full(n, contributions / (2.0 * sigma**2)), math.inf, math.log(1.0 / spec.budget.delta))
     row[vertex] = 0.0
-    det = {"N_u": float(contributions), "view": what}
+    det = {"N_u": float(contributions), "accounting_view": {**VIEWS[view].as_dict(), "charged_as": what}}
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
         return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
@@ -206,13 +206,13 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
         return PolicyDecision(True, "not a member of the secure sum: no contribution", np.zeros(n), spec.budget.delta,
                               "certified", {"N_u": 0.0})
     return _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
-                         "aggregate view (secure summation): one contribution, Gaussian bound of the sum seen in the clear")
+                         "one contribution: Gaussian bound of the node's noisy input seen in the sum", "secure-summation")
 
 
 def project_anon_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
     p = _anon_walk_params(spec)
     return _ldp_decision(spec, vertex, local, spec.n, float(p["updates_per_node"]), spec.sigma,
-                         "source-anonymous walk: every update charged as attributable (no anonymity credit)")
+                         "every update charged as attributable (no anonymity credit)", "source-anonymous-walk")
 
 
 # ---- machine builders --------------------------------------------------------------------------

@@ -378,6 +378,7 @@ class RunDriver:
             "paper_bound": "paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); "
                            "not a guarantee" if paper is not None else None,
             "projected": self.decision.get("row"),
+            "accounting_view": self.decision.get("accounting_view"),
             "lifetime": lifetime,
             "noise_visits": self.noise_visits,
             "deviation_accounted": self.topped_up,

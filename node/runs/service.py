@@ -186,6 +186,8 @@ class RunService:
         row = None if dec.epsilon_row is None else {ids[v]: float(dec.epsilon_row[v]) for v in range(len(ids)) if v != vertex}
         base.update(row=row, worst_epsilon=dec.worst_epsilon if dec.epsilon_row is not None else None, bound=dec.bound,
                     budget={"epsilon": (local or spec.budget).epsilon, "delta": (local or spec.budget).delta})
+        if dec.details.get("accounting_view") is not None:  # which view the accountant uses, and why
+            base["accounting_view"] = dec.details["accounting_view"]
         if not dec.accept:
             return {**base, "reason": dec.reason}
         # lifetime budget: what this node already spent plus the projected run must fit

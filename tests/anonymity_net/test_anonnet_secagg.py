@@ -95,6 +95,7 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
             for v in range(N):
                 entries = net.svc_by_vertex[v].ledger.entries(run_id)
                 assert len(entries) == (0 if v in early else 1), (v, entries)
+                assert net.driver(v, run_id).report()["accounting_view"]["view_model"] == "aggregate"
             assert sorted(e["value"] for e in lead.events if e.get("name") == "secagg-release") == survivors
 
     uvloop.run(go())

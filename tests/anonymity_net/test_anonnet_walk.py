@@ -86,6 +86,8 @@ def test_sealed_token_walks_to_its_destination_only_it_opens(tmp_path: pathlib.P
             for v, d in drivers.items():
                 assert len(net.svc_by_vertex[v].ledger.entries(run_id)) == d.machine.updates == d.contributions
                 assert "local-DP" in d.cost.bound_name
+                view = d.report()["accounting_view"]
+                assert view["mechanism"] == "source-anonymous-walk" and view["dp_credit"] is False
             outcome = await net.client.watch(run_id, progress=False, timeout=30)
             assert outcome.state == "finished"
 
