@@ -3,7 +3,8 @@
 Checks: every hop of the token travels through 3 relays along graph edges; the receiver's handler
 sees the last relay as its authenticated peer and gRPC address, never the token's sender, and the
 bytes it gets are whole fixed-size cells carrying nothing that names the sender; a replayed packet
-and a tampered packet are refused with counted faults; the run finishes and every node's ledger
+, a tampered, a truncated, an oversized packet and one for an unknown key epoch are refused with
+counted faults; the run finishes and every node's ledger
 holds exactly one anonymous-sender charge per contribution; the anonymous view is refused without
 onion relaying.
 """
@@ -113,9 +114,19 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
             tampered[1 + 9 + 200] ^= 0x01  # inside the first cell's data (header β): the layer MAC fails
             with pytest.raises(DeliveryError) as tamper:
                 await prev.send(ids[relay_v], bytes(tampered), protocol=RUN_PROTOCOL, run_id=run_id, timeout=10)
+            # truncated, oversized, and a cell for a key epoch this node holds no key for
+            epoch = bytearray(rec["payload"])
+            epoch[1 + 9 + 1 + 3] ^= 0x07  # packet = version(1) ‖ epoch(4) ‖ …, after kind(1) + cell header(9)
+            cell = len(rec["payload"]) - 1
+            for bad in (rec["payload"][:-100], rec["payload"] + bytes(cell), bytes(epoch)):
+                with pytest.raises(DeliveryError):
+                    await prev.send(ids[relay_v], bad, protocol=RUN_PROTOCOL, run_id=run_id, timeout=10)
             faults = drivers[relay_v].faults[faults0:]
             codes = [f["code"] for f in faults]
-            assert len(faults) == 2 and codes[1] == "integrity", faults
+            assert codes[2:] == ["bad-cell", "bad-cell", "unknown-epoch"], faults
+            faults = faults[:2]
+            codes = codes[:2]
+            assert codes[1] == "integrity", faults
             assert codes[0] in ("replay", "replayed", "duplicate") or "replay" in faults[0]["message"].lower(), faults
             assert "integrity" in tamper.value.details.lower() or "tamper" in tamper.value.details.lower() \
                 or "mac" in tamper.value.details.lower()
