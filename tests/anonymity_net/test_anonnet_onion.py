@@ -1,12 +1,12 @@
 """Onion-relayed RW DP-SGD (``rw-dpsgd-onion``) over real nodes (mutual TLS on 127.0.0.x).
 
 Checks: every hop of the token travels through 3 relays along graph edges; the receiver's handler
-sees the last relay as its authenticated peer and gRPC address, never the token's sender, and the
-bytes it gets are whole fixed-size cells carrying nothing that names the sender; a replayed packet
-, a tampered, a truncated, an oversized packet and one for an unknown key epoch are refused with
-counted faults; the run finishes and every node's ledger
-holds exactly one anonymous-sender charge per contribution; the anonymous view is refused without
-onion relaying.
+sees the last relay as its authenticated peer and gRPC connection, never the token's sender, and
+the bytes it gets are whole fixed-size cells carrying nothing that names the sender; a replayed,
+a tampered, a truncated, an oversized packet and one for an unknown key epoch are each refused
+with a counted fault; the run finishes and every node's ledger holds exactly one anonymous-sender
+charge per contribution; the report names the view; the anonymous view is refused without onion
+relaying.
 """
 from __future__ import annotations
 
