@@ -21,7 +21,7 @@ Why these hyperparameters (chosen by mean accuracy over seeds and partitions in 
 never by the privacy numbers, which come from the unchanged accountant): at 16 nodes the certified
 walk bound barely improves on the local-DP bound, so the utility is set by the signal-to-noise of
 the summed clipped gradients.  Clipping every per-example gradient to 0.1 (below its size ≈ 0.5 at
-w = 0) makes each one a unit direction, a small step keeps the walk in the regime where the model
+w = 0) gives every example the same length, only its direction counts; a small step keeps the walk in the regime where the model
 is their noisy sum, T a little below n·cap avoids noise-only over-cap visits, and no intercept
 saves the noisiest coordinate (the features are centred).  The model uses the data set's 10
 "worst" nucleus measurements: the noise is per coordinate while the signal is shared, so 10
