@@ -140,6 +140,8 @@ class RunSpec:
             return {"steps": self.steps, "sigma_loc": self.sigma, "start": self.start}
         if p == "pad-ring-histogram":
             return {"rounds": self.rounds, "gamma": self.gamma}
+        if p not in MACHINE_PARAMS and p in ("rw-dpsgd-onion", "anon-walk-sgd", "secagg-sum"):
+            import node.runs.anonymity  # noqa: F401 - registers the anonymity layer's parameter mappings
         if p in MACHINE_PARAMS:  # protocols that register their own parameter mapping (anonymity layer)
             return MACHINE_PARAMS[p](self)
         return {"steps": self.steps, "gamma": self.gamma, "start": self.start}

@@ -1,0 +1,83 @@
+"""Node-side projections of the anonymity layer (no network): which view each run is accounted with."""
+from __future__ import annotations
+
+import numpy as np
+
+from node.runs.accounting import PROJECTORS
+from node.runs.anonymity import project_anon_walk, project_onion, project_secagg, project_walk
+from node.runs.spec import Budget, RunSpec, evaluate_policy, parse_spec_toml
+
+BASE = dict(task="logreg", graph="regular:10:4:1", steps=200, seed=3, budget=Budget(50.0, 1e-5), sigma=3.0, cap=30)
+
+
+def test_registered_for_every_anonymity_protocol_and_plain_walks() -> None:
+    for p in ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion", "secagg-sum", "anon-walk-sgd"):
+        assert p in PROJECTORS
+
+
+def test_anonymous_view_only_with_onion_relaying() -> None:
+    plain_anon = RunSpec(protocol="rw-dpsgd", view_model="anonymous", **BASE).with_run_id()
+    d = project_walk(plain_anon, 0)
+    assert not d.accept and "needs onion relaying" in d.reason
+    onion_sk = RunSpec(protocol="rw-dpsgd-onion", view_model="sender-known", **BASE).with_run_id()
+    assert not project_onion(onion_sk, 0).accept
+    no_hops = RunSpec(protocol="rw-dpsgd-onion", view_model="anonymous", protocol_params={"hops": 0}, **BASE).with_run_id()
+    assert not project_onion(no_hops, 0).accept
+
+    onion = RunSpec(protocol="rw-dpsgd-onion", view_model="anonymous", protocol_params={"hops": 3}, **BASE).with_run_id()
+    plain = RunSpec(protocol="rw-dpsgd", **BASE).with_run_id()
+    a, s = project_onion(onion, 0), project_walk(plain, 0)
+    assert a.accept and s.accept
+    assert a.details["accounting_view"]["view_model"] == "anonymous"
+    assert s.details["accounting_view"]["view_model"] == "sender-known"
+    # the onion run is exactly the anonymous-sender walk bound, never above the sender-known one
+    # (strictly below it where the walk amplifies: a larger graph than the n=10 one above)
+    big = dict(BASE, graph="regular:128:6:1", steps=4000, sigma=1.0, cap=40, budget=Budget(1e9, 1e-5))
+    a = project_onion(RunSpec(protocol="rw-dpsgd-onion", view_model="anonymous", **big).with_run_id(), 0)
+    s = project_walk(RunSpec(protocol="rw-dpsgd", **big).with_run_id(), 0)
+    ref = evaluate_policy(RunSpec(protocol="rw-dpsgd", view_model="anonymous", **big).with_run_id(), 0)
+    np.testing.assert_allclose(a.epsilon_row, ref.epsilon_row, rtol=1e-12)
+    assert np.all(a.epsilon_row <= s.epsilon_row + 1e-12) and np.any(a.epsilon_row < s.epsilon_row - 1e-9)
+
+
+def test_secagg_and_anon_walk_charge_without_anonymity_credit() -> None:
+    sec = RunSpec(protocol="secagg-sum", task="sum", graph="complete:8", steps=1, seed=1, budget=Budget(50.0, 1e-5),
+                  sigma=2.0, protocol_params={"members": [0, 1, 2, 3, 4], "threshold": 3}).with_run_id()
+    d = project_secagg(sec, 2)
+    assert d.accept and d.details["N_u"] == 1.0 and d.details["accounting_view"]["view_model"] == "aggregate"
+    # one Gaussian release at σ: min over α of α/(2σ²) + ln(1/δ)/(α−1), toward everyone
+    L = np.log(1e5)
+    a = 1 + np.sqrt(L * 2 * 4.0)
+    assert np.allclose(np.delete(d.epsilon_row, 2), a / 8.0 + L / (a - 1))
+    assert project_secagg(sec, 6).details["N_u"] == 0.0  # not a member: nothing to charge
+    from dataclasses import replace
+
+    assert not project_secagg(replace(sec, sigma=0.0), 2).accept
+    walk = RunSpec(protocol="anon-walk-sgd", task="logreg", graph="regular:12:3:1", steps=1, seed=1,
+                   budget=Budget(50.0, 1e-5), sigma=2.0, protocol_params={"updates_per_node": 4}).with_run_id()
+    w = project_anon_walk(walk, 0)
+    assert w.details["N_u"] == 4.0 and w.details["accounting_view"]["dp_credit"] is False
+
+
+def test_protocol_params_in_toml_and_signed_bytes() -> None:
+    text = """
+[run]
+protocol = "rw-dpsgd-onion"
+graph = "regular:10:4:1"
+view_model = "anonymous"
+steps = 50
+sigma = 2.0
+seed = 1
+[run.protocol_params]
+hops = 2
+[task]
+name = "logreg"
+[budget]
+epsilon = 10.0
+delta = 1e-5
+"""
+    spec = parse_spec_toml(text)
+    assert spec.machine_params()["onion_hops"] == 2
+    assert b"protocol_params" in spec.canonical_bytes()
+    plain = RunSpec(protocol="rw-dpsgd", **BASE)
+    assert b"protocol_params" not in plain.canonical_bytes()  # older specs keep their bytes and run ids
