@@ -10,7 +10,6 @@ relaying.
 """
 from __future__ import annotations
 
-import asyncio
 import pathlib
 
 import numpy as np
