@@ -37,6 +37,7 @@ from the other members' shares alone), and keeps the leader's release record as 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -271,6 +272,7 @@ class NetworkSecAgg(Protocol):
         self.name = inner.name  # type: ignore[misc]
         self.charged = False
         self.released_for: list[int] = []
+        self.busy = 0.0  # seconds spent in the machine (crypto, masks): benchmarks separate it from waiting
 
     @property
     def finished(self) -> bool:  # type: ignore[override]
@@ -281,7 +283,9 @@ class NetworkSecAgg(Protocol):
         pass
 
     def handle(self, event) -> list[Action]:  # type: ignore[override]
+        t0 = time.perf_counter()
         acts = self.inner.handle(event)
+        self.busy += time.perf_counter() - t0
         out: list[Action] = []
         p = self.inner.p
         for a in acts:
