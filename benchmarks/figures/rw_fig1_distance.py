@@ -12,6 +12,8 @@ grid 45×45 (corner source).  Curves per panel:
 * gossip "certified": the exact Rényi divergence of the observer's whole Gaussian view from
   ``node.privacy.muffliato.exact_sensitivity_matrix`` (plain gossip, T_gossip rounds, observer sees its closed
   neighbourhood and knows its own noise) — crosses, for sampled observers (it costs one projection per observer).
+  Its rounds are t = 0..T_gossip−1 (hushnet's Muffliato convention) while the paper sum runs over t = 1..T_gossip;
+  on the hypercube it shows the issue's counter-example: the antipodes (d = 10, 11) are at the LDP level.
 
 All values are clipped to [0, ε_local] for drawing, as in the reference code; the JSON keeps the unclipped means too.
 """
