@@ -29,3 +29,13 @@ def node_generator(run_seed: int, n: int, node: int) -> np.random.Generator:
         raise ValueError(f"node {node} outside 0..{n - 1}")
     # spawn() gives child i the spawn key (i,), so this equals node_generators(run_seed, n)[node]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(run_seed), spawn_key=(node,))))
+
+
+def secret_generator() -> np.random.Generator:
+    """A generator seeded with 128 bits from the OS entropy pool: what a deployed node uses.
+
+    Its draws (DP noise, next-hop choices) cannot be predicted by anyone holding the public run
+    spec.  PCG64 is not a cryptographic generator and the Gaussian sampler is not hardened against
+    floating-point attacks; both are documented limits (spec E.4).
+    """
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))

@@ -230,7 +230,7 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
     params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory}
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                        W=W, view_model="anonymous", options=options)
+                        W=W, view_model="anonymous", options=options, rng=spec.node_rng(vertex, len(ids)))
 
 
 def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
@@ -240,7 +240,7 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
     params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory}
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                        W=W, view_model="sender-known", options=options)
+                        W=W, view_model="sender-known", options=options, rng=spec.node_rng(vertex, len(ids)))
 
 
 def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
@@ -251,7 +251,7 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     if task is not None:
         params["noise_std"] = float(spec.sigma) * float(task.sensitivity())
     inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                         view_model=spec.view_model, options=options)
+                         view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
     return NetworkSecAgg(inner)
 
 

@@ -379,6 +379,7 @@ class RunDriver:
                            "not a guarantee" if paper is not None else None,
             "projected": self.decision.get("row"),
             "accounting_view": self.decision.get("accounting_view"),
+            "noise_source": self.spec.noise_label(),
             "lifetime": lifetime,
             "noise_visits": self.noise_visits,
             "deviation_accounted": self.topped_up,

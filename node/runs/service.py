@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import pathlib
@@ -37,7 +38,7 @@ from node.privacy.ledger import Budget as LedgerBudget
 from node.privacy.ledger import Ledger
 from node.protocols.registry import make_machine, transition_matrix
 from node.protocols.walk import WalkOptions
-from node.runs.accounting import MACHINE_BUILDERS, PROJECTORS, contribution_cost
+from node.runs.accounting import COMMANDS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
 from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
@@ -81,7 +82,8 @@ class RunService:
         return {"run.submit": self.c_submit, "run.start": self.c_start, "run.events": self.c_events,
                 "run.status": self.c_status, "run.list": self.c_list, "run.report": self.c_report,
                 "run.model": self.c_model, "run.cancel": self.c_cancel, "run.close": self.c_close,
-                "run.ledger": self.c_ledger}
+                "run.ledger": self.c_ledger,
+                **{name: functools.partial(fn, self) for name, fn in COMMANDS.items()}}
 
     @property
     def ledger(self) -> Ledger:
@@ -220,7 +222,8 @@ class RunService:
             else:
                 machine = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
                                        params=spec.machine_params(), W=W if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None,
-                                       view_model=spec.view_model, options=network_walk_options(spec))
+                                       view_model=spec.view_model, options=network_walk_options(spec),
+                                       rng=spec.node_rng(vertex, len(ids)))
         except (ValueError, TypeError, TaskError) as exc:
             return {**base, "reason": f"cannot build the {spec.protocol} machine: {exc}"}
         return {**base, "accept": True, "reason": dec.reason, "model_dim": getattr(task, "dim", None),
@@ -315,3 +318,4 @@ def _default(x: Any) -> Any:
 
 
 import node.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
+import node.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import Certificate, load_pem_x509_certificate
 
 from node.engine.protocol import VIEW_MODELS
+from node.engine.rng import node_generator, secret_generator
 
 #: walk-SGD protocols whose privacy the node can project with the random-walk accountant
 WALK_SGD = ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd")
@@ -35,6 +36,8 @@ HIST_PROTOCOLS = ("pad-ring-histogram", "pad-complete-histogram")
 RING_PROTOCOLS = ("pad-ring-sum", "pad-ring-histogram")
 ON_PEER_DOWN = ("pause", "deviate")
 CONSTRAINTS = ("strict", "proof")
+#: where a node's DP noise and walk randomness come from (see :meth:`RunSpec.node_rng`)
+NOISE_SOURCES = ("secret", "public-seed")
 
 
 #: protocol -> ``fn(spec) -> dict``: machine parameters of protocols whose owners map them themselves
@@ -92,6 +95,10 @@ class RunSpec:
     #: public protocol options beyond the common fields (e.g. onion ``hops``, secure-summation
     #: ``threshold``/``members``/``leader``); ``[run.protocol_params]`` in TOML; omitted when empty
     protocol_params: dict[str, Any] = field(default_factory=dict)
+    #: ``secret`` (default): each node draws its noise and walk steps from its own OS entropy, so
+    #: nobody who knows the public seed can predict or subtract them.  ``public-seed``: from the
+    #: run seed, reproducible bit for bit (simulator parity, tests) and therefore NOT private.
+    noise: str = "secret"
 
     # ---- derived ----------------------------------------------------------------------------------
 
@@ -111,6 +118,8 @@ class RunSpec:
         d["budget"] = {"epsilon": self.budget.epsilon, "delta": self.budget.delta}
         if not d.get("protocol_params"):
             d.pop("protocol_params", None)  # specs without protocol options keep their bytes (and run ids)
+        if d.get("noise") == "secret":
+            d.pop("noise")  # the default: specs that do not ask for reproducible noise keep their bytes
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -124,6 +133,21 @@ class RunSpec:
         if self.run_id:
             return self
         return replace(self, run_id="run-" + hashlib.sha256(self.canonical_bytes()).hexdigest()[:16])
+
+    def node_rng(self, vertex: int, n: int) -> np.random.Generator:
+        """The generator a node gives its machine: secret by default, the seeded one only on request.
+
+        The privacy analyses assume observers do not know a node's noise or the walk's coin flips;
+        a generator derived from the public seed would hand both to anyone holding the spec.
+        """
+        if self.noise == "public-seed":
+            return node_generator(self.seed, n, vertex)
+        return secret_generator()
+
+    def noise_label(self) -> str:
+        if self.noise == "public-seed":
+            return "public-seed: noise and walk reproducible from the public run seed (testing only; NOT private)"
+        return "secret: node-local OS entropy (PCG64 seeded with 128 bits from the OS pool)"
 
     def machine_params(self) -> dict[str, Any]:
         """Protocol parameters for :func:`node.protocols.registry.make_machine`."""
@@ -177,6 +201,8 @@ class RunSpec:
             errs.append(f"view_model must be one of {VIEW_MODELS}, got {self.view_model!r}")
         if self.on_peer_down not in ON_PEER_DOWN:
             errs.append(f"on_peer_down must be one of {ON_PEER_DOWN}, got {self.on_peer_down!r}")
+        if self.noise not in NOISE_SOURCES:
+            errs.append(f"noise must be one of {NOISE_SOURCES}, got {self.noise!r}")
         if self.constraint not in CONSTRAINTS:
             errs.append(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:

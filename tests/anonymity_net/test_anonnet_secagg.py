@@ -30,7 +30,8 @@ N, D, SIGMA = 16, 40, 0.25
 
 def _spec(seed: int, **pp) -> RunSpec:
     return RunSpec(protocol="secagg-sum", task="sum", graph=f"complete:{N}", steps=1, seed=seed,
-                   budget=Budget(1e6, 1e-5), sigma=SIGMA, protocol_params={"round_timeout": 5.0, **pp}).with_run_id()
+                   budget=Budget(1e6, 1e-5), sigma=SIGMA, noise="public-seed",
+                   protocol_params={"round_timeout": 5.0, **pp}).with_run_id()
 
 
 def _vanish(net, vertex: int, run_id: str, kind: int, *, stop: bool) -> None:

@@ -60,7 +60,7 @@ def tasks_of(net):
 
 def test_parity_and_accuracy_networked_run(net):
     c: Client = net["client"]
-    spec = spec_for()
+    spec = spec_for(noise="public-seed")  # reproducible noise: the only way a network run can equal the simulator
     run_id = c.start_run(spec)
     out = c.watch(run_id, progress=False, timeout=120)
     assert out.state == "finished", out
@@ -88,6 +88,7 @@ def test_parity_and_accuracy_networked_run(net):
         assert set(r["paper"]) == set(cost.targets)  # paper values present, labelled separately
         assert "not a guarantee" in r["paper_bound"]
     assert sum(rep.per_node[i]["contributions"] for i in ids) == spec.steps
+    assert all("NOT private" in rep.per_node[i]["noise_source"] for i in ids)
 
     # stated accuracy: weak privacy (σ=0.2) on planted data → ≥ 0.85 held-out accuracy
     Xt, yt = net["test"]
@@ -97,6 +98,15 @@ def test_parity_and_accuracy_networked_run(net):
     assert s["worst_pair_epsilon"] >= s["mean_pair_epsilon"] > 0
     df = rep.table()
     assert len(df) == N * (N - 1)
+
+    # the default: each node's noise and coin flips come from its own entropy, so the public spec
+    # (seed included) no longer determines the model
+    secret = spec_for()
+    assert secret.noise == "secret"
+    sid = c.start_run(secret)
+    assert c.watch(sid, progress=False, timeout=120).state == "finished"
+    assert not np.allclose(c.model(sid), sim.model)
+    assert all(c.report(sid).per_node[i]["noise_source"].startswith("secret") for i in ids)
 
 
 def test_budget_refusal_names_the_node_and_nothing_starts(net):
