@@ -648,6 +648,11 @@ class Node:
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
                                 f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})"
                                 ) from None
+            except (KeyError, ValueError, PermissionError) as exc:
+                # an expected refusal (unknown run id, bad argument): one line, no traceback
+                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                self.log.warning("control command %s refused: %s", req.command, msg, extra={"event": "control_refused"})
+                return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {msg}")
             except Exception as exc:
                 self.log.exception("control command %s failed", req.command, extra={"event": "control_error"})
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {exc}")
