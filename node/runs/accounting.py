@@ -65,6 +65,8 @@ def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders
     from node.privacy.randomwalk import alpha_max, rw_single_loss_matrix
     from node.protocols.registry import transition_matrix
 
+    if spec.protocol in COST_BUILDERS:  # protocols that charge their own certified cost (gossip)
+        return COST_BUILDERS[spec.protocol](spec, vertex, ids, W, orders)
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
     if spec.protocol in WALK_ACCOUNTED:
@@ -126,6 +128,25 @@ def register_machine_builder(protocol: str, fn: Callable[..., Any]) -> None:
     MACHINE_BUILDERS[protocol] = fn
 
 
-__all__ = ["ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
+#: protocol → ``fn(spec, vertex, ids, W, orders) -> cost``: what the driver charges per data action, for
+#: protocols whose certified charge is not the walk / local-DP contribution cost (the gossip family:
+#: :mod:`node.runs.gossip_runs`).  The cost duck-types :class:`ContributionCost`.
+COST_BUILDERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_cost(protocol: str, fn: Callable[..., Any]) -> None:
+    COST_BUILDERS[protocol] = fn
+
+
+#: extra operator commands of the run service: name → ``async fn(service, payload) -> bytes``
+#: (e.g. the gossip settlement, ``run.schedule`` / ``run.settle``)
+COMMANDS: dict[str, Callable[..., Any]] = {}
+
+
+def register_command(name: str, fn: Callable[..., Any]) -> None:
+    COMMANDS[name] = fn
+
+
+__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
            "register_machine_builder", "MACHINE_BUILDERS",
            "WALK_ACCOUNTED", "WALK_SGD"]

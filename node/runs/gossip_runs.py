@@ -1,0 +1,499 @@
+"""Gossip runs over the real network: machine parameters, projector, ledger charges, settlement.
+
+The sans-IO gossip machines (:mod:`node.protocols.gossip`) already run the two-phase round
+(availability, then values), buffer early messages, time out silent neighbours and record every
+round's realised row of ``W_t`` as a ``schedule`` ledger action.  This module plugs them into a
+node's run service (``node.runs.service`` imports it, which registers everything below):
+
+* **machine parameters** (:data:`node.runs.spec.MACHINE_PARAMS`) from the spec's public fields and
+  ``[run.protocol_params]``, with *network* round timeouts (seconds, not the simulator's 50 ms);
+* a **machine builder** (:data:`node.runs.accounting.MACHINE_BUILDERS`) that hands the machine the
+  public gossip matrix of the spec's graph;
+* a **projector** (:func:`node.runs.accounting.register_projector`): before accepting, the node
+  computes its certified row with the *exact* accountant of the recorded-schedule module
+  (:mod:`node.protocols.gossip_accounting`) on the public schedule (every node up every round);
+* a **cost** (:data:`node.runs.accounting.COST_BUILDERS`): what the node's persistent ledger is
+  charged when its noisy data first leaves (the projected certified curves — the whole run for
+  averaging and streaming, one step at a time for Muffliato-GD);
+* a **settlement** (``run.settle``): dropouts change ``W_t``, and the certified loss on the
+  realised schedule can exceed the projection (less mixing before a neighbour sees a value).  After
+  the run the operator gathers every node's recorded rows (``run.schedule``) and sends them back;
+  each node checks its own rows against its own records, replays the accountant on the realised
+  schedule and tops its ledger up to ``max(projected, realised)`` per target and order.  Nothing is
+  ever refunded, so the ledger always holds at least the exact loss of what really happened, and
+  exactly that when nothing dropped.  Like the walk's deviation top-up, a settlement is recorded
+  even over budget: the data was already used, hiding the spending would be worse.
+
+**Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (plain gossip: an observer sees
+every message of its closed neighbourhood) or ``"aggregate"`` (secure neighbourhood summation,
+``S = e_iᵀ``).  The networked gossip machines send every value in the clear over the node's TLS
+links, so a neighbour *does* see it: ``"aggregate"`` is refused until secure neighbourhood summation
+is wired into the rounds.  The decision and the run report carry ``accounting_view``.
+
+Randomized Muffliato (pairwise activations) and fresh Erdős–Rényi graphs per step are simulator
+protocols here: the network path refuses them with a reason (their topology is not the network's).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from node.engine.actions import LedgerEntry as EngineEntry
+from node.privacy.conversions import DEFAULT_ORDERS
+from node.privacy.ledger import BudgetExceeded
+from node.privacy.ledger import LedgerEntry as PrivacyEntry
+from node.protocols.gossip_accounting import (
+    RealisedSchedule,
+    averaging_sensitivities,
+    schedule_from_ledgers,
+    stream_sensitivity,
+)
+from node.protocols.onion import VIEWS as ANON_VIEWS
+from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, _best_order_dp
+
+#: gossip protocols a networked node runs
+NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream")
+#: network round defaults: a neighbour silent this long (seconds, heartbeats reset it) is dropped for the round
+NET_TIMEOUT = 2.0
+NET_GIVE_UP = 3
+NET_MAX_AHEAD = 2
+#: stream accounting is dense in (rounds × n): keep the node's projection cheap
+STREAM_MAX_CELLS = 4096
+ROUND_OPTIONS = ("timeout", "max_ahead", "give_up_after", "ticks", "dropout")
+
+
+# ---- machine parameters -------------------------------------------------------------------------
+
+
+def gossip_params(spec: RunSpec) -> dict[str, Any]:
+    """Public machine parameters of a gossip spec (the same dict the simulator gets: the parity input).
+
+    ``steps`` is the number of rounds (averaging, streaming) or of gradient steps (Muffliato-GD, with
+    ``protocol_params.K`` rounds per step); ``sigma`` the noise multiplier; ``protocol_params`` may set
+    ``chebyshev``/``gamma``, ``K``, and the round options ``timeout``, ``max_ahead``,
+    ``give_up_after``, ``ticks`` and ``dropout`` (simulated unavailability, seeded per node).
+    """
+    pp = dict(spec.protocol_params)
+    out: dict[str, Any] = {"sigma": float(spec.sigma)}
+    if spec.protocol == "muffliato-gd":
+        out.update(steps=int(spec.steps), step_size=float(spec.step_size), K=int(pp.get("K", 1)),
+                   chebyshev=bool(pp.get("chebyshev", False)))
+    else:
+        out["rounds"] = int(pp.get("rounds", spec.steps))
+        if spec.protocol == "gossip-stream":
+            out["step_size"] = float(spec.step_size)
+        elif pp.get("chebyshev"):
+            out["chebyshev"] = True
+    if "gamma" in pp:
+        out["gamma" if spec.protocol != "muffliato-gd" else "gammas"] = (
+            float(pp["gamma"]) if spec.protocol != "muffliato-gd" else [float(pp["gamma"])] * int(spec.steps))
+    out["timeout"] = float(pp.get("timeout", NET_TIMEOUT))
+    out["max_ahead"] = int(pp.get("max_ahead", NET_MAX_AHEAD))
+    out["give_up_after"] = int(pp.get("give_up_after", NET_GIVE_UP))
+    for k in ("ticks",):
+        if k in pp:
+            out[k] = int(pp[k])
+    if "dropout" in pp:
+        out["dropout"] = float(pp["dropout"])
+    return out
+
+
+def view_of(spec: RunSpec) -> str:
+    return str(spec.protocol_params.get("view", "neighbourhood"))
+
+
+def resolved(spec: RunSpec, W, sensitivity: float = 1.0) -> dict[str, Any]:
+    """The concrete public parameters (rounds, γ, per-step K) every node and the simulator derive alike."""
+    from node.protocols.gossip_sim import resolve_params
+
+    return resolve_params(spec.protocol, gossip_params(spec), W, W.shape[0], sensitivity)
+
+
+# ---- schedules and the exact accountant ---------------------------------------------------------
+
+
+def public_schedule(W, rounds: int) -> RealisedSchedule:
+    """The schedule of a run where every node is up every round: ``W_t = W``, every edge carries a value."""
+    Wc = sp.csr_matrix(W, dtype=float)
+    n = Wc.shape[0]
+    A = Wc.tocoo()
+    sent = [(int(i), int(j)) for i, j in zip(A.row, A.col) if i != j]
+    return RealisedSchedule(n, [Wc] * rounds, [sent] * rounds, np.ones((rounds, n), bool), np.ones((rounds, n), bool),
+                            np.zeros(rounds, dtype=np.int64))
+
+
+def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Rounds of each noise injection and their γ per round: one phase for averaging, one per step for GD."""
+    p = resolved(spec, W)
+    if spec.protocol == "muffliato":
+        T = int(p["rounds"])
+        return [list(range(T))], [np.full(T, float(p.get("gamma", 1.0)))]
+    if spec.protocol == "muffliato-gd":
+        ks = [int(k) for k in p["ks"]]
+        gs = p.get("gammas") or [1.0] * len(ks)
+        T = sum(ks)
+        starts = np.cumsum([0] + ks)
+        phases, gammas = [], []
+        for r, k in enumerate(ks):
+            g = np.ones(T)
+            g[starts[r] : starts[r] + k] = float(gs[r])
+            phases.append(list(range(int(starts[r]), int(starts[r]) + k)))
+            gammas.append(g)
+        return phases, gammas
+    T = int(p["rounds"])
+    return [list(range(T))], [np.ones(T)]
+
+
+def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | None = None) -> np.ndarray:
+    """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
+
+    Averaging / Muffliato-GD: exact projection of the observer's view (its own noise removed) per
+    phase, [M] Alg. 1 / Alg. 3 composed over steps.  Streaming gossip: [K]'s linear-Gaussian view over
+    all rounds with the box sensitivity (per-round contributions bounded by Δ), one phase.
+    """
+    view = view_of(spec)
+    phases, gammas = round_plan(spec, W)
+    T = max(max(ph) for ph in phases) + 1
+    if sched is None:
+        sched = public_schedule(W, T)
+    if sched.rounds != T:
+        raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
+    n = sched.n
+    if spec.protocol == "gossip-stream":
+        row = np.zeros(n)
+        for v in range(n):
+            if v != vertex:
+                res = stream_sensitivity(sched, vertex, v, view=view)
+                row[v] = float(res["value"])
+        return row[None, :]
+    out = np.zeros((len(phases), n))
+    for k, (ph, g) in enumerate(zip(phases, gammas)):
+        S = averaging_sensitivities(sched, g, view=view, rounds=ph, source=vertex)
+        out[k] = S[vertex]
+    out[:, vertex] = 0.0
+    return out
+
+
+def rdp_curves(sens: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:
+    """(targets…, orders): Gaussian RDP ``α Δ²/(2σ²)`` of each sensitivity (σ = noise multiplier)."""
+    return np.asarray(sens, dtype=float)[..., None] * np.asarray(orders, dtype=float) / (2.0 * sigma**2)
+
+
+# ---- projector ----------------------------------------------------------------------------------
+
+
+def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
+    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+
+
+def accounting_view(spec: RunSpec) -> dict[str, Any]:
+    view = view_of(spec)
+    v = ANON_VIEWS["secure-summation" if view == "aggregate" else "neighbourhood"].as_dict()
+    return {**v, "gossip_view": view, "bound": "certified"}
+
+
+def check_network_spec(spec: RunSpec) -> str | None:
+    """Why this gossip spec cannot run (or be accounted) between nodes, or None."""
+    pp = spec.protocol_params
+    if spec.protocol not in NET_GOSSIP:
+        return (f"{spec.protocol} is simulator-only (its activations or graphs are not the network's links); "
+                f"networked gossip protocols: {', '.join(NET_GOSSIP)}")
+    if pp.get("graph", "fixed") != "fixed":
+        return "fresh random graphs per step/round are simulator-only: the network's links are the spec's graph"
+    view = view_of(spec)
+    if view not in ("neighbourhood", "aggregate"):
+        return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
+    if view == "aggregate":
+        return ("view='aggregate' needs secure neighbourhood summation, which the networked gossip rounds do not "
+                "run: every value travels in the clear to the neighbour, so only 'neighbourhood' is accountable")
+    if spec.weights != "hamilton":
+        return "gossip rounds rebuild Metropolis-Hastings weights 1/(1+max(d_u,d_v)) on both ends: weights must be 'hamilton'"
+    if not (isinstance(spec.sigma, (int, float)) and math.isfinite(spec.sigma) and spec.sigma > 0):
+        return f"{spec.protocol} needs sigma > 0 (noise multiplier): a run without noise is not private"
+    if "noise_std" in pp or pp.get("clip_after_noise"):
+        return "absolute noise and clipping after noise are reproduction options, not accountable by the node"
+    return None
+
+
+def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Accept iff the certified exact row on the public schedule fits the node's budget (best order per target)."""
+    from node.protocols.registry import transition_matrix
+
+    budget = local or spec.budget
+    if budget.delta < spec.budget.delta:
+        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+                              None, spec.budget.delta, "certified")
+    why = check_network_spec(spec)
+    if why:
+        return _refuse(spec, why)
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    if spec.protocol == "gossip-stream":
+        T = int(resolved(spec, W)["rounds"])
+        if T * W.shape[0] > STREAM_MAX_CELLS:
+            return _refuse(spec, f"streaming-gossip accounting is dense in rounds×nodes ({T}×{W.shape[0]} > "
+                                 f"{STREAM_MAX_CELLS})")
+    try:
+        sens = certified_sensitivities(spec, vertex, W)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return _refuse(spec, str(exc))
+    slope = sens.sum(axis=0) / (2.0 * spec.sigma**2)  # RDP per unit α, composed over phases
+    row = _best_order_dp(slope, math.inf, math.log(1.0 / spec.budget.delta))
+    row[vertex] = 0.0
+    row[slope <= 0] = 0.0
+    det = {"N_u": 1.0, "phases": int(sens.shape[0]), "sensitivity_sq": sens.sum(axis=0).tolist(),
+           "accounting_view": accounting_view(spec),
+           "notes": ["certified exact loss on the public schedule (no dropouts); the ledger is settled on the "
+                     "realised schedule after the run (top-up, never refund)"]}
+    worst = int(np.argmax(row))
+    if row[worst] > budget.epsilon:
+        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+                                     f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
+                              row, spec.budget.delta, "certified", det)
+    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}; "
+                                f"{view_of(spec)} view)", row, spec.budget.delta, "certified", det)
+
+
+# ---- the ledger cost ----------------------------------------------------------------------------
+
+
+@dataclass
+class GossipCost:
+    """Duck-types :class:`node.runs.accounting.ContributionCost` for the node driver.
+
+    ``phase_curves[k]`` (targets × orders) is charged at the k-th data action of the run (averaging:
+    the one noisy input; GD: each step's noisy iterate; streaming: the whole run at round 0, nothing
+    later — the exact stream bound is not additive per round).  ``curves(σ)`` is what the service's
+    lifetime check multiplies by ``N_u = 1``: the whole run.
+    """
+
+    spec: RunSpec
+    vertex: int
+    ids: list[str]
+    targets: list[str]
+    orders: np.ndarray
+    phase_curves: np.ndarray
+    walk_slope: None = None
+    alpha_max: float = math.inf
+    bound_name: str = "certified exact view divergence (Muffliato / Koskela), projected on the public schedule"
+    used: int = 0
+    charged: np.ndarray | None = None
+    settled: dict[str, Any] = field(default_factory=dict)
+
+    def curves(self, sigma: float) -> np.ndarray:
+        return self.phase_curves.sum(axis=0)
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        if abs(float(ev.sigma) - float(self.spec.sigma)) > 1e-12 * max(1.0, self.spec.sigma):
+            raise ValueError(f"noise multiplier {ev.sigma} differs from the spec's {self.spec.sigma}")
+        k = self.used
+        self.used += 1
+        if self.spec.protocol == "gossip-stream":
+            rdp = self.phase_curves[0] if k == 0 else np.zeros_like(self.phase_curves[0])
+        elif k < self.phase_curves.shape[0]:
+            rdp = self.phase_curves[k]
+        else:
+            raise ValueError(f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}")
+        self.charged = rdp.copy() if self.charged is None else self.charged + rdp
+        return PrivacyEntry.from_row(run_id, ev.protocol, view_of(self.spec), "certified", self.targets, rdp,
+                                     note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view_of(self.spec)} view)")
+
+
+def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> GossipCost:
+    from node.protocols.registry import transition_matrix
+
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sens = certified_sensitivities(spec, vertex, W)
+    keep = [v for v in range(len(ids)) if v != vertex]
+    curves = rdp_curves(sens[:, keep], spec.sigma, o)  # (phases, targets, orders)
+    return GossipCost(spec, vertex, list(ids), [ids[v] for v in keep], o, curves)
+
+
+# ---- machine builder ----------------------------------------------------------------------------
+
+
+def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
+    """This node's gossip machine, with the public gossip matrix (the network's links are its support)."""
+    from node.protocols.registry import make_machine, transition_matrix
+
+    why = check_network_spec(spec)
+    if why:
+        raise ValueError(why)
+    W = W if W is not None else transition_matrix(spec.graph, spec.weights)
+    node_rng = getattr(spec, "node_rng", None)  # secret noise unless the spec asks for the public seed
+    rng = node_rng(vertex, len(ids)) if node_rng is not None else None
+    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
+                        params=gossip_params(spec), W=W, view_model=spec.view_model, rng=rng)
+
+
+# ---- schedule records and settlement ------------------------------------------------------------
+
+
+def schedule_records(entries: Iterable[EngineEntry]) -> list[dict[str, Any]]:
+    """The node's ``schedule`` records (JSON-able: row keys are strings on the wire)."""
+    out = []
+    for e in entries:
+        if e.kind == "schedule":
+            d = dict(e.detail)
+            out.append({"round": int(d["round"]), "up": bool(d["up"]), "self": float(d["self"]),
+                        "row": {str(k): float(v) for k, v in d["row"].items()},
+                        "sent_value": [int(j) for j in d["sent_value"]], "missing": [int(j) for j in d["missing"]],
+                        "step": int(d.get("step", 0))})
+    return out
+
+
+def realised_schedule(records: Mapping[int, list[dict[str, Any]]], n: int, rounds: int) -> RealisedSchedule:
+    """Rebuild the realised schedule from every node's records (vertex → list of records)."""
+    ledgers = {int(v): [EngineEntry(int(v), int(r["round"]), "schedule", "sender-known", 0.0, 0.0, 0.0, "gossip", "",
+                                    {**r, "row": {int(k): float(w) for k, w in r["row"].items()}})
+                        for r in recs] for v, recs in records.items()}
+    return schedule_from_ledgers(ledgers, n, rounds)
+
+
+def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping[int, list[dict[str, Any]]],
+                    orders: np.ndarray, W=None) -> np.ndarray:
+    """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay)."""
+    from node.protocols.registry import transition_matrix
+
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    phases, _ = round_plan(spec, W)
+    T = max(max(ph) for ph in phases) + 1
+    sched = realised_schedule(records, len(ids), T)
+    sens = certified_sensitivities(spec, vertex, W, sched).sum(axis=0)
+    keep = [v for v in range(len(ids)) if v != vertex]
+    return rdp_curves(sens[keep], spec.sigma, orders)
+
+
+def _missing_records(recs: Mapping[int, list[dict[str, Any]]]) -> list[int]:
+    """Vertices without records that some recorded node heard from (used their value or saw them up)."""
+    referenced: set[int] = set()
+    for r in (r for rs in recs.values() for r in rs):
+        referenced.update(int(j) for j in r["row"])
+        referenced.update(int(j) for j in r["sent_value"])
+    return sorted(v for v in referenced if v not in recs or not recs[v])
+
+
+def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None) -> dict[str, Any]:
+    """Top the node's ledger up to its certified loss on the realised schedule (never refund).
+
+    ``run`` is the node's :class:`~node.runs.driver.RunDriver`; ``records`` vertex → that node's
+    schedule records.  The node's own records must equal what it recorded itself.
+    """
+    cost = run.cost
+    if not isinstance(cost, GossipCost):
+        raise ValueError(f"run {run.run_id} is not a networked gossip run")
+    if cost.settled:
+        return {**cost.settled, "again": True}
+    mine = schedule_records(run.engine_entries)
+    given = records.get(run.vertex)
+    if given is not None and json.dumps(given, sort_keys=True) != json.dumps(mine, sort_keys=True):
+        raise ValueError("the settlement's records for this node differ from what this node recorded")
+    recs = {**{int(k): v for k, v in records.items()}, run.vertex: mine}
+    missing = _missing_records(recs)
+    if missing:
+        raise ValueError(f"records of vertices {missing} missing: other nodes used or announced values they sent, "
+                         "so the replay would leave those values out of the views; settle with their records")
+    if real is None:
+        real = realised_curves(run.spec, run.vertex, run.ids, recs, cost.orders, run.W)
+    charged = cost.charged if cost.charged is not None else np.zeros_like(real)
+    top = np.maximum(real - charged, 0.0)
+    top[~np.isfinite(top)] = np.inf
+    over = None
+    if np.any(top > 1e-15 * np.maximum(real, 1.0)) and run.ledger is not None:
+        entry = PrivacyEntry.from_row(run.run_id, run.spec.protocol, view_of(run.spec), "certified", cost.targets, top,
+                                      note="gossip settlement: top-up to the certified loss on the realised schedule")
+        try:
+            run.ledger.charge(entry)
+        except BudgetExceeded as exc:
+            from node.runs.driver import _force_charge
+
+            over = str(exc)
+            _force_charge(run.ledger, entry)
+    if np.any(top > 0):
+        run.run_rdp = top if run.run_rdp is None else run.run_rdp + top
+        cost.charged = charged + top
+    from node.runs.accounting import dp_from_rdp
+
+    delta = run.spec.budget.delta
+    cost.settled = {"run_id": run.run_id, "node": run.node_id, "view": view_of(run.spec),
+                    "records_from": sorted(int(v) for v in recs),
+                    "realised": {t: dp_from_rdp(cost.orders, real[j], delta) for j, t in enumerate(cost.targets)},
+                    "charged": {t: dp_from_rdp(cost.orders, cost.charged[j], delta) for j, t in enumerate(cost.targets)},
+                    "topped_up": bool(np.any(top > 0)), "over_budget": over, "bound": "certified"}
+    run._emit("settled", topped_up=cost.settled["topped_up"])  # noqa: SLF001 - the run's event stream
+    return cost.settled
+
+
+async def c_schedule(service, payload: bytes) -> bytes:
+    """``run.schedule``: this node's recorded gossip rows of a run (for the operator's settlement)."""
+    run, _ = service._run(payload)  # noqa: SLF001
+    return json.dumps({"node": service.node.node_id, "vertex": run.vertex, "run_id": run.run_id, "state": run.state,
+                       "records": schedule_records(run.engine_entries)}).encode()
+
+
+async def c_settle(service, payload: bytes) -> bytes:
+    """``run.settle``: ``{"run_id", "records": {vertex: [record…]}}`` → top-up on the realised schedule."""
+    import asyncio
+
+    run, args = service._run(payload)  # noqa: SLF001
+    recs = {int(k): v for k, v in dict(args.get("records") or {}).items()}
+    mine = {**recs, run.vertex: schedule_records(run.engine_entries)}
+    real = None
+    if isinstance(run.cost, GossipCost) and not _missing_records(mine):  # the replay runs off the event loop
+        real = await asyncio.get_running_loop().run_in_executor(
+            None, realised_curves, run.spec, run.vertex, run.ids, mine, run.cost.orders, run.W)
+    try:
+        out = settle(run, recs, real)
+    except ValueError as exc:
+        return json.dumps({"node": service.node.node_id, "run_id": run.run_id, "error": str(exc)}).encode()
+    return json.dumps(out, default=float).encode()
+
+
+async def settle_run(client, run_id: str, node_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Operator side (an :class:`~node.client.core.AsyncClient`): gather every reachable node's records
+    (``run.schedule``), then settle every reachable node (``run.settle``).  An unreachable node
+    contributes no records: its rows stay identity and its sent values are missing from its neighbours'
+    views — the settlement says which vertices' records it used (``records_from``)."""
+    recs: dict[str, list] = {}
+    for nid in node_ids:
+        try:
+            doc = await client._control(nid, "run.schedule", {"run_id": run_id})  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - unreachable: no records
+            continue
+        recs[str(doc["vertex"])] = doc["records"]
+    out: dict[str, dict[str, Any]] = {}
+    for nid in node_ids:
+        try:
+            out[nid] = await client._control(nid, "run.settle", {"run_id": run_id, "records": recs},  # noqa: SLF001
+                                             timeout=60.0)
+        except Exception as exc:  # noqa: BLE001
+            out[nid] = {"error": str(exc)}
+    return out
+
+
+# ---- registration -------------------------------------------------------------------------------
+
+
+def _register() -> None:
+    from node.runs import accounting
+
+    for proto in ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized"):
+        MACHINE_PARAMS[proto] = gossip_params
+        accounting.register_projector(proto, project_gossip)
+        accounting.register_machine_builder(proto, build_gossip)
+        accounting.register_cost(proto, gossip_cost)
+    accounting.register_command("run.schedule", c_schedule)
+    accounting.register_command("run.settle", c_settle)
+
+
+_register()
+
+__all__ = ["NET_GOSSIP", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",
+           "rdp_curves", "project_gossip", "accounting_view", "check_network_spec", "GossipCost", "gossip_cost",
+           "build_gossip", "schedule_records", "realised_schedule", "realised_curves", "settle", "settle_run",
+           "c_schedule", "c_settle"]
