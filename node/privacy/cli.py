@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from node.privacy.graphs import Graph, GraphSpecError, metropolis_hastings, parse_graph
+from node.privacy.matrix import PrivacyMatrix, json_number
 
 PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
 
@@ -69,42 +70,6 @@ def _matrix_fn(q: Query) -> Callable[[], Any]:
     raise SystemExit(f"unknown protocol {q.protocol!r}; choose from {', '.join(PROTOCOLS)}")
 
 
-def _unwrap(result: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    """Accept a bare array or a PrivacyMatrix-like object; return (matrix, labels)."""
-    matrix = np.asarray(getattr(result, "matrix", result), dtype=float)
-    labels = {}
-    for key in ("bound", "view", "horizon", "constraint", "notes"):
-        value = getattr(result, key, None)
-        if value is not None:
-            labels[key] = list(value) if isinstance(value, (list, tuple)) else value
-    return matrix, labels
-
-
-def summarize(matrix: np.ndarray, graph: Graph) -> dict[str, Any]:
-    """min / mean / max over ordered pairs u ≠ v, and the mean by shortest-path distance."""
-    n = matrix.shape[0]
-    off = ~np.eye(n, dtype=bool)
-    vals = matrix[off]
-    finite = vals[np.isfinite(vals)]
-    dist = graph.all_shortest_path_lengths()
-    by_distance = {}
-    for d in np.unique(dist[off]):
-        sel = matrix[(dist == d) & off]
-        by_distance[str(int(d))] = _num(float(np.mean(sel)))
-    return {
-        "pairs": int(vals.size),
-        "infinite_pairs": int(vals.size - finite.size),
-        "min": _num(float(vals.min())),
-        "mean": _num(float(vals.mean())),
-        "max": _num(float(vals.max())),
-        "mean_by_distance": by_distance,
-    }
-
-
-def _num(x: float) -> float | str:
-    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
-
-
 def _query(args: argparse.Namespace) -> Query:
     try:
         graph = parse_graph(args.graph)
@@ -155,25 +120,28 @@ def _describe(q: Query, labels: dict[str, Any]) -> dict[str, Any]:
 def cmd_matrix(args: argparse.Namespace) -> int:
     q = _query(args)
     try:
-        matrix, labels = _unwrap(_matrix_fn(q)())
+        pm: PrivacyMatrix = _matrix_fn(q)()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    matrix = np.array(pm.matrix, dtype=float)
     np.fill_diagonal(matrix, 0.0)
     if args.out:
         np.save(args.out, matrix)
-    report = _describe(q, labels)
-    report["summary"] = summarize(matrix, q.graph)
+    summary = pm.summary(q.graph)
+    report = _describe(q, {"bound": pm.bound, "view": pm.view, "notes": summary.pop("notes")})
+    report["summary"] = summary
     if args.out:
         report["out"] = str(args.out)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         s = report["summary"]
-        print(f"{q.protocol} on {q.graph.spec} (n={q.graph.n}), bound={report.get('bound')}, view={report.get('view', '-')}")
+        print(f"{q.protocol} on {q.graph.spec} (n={q.graph.n}), bound={pm.bound}, view={pm.view}")
         print(f"RDP(alpha={q.alpha}) over {s['pairs']} pairs: min {s['min']}  mean {s['mean']}  max {s['max']}")
-        print("mean by distance: " + ", ".join(f"{d}: {v:.4g}" if isinstance(v, float) else f"{d}: {v}" for d, v in s["mean_by_distance"].items()))
-        for note in report.get("notes", []) or []:
+        print("mean by distance: " + ", ".join(
+            f"{d}: {v:.4g}" if isinstance(v, float) else f"{d}: {v}" for d, v in s["mean_by_distance"].items()))
+        for note in report["notes"]:
             print(f"note: {note}")
     return 0
 
@@ -200,7 +168,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
             result["epsilon_tight_gdp"] = gdp_epsilon(mu, args.delta)
     out = _describe(q, {})
-    out.update({k: (_num(v) if isinstance(v, float) else v) for k, v in result.items()})
+    out.update({k: (json_number(v) if isinstance(v, float) else v) for k, v in result.items()})
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -221,8 +189,8 @@ def _pair(q: Query, u: int, v: int) -> dict[str, Any]:
         from node.privacy import koskela
 
         return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
-    matrix, labels = _unwrap(_matrix_fn(q)())
-    return {"rdp": float(matrix[u, v]), **labels}
+    pm = _matrix_fn(q)()
+    return {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
 
 
 def _common(p: argparse.ArgumentParser) -> None:

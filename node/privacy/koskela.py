@@ -32,11 +32,11 @@ import scipy.sparse as sp
 
 from node.privacy.linear_gaussian import (
     RANGE_RTOL,
-    PrivacyMatrix,
     box_quadratic_max,
     gaussian_loss,
     rdp_of,
 )
+from node.privacy.matrix import PrivacyMatrix
 from node.privacy.muffliato import _csr, _neighbours, gossip_rows
 
 __all__ = [

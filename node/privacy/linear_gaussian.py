@@ -13,7 +13,7 @@ certainty).  This is why hushnet calls these numbers *certified*: no composition
 marginal-by-marginal bound is involved, unlike [M] Theorem 1 (see §1.3.9 of the spec).
 
 The module holds the generic machinery; ``muffliato.py`` and ``koskela.py`` build ``A`` and ``B``.
-It also defines :class:`PrivacyMatrix`, the all-pairs result type the CLI consumes.
+All-pairs results are :class:`node.privacy.matrix.PrivacyMatrix`, the type every accountant returns.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from node.privacy import conversions
+from node.privacy.matrix import json_number
 
 __all__ = [
-    "PrivacyMatrix",
     "LinearGaussianView",
     "RANK_RTOL",
     "RANGE_RTOL",
@@ -50,54 +50,6 @@ RANGE_RTOL = 1e-7
 # --------------------------------------------------------------------------------------------
 # result type
 # --------------------------------------------------------------------------------------------
-@dataclass
-class PrivacyMatrix:
-    """An n×n matrix of pairwise Rényi losses ``ε_{u→v}`` at one order.
-
-    Row ``u`` is the contributor, column ``v`` the observer, diagonal 0.  ``bound`` says which
-    number this is ("certified" = what hushnet stands behind; "paper" = the published formula,
-    a labelled reproduction).  ``np.inf`` entries mean the observer recovers the contributor's
-    input with certainty (the shift left the noise's range); they are never clipped.
-    """
-
-    matrix: np.ndarray
-    alpha: float
-    bound: str
-    view: str
-    notes: list[str] = field(default_factory=list)
-    protocol: str = ""
-    sensitivity_sq: np.ndarray | None = field(default=None, repr=False)
-
-    def summary(self, graph: Any = None) -> dict[str, Any]:
-        """min / mean / max over ordered pairs u ≠ v, and (with a graph) the mean by hop distance."""
-        m = np.asarray(self.matrix, dtype=float)
-        n = m.shape[0]
-        off = ~np.eye(n, dtype=bool)
-        vals = m[off]
-        out: dict[str, Any] = {
-            "bound": self.bound,
-            "view": self.view,
-            "alpha": self.alpha,
-            "pairs": int(vals.size),
-            "infinite_pairs": int(np.isinf(vals).sum()),
-            "min": _jnum(vals.min()) if vals.size else None,
-            "mean": _jnum(vals.mean()) if vals.size else None,
-            "max": _jnum(vals.max()) if vals.size else None,
-            "notes": list(self.notes),
-        }
-        if graph is not None:
-            dist = graph.all_shortest_path_lengths()
-            out["mean_by_distance"] = {
-                str(int(d)): _jnum(m[(dist == d) & off].mean()) for d in np.unique(dist[off])
-            }
-        return out
-
-
-def _jnum(x: float) -> float | str:
-    x = float(x)
-    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
-
-
 # --------------------------------------------------------------------------------------------
 # conversions of a squared sensitivity (in units of the noise: Δ²/σ² once divided by σ²)
 # --------------------------------------------------------------------------------------------

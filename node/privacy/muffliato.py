@@ -37,12 +37,12 @@ import scipy.sparse as sp
 
 from node.privacy.graphs import chebyshev_gamma, spectral_gap
 from node.privacy.linear_gaussian import (
-    PrivacyMatrix,
     brute_force_sensitivity_sq,
     gaussian_loss,
     projection_weights,
     rdp_of,
 )
+from node.privacy.matrix import PrivacyMatrix
 
 __all__ = [
     "muffliato_loss_matrix",

@@ -50,6 +50,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+
+from node.privacy.matrix import PrivacyMatrix, adjacency_of
 from scipy.special import digamma
 
 __all__ = [
@@ -468,88 +470,6 @@ def rw_single_loss_matrix(
 # ----------------------------------------------------------------------------------------------------------------
 # The PNDP matrix
 # ----------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PrivacyMatrix:
-    """All-pairs Rényi losses ``ε_{u→v}`` (row u = contributor, column v = observer, diag 0) and how they were made."""
-
-    matrix: np.ndarray
-    alpha: float
-    bound: str  # "certified" | "paper"
-    view: str  # "anonymous" | "sender-known"
-    horizon: str
-    constraint: str
-    notes: list[str] = field(default_factory=list)
-    sigma: float | None = None
-    T: int | None = None
-    passage: str = "power"
-    adjacency: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def n(self) -> int:
-        return int(self.matrix.shape[0])
-
-    def to_dp(self, delta: float) -> np.ndarray:
-        """(ε, δ) per pair with the RDP conversion ``ε + ln(1/δ)/(α−1)`` (Mironov; the papers' conversion), diag 0."""
-        if not 0.0 < delta < 1.0:
-            raise ValueError("delta must be in (0, 1)")
-        out = self.matrix + math.log(1.0 / delta) / (self.alpha - 1.0)
-        np.fill_diagonal(out, 0.0)
-        return out
-
-    def off_diagonal(self) -> np.ndarray:
-        mask = ~np.eye(self.n, dtype=bool)
-        return self.matrix[mask]
-
-    def summary(self, graph: Any = None) -> dict:
-        """min/mean/max over ordered pairs u ≠ v and the mean by shortest-path distance (JSON-ready)."""
-        off = self.off_diagonal()
-        out: dict[str, Any] = {
-            "bound": self.bound,
-            "view": self.view,
-            "horizon": self.horizon,
-            "constraint": self.constraint,
-            "passage": self.passage,
-            "alpha": self.alpha,
-            "sigma": self.sigma,
-            "T": self.T,
-            "n": self.n,
-            "min": float(off.min()),
-            "mean": float(off.mean()),
-            "max": float(off.max()),
-            "notes": list(self.notes),
-        }
-        adj = _adjacency_of(graph) if graph is not None else self.adjacency
-        if adj is not None:
-            from scipy.sparse.csgraph import shortest_path
-
-            D = shortest_path(adj, unweighted=True, directed=False)
-            mask = ~np.eye(self.n, dtype=bool)
-            d = D[mask]
-            vals = self.matrix[mask]
-            finite = np.isfinite(d)
-            di = d[finite].astype(int)
-            sums = np.bincount(di, weights=vals[finite])
-            counts = np.bincount(di)
-            out["mean_by_distance"] = {str(k): float(sums[k] / counts[k]) for k in range(1, len(counts)) if counts[k]}
-        return out
-
-
-def _adjacency_of(graph: Any) -> sp.csr_matrix:
-    if hasattr(graph, "adjacency"):
-        return sp.csr_matrix(graph.adjacency)
-    if sp.issparse(graph) or isinstance(graph, np.ndarray):
-        A = sp.csr_matrix(graph, dtype=float)
-        A.setdiag(0)
-        A.eliminate_zeros()
-        return A
-    try:  # networkx graph
-        import networkx as nx
-
-        return sp.csr_matrix(nx.to_scipy_sparse_array(graph, format="csr", dtype=float))
-    except Exception as exc:  # pragma: no cover - defensive
-        raise TypeError(f"cannot read an adjacency matrix from {type(graph)!r}") from exc
-
-
 def _resolve(
     bound: str,
     horizon: str | None,
@@ -930,7 +850,7 @@ def gossip_baseline_loss_vector(
     """
     Ws = _csr_W(W)
     n = Ws.shape[0]
-    adj = _adjacency_of(graph) if graph is not None else rw_spectrum(W).adjacency
+    adj = adjacency_of(graph) if graph is not None else rw_spectrum(W).adjacency
     if T_g is None:
         T_g = gossip_T_mix(W, sigma)
     P = np.eye(n)

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from node.privacy.graphs import metropolis_hastings, parse_graph
 from node.privacy import muffliato as mf
-from node.privacy.linear_gaussian import PrivacyMatrix
+from node.privacy.matrix import PrivacyMatrix
 
 HC11_THM1 = [2.507378, 2.252921, 0.6337308, 0.2385205, 0.1180818, 0.06995213, 0.04535872, 0.03172148,
              0.02254799, 0.01682425, 0.01231967, 0.009453986]
