@@ -64,7 +64,8 @@ NET_GIVE_UP = 3
 NET_MAX_AHEAD = 2
 #: stream accounting is dense in (rounds × n): keep the node's projection cheap
 STREAM_MAX_CELLS = 4096
-ROUND_OPTIONS = ("timeout", "max_ahead", "give_up_after", "ticks", "dropout")
+#: settlement tolerance: a realised loss within this of what was charged is the same loss (float error)
+SETTLE_RTOL, SETTLE_ATOL = 1e-9, 1e-12
 
 
 # ---- machine parameters -------------------------------------------------------------------------
@@ -401,10 +402,12 @@ def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | 
     if real is None:
         real = realised_curves(run.spec, run.vertex, run.ids, recs, cost.orders, run.W)
     charged = cost.charged if cost.charged is not None else np.zeros_like(real)
-    top = np.maximum(real - charged, 0.0)
+    # differences within the accountant's own floating-point error (the projection's rank tolerance is
+    # ~1e-12 relative) are not a change of schedule: only a real excess is topped up
+    top = np.where(real > charged * (1.0 + SETTLE_RTOL) + SETTLE_ATOL, real - charged, 0.0)
     top[~np.isfinite(top)] = np.inf
     over = None
-    if np.any(top > 1e-15 * np.maximum(real, 1.0)) and run.ledger is not None:
+    if np.any(top > 0) and run.ledger is not None:
         entry = PrivacyEntry.from_row(run.run_id, run.spec.protocol, view_of(run.spec), "certified", cost.targets, top,
                                       note="gossip settlement: top-up to the certified loss on the realised schedule")
         try:

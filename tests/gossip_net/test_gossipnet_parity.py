@@ -48,7 +48,7 @@ def test_muffliato_network_parity_dropouts_and_stopped_node(tmp_path: pathlib.Pa
                                what=f"gossip run {run_id} to finish")
 
             # ---- 1. parity, no dropouts ------------------------------------------------------------------
-            sp = spec("muffliato", GRAPH, 6, 11, timeout=3.0)
+            sp = spec("muffliato", GRAPH, 6, 11, timeout=5.0)
             run_id = await net.client.start_run(sp)
             await finish(run_id, range(N))
             res, ms = simulate(sp, values)
@@ -70,7 +70,7 @@ def test_muffliato_network_parity_dropouts_and_stopped_node(tmp_path: pathlib.Pa
             assert settled[ids[0]]["view"] == "neighbourhood" and settled[ids[0]]["bound"] == "certified"
 
             # ---- 2. seeded dropouts (30 % per node and round): finishes, same as the simulator -------------
-            sp2 = spec("muffliato", GRAPH, 8, 12, timeout=3.0, dropout=0.3)
+            sp2 = spec("muffliato", GRAPH, 8, 12, timeout=5.0, dropout=0.3)
             run2 = await net.client.start_run(sp2)
             await finish(run2, range(N))
             res2, ms2 = simulate(sp2, values)
@@ -81,23 +81,24 @@ def test_muffliato_network_parity_dropouts_and_stopped_node(tmp_path: pathlib.Pa
             assert sum(not r["up"] for recs in srec2.values() for r in recs) > 0, "no dropout happened"
             for v in range(N):
                 assert schedule_records(net.driver(v, run2).engine_entries) == srec2[v]
-            before = [ledger_curves(svcs[v], ids, v) - ledger_curves(svcs[v], ids, v) * 0 for v in range(N)]
             settled2 = await settle_run(net.client, run2, ids)
             assert all("error" not in s for s in settled2.values()), settled2
+            differs = 0
             for v in range(N):
                 d = net.driver(v, run2)
                 replay = replay_curves(sp2, v, ids, srec2, d.cost.orders)
+                differs += not _curves_close(replay, d.cost.phase_curves.sum(axis=0))
                 proj = d.cost.phase_curves.sum(axis=0)
                 # run 2's charges = max(projection, replay of the recorded schedule) per target and order
                 charged = d.cost.charged
                 assert _curves_close(charged, np.maximum(proj, replay))
-                assert np.all(charged >= replay - 1e-12)
+                assert np.all(charged >= replay * (1 - 1e-9) - 1e-12)
                 spent = svcs[v].ledger.entries(run2)
                 assert spent, f"node {v} has no ledger entry for the dropout run"
-            assert any(s["topped_up"] for s in settled2.values()) or all(
-                _curves_close(net.driver(v, run2).cost.charged, net.driver(v, run2).cost.phase_curves.sum(axis=0))
+            assert differs > 0, "the dropouts did not change any node's certified loss: the settlement tested nothing"
+            assert any(s["topped_up"] for s in settled2.values()) == any(
+                np.any(net.driver(v, run2).cost.charged > net.driver(v, run2).cost.phase_curves.sum(axis=0) * (1 + 1e-9))
                 for v in range(N))
-            del before
 
             # ---- 3. a node stopped mid-run ----------------------------------------------------------------
             sp3 = spec("muffliato", GRAPH, 10, 13, timeout=1.0, give_up_after=2)
