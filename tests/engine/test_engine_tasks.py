@@ -101,12 +101,7 @@ def test_user_task_runs_in_a_walk():
 def test_houses_logistic_regression_in_simulator():
     """RW DP-SGD on houses (256 nodes × 8 rows, hypercube(8), σ=0.5, C=0.4, γ=0.05, T=3000, cap 15):
     test accuracy ≥ 0.75 (non-private full-batch logistic regression reaches ≈ 0.85 on this split)."""
-    from node.datasets import DatasetMissing
-
-    try:
-        part = houses_partition(256, 8)
-    except DatasetMissing:
-        pytest.skip("houses data (cal_housing.data.gz) not in HUSHNET_DATA_DIR")
+    part = houses_partition(256, 8)  # the data come from ../shared/data (tests/conftest.py); missing data fails
     assert part.X_test.shape[1] == 8 and len(part.shards) == 256
     tasks = [LogisticRegressionTask(X, y, clip=0.4) for X, y in part.shards]
     res, _, _ = rw_run("hypercube:8", tasks, seed=3, steps=3000, sigma=0.5, step_size=0.05, cap=15, reliable=False)
