@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print(f"data: {args.data}, {len(P.y_train)} training rows over {n} nodes ({P.shards[0][0].shape[0]} each), "
           f"{len(P.y_test)} test rows; majority-class baseline {majority:.3f}")
-    print(f"test accuracy: private random walk {acc:.3f} (this run, seed {spec.seed}) | non-private {nonpriv:.3f} | "
+    draw = f"simulated, seed {spec.seed}" if args.simulate else f"this run; noise {spec.noise}"
+    print(f"test accuracy: private random walk {acc:.3f} ({draw}) | non-private {nonpriv:.3f} | "
           f"majority class {majority:.3f}")
     if others is not None:
         print(f"  private walk, same configuration over seeds {seeds[0]}..{seeds[-1]} (simulator): mean "
