@@ -129,6 +129,7 @@ def cmd_bootstrap_serve(args) -> int:
 
 def cmd_node_serve(args) -> int:
     from node.net.node import MiB, NodeConfig, run
+    from node.net.plugins import load_plugins
 
     _setup(args, args.node_id or "node")
     token = args.token
@@ -139,7 +140,8 @@ def cmd_node_serve(args) -> int:
             return _fail(f"cannot read --token-file: {exc}")
     config = NodeConfig(state_dir=args.state_dir, listen=args.listen, advertise=args.advertise,
                         bootstrap=args.bootstrap, token=token, ca_file=args.ca, node_id=args.node_id,
-                        max_message_bytes=int(args.max_message_mb * MiB), join_timeout_s=args.join_timeout)
+                        max_message_bytes=int(args.max_message_mb * MiB), join_timeout_s=args.join_timeout,
+                        plugins=load_plugins())
     return run(config)
 
 

@@ -110,6 +110,8 @@ class NodeConfig:
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True
+    #: callables ``fn(node) -> object | None`` run before start (see :mod:`node.net.plugins`)
+    plugins: tuple = ()
 
 
 @dataclass
@@ -856,6 +858,7 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     node = Node(config)
+    installed = [plugin(node) for plugin in config.plugins]
     start = loop.create_task(node.start())
     waiter = loop.create_task(stop.wait())
     done, _ = await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -869,6 +872,10 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
     waiter.cancel()
     start.result()  # raise NodeError if start failed
     await stop.wait()
+    for obj in installed:
+        close = getattr(obj, "close", None)
+        if callable(close):
+            close()
     await node.stop()
 
 

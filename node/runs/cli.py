@@ -4,8 +4,8 @@
 certificate lives there); the commands use :class:`node.client.AsyncClient`, the same API the
 notebook uses, so both show the same information.  Expected failures print one line, exit 1.
 
-:func:`register` also points ``hushnet node serve`` at :func:`node.runs.host.cmd_node_serve`, so
-every node process (``hushnet node serve``, ``hushnet up``) serves runs.
+Node processes serve runs through the ``hushnet.node_plugins`` entry point (``pyproject.toml``),
+which installs :class:`node.runs.service.RunService` on every node before it starts.
 """
 from __future__ import annotations
 
@@ -61,24 +61,6 @@ def register(subparsers) -> None:
     ca.add_argument("run_id")
     _state(ca)
     ca.set_defaults(handler=cmd_cancel)
-
-    _serve_runs_on_nodes(subparsers)
-
-
-def _serve_runs_on_nodes(subparsers) -> None:
-    """Make ``hushnet node serve`` load the run service (see :mod:`node.runs.host`)."""
-    node_parser = subparsers.choices.get("node")
-    if node_parser is None:
-        return
-    for action in node_parser._actions:  # noqa: SLF001 - argparse keeps sub-parsers here
-        if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:  # noqa: SLF001
-            action.choices["serve"].set_defaults(handler=_node_serve)
-
-
-def _node_serve(args) -> int:
-    from node.runs.host import cmd_node_serve  # heavy imports only in node processes
-
-    return cmd_node_serve(args)
 
 
 def _fail(msg: str) -> int:

@@ -1,7 +1,8 @@
 """The run service of a node: operator commands for runs, and the transport handler that feeds them.
 
-Installed on a :class:`node.net.node.Node` with :func:`install` (``hushnet node serve`` and
-``hushnet up`` nodes do it at start, see :mod:`node.runs.host`).  It adds
+Installed on a :class:`node.net.node.Node` with :func:`install`, which every node process runs
+before it starts: it is the ``runs`` plugin of the ``hushnet.node_plugins`` entry point
+(:mod:`node.net.plugins`).  It adds
 
 * one protocol handler, ``hushnet.run``: every envelope of every run; ``envelope.run_id`` picks
   the run, the authenticated ``envelope.sender`` is the machine's ``src``;
