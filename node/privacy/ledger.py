@@ -331,14 +331,18 @@ class Ledger:
             proj = self._projection(self._validate(entry))
         return {t: p[0] for t, p in proj.items() if p[0] > p[3] * (1 + 1e-12) or p[5]}
 
-    def charge(self, entry: LedgerEntry) -> dict[str, Spent]:
+    def charge(self, entry: LedgerEntry, *, enforce_budget: bool = True) -> dict[str, Spent]:
         """Record the entry, or raise :class:`BudgetExceeded` (recording nothing) if it would exceed
-        the budget toward any node.  Returns the new loss toward every target it touched."""
+        the budget toward any node.  Returns the new loss toward every target it touched.
+
+        ``enforce_budget=False`` records spending that has already happened (e.g. the top-up after a
+        walk deviated: the data were used, so the ledger must say so even past the budget).  It is
+        never a way to release more; callers check :meth:`would_exceed` before any release."""
         with self._lock:
             costs = self._validate(entry)
             proj = self._projection(costs)
             bad = {t: p for t, p in proj.items() if p[0] > p[3] * (1 + 1e-12) or p[5]}
-            if bad:
+            if bad and enforce_budget:
                 # worst = largest excess over budget (curve violations count as +inf excess)
                 worst = max(bad, key=lambda t: (bad[t][5], bad[t][0] - bad[t][3]))
                 e, method, _, be, bd, _ = bad[worst]

@@ -344,7 +344,7 @@ class RunDriver:
                 self.ledger.charge(entry)
             except BudgetExceeded as exc:
                 self._emit("over_budget", reason=str(exc))
-                _force_charge(self.ledger, entry)
+                self.ledger.charge(entry, enforce_budget=False)  # spending already happened
         self.run_rdp = total if self.run_rdp is None else self.run_rdp + total
         self._emit("accounted_deviation", contributions=len(used))
 
@@ -391,16 +391,6 @@ class RunDriver:
             "messages": {"in": self.messages_in, "out": self.messages_out, "send_failures": self.send_failures},
             "result": self.finish_result,
         }
-
-
-def _force_charge(ledger: Ledger, entry) -> None:
-    """Record an entry without the budget check (used only for a deviation top-up of data already used)."""
-    saved = ledger._budget  # noqa: SLF001 - deliberate: spending that already happened must be recorded
-    try:
-        ledger._budget = None  # noqa: SLF001
-        ledger.charge(entry)
-    finally:
-        ledger._budget = saved  # noqa: SLF001
 
 
 def _jsonable(x: Any) -> Any:

@@ -413,10 +413,8 @@ def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | 
         try:
             run.ledger.charge(entry)
         except BudgetExceeded as exc:
-            from node.runs.driver import _force_charge
-
             over = str(exc)
-            _force_charge(run.ledger, entry)
+            run.ledger.charge(entry, enforce_budget=False)  # the realised rounds already happened
     if np.any(top > 0):
         run.run_rdp = top if run.run_rdp is None else run.run_rdp + top
         cost.charged = charged + top

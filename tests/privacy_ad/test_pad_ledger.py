@@ -145,3 +145,19 @@ def test_concurrent_charges_never_overspend(tmp_path):
             t.join()
         assert len(ok) == 10 and len(refused) == 15
         assert len(led.entries()) == 10
+
+
+def test_spending_that_already_happened_is_recorded_past_the_budget(tmp_path):
+    """A deviation top-up records data already used: it must land even over budget, and then block new charges."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path, budget=Budget(epsilon=1.0, delta=1e-6)) as led:
+        big = gauss("r1", {"a": 2.0})
+        with pytest.raises(BudgetExceeded):
+            led.charge(big)
+        spent = led.charge(big, enforce_budget=False)
+        assert spent["a"].epsilon > 1.0 and len(led.entries()) == 1
+        assert "a" in led.would_exceed(gauss("r2", {"a": 1e-3}))
+        with pytest.raises(BudgetExceeded):
+            led.charge(gauss("r2", {"a": 1e-3}))
+    with Ledger(path) as again:  # persisted like any other entry
+        assert again.spent("a", delta=1e-6).epsilon == pytest.approx(spent["a"].epsilon)
