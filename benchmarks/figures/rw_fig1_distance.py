@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 from node.privacy import randomwalk as rw  # noqa: E402
 from node.privacy.graphs import Graph, graph_from_edges, metropolis_hastings, parse_graph  # noqa: E402
+from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 ALPHA, SIGMA, EPS_LOCAL = 2.0, 1.0, 1.0
 N = 2048
@@ -179,21 +180,8 @@ def plot(results: dict, path: pathlib.Path) -> None:
     axes[0, 0].legend(fontsize=7, loc="lower left")
     fig.suptitle("Random walk vs gossip: pairwise privacy loss by distance (n≈2048) — paper vs certified", fontsize=11)
     fig.tight_layout()
-    _save_png(fig, path, dpi=80)
+    save_palette_png(fig, path, dpi=80)
     plt.close(fig)
-
-
-
-def _save_png(fig, path: pathlib.Path, dpi: int) -> None:
-    """Save as a 256-colour palette PNG so the committed figure stays small (< ~300 KB)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def main(out_dir: pathlib.Path, with_certified_gossip: bool = True) -> dict:

@@ -28,6 +28,7 @@ from scipy.stats import spearmanr  # noqa: E402
 
 from node.privacy import randomwalk as rw  # noqa: E402
 from node.privacy.graphs import Graph, graph_from_edges, metropolis_hastings  # noqa: E402
+from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 ALPHA, SIGMA = 2.0, 10.0
 
@@ -89,19 +90,6 @@ def _order(G: nx.Graph) -> np.ndarray:
     """Nodes grouped by greedy-modularity community so that block structure shows in the heatmaps."""
     comms = sorted(nx.algorithms.community.greedy_modularity_communities(G), key=len, reverse=True)
     return np.array([v for c in comms for v in sorted(c)])
-
-
-
-def _save_png(fig, path: pathlib.Path, dpi: int) -> None:
-    """Save as a 256-colour palette PNG so the committed figure stays small (< ~300 KB)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -174,7 +162,7 @@ def main(out_dir: pathlib.Path) -> dict:
         result["facebook_ego0"] = "unavailable: Facebook data not found (set HUSHNET_DATA_DIR)"
     fig.suptitle("Structure vs privacy loss (α=2, σ=10, T = computeTwalk): paper (Thm 3) and certified", fontsize=11)
     fig.tight_layout()
-    _save_png(fig, out_dir / "rw_fig3_structure.png", dpi=70)
+    save_palette_png(fig, out_dir / "rw_fig3_structure.png", dpi=70)
     plt.close(fig)
     result["seconds"] = time.perf_counter() - t0
     (out_dir / "rw_fig3_structure.json").write_text(json.dumps(result, indent=1, default=float))

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 
 from node.privacy import randomwalk as rw  # noqa: E402
 from node.privacy.graphs import graph_from_edges, metropolis_hastings  # noqa: E402
+from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 SIZES = [75, 75, 50]
 PROBS = [[0.25, 0.05, 0.02], [0.05, 0.35, 0.07], [0.02, 0.07, 0.40]]
@@ -52,19 +53,6 @@ def block_stats(mat: np.ndarray, blocks: np.ndarray) -> dict:
     return {"nodes_own_block_mean_exceeds_others": own_wins, "nodes": n,
             "nodes_majority_of_total_in_own_block": int((own_total > 0.5 * total).sum()),
             "block_mean_matrix": block_means}
-
-
-
-def _save_png(fig, path: pathlib.Path, dpi: int) -> None:
-    """Save as a 256-colour palette PNG so the committed figure stays small (< ~300 KB)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -117,7 +105,7 @@ def main(out_dir: pathlib.Path) -> dict:
     axes[2].legend(fontsize=7, ncol=2)
     fig.suptitle("SBM (75, 75, 50): random-walk privacy loss follows the blocks", fontsize=11)
     fig.tight_layout()
-    _save_png(fig, out_dir / "rw_fig5_sbm.png", dpi=80)
+    save_palette_png(fig, out_dir / "rw_fig5_sbm.png", dpi=80)
     plt.close(fig)
     res["seconds"] = time.perf_counter() - t0
     (out_dir / "rw_fig5_sbm.json").write_text(json.dumps(res, indent=1, default=float))
