@@ -30,7 +30,6 @@ token is dropped and nothing enters the ledger.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,6 +42,7 @@ from node.crypto.sealed import seal_token, token_length, token_replay_tag, try_o
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
+from node.engine.rng import secret_generator
 from node.privacy.anonymity_setup import AnonymitySetup, sample_destination
 from node.protocols.onion import VIEWS
 from node.tasks.base import GradientTask
@@ -121,7 +121,7 @@ class AnonymousWalk(Protocol):
         self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
         self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
         self.replay = ReplayCache({params.epoch})
-        self.secret_rng = secret_rng if secret_rng is not None else np.random.default_rng(secrets.randbits(128))
+        self.secret_rng = secret_rng if secret_rng is not None else secret_generator()
         self.updates = 0
         self.relayed = 0
         self.chosen: list[int] = []  # destinations this node chose (its own knowledge)

@@ -28,7 +28,6 @@ really on, with the reason, as data a run report can show.
 from __future__ import annotations
 
 import hashlib
-import secrets
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -42,6 +41,7 @@ from node.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paus
 from node.engine.errors import MalformedMessage, UnexpectedSender
 from node.engine.events import MessageArrived, RunStarted, TimerFired
 from node.engine.protocol import NodeContext, Protocol
+from node.engine.rng import secret_generator
 
 KIND_PACKET = 0x4F  # 'O'
 KIND_HOP_ACK = 0x41  # 'A'
@@ -215,7 +215,7 @@ class OnionLayer(Protocol):
         self.keyring = keyring
         self.directory = directory
         self.p = params or OnionParams()
-        self.path_rng = path_rng if path_rng is not None else np.random.default_rng(secrets.randbits(128))
+        self.path_rng = path_rng if path_rng is not None else secret_generator()
         self._pending: dict[str, tuple[int, bytes, int]] = {}
         self.relayed = 0
         self.delivered = 0
