@@ -35,7 +35,8 @@ class LedgerEntry:
     """One use of the node's private data (or one noise-only visit), for the node's privacy ledger.
 
     ``kind``: ``"gradient"`` (a clipped gradient entered the token), ``"value"`` (a bounded value was
-    added), ``"rr"`` (a randomized-response report), ``"noise"`` (over-cap visit: noise only, no data).
+    added), ``"rr"`` (a randomized-response report), ``"noise"`` (over-cap visit: noise only, no data),
+    ``"schedule"`` (a gossip round's realised weights, recorded for the accountant's replay: no data).
     ``sensitivity`` is the L2 sensitivity of the data-dependent part, ``noise_std`` the std of the
     Gaussian noise added at this visit (``sigma`` = noise_std / sensitivity, the noise multiplier).
     """
@@ -53,7 +54,7 @@ class LedgerEntry:
 
     @property
     def uses_data(self) -> bool:
-        return self.kind != "noise"
+        return self.kind not in ("noise", "schedule")
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,10 +225,8 @@ class RunDriver:
 
     def _charge(self, ev: LedgerEntry) -> bool:
         self.engine_entries.append(ev)
-        if ev.kind == "schedule":  # a gossip round's realised row: a record for the accountant, no data released
-            return True
-        if not ev.uses_data:
-            self.noise_visits += 1
+        if not ev.uses_data:  # noise-only visit, or a gossip round's schedule record
+            self.noise_visits += ev.kind == "noise"
             return True
         if self.cost is not None:
             try:
