@@ -547,7 +547,9 @@ class Node:
     async def _check_member(self, who: pki.PeerIdentity, key_sha: str) -> None:
         member = self.members.get(who.name)
         if member is None or member.key_sha256 != key_sha:
-            await self._refresh_directory(force=False, min_interval=0.5)
+            # A valid certificate from a caller we do not know yet is usually a node that joined after our
+            # last directory read: read it again (at most every 0.5 s, waiting rather than refusing).
+            await self._refresh_directory(force=False, min_interval=0.5, wait=True)
             member = self.members.get(who.name)
         if member is None:
             raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
@@ -701,10 +703,21 @@ class Node:
                 self.controls.register(name, fn)
 
     # ------------------------------------------------------------------ directory, channels, probes
-    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0) -> None:
+    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False) -> None:
+        """Read the directory from the bootstrap, at most once per ``min_interval``.
+
+        With ``wait`` a call inside the interval sleeps until it ends and then reads (unless another read started
+        meanwhile), so that a caller who joined a moment ago is not refused because of the rate limit.
+        """
         now = time.monotonic()
         if not force and now - self._last_dir_fetch < min_interval:
-            return
+            if not wait:
+                return
+            asked = now
+            await asyncio.sleep(self._last_dir_fetch + min_interval - now)
+            if self._last_dir_fetch >= asked:
+                return
+            now = time.monotonic()
         self._last_dir_fetch = now
         try:
             async with self._bootstrap_channel() as ch:

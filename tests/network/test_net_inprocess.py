@@ -60,7 +60,7 @@ async def _network(tmp: pathlib.Path, spec: str, n: int, max_message_bytes: int 
     await asyncio.gather(*(node.start() for node in nodes))
     # wait until every node sees all its graph neighbours healthy
     for _ in range(200):
-        if all(len(node.neighbors) == len(node.links) and node.links and all(l.healthy for l in node.links.values())
+        if all(len(node.members) == n and len(node.neighbors) == len(node.links) and node.links and all(l.healthy for l in node.links.values())
                for node in nodes):
             break
         await asyncio.sleep(0.1)
