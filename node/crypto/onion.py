@@ -50,17 +50,11 @@ def packet_length(slots: int, payload_len: int) -> int:
     return _PREFIX.size + KEY_LEN + MAC_LEN + slots * SLOT + payload_len
 
 
-def _stream(key: bytes, data: bytes) -> bytes:
-    """``data`` XOR ChaCha20_key (zero nonce: every key here is used once)."""
-    return Cipher(algorithms.ChaCha20(key, _NONCE), mode=None).encryptor().update(data)
-
-
-def _keystream(key: bytes, n: int) -> bytes:
-    return _stream(key, bytes(n))
-
-
-def _xor(a: bytes, b: bytes) -> bytes:
-    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big")
+def _stream(key: bytes, data: bytes, block: int = 0) -> bytes:
+    """``data`` XOR ChaCha20_key from 64-byte block ``block`` on (zero nonce: every key here is used
+    once).  Slots are one block each, so the filler reads a stream's tail without its head."""
+    nonce = _NONCE if block == 0 else block.to_bytes(4, "little") + _NONCE[4:]  # 32-bit LE counter ‖ nonce
+    return Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(data)
 
 
 @dataclass(frozen=True)
@@ -104,26 +98,24 @@ def build_packet(
         epk = public_bytes(e.public_key())
         epks.append(epk)
         keys.append(_derive(exchange(e, pk), epk, pk))
-    rho_streams = [_keystream(k.rho, (R + 1) * S) for k in keys]
-    # filler: what hops 1..T-1 will shift into the header's tail
+    # filler: what hops 1..T-1 will shift into the header's tail (only each stream's last k slots
+    # are needed, read by seeking the counter: O(T²·S) instead of O(T·R·S) keystream and memory)
     phi = b""
     for k in range(1, T):  # hops 1..T-1 (0-based index k-1)
-        phi = _xor(phi + bytes(S), rho_streams[k - 1][(R - k + 1) * S : (R + 1) * S])
-    # payload layers, innermost first: payload_T = m ⊕ π_T, payload_k = payload_{k+1} ⊕ π_k
+        phi = _stream(keys[k - 1].rho, phi + bytes(S), R - k + 1)
+    # header and payload layers, innermost first: payload_T = m ⊕ π_T, payload_k = payload_{k+1} ⊕ π_k
+    # (one payload buffer at a time: a Mode-B walk has hundreds of hops over a model-sized payload)
     plain = _MSG_LEN.pack(len(message)) + message + bytes(payload_len - _MSG_LEN.size - len(message))
-    payloads = [b""] * T
-    cur = plain
-    for k in range(T - 1, -1, -1):
-        cur = _stream(keys[k].pi, cur)
-        payloads[k] = cur
+    payload = _stream(keys[T - 1].pi, plain)
     final_slot = _SLOT.pack(FINAL, 0, bytes(32), bytes(16))
-    beta = _xor(final_slot + bytes((R - T) * S), rho_streams[T - 1][: (R - T + 1) * S]) + phi
-    gamma = _mac(keys[T - 1].mu, prefix, beta, payloads[T - 1])
+    beta = _stream(keys[T - 1].rho, final_slot + bytes((R - T) * S)) + phi
+    gamma = _mac(keys[T - 1].mu, prefix, beta, payload)
     for k in range(T - 2, -1, -1):
         slot = _SLOT.pack(RELAY, path[k + 1][0], epks[k + 1], gamma)
-        beta = _xor(slot + beta[: (R - 1) * S], rho_streams[k][: R * S])
-        gamma = _mac(keys[k].mu, prefix, beta, payloads[k])
-    return prefix + epks[0] + gamma + beta + payloads[0]
+        beta = _stream(keys[k].rho, slot + beta[: (R - 1) * S])
+        payload = _stream(keys[k].pi, payload)
+        gamma = _mac(keys[k].mu, prefix, beta, payload)
+    return prefix + epks[0] + gamma + beta + payload
 
 
 @dataclass
@@ -199,7 +191,7 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) 
             raise DuplicatePacket(f"duplicate onion packet in epoch {epoch}")
         raise ReplayedMessage(f"onion replay tag already processed in epoch {epoch}")
     keyring.replay.add(epoch, hk.tau, dig)
-    B = _xor(beta + bytes(S), _keystream(hk.rho, (R + 1) * S))
+    B = _stream(hk.rho, beta + bytes(S))
     kind, nxt, epk_next, gamma_next = _SLOT.unpack_from(B)
     payload2 = _stream(hk.pi, payload)
     if kind == FINAL:
