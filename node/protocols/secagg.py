@@ -11,8 +11,9 @@ learn only the sum if it is broadcast.  Rounds, each closed by "everyone answere
    ``b_u`` and its mask secret key ``sk_u`` (threshold t, :mod:`node.crypto.shamir`) and seals
    each pair of shares to the recipient's long-term share-transport key (:func:`~node.crypto.sealed.seal`);
    the leader forwards them (U2 = members whose shares came).
-2. **masked input**: ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈U2\\u} ±PRG(s_uv)`` mod 2^k
-   (:mod:`node.crypto.masks`; + if u < v).  U3 = members whose input came; D = U2 \\ U3 dropped.
+2. **masked input**: ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)∩U2} ±PRG(s_uv)`` mod 2^k
+   (:mod:`node.crypto.masks`; + if u < v), N(u) = u's neighbours in the *masking graph* on U1
+   (complete by default).  U3 = members whose input came; D = U2 \\ U3 dropped.
 3. **unmask**: each member of U3 reveals its share of ``b_u`` for u ∈ U3 and of ``sk_u`` for
    u ∈ D — never both for one u (a member answers one unmask request only, and checks
    ``D = U2 \\ U3``, ``|U3| ≥ t``).  The leader reconstructs, checks every secret against its
@@ -27,6 +28,19 @@ Bad input — a masked input of the wrong length, a message from a non-member or
 duplicate, shares that do not open or are inconsistent — is a typed, counted Fault; the offender
 is treated as dropped where that keeps the sum exact, otherwise the round aborts.
 Fixed-point error bound: see :mod:`node.crypto.masks` (``n·2^-(f+1)`` per entry).
+
+Sparse masking (``mask_degree = k``, the SecAgg+ idea of Bell et al. CCS 2020): each member masks
+with only its k neighbours in the Harary graph ``H_{k,|U1|}`` on the advertisers in id order (public,
+same for everyone), which costs k keystreams instead of |U1|−1.  SecAgg+ draws a random k-regular
+graph and gets a w.h.p. guarantee; the Harary graph is deterministic and exactly k-vertex-connected,
+which gives a plain statement: the leader learns the inputs of the surviving honest members only
+through their sum as long as the members it removes from the graph — the dropped ones (at most
+``n − t``: members refuse to unmask below the threshold) plus the members colluding with it — number
+fewer than k.  So ``k ≥ n − t + 1`` is required (refused otherwise) and the round tolerates
+``c = min(t − 1, k − 1 − (n − t))`` colluding members (:meth:`SecAggParams.collusion_tolerance`);
+the complete graph (default) tolerates ``t − 1``, as plain SecAgg does (t colluders would hold t
+shares of every secret).  Shamir shares still go to
+every member, so dropout recovery is unchanged.
 Threat model: an honest-but-curious leader and members (SecAgg's semi-honest setting); a
 threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Feldman VSS): a member
 that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
@@ -47,7 +61,7 @@ import numpy as np
 
 from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from node.crypto.keys import KeyDirectory, KeyPair
-from node.crypto.masks import FixedPoint, mask_stream, pairwise_seed
+from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from node.crypto.sealed import open_sealed, seal
 from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
@@ -77,6 +91,7 @@ class SecAggParams:
     sensitivity: float = 1.0
     broadcast: bool = True
     round_id: int = 0
+    mask_degree: int | None = None  # None: complete masking graph (plain SecAgg); k: Harary graph H_{k,n}
 
     def __post_init__(self) -> None:
         m = self.members
@@ -86,10 +101,52 @@ class SecAggParams:
             raise ValueError(f"threshold must be in 2..{len(m)}")
         if self.dim < 1 or self.round_timeout <= 0 or self.noise_std < 0:
             raise ValueError("need dim >= 1, round_timeout > 0, noise_std >= 0")
+        if self.mask_degree is not None:
+            lo = len(m) - self.threshold + 1
+            if not lo <= self.mask_degree:
+                raise ValueError(f"mask_degree {self.mask_degree} < n − t + 1 = {lo}: dropouts allowed by the threshold "
+                                 "could cut the masking graph and expose partial sums")
 
     @property
     def fixed_point(self) -> FixedPoint:
         return FixedPoint(self.frac_bits, self.bits)
+
+    def collusion_tolerance(self) -> int:
+        """How many members may collude with the leader while the surviving honest inputs stay hidden
+        except through their sum (see the module docstring)."""
+        n, t = len(self.members), self.threshold
+        shamir = t - 1  # t colluders would hold t shares of every secret
+        if self.mask_degree is None or self.mask_degree >= n - 1:
+            return shamir
+        return min(shamir, self.mask_degree - 1 - (n - t))
+
+
+def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int, frozenset[int]]:
+    """Neighbours in the Harary graph ``H_{degree,m}`` on ``ids`` (sorted, by position): ``degree``-regular
+    (one vertex has degree+1 if both are odd) and exactly ``degree``-vertex-connected (Harary 1962).
+    ``None`` or ``degree ≥ m − 1``: the complete graph."""
+    ids = sorted(ids)
+    m = len(ids)
+    if degree is None or degree >= m - 1:
+        return {u: frozenset(ids) - {u} for u in ids}
+    if degree < 1:
+        raise ValueError("mask degree must be at least 1")
+    nb: list[set[int]] = [set() for _ in range(m)]
+    for i in range(m):
+        for j in range(1, degree // 2 + 1):
+            nb[i].add((i + j) % m)
+            nb[(i + j) % m].add(i)
+    if degree % 2:
+        if m % 2 == 0:
+            for i in range(m // 2):
+                nb[i].add(i + m // 2)
+                nb[i + m // 2].add(i)
+        else:
+            for i in range((m + 1) // 2):
+                k = (i + (m - 1) // 2) % m
+                nb[i].add(k)
+                nb[k].add(i)
+    return {ids[i]: frozenset(ids[j] for j in nb[i] if j != i) for i in range(m)}
 
 
 def _ids(ids: list[int] | tuple[int, ...] | set[int]) -> bytes:
@@ -290,7 +347,7 @@ class SecAggMachine(Protocol):
             self.U2 = sorted(list(got) + [me])
             y = self._masked_input()
             self.phase = "masked"
-            return self._send(self.p.leader, bytes([MASKED]) + _U32.pack(self.p.dim) + y.astype("<u8").tobytes())
+            return self._send(self.p.leader, bytes([MASKED]) + _U32.pack(self.p.dim) + y.tobytes())
         if kind == UNMASK_REQ:
             if self.phase != "masked":
                 raise ReplayedMessage(f"second unmask request (phase {self.phase}): refused")
@@ -311,15 +368,15 @@ class SecAggMachine(Protocol):
         raise MalformedMessage(f"unexpected message kind {kind}")
 
     def _masked_input(self) -> np.ndarray:
-        me, d = self.ctx.node, self.p.dim
-        y = self.fp.encode(self.x, len(self.p.members))
-        y = y + mask_stream(self.b, d, self.context + b"|self")
-        for v in self.U2:
-            if v == me:
-                continue
-            m = mask_stream(pairwise_seed(self.mkp, self.pks[v], me, v, self.context), d, self.context + b"|pair")
-            y = y + m if me < v else y - m
-        return self.fp.reduce(y)
+        """``enc(x) + PRG(b) ± PRG(s_uv)`` for the masking-graph neighbours that shared keys, in machine
+        words (little-endian uint32/uint64, ready for the wire)."""
+        me = self.ctx.node
+        y = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)
+        add_masks(y, [(self.b, 1)], self.context + b"|self")
+        nbrs = mask_graph(sorted(self.pks), self.p.mask_degree)[me]
+        add_masks(y, ((pairwise_seed(self.mkp, self.pks[v], me, v, self.context), 1 if me < v else -1)
+                      for v in self.U2 if v in nbrs), self.context + b"|pair")
+        return self.fp.reduce(y).astype(self.fp.dtype, copy=False)
 
     # leader -------------------------------------------------------------------------------------
 
@@ -349,9 +406,11 @@ class SecAggMachine(Protocol):
             if self.lphase != "masked" or src in self.masked or src not in self.lU2:
                 raise ReplayedMessage(f"masked input from {src} out of phase or twice")
             dim = r.u32()
-            if dim != self.p.dim or len(data) != 5 + 8 * self.p.dim:
-                raise WrongDimension(f"masked input of {dim} entries ({len(data) - 5} bytes), the round sums {self.p.dim}")
-            self.masked[src] = np.frombuffer(data, dtype="<u8", offset=5).astype(np.uint64)
+            w = self.fp.dtype.itemsize
+            if dim != self.p.dim or len(data) != 5 + w * self.p.dim:
+                raise WrongDimension(f"masked input of {dim} entries ({len(data) - 5} bytes), the round sums "
+                                     f"{self.p.dim} words of {w} bytes")
+            self.masked[src] = np.frombuffer(data, dtype=self.fp.dtype, offset=5)  # read-only view, summed at release
             return self._maybe_advance(len(self.masked) == len(self.lU2))
         if kind == UNMASK:
             if self.lphase != "unmask" or src in self.reveals or src not in self.lU3:
@@ -473,24 +532,24 @@ class SecAggMachine(Protocol):
     def _release(self) -> list[Action]:
         d = self.p.dim
         acts: list[Action] = []
-        total = np.zeros(d, dtype=np.uint64)
+        total = np.zeros(d, dtype=self.fp.dtype)
         for u in self.lU3:
-            total += self.masked[u]
+            np.add(total, self.masked[u], out=total)
         for u in self.lU3:
             b, f = self._recover(u, _B)
             acts += f
             if b is None:
                 return acts + self._abort(f"self-mask seed of member {u} could not be recovered")
-            total -= mask_stream(b, d, self.context + b"|self")
+            add_masks(total, [(b, -1)], self.context + b"|self")
+        graph = mask_graph(self.lU1, self.p.mask_degree)
         for v in self.lD:
             s, f = self._recover(v, _S)
             acts += f
             if s is None:
                 return acts + self._abort(f"mask key of dropped member {v} could not be recovered")
             kv = KeyPair.from_private_bytes(s)
-            for u in self.lU3:
-                m = mask_stream(pairwise_seed(kv, self.adv[u], v, u, self.context), d, self.context + b"|pair")
-                total = total - m if u < v else total + m
+            add_masks(total, ((pairwise_seed(kv, self.adv[u], v, u, self.context), -1 if u < v else 1)
+                              for u in self.lU3 if u in graph[v]), self.context + b"|pair")
         result = self.fp.decode(self.fp.reduce(total))
         self.lphase = "done"
         self.finished = True
