@@ -25,7 +25,8 @@ Each protocol registers, on import (``node.runs.service`` imports this module):
   secagg-sum     one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the
                  aggregate view is what the leader sees, no credit taken for other members' noise
   anon-walk-sgd  every update charged as attributable (α/(2σ²) each): source anonymity has no DP
-                 theorem, entropy is a diagnostic (spec anonymity.md §6.6–6.7)
+                 theorem, entropy is a diagnostic (spec anonymity.md §6.6–6.7); the same for
+                 ``mode = "A"`` and ``"B"`` (identical hitting-time law, spec §6.3)
   ============== ===================================================================================
 
 Secure summation over the network is wrapped by :class:`NetworkSecAgg`: the sans-IO leader writes
@@ -120,7 +121,7 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
                            "threshold": int(pp.get("threshold", len(members) // 2 + 1)),
                            "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
                            "broadcast": bool(pp.get("broadcast", True)), "round_id": int(pp.get("round_id", 0))}
-    for k in ("frac_bits", "bits"):
+    for k in ("frac_bits", "bits", "mask_degree"):
         if k in pp:
             out[k] = int(pp[k])
     return out
@@ -134,9 +135,10 @@ def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
                            "ack_timeout": float(pp.get("ack_timeout", NET_ACK_TIMEOUT)),
                            "max_retries": int(pp.get("max_retries", NET_MAX_RETRIES)),
                            "pause_retry": float(pp.get("pause_retry", NET_PAUSE_RETRY))}
-    for k in ("ell1", "ell2", "delta", "kappa", "delta_prime", "cell_body"):
+    for k in ("ell1", "ell2", "delta", "kappa", "delta_prime", "cell_body", "l_max"):
         if k in pp:
             out[k] = pp[k]
+    out["mode"] = str(pp.get("mode", "A")).upper()  # "A": the sealed token walks; "B": onion random walk
     return out
 
 
@@ -239,6 +241,8 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
     params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory}
+    if params.get("mode") == "B":  # the onion layers use the same long-term key (distinct HKDF salts)
+        params.update(onion_key=kp, onion_directory=directory)
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
                         W=W, view_model="sender-known", options=options, rng=spec.node_rng(vertex, len(ids)))
 
