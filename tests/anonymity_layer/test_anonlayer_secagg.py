@@ -155,3 +155,56 @@ def test_aggregate_view_leaks_less_than_neighbourhood_view():
     assert ag["certified_epsilon"] < nb["certified_epsilon"]
     assert ag["empirical_epsilon"] < nb["empirical_epsilon"]
     assert ag["empirical_epsilon"] <= ag["certified_epsilon"] and nb["empirical_epsilon"] <= nb["certified_epsilon"]
+
+
+def _connected(adj: dict[int, frozenset[int]], keep: set[int]) -> bool:
+    start = next(iter(keep))
+    seen, todo = {start}, [start]
+    while todo:
+        for w in adj[todo.pop()] & keep:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen == keep
+
+
+@pytest.mark.parametrize("m,k", [(7, 3), (8, 3), (9, 4), (10, 5), (10, 6)])
+def test_mask_graph_is_k_regular_and_k_connected(m, k):
+    """The sparse masking graph's privacy claim rests on its connectivity: removing any k−1 members
+    (dropped or colluding) leaves the rest connected, so the leader sees only their total."""
+    from itertools import combinations
+
+    ids = [3 * i + 1 for i in range(m)]  # arbitrary ids: positions follow the sorted order
+    adj = sa.mask_graph(ids, k)
+    assert all(u not in adj[u] and all(u in adj[v] for v in adj[u]) for u in ids)  # simple, undirected
+    assert sorted(len(a) for a in adj.values())[0] == k and max(len(a) for a in adj.values()) <= k + 1
+    for cut in combinations(ids, k - 1):
+        assert _connected(adj, set(ids) - set(cut)), cut
+    assert any(not _connected(adj, set(ids) - set(cut)) for cut in combinations(ids, k))  # k is tight
+    assert sa.mask_graph(ids, None) == sa.mask_graph(ids, m - 1) == {u: frozenset(ids) - {u} for u in ids}
+
+
+def test_mask_degree_must_survive_the_dropouts_the_threshold_allows():
+    with pytest.raises(ValueError, match="n − t \\+ 1"):
+        _params(threshold=9, mask_degree=7)  # 16 − 9 + 1 = 8
+    assert _params(threshold=9, mask_degree=8).collusion_tolerance() == 0
+    assert _params(threshold=9, mask_degree=10).collusion_tolerance() == 2
+    assert _params(threshold=9).collusion_tolerance() == 8  # complete graph: Shamir's t − 1
+
+
+def test_sparse_uint32_round_three_dropouts_exact():
+    """Harary masking graph of degree 8 (8 keystreams per member instead of 15) and 32-bit words
+    (f = 16): three members drop after sharing keys; the sum of the 13 survivors is exact to the
+    32-bit bound, masked inputs travel as uint32 and look uniform mod 2^32."""
+    p = _params(threshold=9, mask_degree=8, bits=32, frac_bits=16)
+    res, ms, vecs = _run(p, kill=[(v, 0.0035) for v in (3, 7, 11)])
+    info = res.finish.result
+    assert info["status"] == "released" and info["dropped"] == [3, 7, 11] and not res.faults
+    plain = sum(vecs[v] for v in info["survivors"])
+    assert info["error_bound"] == pytest.approx(13 * 2.0**-17)
+    assert np.abs(res.model - plain).max() <= info["error_bound"] + 1e-9 * np.abs(plain).max()
+    y = ms[M].masked[0]
+    assert y.dtype == np.dtype("<u4") and abs(y.astype(np.float64).mean() / 2.0**31 - 1.0) < 0.05
+    # the masks of a member cancel only with its 8 graph neighbours: dropping them from the leader's
+    # recovery would leave the sum wrong, so exactness above checks the leader used the same graph
+    assert all(len(a) == 8 for a in sa.mask_graph(range(M), 8).values())
