@@ -39,7 +39,7 @@ from node.privacy.ledger import Budget as LedgerBudget
 from node.privacy.ledger import Ledger
 from node.protocols.registry import make_machine, transition_matrix
 from node.protocols.walk import WalkOptions
-from node.runs.accounting import COMMANDS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
+from node.runs.accounting import COMMANDS, JOURNALS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
 from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
@@ -150,8 +150,11 @@ class RunService:
         async def send(dst: str, data: bytes):
             return await node.send(dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0)
 
+        journal = JOURNALS.get(spec.protocol)  # durable per-entry record (gossip schedule rows), if any
         self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
-                                           cost=cost, W=W, decision=out)
+                                           cost=cost, W=W, decision=out,
+                                           journal=None if journal is None else journal(self, spec, decision["vertex"],
+                                                                                        self._ids()))
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
         return _json(out)
 
@@ -320,3 +323,4 @@ def _default(x: Any) -> Any:
 
 import node.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
 import node.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
+import node.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders

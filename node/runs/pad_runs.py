@@ -1,0 +1,232 @@
+"""P-AD summations and histograms over the real network: what each node projects and is charged.
+
+The sans-IO machines (:mod:`node.protocols.pad`) run unchanged in the node driver; the ring
+direction is the graph's vertex order (vertex v hands the token to v+1 mod n, as in the
+simulator).  What this module adds is the *accounting*, registered with
+:func:`node.runs.accounting.register_projector` / :func:`~node.runs.accounting.register_cost`
+(``node.runs.service`` imports it), and a machine builder that refuses a node whose data would
+have a larger sensitivity than the public spec declares.
+
+**Which bound, and why it holds for what a node really observes.**  Over plain gRPC with mutual
+TLS, a node v observes: every token it receives (the running sum or histogram, the global step,
+the public ``aux`` counter), the authenticated identity of the node that sent it, the node it
+forwards to, and acknowledgements (no data).  Noise is each node's own secret draw
+(``noise = "secret"``); with ``noise = "public-seed"`` nothing below holds and the report says so.
+
+* ``pad-ring-sum`` — **certified network bound (P-AD Thm 1's argument, Rényi form).**  On the
+  directed ring the sender is public anyway (v−1), so sender-known costs nothing here.  Between
+  two consecutive tokens that v receives lie exactly n−1 consecutive steps of the other nodes;
+  Alg. 1 injects one N(0, σ_loc²) draw every n−1 steps (erratum 12: ``⌈Kn/(n−1)⌉`` draws), so
+  every such window holds at least one fresh draw (variance ≥ σ_loc² also with the Remark 1
+  variant, erratum 13), disjoint windows hold independent draws, and u contributes at most once
+  per window.  v's view is a bijection of its first token and the K−1 differences, each u's
+  contribution (L2 sensitivity Δ) plus independent Gaussian noise of variance ≥ σ_loc²: the
+  Gaussian mechanism composed K times, ``K·α·Δ²/(2σ_loc²)`` toward every v ≠ u.  We charge
+  ``α·Δ²/(2σ_loc²)`` per contribution, exact in K.  This is pairwise (no collusion: two
+  colluders around u see u's contribution with only u's own noise, P-AD §3.3 — pairwise rows
+  are what hushnet reports).  It needs the ring to be walked exactly: a skipped node shortens a
+  window to n−2 steps, which may hold no noise, so ``on_peer_down = "deviate"`` is refused.
+  Thm 1 itself (advanced composition of (ε, δ) visits) is the same argument with a looser
+  composition; we keep the Rényi form because the ledger composes RDP.
+* ``pad-ring-histogram`` — **local randomized-response bound.**  P-AD Thm 2 amplifies through
+  Erlingsson et al.'s shuffling theorem, which needs n ≥ 1000, ε₀ < 1/2 (erratum 19) and gives
+  an (ε, δ) statement the RDP ledger cannot compose.  What holds at every n: each of u's reports
+  is RR_γ, pure ε₀-DP with ``e^{ε₀} = (1−γ+γ/L)/(γ/L)``, and v's view (token counts, senders,
+  dummies drawn by node 0) is a post-processing of all reports plus data-independent coins.  A
+  pure ε₀-DP mechanism is ``(α, min(ε₀, α ε₀²/2))``-RDP (Bun & Steinke 2016, Prop. 3.3), charged
+  per report.
+* ``pad-complete-sum`` / ``pad-complete-histogram`` — **local-DP bound.**  P-AD Thm 3 / Thm 6
+  assume the token path is hidden, *including the previous sender and the next receiver*; a
+  gRPC handoff reveals both (spec E.2), and their non-asymptotic forms rest on heuristic steps
+  (labelled "paper" in :mod:`node.privacy.amplification`).  No certified network bound applies,
+  so each contribution is charged what it leaks in the clear: the Gaussian ``α·Δ²/(2σ_loc²)``
+  (every contribution carries its own N(0, σ_loc²)) or the RR curve above.  The number of visits
+  is random (uniform next holder): the projection uses the Chernoff bound of P-AD App. D at
+  δ̂ = the spec's δ (a node is charged for the visits that really happen, and the ledger stops the
+  run before a contribution that would exceed the node's budget leaves).
+
+The result (the noisy sum, or the raw and debiased histogram) stays at the node that made the last
+step and reaches only the operator (``run.model`` / ``run.report``); it is never broadcast to the
+nodes, so it is not an extra observation of any pairwise view (spec E.1).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from node.engine.actions import LedgerEntry as EngineEntry
+from node.privacy.amplification import contributions_bound, rr_epsilon
+from node.privacy.conversions import DEFAULT_ORDERS
+from node.privacy.ledger import LedgerEntry as PrivacyEntry
+from node.runs.accounting import dp_from_rdp, register_cost, register_machine_builder, register_projector
+from node.runs.spec import Budget, PolicyDecision, RunSpec
+
+PAD_SUMS = ("pad-ring-sum", "pad-complete-sum")
+PAD_HISTOGRAMS = ("pad-ring-histogram", "pad-complete-histogram")
+PAD_NET = PAD_SUMS + PAD_HISTOGRAMS
+
+BOUND_NAMES = {
+    "pad-ring-sum": "P-AD Thm 1 argument, Rényi form: K Gaussian windows of std ≥ σ_loc toward each other node "
+                    "(ring, no collusion)",
+    "pad-ring-histogram": "local randomized-response bound: pure ε₀-DP report, RDP min(ε₀, αε₀²/2) "
+                          "(no shuffling amplification claimed: P-AD Thm 2 needs n ≥ 1000)",
+    "pad-complete-sum": "local-DP Gaussian bound (each contribution seen with its own noise; P-AD Thm 3 assumes a "
+                        "hidden sender and receiver, which gRPC does not give)",
+    "pad-complete-histogram": "local randomized-response bound (P-AD Thm 6 assumes a hidden sender and receiver, "
+                              "which gRPC does not give)",
+}
+#: the data-use kind each protocol's machine records (anything else is refused by the cost)
+KIND = {"pad-ring-sum": "value", "pad-complete-sum": "value", "pad-ring-histogram": "rr", "pad-complete-histogram": "rr"}
+
+
+# ---- public parameters --------------------------------------------------------------------------
+
+
+def public_sensitivity(spec: RunSpec) -> float:
+    """L2 sensitivity of one summation contribution from the public spec: ``(hi − lo)·√dim``.
+
+    The same formula as :meth:`node.tasks.values.SumTask.sensitivity`; ``dim`` is ``[task] dim``
+    (default 1).  A node whose data gives a larger dimension refuses the run (see :func:`build_machine`).
+    """
+    tp = spec.task_params
+    lo, hi = float(tp.get("lo", 0.0)), float(tp.get("hi", 1.0))
+    d = int(tp.get("dim", 1))
+    if not hi > lo or d < 1:
+        raise ValueError(f"the spec's task gives no bounded contribution (lo={lo}, hi={hi}, dim={d})")
+    return (hi - lo) * math.sqrt(d)
+
+
+def public_eps0(spec: RunSpec) -> float:
+    """ε₀ of one RR_γ report on ``bins`` values (the histogram's local guarantee)."""
+    bins = int(spec.task_params.get("bins", 0))
+    if bins < 2:
+        raise ValueError("a histogram run needs [task] bins >= 2")
+    if spec.gamma is None or not 0.0 < spec.gamma < 1.0:
+        raise ValueError("a histogram run needs gamma in (0, 1)")
+    return rr_epsilon(float(spec.gamma), bins)
+
+
+def contributions(spec: RunSpec, n: int) -> tuple[float, str]:
+    """How many of its values a node contributes: exactly K on the ring; on the complete graph the
+    visit count is Binomial(T, 1/n), bounded with probability 1 − δ by P-AD App. D's Chernoff bound."""
+    if spec.protocol.startswith("pad-ring-"):
+        return float(spec.rounds or 0), "exactly K (one visit per round)"
+    bound, method = contributions_bound(int(spec.steps), float(n), spec.budget.delta)
+    return float(min(math.ceil(bound), spec.steps)), f"{method} bound on Binomial(T, 1/n) at δ̂={spec.budget.delta:g}"
+
+
+def per_contribution_curve(spec: RunSpec, orders: np.ndarray) -> np.ndarray:
+    """Certified RDP (on ``orders``) of one contribution toward any other node (module docstring)."""
+    if spec.protocol in PAD_SUMS:
+        if not (spec.sigma > 0 and math.isfinite(spec.sigma)):
+            raise ValueError(f"cannot account a summation with noise std {spec.sigma}")
+        return orders * public_sensitivity(spec) ** 2 / (2.0 * spec.sigma**2)
+    e0 = public_eps0(spec)
+    return np.minimum(e0, orders * e0 * e0 / 2.0)
+
+
+# ---- ledger cost --------------------------------------------------------------------------------
+
+
+@dataclass
+class PadCost:
+    """Per-contribution certified curves toward every other node (duck-types ``ContributionCost``).
+
+    ``walk_slope`` is None: these bounds do not depend on the walk following W, so a deviation
+    top-up (the walk's ``close(deviated=True)``) has nothing to add.
+    """
+
+    protocol: str
+    targets: list[str]
+    orders: np.ndarray
+    per_contribution: np.ndarray
+    bound_name: str
+    sensitivity: float | None  # summations: the public Δ the curve was computed for
+    eps0: float | None  # histograms: the public ε₀
+    walk_slope: None = None
+    alpha_max: float = math.inf
+
+    def curves(self, sigma: float | None = None) -> np.ndarray:
+        """(targets, orders) curve of one contribution; ``sigma`` is ignored (the bound is fixed by the spec)."""
+        return np.array(np.broadcast_to(self.per_contribution, (len(self.targets), self.orders.size)))
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        if ev.kind != KIND[self.protocol]:
+            raise ValueError(f"{self.protocol} records {KIND[self.protocol]!r} contributions, got {ev.kind!r}")
+        if self.sensitivity is not None and ev.sensitivity > self.sensitivity * (1.0 + 1e-12):
+            raise ValueError(f"contribution sensitivity {ev.sensitivity:g} exceeds the public Δ={self.sensitivity:g}")
+        if self.eps0 is not None and float(ev.detail.get("eps0", math.inf)) > self.eps0 * (1.0 + 1e-12):
+            raise ValueError(f"report ε₀={ev.detail.get('eps0')} exceeds the public ε₀={self.eps0:g}")
+        return PrivacyEntry.from_row(run_id, ev.protocol, ev.view_model, "certified", self.targets, self.curves(),
+                                     note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
+
+
+def pad_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> PadCost:
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    targets = [ids[v] for v in range(len(ids)) if v != vertex]
+    sums = spec.protocol in PAD_SUMS
+    return PadCost(spec.protocol, targets, o, per_contribution_curve(spec, o), BOUND_NAMES[spec.protocol],
+                   public_sensitivity(spec) if sums else None, None if sums else public_eps0(spec))
+
+
+# ---- projection (accept / refuse) ---------------------------------------------------------------
+
+
+def pad_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W=None) -> PolicyDecision:
+    """The node's certified row for the run from public parameters, and its accept/refuse decision."""
+    budget = local_budget or spec.budget
+    delta = spec.budget.delta
+    if budget.delta < delta:
+        return PolicyDecision(False, f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}", None, delta, "certified")
+    n = spec.n if W is None else int(W.shape[0])
+    if spec.protocol == "pad-ring-sum" and spec.on_peer_down == "deviate":
+        return PolicyDecision(False, "pad-ring-sum with on_peer_down='deviate' is refused: skipping a node can leave a "
+                                     "window between two visits without any noise draw (the ring bound would not hold)",
+                              None, delta, "certified")
+    try:
+        curve = per_contribution_curve(spec, np.asarray(DEFAULT_ORDERS, dtype=float))
+    except ValueError as exc:
+        return PolicyDecision(False, f"cannot project this node's privacy loss: {exc}", None, delta, "certified")
+    n_u, how = contributions(spec, n)
+    eps = dp_from_rdp(np.asarray(DEFAULT_ORDERS, dtype=float), n_u * curve, delta)
+    row = np.full(n, eps)
+    row[vertex] = 0.0
+    view = ("ring: token values received from the public predecessor (sender known by construction)"
+            if spec.protocol.startswith("pad-ring-") else
+            "sender-known: plain gRPC reveals who handed over the token and whom it goes to")
+    details: dict[str, Any] = {"N_u": n_u, "contributions": how, "bound_name": BOUND_NAMES[spec.protocol],
+                               "accounting_view": view, "view_model": spec.view_model}
+    if eps > budget.epsilon:
+        other = 1 if vertex == 0 else 0
+        return PolicyDecision(False, f"over budget: projected certified loss toward node {other} (and every other node) "
+                                     f"is ε={eps:.4g} at δ={delta:g} ({BOUND_NAMES[spec.protocol]}), this node's budget "
+                                     f"is ε={budget.epsilon:g}", row, delta, "certified", details)
+    return PolicyDecision(True, f"within budget (certified ε={eps:.4g} toward every other node; "
+                                f"{BOUND_NAMES[spec.protocol]})", row, delta, "certified", details)
+
+
+# ---- machine --------------------------------------------------------------------------------------
+
+
+def build_machine(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
+    """The node's own P-AD machine; refuses data whose sensitivity exceeds what the spec made public
+    (the projection and every charge use the public value)."""
+    from node.protocols.registry import make_machine
+
+    if spec.protocol in PAD_SUMS and task.sensitivity() > public_sensitivity(spec) * (1.0 + 1e-12):
+        raise ValueError(f"this node's values have dimension {task.dim} (sensitivity {task.sensitivity():.4g}), "
+                         f"the spec's public sensitivity is {public_sensitivity(spec):.4g}: declare [task] dim")
+    if spec.protocol in PAD_HISTOGRAMS and task.bins != int(spec.task_params.get("bins", -1)):
+        raise ValueError(f"this node's histogram has {task.bins} bins, the spec declares {spec.task_params.get('bins')}")
+    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
+                        params=spec.machine_params(), view_model=spec.view_model, options=options,
+                        rng=spec.node_rng(vertex, len(ids)))
+
+
+for _p in PAD_NET:
+    register_projector(_p, pad_projector)
+    register_cost(_p, pad_cost)
+    register_machine_builder(_p, build_machine)
