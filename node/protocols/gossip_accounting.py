@@ -38,7 +38,7 @@ from node.privacy.ledger import LedgerEntry as PrivacyLedgerEntry
 from node.privacy.linear_gaussian import rdp_of
 
 __all__ = [
-    "VIEWS", "RealisedSchedule", "schedule_from_ledgers", "replay_averaging", "replay_stream",
+    "VIEWS", "RealisedSchedule", "schedule_from_ledgers", "complete_crashed", "replay_averaging", "replay_stream",
     "averaging_sensitivities", "averaging_thm1", "stream_sensitivity", "pairwise_schedule_from_ledgers",
     "replay_pairwise", "pairwise_sensitivities", "privacy_ledger_entries", "certified_report",
 ]
@@ -115,6 +115,41 @@ def schedule_from_ledgers(ledgers: Mapping[int, Sequence[LedgerEntry]], n: int, 
         v = vals[t] + [1.0] * missing.size
         Ws.append(sp.csr_matrix((v, (r, c)), shape=(n, n)))
     return RealisedSchedule(n, Ws, sent, up, rec, steps)
+
+
+def complete_crashed(sched: RealisedSchedule, vertices: Iterable[int], neighbours) -> dict[int, int]:
+    """Account the rounds a crashed node did not record, in the SAFE direction (in place).
+
+    A node's durable records are a prefix of its rounds (:mod:`node.runs.gossip_store`: a round's
+    record is on disk before the next round's value leaves).  If node v recorded rounds ``0..c−1``
+    only, then in round c it may have sent its value — ``P_c[v]``, fixed by its recorded rows — to any
+    of its neighbours before dying, and after round c it sent nothing.  So the replay assumes v sent
+    its round-c value to *every* neighbour of round c (``neighbours(v, c)``), keeps its row identity
+    from round c on (it never sends again, so its state reaches no view), and adds nothing later.
+    Adding messages to a view can only increase the observer's divergence (its view is a superset;
+    data processing), so the certified loss on the completed schedule is at least the loss of
+    whatever really happened: the accountant never under-counts.
+
+    ``vertices``: the nodes whose records are their full durable prefix (absent nodes are not
+    completed: their records are unknown, and the settlement refuses to guess).  Returns
+    ``{v: c}`` for every completed node.  A record set with a gap (a missing round followed by a
+    recorded one) is not a crash prefix and is refused.
+    """
+    out: dict[int, int] = {}
+    T = sched.rounds
+    for v in sorted(int(v) for v in vertices):
+        rec = sched.recorded[:, v]
+        c = int(np.argmin(rec)) if not rec.all() else T
+        if c == T:
+            continue
+        if rec[c:].any():
+            later = int(c + np.argmax(rec[c:]))
+            raise ValueError(f"node {v}'s records skip round {c} but hold round {later}: not the prefix a crash "
+                             "leaves; the schedule cannot be completed safely")
+        already = {j for s, j in sched.sent[c] if s == v}
+        sched.sent[c].extend((v, int(j)) for j in neighbours(v, c) if int(j) != v and int(j) not in already)
+        out[v] = c
+    return out
 
 
 def _gammas(gamma: float | Sequence[float], rounds: int) -> np.ndarray:

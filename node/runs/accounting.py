@@ -147,6 +147,17 @@ def register_command(name: str, fn: Callable[..., Any]) -> None:
     COMMANDS[name] = fn
 
 
-__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
+#: protocol → ``fn(service, spec, vertex, ids) -> journal``: a durable journal of the run's engine ledger
+#: entries.  The driver calls ``journal(entry)`` for every entry *before* the actions after it (so a
+#: gossip round's schedule record is on disk before the next round's value leaves); if it raises, the run
+#: stops there.  Gossip registers one (:mod:`node.runs.gossip_store`); other protocols have none.
+JOURNALS: dict[str, Callable[..., Any]] = {}
+
+
+def register_journal(protocol: str, fn: Callable[..., Any]) -> None:
+    JOURNALS[protocol] = fn
+
+
+__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "JOURNALS", "register_journal", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
            "register_machine_builder", "MACHINE_BUILDERS",
            "WALK_ACCOUNTED", "WALK_SGD"]

@@ -77,7 +77,7 @@ class RunDriver:
 
     def __init__(self, spec: RunSpec, vertex: int, ids: list[str], machine: Protocol, send: SendFn, *,
                  ledger: Ledger | None = None, cost: ContributionCost | None = None, W: Any = None,
-                 decision: dict[str, Any] | None = None) -> None:
+                 decision: dict[str, Any] | None = None, journal: Callable[[LedgerEntry], None] | None = None) -> None:
         self.spec = spec
         self.run_id = spec.run_id
         self.vertex = vertex
@@ -90,6 +90,7 @@ class RunDriver:
         self.cost = cost
         self.W = W
         self.decision = decision or {}
+        self.journal = journal  # durable record of every engine ledger entry (gossip schedule rows), or None
         self.state = "accepted"
         self.reason = ""
         self.timings = Timings()
@@ -225,6 +226,13 @@ class RunDriver:
 
     def _charge(self, ev: LedgerEntry) -> bool:
         self.engine_entries.append(ev)
+        if self.journal is not None:
+            try:
+                self.journal(ev)
+            except Exception as exc:  # noqa: BLE001 - not on disk: nothing after it may leave the node
+                self._stop(f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
+                           "nothing after it was sent")
+                return False
         if not ev.uses_data:  # noise-only visit, or a gossip round's schedule record
             self.noise_visits += ev.kind == "noise"
             return True

@@ -50,6 +50,7 @@ from node.privacy.ledger import LedgerEntry as PrivacyEntry
 from node.protocols.gossip_accounting import (
     RealisedSchedule,
     averaging_sensitivities,
+    complete_crashed,
     schedule_from_ledgers,
     stream_sensitivity,
 )
@@ -356,27 +357,90 @@ def realised_schedule(records: Mapping[int, list[dict[str, Any]]], n: int, round
     return schedule_from_ledgers(ledgers, n, rounds)
 
 
-def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping[int, list[dict[str, Any]]],
-                    orders: np.ndarray, W=None) -> np.ndarray:
-    """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay)."""
+def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], n: int,
+                     W=None) -> tuple[RealisedSchedule, dict[int, int]]:
+    """The schedule the settlement accounts: the recorded rounds, plus the SAFE completion of every node
+    whose (durable) records stop early — a crashed node is assumed to have sent its value of the round
+    it died in to all its neighbours (:func:`~node.protocols.gossip_accounting.complete_crashed`).
+    Returns the schedule and ``{vertex: first unrecorded round}`` of the completed nodes."""
     from node.protocols.registry import transition_matrix
 
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
     phases, _ = round_plan(spec, W)
     T = max(max(ph) for ph in phases) + 1
-    sched = realised_schedule(records, len(ids), T)
+    sched = realised_schedule(records, n, T)
+    Wc = sp.csr_matrix(W)
+    completed = complete_crashed(sched, records.keys(),
+                                 lambda v, t: Wc.indices[Wc.indptr[v]:Wc.indptr[v + 1]])
+    return sched, completed
+
+
+def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping[int, list[dict[str, Any]]],
+                    orders: np.ndarray, W=None) -> np.ndarray:
+    """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay,
+    crashed nodes' unrecorded rounds completed in the safe direction)."""
+    from node.protocols.registry import transition_matrix
+
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sched, _ = settled_schedule(spec, records, len(ids), W)
     sens = certified_sensitivities(spec, vertex, W, sched).sum(axis=0)
     keep = [v for v in range(len(ids)) if v != vertex]
     return rdp_curves(sens[keep], spec.sigma, orders)
 
 
 def _missing_records(recs: Mapping[int, list[dict[str, Any]]]) -> list[int]:
-    """Vertices without records that some recorded node heard from (used their value or saw them up)."""
+    """Vertices absent from the records that some recorded node heard from (used their value or saw them
+    up).  A vertex present with fewer rounds (even none) gave its durable prefix: it is completed safely."""
     referenced: set[int] = set()
     for r in (r for rs in recs.values() for r in rs):
         referenced.update(int(j) for j in r["row"])
         referenced.update(int(j) for j in r["sent_value"])
-    return sorted(v for v in referenced if v not in recs or not recs[v])
+    return sorted(v for v in referenced if v not in recs)
+
+
+def _same_records(given: list[dict[str, Any]] | None, mine: list[dict[str, Any]]) -> None:
+    if given is not None and json.dumps(given, sort_keys=True) != json.dumps(mine, sort_keys=True):
+        raise ValueError("the settlement's records for this node differ from what this node recorded")
+
+
+def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[str], orders: np.ndarray,
+                   charged: np.ndarray, recs: Mapping[int, list[dict[str, Any]]], ledger, run_id: str, node_id: str,
+                   real: np.ndarray | None) -> tuple[dict[str, Any], np.ndarray]:
+    """The settlement itself: replay, top the ledger up to ``max(charged, realised)``, say what was done."""
+    missing = _missing_records(recs)
+    if missing:
+        raise ValueError(f"records of vertices {missing} missing: other nodes used or announced values they sent, "
+                         "so the replay would leave those values out of the views; settle with their records")
+    _, completed = settled_schedule(spec, recs, len(ids), W)  # also refuses a record set with a gap
+    if real is None:
+        real = realised_curves(spec, vertex, ids, recs, orders, W)
+    # differences within the accountant's own floating-point error (the projection's rank tolerance is
+    # ~1e-12 relative) are not a change of schedule: only a real excess is topped up
+    top = np.where(real > charged * (1.0 + SETTLE_RTOL) + SETTLE_ATOL, real - charged, 0.0)
+    top[~np.isfinite(top)] = np.inf
+    over = None
+    if np.any(top > 0) and ledger is not None:
+        entry = PrivacyEntry.from_row(run_id, spec.protocol, view_of(spec), "certified", targets, top,
+                                      note="gossip settlement: top-up to the certified loss on the realised schedule")
+        try:
+            ledger.charge(entry)
+        except BudgetExceeded as exc:
+            over = str(exc)
+            ledger.charge(entry, enforce_budget=False)  # the realised rounds already happened
+    from node.runs.accounting import dp_from_rdp
+
+    delta = spec.budget.delta
+    total = charged + top
+    doc = {"run_id": run_id, "node": node_id, "view": view_of(spec),
+           "records_from": sorted(int(v) for v in recs),
+           "completed": {str(v): c for v, c in completed.items()},
+           "realised": {t: dp_from_rdp(orders, real[j], delta) for j, t in enumerate(targets)},
+           "charged": {t: dp_from_rdp(orders, total[j], delta) for j, t in enumerate(targets)},
+           "topped_up": bool(np.any(top > 0)), "over_budget": over, "bound": "certified"}
+    if completed:
+        doc["notes"] = [f"vertices {sorted(completed)} stopped recording (crash): each is assumed to have sent its "
+                        "value of the round it died in to every neighbour, which can only enlarge the views"]
+    return doc, top
 
 
 def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None) -> dict[str, Any]:
@@ -391,48 +455,78 @@ def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | 
     if cost.settled:
         return {**cost.settled, "again": True}
     mine = schedule_records(run.engine_entries)
-    given = records.get(run.vertex)
-    if given is not None and json.dumps(given, sort_keys=True) != json.dumps(mine, sort_keys=True):
-        raise ValueError("the settlement's records for this node differ from what this node recorded")
+    _same_records(records.get(run.vertex), mine)
     recs = {**{int(k): v for k, v in records.items()}, run.vertex: mine}
-    missing = _missing_records(recs)
-    if missing:
-        raise ValueError(f"records of vertices {missing} missing: other nodes used or announced values they sent, "
-                         "so the replay would leave those values out of the views; settle with their records")
-    if real is None:
-        real = realised_curves(run.spec, run.vertex, run.ids, recs, cost.orders, run.W)
-    charged = cost.charged if cost.charged is not None else np.zeros_like(real)
-    # differences within the accountant's own floating-point error (the projection's rank tolerance is
-    # ~1e-12 relative) are not a change of schedule: only a real excess is topped up
-    top = np.where(real > charged * (1.0 + SETTLE_RTOL) + SETTLE_ATOL, real - charged, 0.0)
-    top[~np.isfinite(top)] = np.inf
-    over = None
-    if np.any(top > 0) and run.ledger is not None:
-        entry = PrivacyEntry.from_row(run.run_id, run.spec.protocol, view_of(run.spec), "certified", cost.targets, top,
-                                      note="gossip settlement: top-up to the certified loss on the realised schedule")
-        try:
-            run.ledger.charge(entry)
-        except BudgetExceeded as exc:
-            over = str(exc)
-            run.ledger.charge(entry, enforce_budget=False)  # the realised rounds already happened
+    charged = cost.charged if cost.charged is not None else np.zeros((len(cost.targets), cost.orders.size))
+    doc, top = _settle_ledger(run.spec, run.vertex, run.ids, run.W, cost.targets, cost.orders, charged, recs,
+                              run.ledger, run.run_id, run.node_id, real)
     if np.any(top > 0):
         run.run_rdp = top if run.run_rdp is None else run.run_rdp + top
         cost.charged = charged + top
-    from node.runs.accounting import dp_from_rdp
-
-    delta = run.spec.budget.delta
-    cost.settled = {"run_id": run.run_id, "node": run.node_id, "view": view_of(run.spec),
-                    "records_from": sorted(int(v) for v in recs),
-                    "realised": {t: dp_from_rdp(cost.orders, real[j], delta) for j, t in enumerate(cost.targets)},
-                    "charged": {t: dp_from_rdp(cost.orders, cost.charged[j], delta) for j, t in enumerate(cost.targets)},
-                    "topped_up": bool(np.any(top > 0)), "over_budget": over, "bound": "certified"}
+    cost.settled = doc
     run._emit("settled", topped_up=cost.settled["topped_up"])  # noqa: SLF001 - the run's event stream
     return cost.settled
 
 
+def _run_charged(ledger, run_id: str, targets: list[str]) -> np.ndarray:
+    """(targets, orders) everything the persistent ledger holds for ``run_id`` (charges and top-ups)."""
+    out = np.zeros((len(targets), ledger.orders.size))
+    pos = {t: j for j, t in enumerate(targets)}
+    for e in ledger.entries(run_id):
+        for t, v in e["rdp"].items():
+            if t in pos:
+                out[pos[t]] += v
+    return out
+
+
+def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, Any]]],
+                     real: np.ndarray | None = None) -> dict[str, Any]:
+    """Settle a run this node no longer holds in memory (its process restarted): the spec and the node's
+    own records come from its durable store, what it was charged from its persistent ledger (so settling
+    twice tops up nothing the second time)."""
+    from node.protocols.registry import transition_matrix
+    from node.runs.gossip_store import store_for
+
+    st = store_for(service.state_dir)
+    got = st.run(run_id)
+    if got is None:
+        raise KeyError(f"no run {run_id!r} at {service.node.node_id} (not in memory nor in its schedule store)")
+    spec, vertex, ids = got
+    W = transition_matrix(spec.graph, spec.weights)
+    mine = st.records(run_id)
+    _same_records(records.get(vertex), mine)
+    recs = {**{int(k): v for k, v in records.items()}, vertex: mine}
+    ledger = service.ledger
+    targets = [ids[v] for v in range(len(ids)) if v != vertex]
+    charged = _run_charged(ledger, run_id, targets)
+    doc, _ = _settle_ledger(spec, vertex, ids, W, targets, ledger.orders, charged, recs, ledger, run_id,
+                            service.node.node_id, real)
+    return {**doc, "recovered": True}
+
+
+def _stored_run(service, payload: bytes):
+    """``(run_id, spec, vertex, ids)`` of a run only the node's durable store still knows, or None."""
+    from node.runs.gossip_store import store_for
+
+    run_id = str(json.loads(payload or b"{}").get("run_id", ""))
+    got = store_for(service.state_dir).run(run_id)
+    return None if got is None else (run_id, *got)
+
+
 async def c_schedule(service, payload: bytes) -> bytes:
-    """``run.schedule``: this node's recorded gossip rows of a run (for the operator's settlement)."""
-    run, _ = service._run(payload)  # noqa: SLF001
+    """``run.schedule``: this node's recorded gossip rows of a run (for the operator's settlement).  After a
+    restart the run is gone from memory; its durable records answer (``state: "lost"``)."""
+    from node.runs.gossip_store import store_for
+
+    try:
+        run, _ = service._run(payload)  # noqa: SLF001
+    except KeyError:
+        got = _stored_run(service, payload)
+        if got is None:
+            raise
+        run_id, _spec, vertex, _ids = got
+        return json.dumps({"node": service.node.node_id, "vertex": vertex, "run_id": run_id, "state": "lost",
+                           "records": store_for(service.state_dir).records(run_id), "durable": True}).encode()
     return json.dumps({"node": service.node.node_id, "vertex": run.vertex, "run_id": run.run_id, "state": run.state,
                        "records": schedule_records(run.engine_entries)}).encode()
 
@@ -441,13 +535,28 @@ async def c_settle(service, payload: bytes) -> bytes:
     """``run.settle``: ``{"run_id", "records": {vertex: [record…]}}`` → top-up on the realised schedule."""
     import asyncio
 
-    run, args = service._run(payload)  # noqa: SLF001
+    loop = asyncio.get_running_loop()
+    args = json.loads(payload or b"{}")
     recs = {int(k): v for k, v in dict(args.get("records") or {}).items()}
+    try:
+        run, _ = service._run(payload)  # noqa: SLF001
+    except KeyError:
+        if _stored_run(service, payload) is None:
+            raise
+        run_id = str(args.get("run_id", ""))
+        try:  # the replay and the ledger charge run off the event loop
+            out = await loop.run_in_executor(None, settle_recovered, service, run_id, recs)
+        except ValueError as exc:
+            return json.dumps({"node": service.node.node_id, "run_id": run_id, "error": str(exc)}).encode()
+        return json.dumps(out, default=float).encode()
     mine = {**recs, run.vertex: schedule_records(run.engine_entries)}
     real = None
-    if isinstance(run.cost, GossipCost) and not _missing_records(mine):  # the replay runs off the event loop
-        real = await asyncio.get_running_loop().run_in_executor(
-            None, realised_curves, run.spec, run.vertex, run.ids, mine, run.cost.orders, run.W)
+    if isinstance(run.cost, GossipCost) and not run.cost.settled and not _missing_records(mine):
+        try:  # the replay runs off the event loop
+            real = await loop.run_in_executor(None, realised_curves, run.spec, run.vertex, run.ids, mine,
+                                              run.cost.orders, run.W)
+        except ValueError:
+            real = None  # settle() reports the reason
     try:
         out = settle(run, recs, real)
     except ValueError as exc:
@@ -477,6 +586,15 @@ async def settle_run(client, run_id: str, node_ids: list[str]) -> dict[str, dict
     return out
 
 
+def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
+    """The driver's journal of a networked gossip run: its schedule records, durable in the node's state."""
+    from node.runs.gossip_store import store_for
+
+    st = store_for(service.state_dir)
+    st.open_run(spec, vertex, ids)
+    return st.journal(spec.run_id)
+
+
 # ---- registration -------------------------------------------------------------------------------
 
 
@@ -488,6 +606,8 @@ def _register() -> None:
         accounting.register_projector(proto, project_gossip)
         accounting.register_machine_builder(proto, build_gossip)
         accounting.register_cost(proto, gossip_cost)
+    for proto in NET_GOSSIP:
+        accounting.register_journal(proto, gossip_journal)
     accounting.register_command("run.schedule", c_schedule)
     accounting.register_command("run.settle", c_settle)
 
@@ -496,5 +616,6 @@ _register()
 
 __all__ = ["NET_GOSSIP", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",
            "rdp_curves", "project_gossip", "accounting_view", "check_network_spec", "GossipCost", "gossip_cost",
-           "build_gossip", "schedule_records", "realised_schedule", "realised_curves", "settle", "settle_run",
+           "build_gossip", "schedule_records", "realised_schedule", "settled_schedule", "realised_curves", "settle",
+           "settle_recovered", "settle_run", "gossip_journal",
            "c_schedule", "c_settle"]
