@@ -58,7 +58,9 @@ ACCOUNTING_VIEW = VIEWS["source-anonymous-walk"]
 @dataclass(frozen=True)
 class AnonWalkParams:
     """Public parameters: local update cap, step size, noise multiplier σ (std = sensitivity·σ),
-    start node, initial model, key epoch and the network-wide cell size."""
+    start node, initial model, key epoch, the network-wide cell size, hop-level reliability, and
+    the walk ``mode`` ("A": the sealed token walks; "B": the source samples the walk and sends it
+    as an onion, :mod:`node.protocols.onion_walk`) with Mode B's header slots ``l_max``."""
 
     updates_per_node: int
     step_size: float
@@ -71,10 +73,16 @@ class AnonWalkParams:
     ack_timeout: float = 0.05
     max_retries: int = 3
     pause_retry: float = 1.0
+    mode: str = "A"
+    l_max: int = 0
 
     def __post_init__(self) -> None:
         if self.updates_per_node < 1 or not self.step_size > 0 or not self.sigma >= 0:
             raise ValueError("need updates_per_node >= 1, step_size > 0, sigma >= 0")
+        if self.mode not in ("A", "B"):
+            raise ValueError(f"walk mode {self.mode!r}: 'A' (walk forwarding) or 'B' (onion random walk)")
+        if self.l_max < 0:
+            raise ValueError("l_max must be >= 0 (0: the spec's default for the graph)")
         if self.ack_timeout <= 0 or self.pause_retry <= 0 or self.max_retries < 0:
             raise ValueError("ack_timeout and pause_retry must be > 0, max_retries >= 0")
 
@@ -84,9 +92,19 @@ def sealing_info(run_id: str, epoch: int) -> bytes:
 
 
 class AnonymousWalk(Protocol):
-    """One node of the source-anonymous walk (Mode A)."""
+    """One node of the source-anonymous walk (Mode A).
+
+    Mode B (:class:`node.protocols.onion_walk.OnionWalk`) shares everything but what travels
+    (:attr:`kind`, :meth:`_wire_len`), what a receiver does with it (:meth:`_receive`) and how the
+    source sends the sealed token (:meth:`_dispatch`).
+    """
 
     name: ClassVar[str] = "anon-walk-sgd"
+    mode: ClassVar[str] = "A"
+    kind: ClassVar[int] = KIND_SEALED
+    #: a silent neighbour's token may go to another uniform neighbour (Mode A: the next hop is a
+    #: fresh uniform draw anyway; Mode B: the path is fixed inside the onion, so it cannot)
+    can_reroute: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -117,7 +135,8 @@ class AnonymousWalk(Protocol):
         self._nbset = frozenset(int(x) for x in self.neighbours)
         self.info = sealing_info(ctx.run_id, params.epoch)
         self.token_len = token_length(8 * self.dim)
-        self.cells = n_cells(1 + HOP_ID + self.token_len, params.cell_body)
+        self._init_mode()
+        self.cells = n_cells(1 + HOP_ID + self._wire_len(), params.cell_body)
         self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
         self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
         self.replay = ReplayCache({params.epoch})
@@ -142,17 +161,46 @@ class AnonymousWalk(Protocol):
         if src not in self._nbset:
             raise UnexpectedSender(f"sealed token from node {src}, not a neighbour of node {self.ctx.node}")
         data = from_cells(payload, self.p.cell_body, expected_cells=self.cells)
-        if len(data) != 1 + HOP_ID + self.token_len or data[0] != KIND_SEALED:
-            raise MalformedMessage(f"not a sealed token of this run ({len(data)} bytes, kind {data[:1].hex()})")
-        hop_id, token = bytes(data[1 : 1 + HOP_ID]), bytes(data[1 + HOP_ID :])
+        if len(data) != 1 + HOP_ID + self._wire_len() or data[0] != self.kind:
+            raise MalformedMessage(f"not a Mode-{self.mode} walk message of this run ({len(data)} bytes, kind {data[:1].hex()})")
+        hop_id, wire = bytes(data[1 : 1 + HOP_ID]), bytes(data[1 + HOP_ID :])
         ack: list[Action] = [Send(src, bytes([KIND_HOP_ACK]) + hop_id)] if self.p.reliable else []
         if hop_id in self._recent:  # a retransmission (our ack was lost) or a replay: acknowledge, never process
             return ack + [Fault(self.ctx.node, ReplayedMessage("handoff already received here: acknowledged, not processed"))]
+        return ack + self._receive(hop_id, wire)
+
+    # what differs between the modes ---------------------------------------------------------------
+
+    def _init_mode(self) -> None:
+        """Mode-specific state (Mode A: none)."""
+
+    def _wire_len(self) -> int:
+        """Bytes of what travels between hops (Mode A: the sealed token itself)."""
+        return self.token_len
+
+    def _receive(self, hop_id: bytes, token: bytes) -> list[Action]:
+        """Mode A: trial-open; not for me → relay the *same* bytes to a uniform neighbour."""
         body = try_open_token(self.key, token, self.info)  # IntegrityError if it opens but was tampered
-        if body is None:  # not for me: relay the same token bytes (Mode A)
-            self._remember(hop_id)
-            self.relayed += 1
-            return ack + [Metric("anon-hop", 1, -1, self.ctx.node)] + self._hand_off(token)
+        if body is None:
+            return self._relayed(hop_id) + self._hand_off(token)
+        return self._deliver(hop_id, token, body)
+
+    def _dispatch(self, token: bytes, j: int) -> list[Action]:
+        """Mode A: the source hands the sealed token to a uniform neighbour."""
+        return self._hand_off(token)
+
+    def _mode_report(self) -> dict:
+        return {"walk_mode": self.mode}
+
+    # shared by both modes ---------------------------------------------------------------------------
+
+    def _relayed(self, hop_id: bytes) -> list[Action]:
+        self._remember(hop_id)
+        self.relayed += 1
+        return [Metric("anon-hop", 1, -1, self.ctx.node)]
+
+    def _deliver(self, hop_id: bytes, token: bytes, body: bytes) -> list[Action]:
+        """The destination opened ``token``: check the model, refuse a replay, update, send on."""
         if len(body) != 8 * self.dim:
             raise WrongDimension(f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}")
         x = np.frombuffer(body, dtype="<f8").copy()
@@ -161,9 +209,8 @@ class AnonymousWalk(Protocol):
         self.replay.check_and_add(self.p.epoch, token_replay_tag(token))  # a replayed token stops here
         self._remember(hop_id)
         if self.finished:
-            return ack
-        acts: list[Action] = ack + [Metric("anon-open", self.ctx.node, -1, self.ctx.node)]
-        return acts + self._source_step(x)
+            return []
+        return [Metric("anon-open", self.ctx.node, -1, self.ctx.node)] + self._source_step(x)
 
     def on_timer(self, name: str) -> list[Action]:
         if not name.startswith(_TIMER):
@@ -178,12 +225,13 @@ class AnonymousWalk(Protocol):
             return [Send(dst, payload), SetTimer(name, self.p.ack_timeout)]
         # the neighbour stays silent: hand the token to another uniform neighbour (spec §6.6 walk loss),
         # recorded as a deviation from the simple random walk; alone with it, keep retrying (paused)
-        others = self.neighbours[self.neighbours != dst]
+        others = self.neighbours[self.neighbours != dst] if self.can_reroute else self.neighbours[:0]
         if others.size == 0:
             self._pending[hop_id] = (dst, token, payload, attempts)
             acts: list[Action] = [Send(dst, payload), SetTimer(name, self.p.pause_retry)]
             if attempts == self.p.max_retries + 1:
-                acts.insert(0, Paused(self.ctx.node, -1, f"only neighbour {dst} does not acknowledge the token"))
+                why = "the onion's next hop" if not self.can_reroute else "only neighbour"
+                acts.insert(0, Paused(self.ctx.node, -1, f"{why} {dst} does not acknowledge the token"))
             return acts
         del self._pending[hop_id]
         nxt = int(others[int(self.secret_rng.integers(others.size))])
@@ -203,10 +251,11 @@ class AnonymousWalk(Protocol):
             del self._recent[next(iter(self._recent))]
 
     def _hand_off(self, token: bytes, dst: int | None = None) -> list[Action]:
-        """Send the token to ``dst`` (default: a uniform neighbour) under a fresh per-hop id."""
+        """Send ``token`` (Mode B: the onion packet) to ``dst`` (default: a uniform neighbour) under a
+        fresh per-hop id."""
         dst = self._uniform_neighbour() if dst is None else dst
         hop_id = os.urandom(HOP_ID)  # unlinkable across hops; only marks retransmissions of this handoff
-        payload = to_cells(bytes([KIND_SEALED]) + hop_id + token, self.p.cell_body)
+        payload = to_cells(bytes([self.kind]) + hop_id + token, self.p.cell_body)
         if not self.p.reliable:
             return [Send(dst, payload)]
         self._pending[hop_id] = (dst, token, payload, 0)
@@ -221,7 +270,8 @@ class AnonymousWalk(Protocol):
         node = self.ctx.node
         if self.updates >= self.p.updates_per_node:
             self.finished = True
-            return [Finish(node, self.updates, x, {"reason": "local update cap reached", "updates": self.updates})]
+            return [Finish(node, self.updates, x, {"reason": "local update cap reached", "updates": self.updates,
+                                                   **self._mode_report()})]
         self.updates += 1
         eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
         x = x - self.p.step_size * (self.task.gradient(x) + eta)
@@ -231,7 +281,7 @@ class AnonymousWalk(Protocol):
         j = sample_destination(self.setup, node, self.secret_rng)
         self.chosen.append(j)
         token = seal_token(self.directory.public(j), np.ascontiguousarray(x, dtype="<f8").tobytes(), self.info)
-        return [led, Metric("anon-hop", 1, -1, node)] + self._hand_off(token)
+        return [led, Metric("anon-hop", 1, -1, node)] + self._dispatch(token, j)
 
 
 def iterations(metrics: list[Metric], start: int) -> dict[str, np.ndarray]:
@@ -260,18 +310,44 @@ def build_walk(
     keys: list[KeyPair] | None = None,
     secret_seed: int | None = None,
 ) -> tuple[list[AnonymousWalk], list[KeyPair]]:
-    """All n machines (simulator helper).  ``keys=None`` derives simulation keys from the run seed
-    (never in a deployment); ``secret_seed`` makes destination/forwarding draws reproducible in tests."""
+    """All n machines (simulator helper) of the walk in ``params.mode``.  ``keys=None`` derives
+    simulation keys from the run seed (never in a deployment; Mode B's onion keys likewise, as a
+    separate purpose); ``secret_seed`` makes destination/forwarding/path draws reproducible in tests."""
     from node.crypto.keys import simulation_directory, simulation_keypairs
     from node.engine.rng import node_generators
 
     n = setup.n
     keys = keys if keys is not None else simulation_keypairs(run_seed, n, "dest")
     directory = simulation_directory(keys, params.epoch)
+    onion = simulation_keypairs(run_seed, n, "onion") if params.mode == "B" else None
+    onion_dir = simulation_directory(onion, params.epoch) if onion is not None else None
     rngs = node_generators(run_seed, n)
     ms = []
     for v in range(n):
         srng = None if secret_seed is None else np.random.default_rng([secret_seed, v])
         ctx = NodeContext(v, n, run_id, rngs[v])
-        ms.append(AnonymousWalk(ctx, setup, tasks[v], params, keys[v], directory, secret_rng=srng))
+        ms.append(walk_machine(ctx, setup, tasks[v], params, keys[v], directory, secret_rng=srng,
+                               onion_key=onion[v] if onion is not None else None, onion_directory=onion_dir))
     return ms, keys
+
+
+def walk_machine(
+    ctx: NodeContext,
+    setup: AnonymitySetup,
+    task: GradientTask,
+    params: AnonWalkParams,
+    dest_key: KeyPair,
+    directory: KeyDirectory,
+    *,
+    onion_key: KeyPair | None = None,
+    onion_directory: KeyDirectory | None = None,
+    secret_rng: np.random.Generator | None = None,
+) -> AnonymousWalk:
+    """One node's machine of the walk in ``params.mode`` (Mode B needs the onion key and directory)."""
+    if params.mode == "A":
+        return AnonymousWalk(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng)
+    from node.protocols.onion_walk import OnionWalk
+
+    if onion_key is None or onion_directory is None:
+        raise ValueError("Mode B (onion random walk) needs the node's onion key and the onion-key directory")
+    return OnionWalk(ctx, setup, task, params, dest_key, directory, onion_key, onion_directory, secret_rng=secret_rng)

@@ -350,7 +350,8 @@ def wrap_machines(
 #: protocols of the anonymity layer (merged into :data:`node.protocols.registry.PROTOCOLS`)
 ANONYMITY_PROTOCOLS: dict[str, str] = {
     "rw-dpsgd-onion": "RW DP-SGD with onion relaying along graph edges (anonymous-sender view)",
-    "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination",
+    "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination; "
+                     "mode 'A' walks the sealed token, mode 'B' sends it as an onion along a source-sampled walk",
     "secagg-sum": "secure summation with pairwise masks, Shamir dropout recovery and a threshold (aggregate view)",
 }
 
@@ -431,7 +432,7 @@ def make_anonymity_machine(
                           epoch=directory.epoch, reliable=base.reliable, **op)
         return OnionLayer(ctx, inner, W, OnionKeyring.single(key, directory.epoch), directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
-        from node.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
+        from node.protocols.anonymous_walk import AnonWalkParams, walk_machine
 
         if W is None:
             raise ValueError("anon-walk-sgd needs the graph (pass W; its support is the graph)")
@@ -439,8 +440,11 @@ def make_anonymity_machine(
         for k in ("ell1", "ell2", "delta", "kappa", "delta_prime"):
             p.pop(k, None)
         key, directory = keypair("dest")
+        okey, odir = keypair("onion") if p.get("mode", "A") == "B" else (None, None)
+        p.pop("onion_key", None), p.pop("onion_directory", None)  # Mode A has no onion layers
         ctx = NodeContext(node, n, run_id, rng, view_model)
-        return AnonymousWalk(ctx, setup, task, AnonWalkParams(**p), key, directory, secret_rng=srng)
+        return walk_machine(ctx, setup, task, AnonWalkParams(**p), key, directory, onion_key=okey, onion_directory=odir,
+                            secret_rng=srng)
     if protocol == "secagg-sum":
         from node.protocols.secagg import SecAggMachine, SecAggParams
 
