@@ -72,6 +72,7 @@ class AsyncClient:
         self.op = Operator(creds)
         self._members: dict[str, Any] = {}
         self._specs: dict[str, RunSpec] = {}
+        self._central_models: dict[str, np.ndarray] = {}  # central-dpsgd: the model lives with the operator
 
     # ------------------------------------------------------------------ connection
     @classmethod
@@ -186,7 +187,14 @@ class AsyncClient:
     async def start_run(self, spec: RunSpec | str | pathlib.Path) -> str:
         """Submit; if every node accepts, start the run everywhere and return its id, else raise
         :class:`RunRefusedError` (the run does not start)."""
+        if isinstance(spec, RunSpec) and spec.protocol == "central-dpsgd":
+            raise ClientError("central-dpsgd is driven by the operator's aggregator: use run_central(spec) "
+                              "('hushnet run start' does so)")
         spec, decisions = await self.submit(spec)
+        if spec.protocol == "central-dpsgd":
+            await self._all("run.cancel", {"run_id": spec.run_id, "reason": "central-dpsgd needs run_central"})
+            raise ClientError("central-dpsgd is driven by the operator's aggregator: use run_central(spec) "
+                              "('hushnet run start' does so)")
         if not all(d.get("accept") for d in decisions.values()):
             accepted = [i for i, d in decisions.items() if d.get("accept")]
             if accepted:  # nobody keeps a half-accepted run around
@@ -198,6 +206,19 @@ class AsyncClient:
         if errs:
             raise ClientError(f"run {spec.run_id} could not be started on {sorted(errs)}: {errs}")
         return spec.run_id
+
+    async def run_central(self, spec: RunSpec | str | pathlib.Path, *, progress: bool | Callable[[int, int], None] = True,
+                          request_timeout: float = 30.0):
+        """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized) — this client *is* the
+        aggregator: it submits the spec, asks the sampled node for its clipped gradient at every step,
+        adds the noise and keeps the model (:mod:`node.client.central`).  Returns a ``CentralOutcome``."""
+        from node.client.central import run_central
+
+        try:
+            spec = _load_spec(spec)
+        except SpecError as exc:
+            raise ClientError(str(exc)) from None
+        return await run_central(self, spec, progress=progress, request_timeout=request_timeout)
 
     async def statuses(self, run_id: str) -> dict[str, Any]:
         return await self._all("run.status", {"run_id": run_id})
@@ -339,7 +360,9 @@ class AsyncClient:
         return RunReport(run_id, per, graph)
 
     async def model(self, run_id: str) -> np.ndarray:
-        """The final model, from the node that holds it."""
+        """The final model, from the node that holds it (central-dpsgd: from this client, the aggregator)."""
+        if run_id in self._central_models:
+            return self._central_models[run_id].copy()
         await self.refresh()
         res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0))
         for i, r in res.items():

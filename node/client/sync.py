@@ -90,5 +90,9 @@ class Client:
     def ledgers(self):
         return self._call(self._async.ledgers())
 
+    def run_central(self, spec, **kwargs: Any):
+        """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized); see AsyncClient.run_central."""
+        return self._call(self._async.run_central(spec, **kwargs))
+
     def statuses(self, run_id: str):
         return self._call(self._async.statuses(run_id))

@@ -34,6 +34,8 @@ def register(subparsers) -> None:
     st.add_argument("spec", type=pathlib.Path, help="run spec (TOML; see examples/)")
     st.add_argument("--watch", action="store_true", help="then watch it like 'hushnet run watch'")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--model-out", type=pathlib.Path,
+                    help="central-dpsgd (the operator is the trusted aggregator): save the final model here (.npy)")
     _state(st)
     st.set_defaults(handler=cmd_start)
 
@@ -88,6 +90,8 @@ def _go(args, fn) -> int:
 
 def cmd_start(args) -> int:
     async def fn(c):
+        if _protocol_of(args.spec) == "central-dpsgd":
+            return await _central(c, args)
         run_id = await c.start_run(args.spec)
         print(json.dumps({"run_id": run_id}) if args.json else f"run {run_id} started")
         if args.watch:
@@ -95,6 +99,36 @@ def cmd_start(args) -> int:
         return 0
 
     return _go(args, fn)
+
+
+def _protocol_of(path: pathlib.Path) -> str | None:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text()).get("run", {}).get("protocol")
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return None  # start_run reports the problem with the spec
+
+
+async def _central(c, args) -> int:
+    """central-dpsgd: this process is the trusted aggregator; it runs the whole baseline, then prints
+    where the model went (``--model-out``) — the nodes never hold it."""
+    from node.client.central import outcome_json
+
+    o = await c.run_central(args.spec, progress=not args.json)
+    if args.model_out and o.model is not None:
+        import numpy as np
+
+        np.save(args.model_out, o.model)
+    if args.json:
+        print(outcome_json(o))
+    else:
+        print(f"run {o.run_id} ({o.label}): {o.state} at step {o.step}/{o.steps} in {o.seconds:.1f} s; model held by "
+              f"the operator" + (f", saved to {args.model_out}" if args.model_out and o.model is not None else "")
+              + (f" — {o.reason}" if o.reason else ""))
+        print("  privacy: central model — the trusted aggregator saw every clipped gradient in the clear; other nodes "
+              f"saw only noisy models (see 'hushnet run report {o.run_id}')")
+    return 0 if o.state == "finished" else 3
 
 
 async def _watch(c, run_id: str, args) -> int:

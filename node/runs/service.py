@@ -50,8 +50,10 @@ log = logging.getLogger("hushnet.runs")
 
 RUN_PROTOCOL = "hushnet.run"
 LEDGER_FILE = "privacy_ledger.sqlite"
-#: not runnable between nodes: the central baseline needs a trusted aggregator (operator side)
-OPERATOR_SIDE = ("central-dpsgd",)
+#: protocols a node refuses because they cannot run between nodes (none at present: the central
+#: baseline's trusted aggregator runs in the operator's client, :mod:`node.client.central`, and the
+#: nodes answer its ``run.gradient`` requests, :mod:`node.runs.central_runs`)
+OPERATOR_SIDE: tuple[str, ...] = ()
 
 
 def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOptions:
@@ -324,3 +326,4 @@ def _default(x: Any) -> Any:
 import node.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
 import node.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
 import node.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders
+import node.runs.central_runs  # noqa: E402,F401 - registers the central baseline's projector, cost and run.gradient

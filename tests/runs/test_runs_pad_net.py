@@ -1,8 +1,11 @@
-"""P-AD sums and histograms over a real local network (6 node processes, mutual TLS on 127.0.0.x).
+"""P-AD sums and histograms, and the central DP-SGD baseline, over a real local network
+(6 node processes, mutual TLS on 127.0.0.x; one cluster for both, to keep the suite's time budget).
 
-Each of the four protocols finishes, its result equals the simulator's exactly (public-seed noise),
-every node's ledger is charged what it projected (count × the certified per-contribution curve),
-and a node whose budget is too small refuses with the reason.
+Each of the four P-AD protocols finishes, its result equals the simulator's exactly (public-seed
+noise), every node's ledger is charged what it projected (count × the certified per-contribution
+curve), and a node whose budget is too small refuses with the reason.  The central baseline: the
+operator's client is the trusted aggregator, the nodes answer its gradient requests over the
+control channel; it trains and equals the simulator.
 """
 from __future__ import annotations
 
@@ -13,11 +16,12 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import cluster  # noqa: E402
+from runs_helpers import cluster, synthetic_shards  # noqa: E402
 
-from node.client import Client, RunRefusedError  # noqa: E402
+from node.client import Client, ClientError, RunRefusedError  # noqa: E402
 from node.protocols.registry import build_from_spec  # noqa: E402
 from node.runs.accounting import dp_from_rdp  # noqa: E402
+from node.runs.central_runs import LABEL, central_cost, central_projector  # noqa: E402
 from node.runs.pad_runs import contributions, pad_cost, pad_projector  # noqa: E402
 from node.runs.policy import NodePolicy, load_task  # noqa: E402
 from node.runs.spec import Budget, RunSpec  # noqa: E402
@@ -58,9 +62,9 @@ def net(tmp_path_factory):
             client.close()
 
 
-def _tasks(state: pathlib.Path, spec: RunSpec):
+def _tasks(state: pathlib.Path, spec: RunSpec, data: str = "data.npz"):
     """Each node's task exactly as the node builds it from its own data file."""
-    return [load_task(spec, NodePolicy(None, state / "nodes" / f"n{i}" / "data.npz")) for i in range(N)]
+    return [load_task(spec, NodePolicy(None, state / "nodes" / f"n{i}" / data)) for i in range(N)]
 
 
 @pytest.mark.parametrize("protocol", ["pad-ring-sum", "pad-ring-histogram", "pad-complete-sum", "pad-complete-histogram"])
@@ -131,3 +135,55 @@ def test_ring_sum_refuses_deviation_and_undeclared_dimension():
     np.testing.assert_allclose(cost.curves()[0] * spec.rounds, spec.rounds * cost.orders * 16.0 / (2 * 1.5**2))
     dec = pad_projector(spec, 2, None)
     assert dec.accept and dec.epsilon_row[2] == 0.0 and np.all(dec.epsilon_row[[0, 1, 3, 4, 5]] > 0)
+
+
+def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator(net):
+    c: Client = net["client"]
+    state = net["state"]
+    shards, (Xt, yt) = synthetic_shards(N, per_node=20, d=4, seed=1)
+    for i, (X, y) in enumerate(shards):  # the nodes switch to labelled data for this run (policy read per submit)
+        np.savez(state / "nodes" / f"n{i}" / "logreg.npz", X=X, y=y)
+        NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="logreg.npz")
+    try:
+        spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=40, seed=7,
+                       budget=Budget(1e4, 1e-5), sigma=0.05, clip=1.0, step_size=0.5, noise="public-seed").with_run_id()
+        with pytest.raises(ClientError, match="run_central"):
+            c.start_run(spec)  # nobody but the operator's aggregator can drive it
+        o = c.run_central(spec, progress=False)
+        assert o.state == "finished" and o.step == spec.steps, o
+        assert "NOT decentralized" in o.label
+
+        tasks = _tasks(state, spec, "logreg.npz")
+        sim = Simulator(build_from_spec(spec, tasks)).run()
+        assert sim.status == "finished"
+        np.testing.assert_allclose(o.model, sim.model, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(c.model(spec.run_id), o.model)  # the model lives with the operator
+        assert tasks[0].evaluate(o.model, Xt, yt)["accuracy"] >= 0.85
+
+        rep = c.report(spec.run_id)
+        counts = np.zeros(N, dtype=int)
+        for v, led in sim.ledgers.items():
+            counts[v] = sum(e.kind == "gradient" for e in led)
+        assert counts.sum() == spec.steps
+        for v in range(N):
+            r = rep.per_node[IDS[v]]
+            assert r["contributions"] == counts[v] == o.requests[IDS[v]]
+            assert LABEL in r["certified_bound"] and "in the clear" in r["certified_bound"]
+            cost = central_cost(spec, v, IDS)
+            curve = cost.curves(spec.sigma) * counts[v]
+            for j, t in enumerate(cost.targets):
+                assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12)
+                assert r["certified"][t] <= r["projected"][t] * (1 + 1e-9)
+            assert r["state"] == "closed"
+    finally:
+        for i in range(N):
+            NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
+
+
+def test_central_projector_refuses_over_budget_and_names_the_baseline():
+    spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=40, seed=7,
+                   budget=Budget(1.0, 1e-5), sigma=0.05, clip=1.0).with_run_id()
+    dec = central_projector(spec, 0, None)
+    assert not dec.accept and "over budget" in dec.reason and "NOT decentralized" in dec.reason
+    ok = central_projector(RunSpec(**{**spec.__dict__, "sigma": 50.0, "run_id": ""}), 0, None)
+    assert ok.accept and ok.epsilon_row[0] == 0.0 and ok.worst_epsilon < 1.0

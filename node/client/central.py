@@ -1,0 +1,141 @@
+"""Operator-side driver of **baseline: central DP-SGD with a trusted aggregator (NOT decentralized)**.
+
+The aggregator is the sans-IO :class:`~node.protocols.central.CentralAggregator`, run here, in the
+operator's process, by the same event rules as the simulator: ``RunStarted``, then every reply as
+``MessageArrived(node, reply)``.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
+command over the operator's authenticated control channel (mutual TLS, operator certificate of the
+network's CA); the node's :class:`~node.protocols.central.CentralClient` charges its ledger and
+answers with its clipped gradient.  The aggregator adds the noise and keeps the model: the final
+model exists only here (and in :meth:`AsyncClient.model` of this client afterwards).
+
+Its vertex is n (nodes are 0..n−1) and its generator ``spec.node_rng(n, n + 1)`` — with
+``noise = "public-seed"`` exactly the simulator's ``node_generators(seed, n + 1)[n]``, so the
+networked run equals :func:`node.protocols.registry.build_from_spec` + the simulator bit for bit.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from node.engine.actions import Fault, Finish, Metric, Send
+from node.engine.events import MessageArrived, RunStarted
+from node.engine.protocol import NodeContext
+from node.protocols.central import CentralAggregator, CentralParams
+from node.runs.central_runs import GRADIENT_COMMAND, LABEL
+from node.runs.spec import RunSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from node.client.core import AsyncClient
+
+PROTOCOL = "central-dpsgd"
+
+
+@dataclass
+class CentralOutcome:
+    """The end of a central run: the model (held by the operator), per-node request counts, timings."""
+
+    run_id: str
+    state: str  # finished | stopped
+    step: int
+    steps: int
+    model: np.ndarray | None
+    requests: dict[str, int]
+    seconds: float
+    reason: str = ""
+    label: str = LABEL
+    holder: str = "operator (trusted aggregator)"
+    deviations: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+
+def aggregator_for(spec: RunSpec, n: int, dim: int) -> CentralAggregator:
+    """The aggregator machine of ``spec`` for n nodes and a model of dimension ``dim``."""
+    ctx = NodeContext(n, n + 1, spec.run_id, spec.node_rng(n, n + 1), spec.view_model)
+    return CentralAggregator(ctx, n, dim, CentralParams(**spec.machine_params()))
+
+
+async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | Callable[[int, int], None] = True,
+                      request_timeout: float = 30.0) -> CentralOutcome:
+    """Submit ``spec`` (every node must accept), then drive the aggregator to the end."""
+    from node.client.core import ClientError, RunRefusedError
+
+    if spec.protocol != PROTOCOL:
+        raise ClientError(f"run_central drives {PROTOCOL}, not {spec.protocol}")
+    spec, decisions = await client.submit(spec)
+    if not all(d.get("accept") for d in decisions.values()):
+        accepted = [i for i, d in decisions.items() if d.get("accept")]
+        if accepted:
+            await client._all("run.cancel", {"run_id": spec.run_id, "reason": "refused by another node"}, nodes=accepted)
+        raise RunRefusedError(spec.run_id, decisions)
+    ids = sorted(client._members, key=lambda i: client._members[i].vertex)
+    dims = {d.get("model_dim") for d in decisions.values()}
+    if len(dims) != 1 or None in dims:
+        await client._all("run.cancel", {"run_id": spec.run_id, "reason": "model dimensions differ"}, nodes=ids)
+        raise ClientError(f"the nodes' models have different dimensions {sorted(map(str, dims))}: declare [task] dim")
+    res = await client._all("run.start", {"run_id": spec.run_id})
+    errs = {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
+    if errs:
+        raise ClientError(f"run {spec.run_id} could not be started on {sorted(errs)}: {errs}")
+
+    n = len(ids)
+    agg = aggregator_for(spec, n, int(dims.pop()))
+    requests = {i: 0 for i in ids}
+    t0 = time.monotonic()
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=spec.steps, desc=f"{spec.run_id} ({LABEL})", unit="step")
+    state, reason, model, step = "running", "", None, 0
+    try:
+        pending = agg.handle(RunStarted())
+        while pending:
+            acts, pending = pending, []
+            for act in acts:
+                if isinstance(act, Send):
+                    node = ids[act.dst]
+                    requests[node] += 1
+                    try:
+                        r = await client._control(node, GRADIENT_COMMAND, {
+                            "run_id": spec.run_id, "request_b64": base64.b64encode(act.payload).decode()},
+                            timeout=request_timeout)
+                    except ClientError as exc:
+                        state, reason = "stopped", f"{node}: {exc}"
+                        break
+                    pending = agg.handle(MessageArrived(act.dst, base64.b64decode(r["reply_b64"])))
+                elif isinstance(act, Fault):
+                    state, reason = "stopped", f"aggregator refused a reply: {act.error}"
+                    break
+                elif isinstance(act, Finish):
+                    state, model, step = "finished", np.asarray(act.model, dtype=np.float64).copy(), int(act.step)
+                elif isinstance(act, Metric):
+                    pass  # model snapshots are not released (snapshot_every is 0 here)
+            step = max(step, agg.step)
+            if bar is not None:
+                bar.update(max(0, step - bar.n))
+            elif callable(progress):
+                progress(step, spec.steps)
+            if state != "running":
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    if state == "running":  # the machine went quiet without finishing: never silent
+        state, reason = "stopped", f"aggregator stalled at step {agg.step}"
+    if state == "finished":
+        await client._all("run.close", {"run_id": spec.run_id}, nodes=ids)
+        client._central_models[spec.run_id] = model
+    else:
+        await client._all("run.cancel", {"run_id": spec.run_id, "reason": reason}, nodes=ids)
+    return CentralOutcome(spec.run_id, state, step, spec.steps, model, requests, time.monotonic() - t0, reason)
+
+
+def outcome_json(o: CentralOutcome) -> str:
+    d = dict(o.__dict__)
+    d["model"] = None if o.model is None else o.model.tolist()
+    return json.dumps(d)
