@@ -10,6 +10,7 @@ control channel; it trains and equals the simulator.
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -32,6 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 N = 6
 VALUES = [0, 3, 1, 2, 2, 1]  # one value per node: a scalar for the sums, a bin for the histograms
 IDS = [f"n{i}" for i in range(N)]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def spec_for(protocol: str, **kw) -> RunSpec:
@@ -137,7 +139,7 @@ def test_ring_sum_refuses_deviation_and_undeclared_dimension():
     assert dec.accept and dec.epsilon_row[2] == 0.0 and np.all(dec.epsilon_row[[0, 1, 3, 4, 5]] > 0)
 
 
-def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator(net):
+def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator(net, tmp_path):
     c: Client = net["client"]
     state = net["state"]
     shards, (Xt, yt) = synthetic_shards(N, per_node=20, d=4, seed=1)
@@ -175,6 +177,29 @@ def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator
                 assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12)
                 assert r["certified"][t] <= r["projected"][t] * (1 + 1e-9)
             assert r["state"] == "closed"
+
+        # the CLI drives the same aggregator: 'hushnet run start SPEC.toml' for a central-dpsgd spec
+        spec_path = tmp_path / "central.toml"
+        spec_path.write_text(f"""
+[run]
+protocol = "central-dpsgd"
+graph = "complete:{N}"
+steps = 20
+sigma = 0.05
+step_size = 0.5
+seed = 8
+[task]
+name = "logreg"
+[budget]
+epsilon = 1000.0
+delta = 1e-5
+""")
+        out_npy = tmp_path / "central.npy"
+        r = subprocess.run([sys.executable, "-m", "node.cli", "run", "start", str(spec_path), "--state-dir", str(state),
+                            "--model-out", str(out_npy)], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "NOT decentralized" in r.stdout and "finished at step 20/20" in r.stdout, r.stdout
+        assert np.load(out_npy).shape == o.model.shape
     finally:
         for i in range(N):
             NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
@@ -187,3 +212,14 @@ def test_central_projector_refuses_over_budget_and_names_the_baseline():
     assert not dec.accept and "over budget" in dec.reason and "NOT decentralized" in dec.reason
     ok = central_projector(RunSpec(**{**spec.__dict__, "sigma": 50.0, "run_id": ""}), 0, None)
     assert ok.accept and ok.epsilon_row[0] == 0.0 and ok.worst_epsilon < 1.0
+
+
+@pytest.mark.parametrize("name", ["pad_ring_sum.toml", "central_baseline.toml"])
+def test_examples_parse_and_fit_their_budget(name):
+    from node.runs.accounting import PROJECTORS
+    from node.runs.spec import parse_spec_toml
+
+    spec = parse_spec_toml((REPO / "examples" / name).read_text())
+    dec = PROJECTORS[spec.protocol](spec, 0, None)
+    assert dec.accept, dec.reason
+    assert spec.noise == "secret"  # examples are private runs
