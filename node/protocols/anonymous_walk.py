@@ -167,7 +167,10 @@ class AnonymousWalk(Protocol):
         ack: list[Action] = [Send(src, bytes([KIND_HOP_ACK]) + hop_id)] if self.p.reliable else []
         if hop_id in self._recent:  # a retransmission (our ack was lost) or a replay: acknowledge, never process
             return ack + [Fault(self.ctx.node, ReplayedMessage("handoff already received here: acknowledged, not processed"))]
-        return ack + self._receive(hop_id, wire)
+        acts = self._receive(hop_id, wire)
+        if any(isinstance(a, LedgerEntry) for a in acts):  # an update: acknowledge before a charge that may be refused
+            return ack + acts
+        return acts + ack  # a relay: the forward first, it is on the critical path (the ack is not)
 
     # what differs between the modes ---------------------------------------------------------------
 

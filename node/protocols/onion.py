@@ -113,24 +113,17 @@ def _adjacency(graph: sp.spmatrix | np.ndarray) -> sp.csr_matrix:
     return A
 
 
-def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random.Generator) -> list[int] | None:
+def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random.Generator,
+               counts: list[np.ndarray] | None = None) -> list[int] | None:
     """``hops`` relays ``r_1..r_L`` with ``src~r_1~…~r_L~dst`` along edges, uniform among all such walks
     (backtracking allowed) whose relays are never ``dst`` and whose last relay is not ``src``; None if none.
 
     The sender may reappear as an intermediate relay (on a locally tree-like graph a path to a
     neighbour must otherwise go around a cycle), but never as the last one: the recipient's link
-    peer is always someone else.
+    peer is always someone else.  ``counts`` are :func:`relay_path_counts` of the same arguments
+    (public, so a sender caches them per recipient; only the draws below must be fresh and secret).
     """
-    n = adj.shape[0]
-    mid = np.ones(n)
-    mid[dst] = 0.0
-    last = mid.copy()
-    last[src] = 0.0
-    # f[m][x] = number of admissible relay walks x = y_1, …, y_m with y_m ~ dst
-    f: list[np.ndarray] = [np.zeros(n)] * (hops + 1)
-    f[1] = np.asarray(adj[:, dst].todense()).ravel() * last
-    for m in range(2, hops + 1):
-        f[m] = (adj @ f[m - 1]) * mid
+    f = counts if counts is not None else relay_path_counts(adj, src, dst, hops)
     path: list[int] = []
     cur = src
     for m in range(hops, 0, -1):
@@ -143,6 +136,21 @@ def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random
         cur = int(nb[min(int(np.searchsorted(np.cumsum(w), rng.random() * tot, side="right")), nb.size - 1)])
         path.append(cur)
     return path
+
+
+def relay_path_counts(adj: sp.csr_matrix, src: int, dst: int, hops: int) -> list[np.ndarray]:
+    """Backward path counts of :func:`relay_path`: ``f[m][x]`` = admissible relay walks of ``m`` relays from ``x``."""
+    n = adj.shape[0]
+    mid = np.ones(n)
+    mid[dst] = 0.0
+    last = mid.copy()
+    last[src] = 0.0
+    # f[m][x] = number of admissible relay walks x = y_1, …, y_m with y_m ~ dst
+    f: list[np.ndarray] = [np.zeros(n)] * (hops + 1)
+    f[1] = np.asarray(adj[:, dst].todense()).ravel() * last
+    for m in range(2, hops + 1):
+        f[m] = (adj @ f[m - 1]) * mid
+    return f
 
 
 # ---- the wrapper machine -----------------------------------------------------------------------
@@ -217,6 +225,7 @@ class OnionLayer(Protocol):
         self.p = params or OnionParams()
         self.path_rng = path_rng if path_rng is not None else secret_generator()
         self._pending: dict[str, tuple[int, bytes, int]] = {}
+        self._counts: dict[tuple[int, int], list[np.ndarray]] = {}  # (recipient, relays) -> public path counts
         self.relayed = 0
         self.delivered = 0
         self.paths: list[list[int]] = []  # own paths (sender side; never sent anywhere)
@@ -273,12 +282,13 @@ class OnionLayer(Protocol):
         if res.final:
             self.delivered += 1
             inner = self.inner.handle(MessageArrived(src, res.message))
+            # acknowledged first: the inner machine's ledger entry may be refused, which drops what follows it
             return ack + [Metric("onion-delivered", 1, -1, self.ctx.node)] + self._translate(inner)
         if res.next_hop not in self.neighbours:
             return ack + [Fault(self.ctx.node, UnexpectedSender(
                 f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
         self.relayed += 1
-        return ack + self._send_packet(res.next_hop, res.packet)
+        return self._send_packet(res.next_hop, res.packet) + ack  # the forward first: it is on the critical path
 
     # sending ------------------------------------------------------------------------------------
 
@@ -294,7 +304,10 @@ class OnionLayer(Protocol):
         """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
         relays = None
         for L in range(self.p.hops, self.p.slots):  # the requested length, else the shortest longer one
-            relays = relay_path(self.adj, self.ctx.node, dst, L, self.path_rng)
+            key = (int(dst), L)
+            if key not in self._counts:  # the sparse column/mat-vecs once per recipient, not per message
+                self._counts[key] = relay_path_counts(self.adj, self.ctx.node, int(dst), L)
+            relays = relay_path(self.adj, self.ctx.node, dst, L, self.path_rng, self._counts[key])
             if relays is not None:
                 break
         if relays is None:
