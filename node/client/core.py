@@ -50,6 +50,10 @@ class RunOutcome:
     deviations: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
+    #: loss of the final model on the spec's public evaluation data (``eval_data``), from the holder's
+    #: progress event; ``None`` when the spec names none (a loss on private data is never reported)
+    loss: float | None = None
+    loss_data: str | None = None
 
 
 def _load_spec(spec: RunSpec | str | pathlib.Path) -> RunSpec:
@@ -238,6 +242,8 @@ class AsyncClient:
         total = 0
         step = 0
         holder = None
+        loss: float | None = None
+        loss_data: str | None = None
         deviations: list[dict[str, Any]] = []
         faults: list[dict[str, Any]] = []
         paused_since: float | None = None
@@ -272,6 +278,8 @@ class AsyncClient:
                             faults.append(ev)
                         if ev["type"] == "finished" and ev.get("holds_model"):
                             holder = i
+                        if ev["type"] == "progress" and ev.get("loss") is not None:
+                            loss, loss_data = float(ev["loss"]), ev.get("loss_data")
                 unknown = {i: e for i, e in unreachable.items() if "no run" in e or "refused here" in e}
                 if unknown and len(unknown) + len(states) == len(ids) and not states:
                     raise ClientError(f"no run {run_id} on this network ({next(iter(unknown.values()))})")
@@ -285,6 +293,8 @@ class AsyncClient:
 
                     bar = tqdm(total=total, desc=run_id, unit="step")
                 if bar is not None:
+                    if loss is not None:
+                        bar.set_postfix_str(f"loss={loss:.4f} (final model, public {loss_data})", refresh=False)
                     bar.update(max(0, step - bar.n))
                 elif callable(progress) and total:
                     progress(step, total)
@@ -316,7 +326,8 @@ class AsyncClient:
         if state == "finished":
             alive = [i for i in ids if i not in unreachable]
             await self._all("run.close", {"run_id": run_id, "deviated": bool(deviations)}, nodes=alive)
-        return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason)
+        return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason,
+                          loss, loss_data)
 
     async def cancel(self, run_id: str, reason: str = "cancelled by the operator") -> dict[str, Any]:
         await self.refresh()

@@ -141,6 +141,8 @@ async def _watch(c, run_id: str, args) -> int:
     else:
         print(f"run {run_id}: {o.state} at step {o.step}/{o.steps} in {o.seconds:.1f} s"
               + (f", model held by {o.holder}" if o.holder else "") + (f" — {o.reason}" if o.reason else ""))
+        if o.loss is not None:
+            print(f"  loss of the final model on the public evaluation data {o.loss_data}: {o.loss:.4f}")
         for d in o.deviations:
             print(f"  deviation at step {d.get('step')}: {d.get('reason')} (dead: {d.get('dead_node', '?')}); "
                   "accounted with the local-DP bound")

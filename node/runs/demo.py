@@ -186,10 +186,11 @@ def summary_line(acc: float, nonpriv: float, ldp: float, worst: float, delta: fl
 
 
 def _network_run(args, spec, P, n: int):
-    """Start the cluster, run the spec, return ``(model, report)`` (or an exit code on failure)."""
+    """Start the cluster, run the spec, return ``(model, report, outcome)`` (or an exit code on failure)."""
     from node.client import Client, ClientError
     from node.net.cluster import LocalCluster
     from node.runs.policy import NodePolicy
+    from node.tasks.data import PUBLIC_DIR
 
     cfg = CONFIGS[args.data]
     tmp = None
@@ -197,11 +198,15 @@ def _network_run(args, spec, P, n: int):
     if state is None:
         tmp = tempfile.TemporaryDirectory(prefix="hushnet-demo-")
         state = pathlib.Path(tmp.name)
+    eval_name = f"{args.data}-test.npz"
     for i, (X, y) in enumerate(P.shards):
         d = state / "nodes" / f"n{i}"
         d.mkdir(parents=True, exist_ok=True)
         np.savez(d / "data.npz", X=X, y=y)
         NodePolicy.write(d, epsilon=cfg.node_budget, delta=DELTA, data_path="data.npz")
+        (d / PUBLIC_DIR).mkdir(exist_ok=True)  # the public test split: what the final model's loss is reported on
+        np.savez(d / PUBLIC_DIR / eval_name, X=P.X_test, y=P.y_test)
+    spec = replace(spec, protocol_params={**spec.protocol_params, "eval_data": eval_name}, run_id="").with_run_id()
     print(f"starting a {n}-node network ({spec.graph}) on 127.0.0.x ...", flush=True)
     cluster = LocalCluster(state, n, spec.graph, restart=False)
     try:
@@ -221,7 +226,7 @@ def _network_run(args, spec, P, n: int):
             if outcome.state != "finished":
                 print(f"demo: error: run {outcome.state}: {outcome.reason}", file=sys.stderr)
                 return 1
-            return client.model(run_id), client.report(run_id)
+            return client.model(run_id), client.report(run_id), outcome
     finally:
         cluster.stop(timeout=10)
         if tmp is not None:
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     n = args.nodes
     cfg, P, tasks, spec = prepare(args.data, n)
-    report = None
+    report = outcome = None
     if args.simulate:
         acc = float(simulate(spec, tasks, P, [spec.seed])[0])
         worst, mean_pair = projected_privacy(spec)
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         got = _network_run(args, spec, P, n)
         if isinstance(got, int):
             return got
-        w, report = got
+        w, report, outcome = got
         acc = tasks[0].evaluate(w, P.X_test, P.y_test)["accuracy"]
         summary = report.summary()
         worst, mean_pair = summary["worst_pair_epsilon"], summary["mean_pair_epsilon"]
@@ -281,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     draw = f"simulated, seed {spec.seed}" if args.simulate else f"this run; noise {spec.noise}"
     print(f"test accuracy: private random walk {acc:.3f} ({draw}) | non-private {nonpriv:.3f} | "
           f"majority class {majority:.3f}")
+    if outcome is not None and outcome.loss is not None:
+        print(f"  loss of the final model on the public test split (reported by its holder, {outcome.loss_data}): "
+              f"{outcome.loss:.4f}")
     if others is not None:
         print(f"  private walk, same configuration over seeds {seeds[0]}..{seeds[-1]} (simulator): mean "
               f"{others.mean():.3f} ± {others.std():.3f}, min {others.min():.3f}")

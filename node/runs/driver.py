@@ -32,6 +32,7 @@ from node.engine.protocol import Protocol
 from node.privacy.ledger import BudgetExceeded, Ledger
 from node.runs.accounting import ContributionCost, dp_from_rdp, paper_row
 from node.runs.spec import RunSpec
+from node.tasks.data import PublicEval
 
 log = logging.getLogger("hushnet.runs")
 
@@ -77,7 +78,8 @@ class RunDriver:
 
     def __init__(self, spec: RunSpec, vertex: int, ids: list[str], machine: Protocol, send: SendFn, *,
                  ledger: Ledger | None = None, cost: ContributionCost | None = None, W: Any = None,
-                 decision: dict[str, Any] | None = None, journal: Callable[[LedgerEntry], None] | None = None) -> None:
+                 decision: dict[str, Any] | None = None, journal: Callable[[LedgerEntry], None] | None = None,
+                 public_eval: PublicEval | None = None) -> None:
         self.spec = spec
         self.run_id = spec.run_id
         self.vertex = vertex
@@ -91,6 +93,7 @@ class RunDriver:
         self.W = W
         self.decision = decision or {}
         self.journal = journal  # durable record of every engine ledger entry (gossip schedule rows), or None
+        self.public_eval = public_eval  # public data the final model's loss is reported on, or None
         self.state = "accepted"
         self.reason = ""
         self.timings = Timings()
@@ -219,10 +222,35 @@ class RunDriver:
                 self.state = "finished"
                 self.timings.finished = time.time()
                 self._cancel_timers()
-                self._emit("finished", step=int(act.step), holds_model=self.model is not None)
+                scored = self._final_loss()
+                if scored:  # the last progress event carries the loss of the model the operator receives
+                    self._emit("progress", step=int(act.step), contributions=self.contributions, **scored)
+                self._emit("finished", step=int(act.step), holds_model=self.model is not None, **scored)
             else:  # a new action type: refuse loudly rather than ignore it
                 raise TypeError(f"the node driver does not know action {act!r}")
         return faults
+
+    def _final_loss(self) -> dict[str, Any]:
+        """Loss (and accuracy) of the final model on the spec's public evaluation data, when it names some.
+
+        Only the *final* model is scored: it is released to the operator anyway (spec E.1), so a
+        function of it on public rows reveals nothing more.  Intermediate models are never scored
+        for subscribers — early iterates carry one node's noisy gradient with none of the later
+        noise, and no accountant here covers an operator who watches them — and a loss on the
+        node's own rows would release its data outright.  So progress events before the finish
+        carry no loss, by design.
+        """
+        if self.public_eval is None or self.model is None:
+            return {}
+        try:
+            m = self.public_eval.evaluate(self.model)
+        except Exception as exc:  # noqa: BLE001 - a scoring failure must not lose the finished model
+            log.warning("run %s: cannot score the final model on %s: %s", self.run_id, self.public_eval.name, exc)
+            return {"loss_note": f"cannot score the final model on {self.public_eval.name}: {exc}"[:300]}
+        out: dict[str, Any] = {"loss": m.get("loss"), "loss_data": self.public_eval.name, "loss_of": "final model"}
+        if "accuracy" in m:
+            out["accuracy"] = m["accuracy"]
+        return out
 
     def _charge(self, ev: LedgerEntry) -> bool:
         self.engine_entries.append(ev)

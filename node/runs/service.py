@@ -44,7 +44,7 @@ from node.runs.driver import RunDriver, RunRefused
 from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
 from node.tasks.base import TaskError
-from node.tasks.data import DataFileMissing, DataShapeError
+from node.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
 log = logging.getLogger("hushnet.runs")
 
@@ -147,6 +147,7 @@ class RunService:
             log.info("refused run %s: %s", run_id, decision["reason"])
             return _json(out)
         spec, machine, cost, W = decision.pop("_spec"), decision.pop("_machine"), decision.pop("_cost"), decision.pop("_W")
+        public_eval = decision.pop("_public_eval", None)
         node = self.node
 
         async def send(dst: str, data: bytes):
@@ -154,7 +155,7 @@ class RunService:
 
         journal = JOURNALS.get(spec.protocol)  # durable per-entry record (gossip schedule rows), if any
         self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
-                                           cost=cost, W=W, decision=out,
+                                           cost=cost, W=W, decision=out, public_eval=public_eval,
                                            journal=None if journal is None else journal(self, spec, decision["vertex"],
                                                                                         self._ids()))
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
@@ -219,6 +220,7 @@ class RunService:
         try:
             task = load_task(spec, policy)
             check_task(task, spec)
+            public_eval = load_public_eval(self.state_dir, spec.protocol_params.get("eval_data"), task)
         except (DataFileMissing, DataShapeError, TaskError, ValueError) as exc:
             return {**base, "reason": f"local data/task: {exc}"}
         try:
@@ -233,7 +235,7 @@ class RunService:
         except (ValueError, TypeError, TaskError) as exc:
             return {**base, "reason": f"cannot build the {spec.protocol} machine: {exc}"}
         return {**base, "accept": True, "reason": dec.reason, "model_dim": getattr(task, "dim", None),
-                "_spec": spec, "_machine": machine, "_cost": cost, "_W": W}
+                "_spec": spec, "_machine": machine, "_cost": cost, "_W": W, "_public_eval": public_eval}
 
     def _run(self, payload: bytes) -> tuple[RunDriver, dict[str, Any]]:
         args = json.loads(payload or b"{}")

@@ -6,6 +6,7 @@ is a clear error at run acceptance time, not a crash in the middle of a walk.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,3 +182,55 @@ def breast_cancer_partition(
     """Breast-cancer data split 80/20 (stratified), ``per_node`` training rows per node (default: all, evenly)."""
     X, y = load_breast_cancer(features)
     return partition(X, y, n_nodes, per_node, seed=seed)
+
+
+# ---- public evaluation data (the loss a node may report) ------------------------------------------
+
+PUBLIC_DIR = "public"
+_PUBLIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(npz|csv)$")
+
+
+@dataclass(frozen=True)
+class PublicEval:
+    """Evaluation data the node's owner has declared public, and the task that scores a model on it.
+
+    Why only this: a loss is a number about a model *and* some data.  On a node's private rows it
+    is a release of that data the accountant never charged; on public rows it releases nothing
+    about the data beyond the model itself.  The run spec can only *name* a file (``eval_data``
+    in ``[run.protocol_params]``); the node resolves the name inside ``<state>/public/`` — a
+    directory its owner fills with files it considers public — so no spec can point a node at its
+    private data file.
+    """
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    task: object  # a task with evaluate(w, X, y) -> {"loss", "accuracy", ...}
+
+    def evaluate(self, w: np.ndarray) -> dict[str, float]:
+        return {k: float(v) for k, v in self.task.evaluate(w, self.X, self.y).items()}  # type: ignore[attr-defined]
+
+
+def load_public_eval(state_dir: str | os.PathLike, name: str | None, task: object) -> PublicEval | None:
+    """The public evaluation set ``name`` of this node (``None`` when the spec names none).
+
+    Raises :class:`ValueError` for a name that is not a plain ``*.npz``/``*.csv`` file name,
+    :class:`DataFileMissing` when the node has no such public file, :class:`DataShapeError` when the
+    task cannot score a model on it — at acceptance time, so the operator sees the reason.
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _PUBLIC_NAME.match(name) or ".." in name:
+        raise ValueError(f"eval_data must be a plain .npz/.csv file name from the node's {PUBLIC_DIR}/ directory, "
+                         f"got {name!r}")
+    path = Path(state_dir) / PUBLIC_DIR / name
+    if not path.is_file():
+        raise DataFileMissing(f"no public evaluation file {name!r} in this node's {PUBLIC_DIR}/ directory")
+    X, y = load_local_data(path)
+    assert y is not None
+    ev = PublicEval(name, X, y, task)
+    try:
+        ev.evaluate(np.zeros(int(getattr(task, "dim"))))
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise DataShapeError(f"public evaluation file {name!r} does not fit the task: {exc}") from exc
+    return ev
