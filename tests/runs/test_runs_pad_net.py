@@ -223,3 +223,46 @@ def test_examples_parse_and_fit_their_budget(name):
     dec = PROJECTORS[spec.protocol](spec, 0, None)
     assert dec.accept, dec.reason
     assert spec.noise == "secret"  # examples are private runs
+
+
+def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exact(net):
+    """The node side of the baseline alone: the operator's control channel, one real request, then bad ones."""
+    import base64
+
+    from node.engine.wire import KIND_GRADIENT_REQUEST, encode_token
+
+    c: Client = net["client"]
+    state = net["state"]
+    shards, _ = synthetic_shards(N, per_node=10, d=4, seed=2)
+    for i, (X, y) in enumerate(shards):
+        np.savez(state / "nodes" / f"n{i}" / "logreg.npz", X=X, y=y)
+        NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="logreg.npz")
+    try:
+        spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=5, seed=9,
+                       budget=Budget(1e4, 1e-5), sigma=1.0, clip=1.0, step_size=0.1).with_run_id()
+        _, decisions = c.submit(spec)
+        assert all(d["accept"] for d in decisions.values()), decisions
+        dim = decisions["n1"]["model_dim"]
+
+        def ask(payload: bytes):
+            return c._call(c.aio._control("n1", "run.gradient", {"run_id": spec.run_id,
+                                                                  "request_b64": base64.b64encode(payload).decode()}))
+
+        req = encode_token(0, spec.steps, 0, N, np.zeros(dim), kind=KIND_GRADIENT_REQUEST)
+        reply = ask(req)
+        assert reply["node"] == "n1" and reply["reply_b64"]
+        with pytest.raises(ClientError, match="(?i)replay|step 0"):
+            ask(req)  # the same step again
+        with pytest.raises(ClientError):
+            ask(encode_token(1, spec.steps, 0, N, np.zeros(dim + 3), kind=KIND_GRADIENT_REQUEST))  # wrong dimension
+        st = c.statuses(spec.run_id)["n1"]
+        assert st["contributions"] == 1 and st["faults"] >= 1  # one gradient left, one charge
+        rep = c.report(spec.run_id).per_node["n1"]
+        cost = central_cost(spec, 1, IDS)
+        one = cost.curves(spec.sigma)
+        for j, t in enumerate(cost.targets):  # exactly one contribution charged for this run
+            assert rep["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, one[j], spec.budget.delta), rel=1e-12)
+    finally:
+        c.cancel(spec.run_id)
+        for i in range(N):
+            NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
