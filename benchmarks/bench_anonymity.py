@@ -124,7 +124,7 @@ def _secagg(members: int, d: int, dropouts: int) -> dict:
         cpu = _timed_machines(ms)
         sim = Simulator(ms, latency=1e-3)
         for v in range(dropouts):  # vanish after sharing their mask keys, before the masked input
-            sim.kill(3 + 4 * v, 0.0035)
+            sim.kill(3 + 4 * v, 0.0015)
         t0 = time.perf_counter()
         res = sim.run()
         wall = time.perf_counter() - t0

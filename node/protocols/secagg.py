@@ -3,14 +3,18 @@
 A group (a node's closed neighbourhood in gossip, or any set of nodes) sums its vectors so that
 the aggregating node — the *leader*, which relays all messages (members of a neighbourhood need
 not be neighbours of one another) and may itself be a member — learns only the sum, and members
-learn only the sum if it is broadcast.  Rounds, each closed by "everyone answered" or a timeout:
+learn only the sum if it is broadcast.  Three leader round trips, each closed by "everyone answered"
+or a timeout:
 
-0. **advertise**: member u sends a fresh per-round X25519 mask key ``pk_u`` to the leader, which
-   broadcasts the list (U1).  Fewer than ``threshold`` members → abort.
-1. **share keys**: u picks a self-mask seed ``b_u``, commits to it (SHA-256), Shamir-shares
-   ``b_u`` and its mask secret key ``sk_u`` (threshold t, :mod:`node.crypto.shamir`) and seals
-   each pair of shares to the recipient's long-term share-transport key (:func:`~node.crypto.sealed.seal`);
-   the leader forwards them (U2 = members whose shares came).
+1. **advertise and share** (one message): member u sends a fresh per-round X25519 mask key
+   ``pk_u``, a commitment (SHA-256) to a fresh self-mask seed ``b_u``, and Shamir shares of ``b_u``
+   and of its mask secret key ``sk_u`` (threshold t, :mod:`node.crypto.shamir`) for *every other
+   member*, each pair sealed to the recipient's long-term share-transport key
+   (:func:`~node.crypto.sealed.seal`).  Bonawitz et al. spend a round before the shares because they
+   encrypt them under keys agreed from the advertised ones; the share-transport keys here come from
+   the bootstrap directory (a PKI), so the shares need not wait for the key list.  U1 = U2 = members
+   whose message came; fewer than ``threshold`` → abort (nobody has masked: no ledger entry
+   anywhere).  The leader sends each member of U1 the key list and the shares sealed to it.
 2. **masked input**: ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)∩U2} ±PRG(s_uv)`` mod 2^k
    (:mod:`node.crypto.masks`; + if u < v), N(u) = u's neighbours in the *masking graph* on U1
    (complete by default).  U3 = members whose input came; D = U2 \\ U3 dropped.
@@ -70,7 +74,8 @@ from node.engine.protocol import NodeContext, Protocol
 from node.protocols.onion import VIEWS
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
-ADV, KEYS, SHARES, FWD, MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = range(0x61, 0x6A)
+# 0x63 / 0x64 were the separate share / forwarded-share messages of the four-round version
+ADV, KEYS, MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x61, 0x62, 0x65, 0x66, 0x67, 0x68, 0x69
 _TIMER = "secagg-round"
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
 _B, _S = 0, 1  # which secret a revealed share belongs to
@@ -251,8 +256,22 @@ class SecAggMachine(Protocol):
                 self.phase = "out"
                 return acts + [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
             self.mkp = KeyPair.generate()
+            self.b = os.urandom(32)
+            me = self.ctx.node
+            peers = sorted(self.members)
+            s_sh = split(self.mkp.private_bytes(), [v + 1 for v in peers], self.t)
+            b_sh = split(self.b, [v + 1 for v in peers], self.t)
+            parts = []
+            for v, ss, bs in zip(peers, s_sh, b_sh):
+                if v == me:
+                    self.held[me] = (ss, bs)
+                    continue
+                ct = seal(self.directory.public(v), _U32.pack(me) + _U32.pack(v) + ss.encode() + bs.encode(),
+                          self.context + b"|shares")
+                parts.append(_U32.pack(v) + _U32.pack(len(ct)) + ct)
             self.phase = "advertised"
-            acts += self._send(self.p.leader, bytes([ADV]) + self.mkp.public)
+            acts += self._send(self.p.leader, bytes([ADV]) + self.mkp.public + _commit(self.b) + _U16.pack(len(parts))
+                               + b"".join(parts))
         return acts
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
@@ -262,13 +281,13 @@ class SecAggMachine(Protocol):
         if not data:
             raise MalformedMessage("empty secure-summation message")
         kind = data[0]
-        if kind in (ADV, SHARES, MASKED, UNMASK):
+        if kind in (ADV, MASKED, UNMASK):
             if not self.is_leader:
                 raise UnexpectedSender(f"node {self.ctx.node} is not this round's leader")
             if src not in self.members:
                 raise UnexpectedSender(f"secure-summation input from node {src}, which is not a member")
             return self._leader(src, kind, data)
-        if kind in (KEYS, FWD, UNMASK_REQ, RESULT, ABORT):
+        if kind in (KEYS, UNMASK_REQ, RESULT, ABORT):
             if not self.is_member:
                 raise UnexpectedSender(f"node {self.ctx.node} is not a member of this round")
             if src != self.p.leader:
@@ -299,52 +318,31 @@ class SecAggMachine(Protocol):
             return [Finish(me, self.p.round_id, s, {"status": "released", "role": "member"})]
         if kind == KEYS:
             if self.phase != "advertised":
-                raise ReplayedMessage(f"mask keys again (phase {self.phase})")
+                raise ReplayedMessage(f"key list again (phase {self.phase})")
             pks = {}
             for _ in range(r.u16()):
                 v = r.u32()
                 pks[v] = r.take(32)
-            r.end()
             if not set(pks) <= self.members or me not in pks or pks[me] != self.mkp.public:
                 raise MalformedMessage("key list names non-members or misses this member's key")
             if len(pks) < self.t:
                 raise MalformedMessage(f"key list of {len(pks)} members is below the threshold {self.t}")
-            self.pks = pks
-            b = os.urandom(32)
-            self.b = b
-            peers = sorted(pks)
-            xs = [v + 1 for v in peers]
-            s_sh = split(self.mkp.private_bytes(), xs, self.t)
-            b_sh = split(b, xs, self.t)
-            parts = []
-            for v, ss, bs in zip(peers, s_sh, b_sh):
-                plain = _U32.pack(me) + _U32.pack(v) + ss.encode() + bs.encode()
-                if v == me:
-                    self.held[me] = (ss, bs)
-                    continue
-                ct = seal(self.directory.public(v), plain, self.context + b"|shares")
-                parts.append(_U32.pack(v) + _U32.pack(len(ct)) + ct)
-            self.phase = "shared"
-            msg = bytes([SHARES]) + _commit(b) + _U16.pack(len(parts)) + b"".join(parts)
-            return self._send(self.p.leader, msg)
-        if kind == FWD:
-            if self.phase != "shared":
-                raise ReplayedMessage(f"forwarded shares again (phase {self.phase})")
             got: dict[int, tuple[Share, Share]] = {}
             for _ in range(r.u16()):
                 u = r.u32()
                 ct = r.take(r.u32())
-                if u not in self.pks or u == me or u in got:
-                    raise MalformedMessage(f"shares from node {u}, which did not advertise a key (or twice)")
+                if u not in pks or u == me or u in got:
+                    raise MalformedMessage(f"shares from node {u}, which is not on the key list (or twice)")
                 plain = open_sealed(self.key, ct, self.context + b"|shares")  # IntegrityError if not for me
                 if len(plain) != 8 + 2 * SHARE_LEN or _U32.unpack_from(plain, 0)[0] != u or _U32.unpack_from(plain, 4)[0] != me:
                     raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
                 got[u] = (Share.decode(plain[8 : 8 + SHARE_LEN]), Share.decode(plain[8 + SHARE_LEN :]))
             r.end()
-            if len(got) + 1 < self.t:
-                raise MalformedMessage(f"shares from {len(got)} peers: below the threshold")
+            if set(got) != set(pks) - {me}:
+                raise MalformedMessage(f"shares from {sorted(got)}, expected every other member on the key list")
+            self.pks = pks
             self.held.update(got)
-            self.U2 = sorted(list(got) + [me])
+            self.U2 = sorted(pks)
             y = self._masked_input()
             self.phase = "masked"
             return self._send(self.p.leader, bytes([MASKED]) + _U32.pack(self.p.dim) + y.tobytes())
@@ -385,23 +383,18 @@ class SecAggMachine(Protocol):
         if kind == ADV:
             if self.lphase != "adv" or src in self.adv:
                 raise ReplayedMessage(f"mask key from {src} out of phase or twice")
-            pk = r.take(32)
-            r.end()
-            self.adv[src] = pk
-            return self._maybe_advance(len(self.adv) == len(self.members))
-        if kind == SHARES:
-            if self.lphase != "shares" or src in self.commits or src not in self.lU1:
-                raise ReplayedMessage(f"shares from {src} out of phase or twice")
-            commit = r.take(32)
+            pk, commit = r.take(32), r.take(32)
             cts = {}
             for _ in range(r.u16()):
                 v = r.u32()
+                if v in cts:
+                    raise MalformedMessage(f"member {src} sent two share envelopes for {v}")
                 cts[v] = r.take(r.u32())
             r.end()
-            if set(cts) != set(self.lU1) - {src}:
-                raise MalformedMessage(f"member {src} sent shares for {sorted(cts)}, expected every other advertiser")
-            self.commits[src], self.cts[src] = commit, cts
-            return self._maybe_advance(len(self.commits) == len(self.lU1))
+            if set(cts) != self.members - {src}:
+                raise MalformedMessage(f"member {src} sent shares for {sorted(cts)}, expected every other member")
+            self.adv[src], self.commits[src], self.cts[src] = pk, commit, cts
+            return self._maybe_advance(len(self.adv) == len(self.members))
         if kind == MASKED:
             if self.lphase != "masked" or src in self.masked or src not in self.lU2:
                 raise ReplayedMessage(f"masked input from {src} out of phase or twice")
@@ -440,24 +433,15 @@ class SecAggMachine(Protocol):
         ph = self.lphase
         acts: list[Action] = []
         if ph == "adv":
-            self.lU1 = sorted(self.adv)
+            self.lU1 = self.lU2 = sorted(self.adv)
             if len(self.lU1) < self.t:
                 return self._abort(f"{len(self.lU1)} members advertised keys, threshold {self.t}")
-            self.lphase = "shares"
-            msg = bytes([KEYS]) + _U16.pack(len(self.lU1)) + b"".join(_U32.pack(v) + self.adv[v] for v in self.lU1)
+            self.lphase = "masked"
+            keys = _U16.pack(len(self.lU1)) + b"".join(_U32.pack(v) + self.adv[v] for v in self.lU1)
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
             for v in self.lU1:
-                acts += self._send(v, msg)
-            return acts
-        if ph == "shares":
-            self.lU2 = sorted(self.commits)
-            if len(self.lU2) < self.t:
-                return self._abort(f"{len(self.lU2)} members shared keys, threshold {self.t}")
-            self.lphase = "masked"
-            acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            for v in self.lU2:
-                parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU2 if u != v]
-                acts += self._send(v, bytes([FWD]) + _U16.pack(len(parts)) + b"".join(parts))
+                parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU1 if u != v]
+                acts += self._send(v, bytes([KEYS]) + keys + _U16.pack(len(parts)) + b"".join(parts))
             return acts
         if ph == "masked":
             self.lU3 = sorted(self.masked)

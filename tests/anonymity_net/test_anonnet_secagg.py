@@ -1,8 +1,8 @@
 """Secure summation (``secagg-sum``) over 16 real nodes (complete:16, mutual TLS on 127.0.0.x).
 
-1. Below threshold: two members vanish from the round before sharing their mask keys (they drop
-   the leader's key list); threshold 15 → the round aborts cleanly: no sum, and no ledger entry
-   anywhere for the run.
+1. Below threshold: two members never get their first message (mask key and shares) out — their
+   node drops it on the way out; threshold 15 → the round aborts at the key list, before anyone
+   masked: no sum, and no ledger entry anywhere for the run.
 2. Three members are really stopped mid-round: two after the key/share setup (their masked input
    never arrives: their pairwise masks are removed with Shamir shares of their mask keys) and one
    after sending its masked input (its self-mask seed is rebuilt from the others' shares).  The
@@ -22,7 +22,8 @@ import uvloop
 from anonnet_helpers import network
 from node.crypto.masks import FixedPoint
 from node.engine.rng import node_generator
-from node.protocols.secagg import FWD, KEYS, UNMASK_REQ
+from node.protocols.secagg import ADV, KEYS, UNMASK_REQ
+from node.runs.service import RUN_PROTOCOL
 from node.runs.spec import Budget, RunSpec
 
 N, D, SIGMA = 16, 40, 0.25
@@ -50,6 +51,20 @@ def _vanish(net, vertex: int, run_id: str, kind: int, *, stop: bool) -> None:
     svc.handle = handle  # type: ignore[method-assign]
 
 
+def _mute(net, vertex: int, target_run: str, kind: int) -> None:
+    """``vertex``'s node never gets its messages of ``kind`` for ``target_run`` out (as if it had crashed
+    first): a wrapper of the node's own send, every other message goes over the real link."""
+    node = next(nd for nd in net.nodes if nd.identity.vertex == vertex)
+    send = node.send
+
+    async def muted(to, payload, *, protocol, run_id="", **kw):
+        if protocol == RUN_PROTOCOL and run_id == target_run and payload[:1] == bytes([kind]):
+            raise ConnectionError("muted by the test")
+        return await send(to, payload, protocol=protocol, run_id=run_id, **kw)
+
+    node.send = muted  # type: ignore[method-assign]
+
+
 @pytest.mark.timeout(180)
 def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> None:
     rng = np.random.default_rng(3)
@@ -60,12 +75,12 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
             # ---- 1. below threshold: abort, nothing released, nothing in any ledger -----------------
             spec_a = _spec(1, threshold=15)
             for v in (4, 7):
-                _vanish(net, v, spec_a.run_id, KEYS, stop=False)
+                _mute(net, v, spec_a.run_id, ADV)
             run_a = await net.client.start_run(spec_a)
             lead = net.driver(0, run_a)
             await net.wait(lambda: lead.state == "finished", 60, what="the leader to abort")
             assert lead.model is None and lead.finish_result["status"] == "aborted"
-            assert "threshold 15" in lead.finish_result["reason"]
+            assert "advertised keys, threshold 15" in lead.finish_result["reason"]
             for v in range(N):
                 assert net.svc_by_vertex[v].ledger.entries(run_a) == []
                 assert not [e for e in net.driver(v, run_a).events if e.get("name") == "secagg-release"]
@@ -74,7 +89,7 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
             spec = _spec(2, threshold=10)
             early, late = (5, 9), 13
             for v in early:
-                _vanish(net, v, spec.run_id, FWD, stop=True)  # shared keys, never masks
+                _vanish(net, v, spec.run_id, KEYS, stop=True)  # shared keys, never masks
             _vanish(net, late, spec.run_id, UNMASK_REQ, stop=True)  # masked, then gone
             run_id = await net.client.start_run(spec)
             lead = net.driver(0, run_id)

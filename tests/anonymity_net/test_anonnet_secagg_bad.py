@@ -83,7 +83,7 @@ def test_bad_inputs_over_the_network_rejected_counted_and_accounted(tmp_path: pa
                            budget=Budget(1e6, 1e-5), sigma=SIGMA, noise="public-seed",
                            protocol_params={"round_timeout": 3.0, "threshold": 4, "members": list(MEMBERS),
                                             "leader": LEADER}).with_run_id()
-            _corrupt_outgoing(net, SHORT, spec.run_id, sa.FWD, _short_masked)
+            _corrupt_outgoing(net, SHORT, spec.run_id, sa.KEYS, _short_masked)
             _corrupt_outgoing(net, LIAR, spec.run_id, sa.UNMASK_REQ, _lying_unmask)
             run_id = await net.client.start_run(spec)
             lead = net.driver(LEADER, run_id)
