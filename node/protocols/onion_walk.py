@@ -50,7 +50,7 @@ import numpy as np
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
 from node.crypto.sealed import try_open_token
-from node.engine.actions import Action, Fault
+from node.engine.actions import Action, Fault, Metric
 from node.engine.errors import UnexpectedSender
 from node.engine.protocol import NodeContext
 from node.crypto.errors import IntegrityError
@@ -119,11 +119,15 @@ class OnionWalk(AnonymousWalk):
 
     def _dispatch(self, token: bytes, j: int) -> list[Action]:
         """Simulate the walk to ``j`` (≤ ``l_max`` hops, else resample) and send the onion along it."""
+        before = self.resampled
         path = self._walk_to(j)
         hops = [(v, self.onion_directory.public(v)) for v in path]
         packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len)
         self.paths.append(path)
-        return self._hand_off(packet, path[0])
+        acts: list[Action] = []
+        if self.resampled > before:  # the truncation is visible in the run's events, not only in the law
+            acts.append(Metric("anon-walk-resampled", self.resampled - before, -1, self.ctx.node))
+        return acts + self._hand_off(packet, path[0])
 
     def _mode_report(self) -> dict:
         return {"walk_mode": self.mode, "l_max": self.l_max, "walks_resampled": self.resampled}

@@ -163,3 +163,15 @@ def test_registry_selects_the_mode():
     with pytest.raises(ValueError, match="walk mode"):
         build_machines("anon-walk-sgd", _tasks(24), run_seed=2, W=W,
                        params={"updates_per_node": 1, "step_size": 0.1, "sigma": 1.0, "ell2": 4, "mode": "C"})
+
+
+def test_walks_longer_than_l_max_are_resampled_and_counted(setup):
+    """Spec §6.3: a trajectory beyond the header's L_max slots is rejected and resampled, never cut."""
+    ms, _ = build_walk(setup, _tasks(N), _params(updates_per_node=2, l_max=8), run_seed=1, secret_seed=3)
+    res = Simulator(ms).run()
+    assert res.status == "finished" and not res.faults
+    it = iterations(res.metrics, start=0)
+    assert it["hops"].max() <= 8
+    assert sum(m.value for m in res.metrics if m.name == "anon-walk-resampled") == sum(m.resampled for m in ms) > 0
+    with pytest.raises(ValueError, match="l_max"):
+        build_walk(setup, _tasks(N), _params(l_max=4), run_seed=1)  # cannot reach a destination at distance ℓ2 = 4
