@@ -2,7 +2,8 @@
 
 Every number carries its bound: ``certified`` (what hushnet stands behind: the random-walk bound
 per contribution, capped by the local-DP bound, composed on each node's ledger) or ``paper``
-(random-walk paper Theorem 3 as printed — a labelled reproduction, not a guarantee).
+(the published bound — random-walk paper Theorem 3 as printed, Muffliato Theorem 1/6, Koskela Theorem 15 —
+a labelled reproduction, not a guarantee; each node's report names it in ``paper_bound``).
 Rows are contributors (whose data), columns observers (who learns), as in the papers.
 """
 from __future__ import annotations
@@ -39,6 +40,14 @@ class RunReport:
         return M
 
     @property
+    def paper_label(self) -> str | None:
+        """Which published bound the "paper" values are (each node's report says; None: no paper value)."""
+        for r in self.per_node.values():
+            if r.get("paper_bound"):
+                return str(r["paper_bound"])
+        return None
+
+    @property
     def delta(self) -> float:
         for r in self.per_node.values():
             if "delta" in r:
@@ -59,6 +68,7 @@ class RunReport:
         if poff.size:
             out["paper_worst_pair_epsilon"] = float(poff.max())
             out["paper_mean_pair_epsilon"] = float(poff.mean())
+            out["paper_bound"] = self.paper_label
         out["contributions"] = {i: self.per_node[i].get("contributions") for i in self.ids}
         times = [r.get("timings", {}) for r in self.per_node.values() if "timings" in r]
         starts = [t["started"] for t in times if t.get("started")]
@@ -139,7 +149,8 @@ class RunReport:
         ax.plot(list(c), list(c.values()), "o-", label="certified")
         p = self.loss_by_distance("paper")
         if p:
-            ax.plot(list(p), list(p.values()), "s--", label="paper (Thm 3 as printed; not a guarantee)")
+            lab = (self.paper_label or "paper").split(" — ")[0].split(";")[0]
+            ax.plot(list(p), list(p.values()), "s--", label=f"{lab} (not a guarantee)")
         ax.set_xticks(sorted(set(c) | set(p)))
         ax.set_xlabel("shortest-path distance (hops)")
         ax.set_ylabel(f"mean ε at δ={self.delta:g}")
@@ -164,7 +175,7 @@ class RunReport:
         """Text table for ``hushnet run report``: per contributor, worst and mean certified ε (and paper)."""
         s = self.summary()
         lines = [f"run {self.run_id}: privacy report at δ={self.delta:g} "
-                 f"(certified = what hushnet guarantees; paper = Thm 3 as printed, not a guarantee)"]
+                 f"(certified = what hushnet guarantees; paper = the published bound, not a guarantee)"]
         hdr = ("NODE", "CONTRIB", "WORST ε (certified)", "MEAN ε (certified)", "WORST ε (paper)", "STATE")
         rows = [hdr]
         for i in self.ids:
@@ -181,6 +192,8 @@ class RunReport:
         if s.get("paper_worst_pair_epsilon") is not None:
             lines.append(f"paper values: worst {s['paper_worst_pair_epsilon']:.4g}, mean {s['paper_mean_pair_epsilon']:.4g} "
                          "(labelled reproduction, not a guarantee)")
+            if s.get("paper_bound"):
+                lines.append(f"  {s['paper_bound']}")
         if s["deviations"]:
             lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: "
                          f"{'yes' if s['deviation_accounted'] else 'no'})")

@@ -107,6 +107,29 @@ def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.nd
     return eps
 
 
+#: what the random-walk report's "paper" column is
+RW_PAPER_LABEL = ("paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); "
+                  "not a guarantee")
+
+#: protocol → ``fn(spec, vertex, W) -> (ε row, label) | None``: the published bound of a protocol that is
+#: not a walk (the gossip family registers [M] Thm 1 / Thm 6 and [K] Thm 15), shown labelled "paper"
+PAPER_BOUNDS: dict[str, Callable[..., Any]] = {}
+
+
+def register_paper_bound(protocol: str, fn: Callable[..., Any]) -> None:
+    PAPER_BOUNDS[protocol] = fn
+
+
+def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tuple[np.ndarray, str] | None:
+    """The paper's value of this node's row, best order, and the label that says which bound it is
+    ("paper": a labelled reproduction, never a guarantee); None when the protocol has none."""
+    fn = PAPER_BOUNDS.get(spec.protocol)
+    if fn is not None:
+        return fn(spec, vertex, W)
+    row = paper_row(spec, vertex, contributions, W)
+    return None if row is None else (row, RW_PAPER_LABEL)
+
+
 #: protocol → ``fn(spec, vertex, local_budget, W) -> PolicyDecision``: how a node projects its loss
 #: before accepting a run.  Walk protocols use :func:`node.runs.spec.evaluate_policy` (the default);
 #: the gossip / anonymity owners register theirs here, and until then the node refuses those runs
@@ -158,6 +181,7 @@ def register_journal(protocol: str, fn: Callable[..., Any]) -> None:
     JOURNALS[protocol] = fn
 
 
-__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "JOURNALS", "register_journal", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
+__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "JOURNALS", "register_journal", "PAPER_BOUNDS",
+           "register_paper_bound", "paper_bound", "RW_PAPER_LABEL", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
            "register_machine_builder", "MACHINE_BUILDERS",
            "WALK_ACCOUNTED", "WALK_SGD"]

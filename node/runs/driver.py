@@ -30,7 +30,7 @@ from node.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEnt
 from node.engine.events import MessageArrived, RunStarted, TimerFired
 from node.engine.protocol import Protocol
 from node.privacy.ledger import BudgetExceeded, Ledger
-from node.runs.accounting import ContributionCost, dp_from_rdp, paper_row
+from node.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
 from node.runs.spec import RunSpec
 from node.tasks.data import PublicEval
 
@@ -397,9 +397,10 @@ class RunDriver:
         if self.cost is not None:
             for j, t in enumerate(self.cost.targets):
                 certified[t] = 0.0 if self.run_rdp is None else dp_from_rdp(self.cost.orders, self.run_rdp[j], delta)
-        paper = None
-        pr = paper_row(self.spec, self.vertex, float(self.contributions), self.W)
-        if pr is not None:
+        paper, paper_label = None, None
+        pb = paper_bound(self.spec, self.vertex, float(self.contributions), self.W)
+        if pb is not None:
+            pr, paper_label = pb
             paper = {self.ids[v]: float(pr[v]) for v in range(len(self.ids)) if v != self.vertex}
         lifetime = {}
         if self.ledger is not None:
@@ -411,8 +412,7 @@ class RunDriver:
             "certified": certified,
             "certified_bound": self.cost.bound_name if self.cost is not None else None,
             "paper": paper,
-            "paper_bound": "paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); "
-                           "not a guarantee" if paper is not None else None,
+            "paper_bound": paper_label,
             "projected": self.decision.get("row"),
             "accounting_view": self.decision.get("accounting_view"),
             "noise_source": self.spec.noise_label(),

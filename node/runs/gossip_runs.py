@@ -186,6 +186,71 @@ def rdp_curves(sens: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray
     return np.asarray(sens, dtype=float)[..., None] * np.asarray(orders, dtype=float) / (2.0 * sigma**2)
 
 
+# ---- the papers' values (labelled "paper", never charged) ----------------------------------------
+
+#: the report's label of each protocol's paper value, with the spec's warning (gossip.md §1.3.9, §2.5)
+PAPER_LABELS = {
+    "muffliato": ("paper: [M] Theorem 1, eq. (6), t = 0..T-1, unclipped, on the public W — NOT a guarantee: every "
+                  "message carries the same noise, and summing per-message divergences can be far below the exact "
+                  "loss (spec gossip.md §1.3.9 errata; e.g. 9.5e-3 where the exact loss is LDP)"),
+    "muffliato-gd": ("paper: [M] Theorem 6, eq. (13), K rounds per step composed over steps, on the public W — NOT a "
+                     "guarantee: a step's K messages share its noise (spec gossip.md §1.3.9 errata, item 4)"),
+    "gossip-stream": ("paper: [K] Theorem 15 (observer set = closed neighbourhood, observers' noise counted; the "
+                      "spec's corrected form) — NOT a guarantee: the spec flags its explicit constants as not "
+                      "following from the proof, and the observer does know its own noise (gossip.md §2.5)"),
+}
+
+
+def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
+    """(n,) the paper's unit-free ``Δ²(vertex → v)/Δ²`` on the public schedule (0 toward itself).
+
+    Muffliato: [M] Thm 1 (:func:`node.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
+    does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step, summed over steps.
+    Streaming gossip: [K] Thm 15 with ``m = |N̄_v|``, ``ρ = max(|λ₂|, |λ_n|)``:
+    ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
+    """
+    from node.privacy.muffliato import thm1_from_source
+
+    Wc = sp.csr_matrix(W, dtype=float)
+    n = Wc.shape[0]
+    p = resolved(spec, Wc)
+    if spec.protocol == "muffliato":
+        out = thm1_from_source(Wc, vertex, int(p["rounds"]))
+    elif spec.protocol == "muffliato-gd":
+        eig = np.linalg.eigh(Wc.toarray())
+        out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
+    elif spec.protocol == "gossip-stream":
+        T = int(p["rounds"])
+        lam = np.sort(np.abs(np.linalg.eigvalsh(Wc.toarray())))[::-1]
+        rho = float(lam[1]) if n > 1 else 0.0
+        m = np.diff(Wc.indptr) + (Wc.diagonal() == 0)  # closed neighbourhood (the diagonal is in W's support)
+        if rho >= 1.0 - 1e-12:
+            out = np.full(n, np.inf)
+        else:
+            x = m * T / n
+            out = x + 2.0 / (1.0 - rho) ** 2 * np.sqrt(x) + 2.0 / (1.0 - rho) ** 4
+    else:
+        raise ValueError(f"no paper bound for {spec.protocol}")
+    out = np.array(out, dtype=float)
+    out[vertex] = 0.0
+    return out
+
+
+def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] | None:
+    """The run report's "paper" row: ε toward every node at the spec's δ (best order, Gaussian RDP of the
+    paper's sensitivity, no order limit), and the label that says which theorem and why it is no guarantee."""
+    from node.protocols.registry import transition_matrix
+
+    if spec.protocol not in PAPER_LABELS:
+        return None
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sens = paper_sensitivities(spec, vertex, W)
+    row = _best_order_dp(sens / (2.0 * spec.sigma**2), math.inf, math.log(1.0 / spec.budget.delta))
+    row[sens <= 0] = 0.0
+    row[vertex] = 0.0
+    return row, PAPER_LABELS[spec.protocol]
+
+
 # ---- projector ----------------------------------------------------------------------------------
 
 
@@ -607,6 +672,8 @@ def _register() -> None:
         accounting.register_machine_builder(proto, build_gossip)
         accounting.register_cost(proto, gossip_cost)
     for proto in NET_GOSSIP:
+        accounting.register_paper_bound(proto, paper_gossip)
+    for proto in NET_GOSSIP:
         accounting.register_journal(proto, gossip_journal)
     accounting.register_command("run.schedule", c_schedule)
     accounting.register_command("run.settle", c_settle)
@@ -617,5 +684,5 @@ _register()
 __all__ = ["NET_GOSSIP", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",
            "rdp_curves", "project_gossip", "accounting_view", "check_network_spec", "GossipCost", "gossip_cost",
            "build_gossip", "schedule_records", "realised_schedule", "settled_schedule", "realised_curves", "settle",
-           "settle_recovered", "settle_run", "gossip_journal",
+           "settle_recovered", "settle_run", "gossip_journal", "PAPER_LABELS", "paper_sensitivities", "paper_gossip",
            "c_schedule", "c_settle"]
