@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
+from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
 from node.tasks.base import GradientTask, Task, TaskError, ValueTask
@@ -62,8 +62,10 @@ KIND_AVAIL = 16
 KIND_VALUE = 17
 KIND_SKIP = 18
 KIND_HEARTBEAT = 19
-_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT)
-_HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE: announced degree), dim
+KIND_JOIN = 20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
+_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT, KIND_JOIN)
+_SECURE_KINDS = (21, 22)  # INVITE, SECAGG: node.protocols.gossip_secure
+_HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
 _F64 = np.dtype("<f8")
 
 
@@ -96,9 +98,11 @@ def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | 
     body = len(payload) - _HDR.size
     if kind != KIND_VALUE:
         if d != 0 or body != 0:
-            raise MalformedMessage("AVAIL/SKIP/HEARTBEAT messages carry no vector")
+            raise MalformedMessage("AVAIL/SKIP/HEARTBEAT/JOIN messages carry no vector")
         if kind == KIND_AVAIL and aux not in (0, 1):
             raise MalformedMessage(f"availability flag must be 0 or 1, got {aux}")
+        if kind == KIND_JOIN and aux < 1:
+            raise MalformedMessage("a JOIN sender announces at least one heard neighbour (the receiver)")
         return kind, rnd, aux, None
     if d != dim:
         raise WrongDimension(f"round value has dimension {d}, this run's model has dimension {dim}")
@@ -252,7 +256,7 @@ class GossipOptions:
 
 # ---- the round machine --------------------------------------------------------------------------
 
-_A, _B = 0, 1  # phases: availability, values
+_A, _B, _C, _Z = 0, 1, 2, 3  # phases: availability, values (or joins), secure sum, last round's memberships
 
 
 class GossipMachine(Protocol):
@@ -292,6 +296,10 @@ class GossipMachine(Protocol):
         self._up_next = True
         self._silence: dict[int, int] = {}
         self.schedule: list[dict[str, Any]] = []  # this node's realised rows (also in the ledger)
+        #: secure neighbourhood summation (node.protocols.gossip_secure.attach_secure), None for plain gossip
+        self.secure: Any = None
+        self._draining = False
+        self._late: list[int] = []
 
     # ---- hooks ------------------------------------------------------------------------------------
 
@@ -314,7 +322,18 @@ class GossipMachine(Protocol):
     def on_message(self, src: int, payload: bytes) -> list[Action]:
         if self.finished:
             raise StaleRound(f"run {self.ctx.run_id} already finished at node {self.ctx.node}")
+        if payload[:1] and payload[0] in _SECURE_KINDS:
+            if self.secure is None:
+                raise MalformedMessage("secure-summation message in a plain gossip run")
+            if src in self.gone:
+                raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
+            return self.secure.on_message(src, payload)
         kind, rnd, aux, vec = decode_round(payload, self.dim)
+        if kind == KIND_VALUE and self.secure is not None:
+            raise MalformedMessage("a plain round value in a secure-summation run: refused and never used (it would be "
+                                   "a release the aggregate-view accountant does not account)")
+        if kind == KIND_JOIN and self.secure is None:
+            raise MalformedMessage("a secure-summation JOIN in a plain gossip run")
         if rnd >= self.rounds:
             raise MalformedMessage(f"round {rnd} outside 0..{self.rounds - 1}")
         if src in self.gone:
@@ -348,7 +367,17 @@ class GossipMachine(Protocol):
         return self._accept(src, kind, aux, vec)
 
     def on_timer(self, name: str) -> list[Action]:
-        if self.finished or name != f"{'AB'[self.phase]}{self.t}":
+        if self.finished:
+            return []
+        if self.secure is not None and name[:1] in ("S", "Z"):
+            return self.secure.on_timer(name)
+        if self.phase >= _C:
+            if name != f"C{self.t}" or self.phase != _C:
+                return []
+            # waiting for this node's own secure sum: tell the neighbours it is alive (slow, not dropped)
+            hb = encode_round(KIND_HEARTBEAT, self.t, 2 * self.t + 1)
+            return [Send(int(j), hb) for j in self._cand] + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
+        if name != f"{'AB'[self.phase]}{self.t}":
             return []  # a timer of a phase that already closed
         awaited = self._awaited()
         for j in awaited:
@@ -364,7 +393,9 @@ class GossipMachine(Protocol):
     def _awaited(self) -> list[int]:
         if self.phase == _A:
             return [int(j) for j in self._cand if int(j) not in self._heard]
-        return [j for j in self._heard if j not in self._replies]
+        if self.phase == _B:
+            return [j for j in self._heard if j not in self._replies]
+        return []
 
     def _arm(self, phase: int) -> SetTimer:
         for j in self._awaited():
@@ -419,7 +450,7 @@ class GossipMachine(Protocol):
             if len(self._heard) == self._cand.size:
                 return self._close_availability(timed_out=False)
             return []
-        self._replies[src] = (aux, vec) if kind == KIND_VALUE else (0, None)
+        self._replies[src] = (aux, vec) if kind == KIND_VALUE else (aux, None) if kind == KIND_JOIN else (0, None)
         if all(j in self._replies for j in self._heard):
             return self._close_values(timed_out=False)
         return []
@@ -431,7 +462,12 @@ class GossipMachine(Protocol):
         self._H = [int(j) for j in self._cand if self._heard.get(int(j)) == 1] if self._up else []
         self.phase = _B
         deg = len(self._H)
-        val = encode_round(KIND_VALUE, t, deg, self._msg) if deg else b""
+        if self.secure is not None:
+            val = encode_round(KIND_JOIN, t, deg) if deg else b""
+            if deg:
+                self.secure.offer(t, self._msg, self._H)
+        else:
+            val = encode_round(KIND_VALUE, t, deg, self._msg) if deg else b""
         skip = encode_round(KIND_SKIP, t, 0)
         hs = set(self._H)
         for j in self._cand:
@@ -451,6 +487,16 @@ class GossipMachine(Protocol):
         acts: list[Action] = []
         me = self.ctx.node
         deg = len(self._H)
+        late = [j for j in self._heard if j not in self._replies]
+        self._late = late
+        if timed_out and late:
+            acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
+        if self.secure is not None:
+            joiners = {j: int(self._replies[j][0]) for j in self._H
+                       if j in self._replies and self._replies[j][0] >= 1}
+            self.phase = _C
+            acts.append(SetTimer(f"C{t}", self.opt.timeout / self.opt.ticks))
+            return acts + self.secure.lead(t, joiners)
         row: dict[int, float] = {}
         mixed = np.zeros(self.dim)
         for j in self._H:
@@ -462,12 +508,33 @@ class GossipMachine(Protocol):
             mixed += w * rep[1]
         self_w = 1.0 - sum(row.values())
         mixed += self_w * self._msg
-        late = [j for j in self._heard if j not in self._replies]
-        if timed_out and late:
-            acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
+        return self._complete_round(acts, row, self_w, mixed)
+
+    def _secure_done(self, t: int, row: dict[int, float], total: np.ndarray | None) -> list[Action]:
+        """This node's round-t secure sum closed: released (``total`` = Σ_row W_ij m_j) or not (keep own value)."""
+        if self.finished or t != self.t or self.phase != _C:
+            return []
+        self_w = 1.0 - sum(row.values())
+        mixed = self_w * self._msg if total is None else total + self_w * self._msg
+        return self._complete_round([CancelTimer(f"C{t}")], row, self_w, mixed, self.secure.lead_info.get(t))
+
+    def _secure_drained(self) -> list[Action]:
+        """The last round's memberships are done (or their wait timed out): the run ends here."""
+        if self.finished or not self._draining:
+            return []
+        self._draining = False
+        return [CancelTimer("Zsecure")] + self._finish()
+
+    def _complete_round(self, acts: list[Action], row: dict[int, float], self_w: float, mixed: np.ndarray,
+                        secure: dict[str, Any] | None = None) -> list[Action]:
+        t = self.t
+        me = self.ctx.node
+        late = self._late
         entry = {"round": t, "up": self._up, "row": {int(k): float(v) for k, v in row.items()}, "self": self_w,
                  "sent_value": list(self._H), "missing": list(self._round_missing) + late,
                  "step": self.topo.step_of(t)}
+        if secure is not None:
+            entry["secure"] = secure
         self.schedule.append(entry)
         acts.append(LedgerEntry(me, t, "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name, self.ctx.run_id,
                                 entry))
@@ -486,11 +553,21 @@ class GossipMachine(Protocol):
             self._seen = {k: v for k, v in self._seen.items() if k[0] >= t}
         self._buf = {k: v for k, v in self._buf.items() if k[0] > t}
         if t + 1 >= self.rounds:
-            self.finished = True
-            model, extra = self.final_model()
-            extra = {"rounds": self.rounds, "gone": sorted(self.gone), **extra}
-            return acts + [Finish(me, self.rounds, model, extra)]
+            if self.secure is not None and self.secure.pending():
+                # neighbours' last sums still need this node's masked input / unmask shares
+                self.phase, self._draining = _Z, True
+                return acts + [self.secure.drain_timer()]
+            return acts + self._finish()
         return acts + self._begin_round(t + 1)
+
+    def _finish(self) -> list[Action]:
+        self.finished = True
+        model, extra = self.final_model()
+        extra = {"rounds": self.rounds, "gone": sorted(self.gone), **extra}
+        if self.secure is not None:
+            extra["secure"] = {"released": self.secure.released, "aborted": self.secure.aborted,
+                               "view": "aggregate"}
+        return [Finish(self.ctx.node, self.rounds, model, extra)]
 
     def current_state(self) -> np.ndarray:
         return self.final_model()[0]

@@ -155,8 +155,27 @@ def make_gossip_machine(protocol: str, ctx: NodeContext, task: Task, params: dic
     if W is None and params.get("graph") not in ("er-per-step", "er-per-round"):
         raise ValueError(f"{protocol} needs the public gossip matrix W")
     n = ctx.n
-    p = resolve_params(protocol, dict(params), W, n, float(task.sensitivity()))
+    params = dict(params)
+    share_key, share_dir = params.pop("share_key", None), params.pop("share_directory", None)
+    p = resolve_params(protocol, params, W, n, float(task.sensitivity()))
     opt = _options(p, options)
+    if p.get("secure_summation"):
+        m = _make_plain(protocol, ctx, task, p, W, opt)
+        if not hasattr(m, "secure"):
+            raise ValueError(f"{protocol} has no synchronous rounds: secure neighbourhood summation needs them")
+        if share_key is None or share_dir is None:  # simulator: keys from the public run seed (never deployed)
+            from node.crypto.keys import simulation_directory, simulation_keypairs
+
+            pairs = simulation_keypairs(int(p.get("key_seed", 0)), n, "share")
+            share_key, share_dir = pairs[ctx.node], simulation_directory(pairs)
+        from node.protocols.gossip_secure import attach_secure
+
+        return attach_secure(m, share_key, share_dir, frac_bits=int(p.get("frac_bits", 24)))
+    return _make_plain(protocol, ctx, task, p, W, opt)
+
+
+def _make_plain(protocol: str, ctx: NodeContext, task: Task, p: dict[str, Any], W, opt: GossipOptions) -> Protocol:
+    n = ctx.n
     if protocol == "muffliato":
         if p.get("graph", "fixed") == "er-per-round":  # [M] App. H.6: a fresh G(n, q) every round, as drawn
             topo = ERPerStep(n, float(p["q"]), int(p.get("graph_seed", 0)), [1] * int(p["rounds"]), connected=False)

@@ -1,0 +1,282 @@
+"""Secure neighbourhood summation inside synchronous gossip rounds (the aggregate view, ``S = e_iᵀ``).
+
+Plain gossip sends every node's round message ``m_j`` to each neighbour, so an observer's view is
+its closed neighbourhood's messages.  With secure summation a node ``i`` learns only what it needs
+to compute its next state, ``Σ_j W_t[i,j] m_j``: it *leads* one SecAgg round
+(:class:`node.protocols.secagg.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
+neighbourhood and is a *member* of each neighbour's round.  This module composes those sub-machines
+inside a :class:`~node.protocols.gossip.GossipMachine` (sans-IO, the same code in the simulator and
+in a networked node); the gossip machine keeps the availability phase, heartbeats, timeouts,
+buffering and the schedule ledger records.
+
+**Round t with secure summation** (replaces the plain VALUE phase):
+
+1. *availability* (unchanged): ``H_i`` = neighbours heard as up.
+2. *join*: ``JOIN(t, |H_i|)`` to every ``j ∈ H_i`` (``SKIP`` to the others) — the plain VALUE message
+   without the value.  The round's members of i's sum are ``M_i = {i} ∪ {j ∈ H_i : JOIN from j}``,
+   and the weight of each member is ``W_t[i,j] = 1/(1 + max(|H_i|, |H_j|))`` from the two announced
+   degrees, exactly as in plain gossip.
+3. *secure sum*: ``i`` sends ``INVITE(t, |H_i|, M_i)`` to its members and runs a SecAgg round as
+   leader; member ``j`` (only if it sent ``JOIN(t)`` to ``i``) contributes the fixed-point encoding
+   of ``W_t[i,j]·m_j(t)``; the leader contributes zero (it knows its own term and SecAgg needs two
+   members).  Members receive no result (``broadcast = False``): they learn only the member sets.
+   On release, ``i``'s new mixed value is ``sum + (1 − Σ_{j∈U3} W_t[i,j])·m_i`` over the survivors
+   ``U3`` — dropouts after masking are recovered with Shamir shares (SecAgg), so a member whose
+   masked input did not arrive is simply not in the row.
+
+**Below threshold** (threshold ``max(2, ⌊|M_i|/2⌋ + 1)``, SecAgg's honest-majority rule): the sum
+aborts with no release, and node ``i`` keeps its own message for that round (row empty, self weight
+1); its schedule record says ``secure.status = "aborted"``.  What ``i`` observed is then only its own
+value — the accountant's aggregate view of that round is exactly the recorded row, so nothing is
+released that the accountant did not account.
+
+**What is recorded.**  The schedule record of round t holds the realised row (survivors only), the
+member set, survivors, dropped members and the status of the sum.  Rows may be asymmetric (``i``
+used ``j`` but ``j``'s sum dropped ``i``); the exact accountant works on the recorded rows, which
+are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
+
+**Fixed-point error** (:mod:`node.crypto.masks`): each sum of ``k`` survivors is off by at most
+``k·2^-(f+1)`` per entry (default ``f = 24``: 16 members → 4.8e-7); over T rounds of averaging with
+a stochastic ``W_t`` the errors do not amplify, so a node's final value is within
+``T·max_k·2^-(f+1)`` of the plain run on the same schedule.
+
+**Cost.**  Per round and node: one SecAgg round led (4 leader round trips: keys, shares, masked
+inputs, unmask) and ``|H_i|`` joined as a member; each member seals ``|M|−1`` share envelopes
+(X25519 + AEAD) and expands ``|M|−1`` pairwise ChaCha20 mask streams of the model's dimension.
+
+Threat model: SecAgg's honest-but-curious leader and members; a colluding neighbour set of the
+leader can of course subtract its own inputs (the accountant's view is per single observer).
+"""
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from node.crypto.keys import KeyDirectory, KeyPair
+from node.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
+from node.engine.errors import MalformedMessage, UnexpectedSender
+from node.engine.events import MessageArrived, RunStarted, TimerFired
+from node.protocols.secagg import ABORT, SecAggMachine, SecAggParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from node.protocols.gossip import GossipMachine
+
+__all__ = ["KIND_INVITE", "KIND_SECAGG", "SECURE_KINDS", "SecureNeighbourhood", "secure_threshold", "attach_secure",
+           "encode_invite", "encode_secagg", "ACCOUNTING_LABEL"]
+
+KIND_INVITE = 21
+KIND_SECAGG = 22
+SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
+_HDR = struct.Struct("<BQII")  # kind, round, aux (INVITE: leader's degree; SECAGG: leader vertex), body length
+_U32 = struct.Struct("<I")
+#: what the run report says when this mechanism is on
+ACCOUNTING_LABEL = "aggregate (secure neighbourhood summation)"
+_DRAIN = "Zsecure"
+
+
+def secure_threshold(members: int) -> int:
+    """SecAgg threshold of a neighbourhood sum: an honest majority of the members, at least 2."""
+    return max(2, members // 2 + 1)
+
+
+def encode_invite(rnd: int, degree: int, members: list[int]) -> bytes:
+    body = b"".join(_U32.pack(int(v)) for v in sorted(members))
+    return _HDR.pack(KIND_INVITE, rnd, degree, len(body)) + body
+
+
+def encode_secagg(rnd: int, leader: int, data: bytes) -> bytes:
+    return _HDR.pack(KIND_SECAGG, rnd, leader, len(data)) + data
+
+
+def _decode(payload: bytes) -> tuple[int, int, int, bytes]:
+    if len(payload) < _HDR.size:
+        raise MalformedMessage(f"secure gossip message too short ({len(payload)} bytes)")
+    kind, rnd, aux, n = _HDR.unpack_from(payload)
+    body = payload[_HDR.size :]
+    if len(body) != n:
+        raise MalformedMessage(f"secure gossip message declares {n} body bytes, carries {len(body)}")
+    return kind, rnd, aux, body
+
+
+class SecureNeighbourhood:
+    """The secure-summation part of one node's gossip machine: its led sums and its memberships."""
+
+    def __init__(self, machine: GossipMachine, share_key: KeyPair, directory: KeyDirectory, *, frac_bits: int = 24,
+                 timeout: float | None = None) -> None:
+        self.m = machine
+        self.key = share_key
+        self.directory = directory
+        self.frac_bits = int(frac_bits)
+        self.timeout = float(timeout if timeout is not None else machine.opt.timeout)
+        self.subs: dict[tuple[int, int], SecAggMachine] = {}  # (round, leader) -> live sub-machine
+        self.joined: dict[int, tuple[np.ndarray, int, frozenset[int]]] = {}  # round -> (m_i, |H_i|, H_i)
+        self.lead_info: dict[int, dict[str, Any]] = {}
+        self.member_of: dict[int, list[int]] = {}  # round -> leaders whose sum this node joined
+        self.released = self.aborted = 0
+        self._lead_members: dict[int, dict[int, float]] = {}
+
+    # ---- called by the gossip machine ----------------------------------------------------------
+
+    def offer(self, t: int, msg: np.ndarray, heard: list[int]) -> None:
+        """This node sent ``JOIN(t)`` to ``heard``: keep what a member needs (its message, its degree)."""
+        self.joined[t] = (np.array(msg, dtype=np.float64), len(heard), frozenset(int(j) for j in heard))
+        horizon = t - self.m.opt.max_ahead - 2
+        for old in [r for r in self.joined if r < horizon]:
+            self.joined.pop(old, None)
+        for key in [k for k in self.subs if k[0] < horizon]:  # memberships of long-gone sums (leader silent)
+            del self.subs[key]
+
+    def lead(self, t: int, joiners: dict[int, int]) -> list[Action]:
+        """Start this node's round-t sum over ``{me} ∪ joiners`` (joiner → its announced degree)."""
+        me = self.m.ctx.node
+        deg = len(self.m._H)  # noqa: SLF001 - the machine's own heard set
+        if not joiners:
+            self.lead_info[t] = {"status": "alone", "members": [me]}
+            return self.m._secure_done(t, {}, None)  # noqa: SLF001
+        weights = {int(j): mh_weight(deg, d) for j, d in sorted(joiners.items())}
+        self._lead_members[t] = weights
+        members = tuple(sorted([me, *weights]))
+        sub = self._machine(t, me, members, np.zeros(self.m.dim))
+        acts = self._run(t, me, sub, RunStarted())
+        inv = encode_invite(t, deg, list(members))
+        return [Send(j, inv) for j in weights] + acts
+
+    def pending(self) -> list[tuple[int, int]]:
+        """Memberships in other nodes' sums whose part is not done yet."""
+        me = self.m.ctx.node
+        return [k for k, s in self.subs.items() if k[1] != me and not s.finished]
+
+    # ---- messages and timers -------------------------------------------------------------------
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        kind, t, aux, body = _decode(payload)
+        m, me = self.m, self.m.ctx.node
+        if t >= m.rounds:
+            raise MalformedMessage(f"round {t} outside 0..{m.rounds - 1}")
+        if src not in m.topo.neighbour_set(me, t):
+            raise UnexpectedSender(f"node {src} is not a neighbour of node {me} in round {t}")
+        if kind == KIND_INVITE:
+            return self._invited(src, t, aux, body)
+        leader = int(aux)
+        sub = self.subs.get((t, leader))
+        if sub is None:
+            if body[:1] == bytes([ABORT]):  # an abort for a sum this node never joined (its invite was refused)
+                return []
+            raise UnexpectedSender(f"secure-sum message for the round-{t} sum led by node {leader}, "
+                                   f"which node {me} is not part of")
+        return self._run(t, leader, sub, MessageArrived(src, body))
+
+    def on_timer(self, name: str) -> list[Action]:
+        if name == _DRAIN:
+            return self.m._secure_drained()  # noqa: SLF001
+        t, leader = (int(x) for x in name[1:].split("."))
+        sub = self.subs.get((t, leader))
+        if sub is None or sub.finished:
+            return []
+        return self._run(t, leader, sub, TimerFired("secagg-round"))
+
+    def drain_timer(self) -> SetTimer:
+        """How long the last round waits for its memberships (every SecAgg phase may time out once)."""
+        return SetTimer(_DRAIN, 5.0 * self.timeout)
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _invited(self, leader: int, t: int, deg_leader: int, body: bytes) -> list[Action]:
+        me = self.m.ctx.node
+        if len(body) % 4:
+            raise MalformedMessage("invite member list is not a list of u32 vertices")
+        members = [int(x) for (x,) in _U32.iter_unpack(body)]
+        if (t, leader) in self.subs:
+            raise MalformedMessage(f"second invite to node {leader}'s round-{t} sum")
+        offered = self.joined.get(t)
+        if offered is None or leader not in offered[2]:
+            raise UnexpectedSender(f"node {me} did not offer its round-{t} value to node {leader}")
+        if me not in members or leader not in members or len(set(members)) != len(members) or deg_leader < 1 \
+                or len(members) > deg_leader + 1:
+            raise MalformedMessage(f"invite from node {leader} with an inconsistent member list or degree")
+        msg, deg, _ = offered
+        w = mh_weight(deg_leader, deg)
+        sub = self._machine(t, leader, tuple(sorted(members)), w * msg)
+        self.member_of.setdefault(t, []).append(leader)
+        return self._run(t, leader, sub, RunStarted())
+
+    def _machine(self, t: int, leader: int, members: tuple[int, ...], vector: np.ndarray) -> SecAggMachine:
+        m = self.m
+        p = SecAggParams(members=members, leader=leader, threshold=secure_threshold(len(members)), dim=m.dim,
+                         frac_bits=self.frac_bits, round_timeout=self.timeout, broadcast=False,
+                         round_id=t * m.ctx.n + leader)
+        sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)  # noise_std = 0: the ctx rng is not drawn
+        self.subs[(t, leader)] = sub
+        return sub
+
+    def _run(self, t: int, leader: int, sub: SecAggMachine, event) -> list[Action]:
+        """Feed the sub-machine and translate its actions into the gossip machine's (namespaced)."""
+        me = self.m.ctx.node
+        timer = f"S{t}.{leader}"
+        out: list[Action] = []
+        done: Finish | None = None
+        for a in sub.handle(event):
+            if isinstance(a, Send):
+                out.append(Send(a.dst, encode_secagg(t, leader, a.payload)))
+            elif isinstance(a, SetTimer):
+                out.append(SetTimer(timer, a.delay))
+            elif isinstance(a, CancelTimer):
+                out.append(CancelTimer(timer))
+            elif isinstance(a, LedgerEntry):
+                # the leader's per-contributor release record: the data use was charged by each contributor's
+                # own gossip machine when its noisy value was formed, so this is a record, not a charge
+                out.append(Metric("secure-sum-release", int(a.node), t, me))
+            elif isinstance(a, Finish):
+                done = a
+            else:
+                out.append(a)
+        # a member is done once its unmask shares left (no broadcast); the leader (also a member of its own
+        # sum, whose member half sets ``finished`` early) only at its Finish
+        if done is not None or (leader != me and sub.finished):
+            if self.subs.get((t, leader)) is sub:
+                del self.subs[(t, leader)]
+            out.append(CancelTimer(timer))
+            if leader == me and done is not None:
+                out.extend(self._lead_done(t, done))
+            elif leader != me and self.m._draining and not self.pending():  # noqa: SLF001
+                out.extend(self.m._secure_drained())  # noqa: SLF001
+        return out
+
+    def _lead_done(self, t: int, fin: Finish) -> list[Action]:
+        me = self.m.ctx.node
+        weights = self._lead_members.pop(t, {})
+        info = dict(fin.result or {})
+        members = sorted([me, *weights])
+        if fin.model is None:
+            self.aborted += 1
+            self.lead_info[t] = {"status": "aborted", "members": members, "reason": str(info.get("reason", ""))}
+            return [Metric("secure-sum-aborted", t, t, me)] + self.m._secure_done(t, {}, None)  # noqa: SLF001
+        self.released += 1
+        surv = [int(j) for j in info.get("survivors", [])]
+        row = {j: weights[j] for j in surv if j != me}
+        self.lead_info[t] = {"status": "released", "members": members, "survivors": surv,
+                             "dropped": [int(j) for j in info.get("dropped", [])],
+                             "error_bound": float(info.get("error_bound", 0.0))}
+        return self.m._secure_done(t, row, np.asarray(fin.model, dtype=np.float64))  # noqa: SLF001
+
+
+def mh_weight(deg_a: int, deg_b: int) -> float:
+    from node.protocols.gossip import mh_weight as w
+
+    return w(deg_a, deg_b)
+
+
+def attach_secure(machine: GossipMachine, share_key: KeyPair, directory: KeyDirectory, *, frac_bits: int = 24,
+                  timeout: float | None = None) -> GossipMachine:
+    """Turn a synchronous gossip machine's value phase into secure neighbourhood summation (before it starts)."""
+    if machine.t or machine._msg is not None:  # noqa: SLF001
+        raise ValueError("secure summation must be attached before the machine starts")
+    missing = [int(j) for j in range(machine.ctx.n) if j not in directory.keys]
+    if missing:
+        raise ValueError(f"the key directory has no share-transport key for vertices {missing[:5]}")
+    if directory.keys.get(machine.ctx.node) != share_key.public:
+        raise ValueError("the directory's key for this node is not this node's share-transport key")
+    machine.secure = SecureNeighbourhood(machine, share_key, directory, frac_bits=frac_bits, timeout=timeout)
+    return machine
