@@ -301,6 +301,9 @@ class AsyncClient:
                 if any(s["state"] == "finished" for s in states.values()):
                     state = "finished"
                     break
+                if states and all(s["state"] == "closed" for s in states.values()):
+                    state = "finished"  # ended everywhere without a node-held model (central-dpsgd: the operator has it)
+                    break
                 stopped = [s for s in states.values() if s["state"] in ("stopped", "cancelled")]
                 if stopped:
                     state, reason = stopped[0]["state"], f"{stopped[0]['node']}: {stopped[0].get('reason', '')}"

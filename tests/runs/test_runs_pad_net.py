@@ -162,7 +162,9 @@ def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator
         np.testing.assert_array_equal(c.model(spec.run_id), o.model)  # the model lives with the operator
         assert tasks[0].evaluate(o.model, Xt, yt)["accuracy"] >= 0.85
 
+        assert c.watch(spec.run_id, progress=False, timeout=30).state == "finished"  # closed everywhere = ended
         rep = c.report(spec.run_id)
+        assert "certified" in rep.format_table()
         counts = np.zeros(N, dtype=int)
         for v, led in sim.ledgers.items():
             counts[v] = sum(e.kind == "gradient" for e in led)
