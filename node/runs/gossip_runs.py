@@ -24,11 +24,21 @@ node's run service (``node.runs.service`` imports it, which registers everything
   exactly that when nothing dropped.  Like the walk's deviation top-up, a settlement is recorded
   even over budget: the data was already used, hiding the spending would be worse.
 
-**Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (plain gossip: an observer sees
-every message of its closed neighbourhood) or ``"aggregate"`` (secure neighbourhood summation,
-``S = e_iᵀ``).  The networked gossip machines send every value in the clear over the node's TLS
-links, so a neighbour *does* see it: ``"aggregate"`` is refused until secure neighbourhood summation
-is wired into the rounds.  The decision and the run report carry ``accounting_view``.
+**Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (default, plain gossip: every round
+value travels in the clear over the node's TLS links, so an observer sees every message of its
+closed neighbourhood) or ``"aggregate"``: the rounds then run **secure neighbourhood summation**
+(:mod:`node.protocols.gossip_secure`: each node leads one SecAgg sum per round over the neighbours
+it heard, keyed with the nodes' long-term X25519 keys from the directory, and learns only
+``Σ_j W_t[i,j] m_j``), and — only then — the exact accountant uses the aggregate view ``S = e_iᵀ``
+(the observer's own messages and the weighted sums it mixed).  The view is one switch: it turns the
+mechanism on *and* selects the accountant's view, so a run can never be accounted with the
+aggregate view while its values travel in the clear.  The decision and the run report carry
+``accounting_view`` (``label`` = ``"aggregate (secure neighbourhood summation)"`` or
+``"neighbourhood (plain gossip)"``).  A neighbourhood sum that falls below SecAgg's threshold
+releases nothing: that node keeps its own value for the round and its schedule record says
+``secure.status = "aborted"``; the settlement replays the recorded rows like any dropout.
+Fixed-point error of a released sum of k terms: ``k·2^-(f+1)`` per entry (``f = frac_bits``,
+default 24), at most ``T·max k·2^-(f+1)`` on a final model after T rounds.
 
 Randomized Muffliato (pairwise activations) and fresh Erdős–Rényi graphs per step are simulator
 protocols here: the network path refuses them with a reason (their topology is not the network's).
@@ -102,6 +112,10 @@ def gossip_params(spec: RunSpec) -> dict[str, Any]:
             out[k] = int(pp[k])
     if "dropout" in pp:
         out["dropout"] = float(pp["dropout"])
+    if view_of(spec) == "aggregate":  # the aggregate view is licensed only by the mechanism: both or neither
+        out["secure_summation"] = True
+        if "frac_bits" in pp:
+            out["frac_bits"] = int(pp["frac_bits"])
     return out
 
 
@@ -261,7 +275,8 @@ def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
 def accounting_view(spec: RunSpec) -> dict[str, Any]:
     view = view_of(spec)
     v = ANON_VIEWS["secure-summation" if view == "aggregate" else "neighbourhood"].as_dict()
-    return {**v, "gossip_view": view, "bound": "certified"}
+    label = "aggregate (secure neighbourhood summation)" if view == "aggregate" else "neighbourhood (plain gossip)"
+    return {**v, "gossip_view": view, "label": label, "bound": "certified"}
 
 
 def check_network_spec(spec: RunSpec) -> str | None:
@@ -275,9 +290,8 @@ def check_network_spec(spec: RunSpec) -> str | None:
     view = view_of(spec)
     if view not in ("neighbourhood", "aggregate"):
         return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
-    if view == "aggregate":
-        return ("view='aggregate' needs secure neighbourhood summation, which the networked gossip rounds do not "
-                "run: every value travels in the clear to the neighbour, so only 'neighbourhood' is accountable")
+    if view == "aggregate" and "frac_bits" in pp and not 8 <= int(pp["frac_bits"]) <= 40:
+        return "frac_bits (fixed-point fraction bits of the secure sums) must lie in 8..40"
     if spec.weights != "hamilton":
         return "gossip rounds rebuild Metropolis-Hastings weights 1/(1+max(d_u,d_v)) on both ends: weights must be 'hamilton'"
     if not (isinstance(spec.sigma, (int, float)) and math.isfinite(spec.sigma) and spec.sigma > 0):
@@ -394,8 +408,17 @@ def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     node_rng = getattr(spec, "node_rng", None)  # secret noise unless the spec asks for the public seed
     rng = node_rng(vertex, len(ids)) if node_rng is not None else None
+    params = gossip_params(spec)
+    if params.get("secure_summation"):  # the node's own long-term X25519 key and the directory's public keys
+        from node.runs.anonymity import node_keypair, node_key_directory
+
+        kp, directory = node_keypair(node), node_key_directory(node)
+        missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
+        if missing:
+            raise ValueError(f"secure summation: the directory has no X25519 key for {', '.join(missing[:5])}")
+        params.update(share_key=kp, share_directory=directory)
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                        params=gossip_params(spec), W=W, view_model=spec.view_model, rng=rng)
+                        params=params, W=W, view_model=spec.view_model, rng=rng)
 
 
 # ---- schedule records and settlement ------------------------------------------------------------
@@ -410,7 +433,8 @@ def schedule_records(entries: Iterable[EngineEntry]) -> list[dict[str, Any]]:
             out.append({"round": int(d["round"]), "up": bool(d["up"]), "self": float(d["self"]),
                         "row": {str(k): float(v) for k, v in d["row"].items()},
                         "sent_value": [int(j) for j in d["sent_value"]], "missing": [int(j) for j in d["missing"]],
-                        "step": int(d.get("step", 0))})
+                        "step": int(d.get("step", 0)),
+                        **({"secure": d["secure"]} if d.get("secure") is not None else {})})
     return out
 
 
