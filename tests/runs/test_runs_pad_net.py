@@ -268,3 +268,17 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
         c.cancel(spec.run_id)
         for i in range(N):
             NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
+
+
+def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
+    """Thm 1's argument in Rényi form vs the printed (ε, δ) advanced composition, at the same δ."""
+    from node.privacy.amplification import gaussian_sigma_local, ring_sum_guarantee
+
+    for K, eps0 in ((3, 0.5), (10, 0.2), (1, 0.9)):
+        d0, dp = 1e-6, 1e-6
+        sigma = gaussian_sigma_local(eps0, d0, 4.0)  # Δ = hi − lo = 4 (dim 1)
+        spec = spec_for("pad-ring-sum", rounds=K, sigma=sigma)
+        g = ring_sum_guarantee(K, N, eps0, d0, dp)
+        cost = pad_cost(spec, 0, IDS)
+        ours = dp_from_rdp(cost.orders, cost.curves()[0] * K, g.delta)
+        assert 0 < ours <= g.epsilon, (K, eps0, ours, g.epsilon)
