@@ -63,7 +63,7 @@ def test_gd_composes_steps_and_cost_charges_each_step() -> None:
 def test_refusals_name_the_reason() -> None:
     W = transition_matrix("ring:8")
     cases = [
-        (spec("muffliato", "ring:8", 4, 1, view="aggregate"), "secure neighbourhood summation"),
+        (spec("muffliato", "ring:8", 4, 1, view="aggregate", frac_bits=60), "frac_bits"),
         (spec("muffliato-randomized", "ring:8", 4, 1), "simulator-only"),
         (replace(spec("muffliato-gd", "ring:8", 2, 1, task="logreg"), protocol_params={"graph": "er-per-step"}),
          "simulator-only"),
@@ -76,3 +76,7 @@ def test_refusals_name_the_reason() -> None:
     ok = project_gossip(spec("muffliato", "ring:8", 4, 1), 0, None, W)
     assert ok.accept and ok.bound == "certified" and ok.details["accounting_view"]["gossip_view"] == "neighbourhood"
     assert ok.epsilon_row[0] == 0.0 and np.all(ok.epsilon_row[1:] > 0)
+    # secure neighbourhood summation: accepted, accounted with the aggregate view, never above the plain view
+    agg = project_gossip(spec("muffliato", "ring:8", 4, 1, view="aggregate"), 0, None, W)
+    assert agg.accept and agg.details["accounting_view"]["label"] == "aggregate (secure neighbourhood summation)"
+    assert np.all(agg.epsilon_row <= ok.epsilon_row + 1e-12) and np.any(agg.epsilon_row < ok.epsilon_row)
