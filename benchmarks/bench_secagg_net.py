@@ -24,8 +24,11 @@ leader over the same mutual-TLS links at the same moment, each acknowledged, and
 * **One process** (:mod:`node.runs.local_net`): all 16 nodes in one event loop — the members'
   masking is serialised, so this is pessimistic for the secure sum; here three members are made to
   vanish at the masked-input step (their run handler drops the key list), so the leader waits
-  one ``round_timeout`` (a parameter, 0.5 s) before recovering their masks from Shamir shares.  Both
-  the wall time and the wall time minus that wait (the protocol's own cost) are reported.
+  one ``round_timeout`` (a parameter, 1 s — every phase has it, and shorter ones abort runs
+  under load on the shared host) before recovering their masks from Shamir shares.  Reported: the
+  wall time, and the wall time minus the leader's *idle* wait (from the last masked input's arrival
+  to the unmask request's) — not minus the whole timeout, since work still in flight (deliveries,
+  ledger charges) overlaps the wait.
 
 Each figure is the best of ``REPEATS`` runs (the shared machine is noisy).  Ratios are reported,
 never asserted.
@@ -43,7 +46,7 @@ import numpy as np
 from node.runs.spec import Budget, RunSpec
 
 SUM_N, SUM_D, THRESHOLD = 16, 100_000, 10
-DROP_TIMEOUT = 0.5  # round_timeout of the dropout runs: the time the leader waits for silent members
+DROP_TIMEOUT = 1.0  # round_timeout of the dropout runs: the time the leader waits for silent members
 ROUND_TIMEOUT = 5.0  # no-dropout runs: never reached, every phase completes when everyone answered
 REPEATS = 3
 DROPOUTS = (5, 9, 13)
@@ -105,11 +108,28 @@ def _vanish(net, vertex: int, run_id: str, kind: int) -> None:
     svc.handle = handle  # type: ignore[method-assign]
 
 
-async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ()) -> tuple[float, dict]:
-    from node.protocols.secagg import KEYS
+def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
+    """Record (vertex, message kind, arrival time) of every round message of ``run_id`` at every node."""
+    seen: list[tuple[int, int, float]] = []
+    for v, svc in net.svc_by_vertex.items():
+        inner = svc.handle
 
+        def handle(envelope, _v=v, _inner=inner):
+            if envelope.run_id == run_id and envelope.payload:
+                seen.append((_v, envelope.payload[0], time.time()))
+            return _inner(envelope)
+
+        svc.handle = handle  # type: ignore[method-assign]
+    return seen
+
+
+async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ()) -> tuple[float, dict]:
+    from node.protocols.secagg import KEYS, MASKED, UNMASK_REQ
+
+    originals = {v: svc.handle for v, svc in net.svc_by_vertex.items()}  # restored after the run
     for v in dropouts:
         _vanish(net, v, spec.run_id, KEYS)
+    seen = _clock(net, spec.run_id)
     run_id = await net.client.start_run(spec)
     lead = net.driver(0, run_id)
     await net.wait(lambda: lead.state == "finished", 300, what="the secure sum")
@@ -118,9 +138,18 @@ async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ())
     wall = lead.timings.finished - min(starts)
     busy = [d.machine.busy for d in drivers]
     await net.client.watch(run_id, progress=False, timeout=30)
+    for v, h in originals.items():
+        net.svc_by_vertex[v].handle = h  # type: ignore[method-assign]
     res = lead.finish_result
-    assert res["status"] == "released" and res["dropped"] == sorted(dropouts), res
-    return wall, {**res, "machine_cpu_s": sum(busy), "leader_cpu_s": busy[0], "member_cpu_max_s": max(busy[1:]),
+    if res["status"] != "released":  # a phase outlived round_timeout on the loaded host: the caller retries
+        return float("inf"), res
+    assert res["dropped"] == sorted(dropouts), res
+    # the leader's idle wait for the silent members: last masked input in → first unmask request out
+    # (measured at its first arrival, so one delivery of a small message is counted as idle too)
+    last_masked = max(t for v, k, t in seen if v == 0 and k == MASKED)
+    first_req = min((t for v, k, t in seen if k == UNMASK_REQ), default=last_masked)
+    return wall, {**res, "idle_wait_s": max(0.0, first_req - last_masked), "machine_cpu_s": sum(busy),
+                  "leader_cpu_s": busy[0], "member_cpu_max_s": max(busy[1:]),
                   "from_last_start_s": lead.timings.finished - max(starts)}
 
 
@@ -133,20 +162,35 @@ async def _inproc(tmp: pathlib.Path) -> dict:
         plain = min([await _plain_sum_inproc(net, values) for _ in range(REPEATS)])
         out["plain_sum_s"] = plain
         seeds = iter(range(1, 1000))
+
+        async def released(timeout: float, pp: dict, dropouts: tuple[int, ...]) -> tuple[list, int]:
+            runs, aborted = [], 0
+            while len(runs) < REPEATS and aborted < 3 * REPEATS:
+                wall, res = await _secure_sum_inproc(net, _spec(next(seeds), timeout, **pp), dropouts)
+                if res["status"] == "released":
+                    runs.append((wall, res))
+                else:
+                    aborted += 1
+            if not runs:
+                raise RuntimeError(f"every secure sum aborted on this host ({res})")
+            return runs, aborted
+
         for name, pp in CONFIGS.items():
-            runs = [await _secure_sum_inproc(net, _spec(next(seeds), ROUND_TIMEOUT, **pp)) for _ in range(REPEATS)]
+            runs, ab0 = await released(ROUND_TIMEOUT, pp, ())
             secure, res = min(runs, key=lambda r: r[0])
             last = min(r[1]["from_last_start_s"] for r in runs)
-            runs = [await _secure_sum_inproc(net, _spec(next(seeds), DROP_TIMEOUT, **pp), DROPOUTS)
-                    for _ in range(REPEATS)]
-            drop, _ = min(runs, key=lambda r: r[0])
+            runs, ab3 = await released(DROP_TIMEOUT, pp, DROPOUTS)
+            drop, dres = min(runs, key=lambda r: r[0])
+            busy3 = min(w - r["idle_wait_s"] for w, r in runs)
             out[name] = {"secure_sum_s": secure, "ratio_vs_plain": secure / plain,
                          "secure_sum_from_last_start_s": last, "ratio_from_last_start_vs_plain": last / plain,
                          "secure_sum_3_dropouts_s": drop, "ratio_3_dropouts_vs_plain": drop / plain,
-                         "secure_sum_3_dropouts_minus_timeout_s": drop - DROP_TIMEOUT,
-                         "ratio_3_dropouts_minus_timeout_vs_plain": (drop - DROP_TIMEOUT) / plain,
+                         "idle_wait_for_dropouts_s": dres["idle_wait_s"],
+                         "secure_sum_3_dropouts_minus_idle_wait_s": busy3,
+                         "ratio_3_dropouts_minus_idle_wait_vs_plain": busy3 / plain,
                          "machine_cpu_all_nodes_s": res["machine_cpu_s"], "leader_cpu_s": res["leader_cpu_s"],
-                         "member_cpu_max_s": res["member_cpu_max_s"], "error_bound_per_entry": res["error_bound"]}
+                         "member_cpu_max_s": res["member_cpu_max_s"], "error_bound_per_entry": res["error_bound"],
+                         "aborted_attempts": ab0, "aborted_attempts_3_dropouts": ab3}
     return out
 
 
@@ -204,6 +248,7 @@ def main(out_dir: pathlib.Path) -> dict:
         (t / "inproc").mkdir()
         (t / "procs").mkdir()
         procs = _processes(t / "procs")
+        print("16 processes:", json.dumps(procs))
         inproc = uvloop.run(_inproc(t / "inproc"))
     print(f"16 members x {SUM_D} entries, threshold {THRESHOLD}; seconds (ratio to the plain sum); goal <= 3")
     print(f"{'':34}{'16 processes':>22}{'one process':>22}")
@@ -216,8 +261,8 @@ def main(out_dir: pathlib.Path) -> dict:
               f"({p['ratio_from_last_start_vs_plain']:5.2f}){i['secure_sum_from_last_start_s']:>14.4f}"
               f" ({i['ratio_from_last_start_vs_plain']:5.2f})")
         print(f"{'  3 dropouts':34}{'-':>22}{i['secure_sum_3_dropouts_s']:>14.4f} ({i['ratio_3_dropouts_vs_plain']:5.2f})")
-        print(f"{'  3 dropouts minus the timeout':34}{'-':>22}{i['secure_sum_3_dropouts_minus_timeout_s']:>14.4f}"
-              f" ({i['ratio_3_dropouts_minus_timeout_vs_plain']:5.2f})")
+        print(f"{'  3 dropouts minus the idle wait':34}{'-':>22}{i['secure_sum_3_dropouts_minus_idle_wait_s']:>14.4f}"
+              f" ({i['ratio_3_dropouts_minus_idle_wait_vs_plain']:5.2f})")
         print(f"{'  CPU: all machines / leader':34}{'':22}{i['machine_cpu_all_nodes_s']:>9.4f} / {i['leader_cpu_s']:.4f}")
     return {"members": SUM_N, "entries": SUM_D, "threshold": THRESHOLD, "dropouts": list(DROPOUTS),
             "dropout_round_timeout_s": DROP_TIMEOUT, "configs": CONFIGS, "processes": procs, "one_process": inproc,
