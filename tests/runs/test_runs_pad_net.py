@@ -101,6 +101,7 @@ def test_pad_run_over_the_network_equals_the_simulator(net, protocol):
         for j, t in enumerate(cost.targets):
             assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12)
         assert r["certified_bound"] == cost.bound_name
+        assert r["paper_bound"] is None or r["paper_bound"].startswith("paper:")  # never mixed with the charge
         assert "NOT private" in r["noise_source"]
         if protocol.startswith("pad-ring-"):
             # exactly K contributions: charged = projected, target by target
@@ -282,3 +283,18 @@ def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
         cost = pad_cost(spec, 0, IDS)
         ours = dp_from_rdp(cost.orders, cost.curves()[0] * K, g.delta)
         assert 0 < ours <= g.epsilon, (K, eps0, ours, g.epsilon)
+
+
+def test_paper_values_are_labelled_and_only_where_the_theorem_applies():
+    from node.runs.pad_runs import pad_paper_bound
+
+    ring = spec_for("pad-ring-sum", sigma=60.0)  # per-visit ε < 1: Thm 1's calibration applies
+    row, label = pad_paper_bound(ring, 0)
+    cert = pad_projector(ring, 0, None).epsilon_row
+    assert label.startswith("paper: P-AD Thm 1") and row[0] == 0.0
+    assert np.all(row[1:] >= cert[1:])  # the printed composition is looser than what is charged
+    assert pad_paper_bound(spec_for("pad-ring-sum"), 0) is None  # σ=1.5: per-visit ε ≥ 1, outside Thm 1
+    assert pad_paper_bound(spec_for("pad-ring-histogram"), 0) is None  # Thm 2 needs n ≥ 1000
+    big = spec_for("pad-complete-sum", graph="complete:1000", steps=100_000, sigma=60.0)
+    row, label = pad_paper_bound(big, 3)
+    assert "hidden sender and receiver" in label and "not a guarantee" in label and row[3] == 0.0 and row[0] > 0
