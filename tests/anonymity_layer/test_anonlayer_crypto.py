@@ -93,6 +93,30 @@ def test_onion_round_trip_constant_size_unlinkable(relays, path, msg_len):
             assert res.final and res.message == msg
 
 
+def test_onion_header_does_not_tell_the_position(relays):
+    """Spec §6.3 self-test: what a hop receives looks the same whatever its position and the path
+    length — every header slot (filler included) is uniform bytes, never the zero padding a
+    header without filler would shift in."""
+    from scipy.stats import chisquare
+
+    rings = _rings(relays)
+    rng = random.Random(3)
+    by_remaining: dict[int, list[bytes]] = {}
+    for T in range(1, R + 1):
+        for _ in range(8):
+            path = [rng.randrange(6) for _ in range(T)]
+            pkt = build_packet([(v, relays[v].public) for v in path], b"m", epoch=0, slots=R, payload_len=P)
+            for k, v in enumerate(path):
+                beta = pkt[5 + 32 + 16 : 5 + 32 + 16 + R * 64]
+                assert all(any(beta[i : i + 64]) for i in range(0, R * 64, 64))  # no all-zero slot anywhere
+                by_remaining.setdefault(T - k, []).append(beta)
+                res = peel(rings[v], pkt, slots=R, payload_len=P)
+                pkt = res.packet
+    for left, betas in by_remaining.items():
+        counts = np.bincount(np.frombuffer(b"".join(betas), dtype=np.uint8), minlength=256)
+        assert chisquare(counts).pvalue > 1e-4, f"header bytes with {left} hops left are not uniform"
+
+
 def test_onion_relay_learns_only_next_hop(relays):
     """The middle relay's output names only its successor; the message is not readable there."""
     rings = _rings(relays)
