@@ -61,6 +61,7 @@ from node.protocols.gossip_accounting import (
     RealisedSchedule,
     averaging_sensitivities,
     complete_crashed,
+    gd_sensitivity,
     schedule_from_ledgers,
     stream_sensitivity,
 )
@@ -168,9 +169,11 @@ def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
 def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | None = None) -> np.ndarray:
     """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
 
-    Averaging / Muffliato-GD: exact projection of the observer's view (its own noise removed) per
-    phase, [M] Alg. 1 / Alg. 3 composed over steps.  Streaming gossip: [K]'s linear-Gaussian view over
-    all rounds with the box sensitivity (per-round contributions bounded by Δ), one phase.
+    Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
+    Muffliato-GD and streaming gossip: the whole run as one linear-Gaussian view (the state carries
+    earlier noise into later steps/rounds, so per-step values must NOT be composed) with [K] Thm 12's box
+    sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1)`` unless M ≥ 0 —
+    valid for vector models (the scalar vertex enumeration is not), one phase.
     """
     view = view_of(spec)
     phases, gammas = round_plan(spec, W)
@@ -180,11 +183,14 @@ def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedu
     if sched.rounds != T:
         raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
     n = sched.n
-    if spec.protocol == "gossip-stream":
+    if spec.protocol in ("gossip-stream", "muffliato-gd"):
         row = np.zeros(n)
         for v in range(n):
             if v != vertex:
-                res = stream_sensitivity(sched, vertex, v, view=view)
+                if spec.protocol == "gossip-stream":
+                    res = stream_sensitivity(sched, vertex, v, view=view, exact_limit=0)
+                else:
+                    res = gd_sensitivity(sched, vertex, v, phases, gammas, view=view)
                 row[v] = float(res["value"])
         return row[None, :]
     out = np.zeros((len(phases), n))
@@ -313,11 +319,11 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     if why:
         return _refuse(spec, why)
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
-    if spec.protocol == "gossip-stream":
-        T = int(resolved(spec, W)["rounds"])
+    if spec.protocol in ("gossip-stream", "muffliato-gd"):
+        T = int(resolved(spec, W)["rounds"]) if spec.protocol == "gossip-stream" else int(spec.steps)
         if T * W.shape[0] > STREAM_MAX_CELLS:
-            return _refuse(spec, f"streaming-gossip accounting is dense in rounds×nodes ({T}×{W.shape[0]} > "
-                                 f"{STREAM_MAX_CELLS})")
+            return _refuse(spec, f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
+                                 f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})")
     try:
         sens = certified_sensitivities(spec, vertex, W)
     except (ValueError, np.linalg.LinAlgError) as exc:
@@ -347,8 +353,8 @@ class GossipCost:
     """Duck-types :class:`node.runs.accounting.ContributionCost` for the node driver.
 
     ``phase_curves[k]`` (targets × orders) is charged at the k-th data action of the run (averaging:
-    the one noisy input; GD: each step's noisy iterate; streaming: the whole run at round 0, nothing
-    later — the exact stream bound is not additive per round).  ``curves(σ)`` is what the service's
+    the one noisy input; GD and streaming: the whole run at the first data action, nothing later — their
+    joint-view bound is not additive per step, so a stopped run has charged its whole projection).  ``curves(σ)`` is what the service's
     lifetime check multiplies by ``N_u = 1``: the whole run.
     """
 
@@ -373,7 +379,7 @@ class GossipCost:
             raise ValueError(f"noise multiplier {ev.sigma} differs from the spec's {self.spec.sigma}")
         k = self.used
         self.used += 1
-        if self.spec.protocol == "gossip-stream":
+        if self.spec.protocol in ("gossip-stream", "muffliato-gd"):
             rdp = self.phase_curves[0] if k == 0 else np.zeros_like(self.phase_curves[0])
         elif k < self.phase_curves.shape[0]:
             rdp = self.phase_curves[k]

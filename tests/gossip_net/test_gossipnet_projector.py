@@ -18,7 +18,7 @@ from gossipnet_helpers import spec  # noqa: E402
 
 from node.privacy.graphs import chebyshev_gamma  # noqa: E402
 from node.privacy.koskela import gossip_stream_loss_matrix  # noqa: E402
-from node.privacy.muffliato import muffliato_loss_matrix  # noqa: E402
+from node.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
 from node.protocols.gossip_sim import code_gap  # noqa: E402
 from node.protocols.registry import transition_matrix  # noqa: E402
 from node.runs.gossip_runs import certified_sensitivities, gossip_cost, project_gossip  # noqa: E402
@@ -40,24 +40,33 @@ def test_muffliato_projection_equals_exact_matrix(graph: str, T: int, cheb: bool
 
 
 def test_stream_projection_equals_koskela_matrix() -> None:
+    """Equal to Koskela's matrix where its value is valid for vector models (M ≥ 0: c = 1 optimal), and
+    never below it elsewhere: the node uses min(spectral, 1ᵀ|M|1), not the scalar vertex enumeration."""
     graph, T = "ring:6", 4
     sp = spec("gossip-stream", graph, T, 1, sigma=SIGMA)
     W = transition_matrix(graph)
     ref = gossip_stream_loss_matrix(W, T, ALPHA, SIGMA)
+    box = gossip_stream_loss_matrix(W, T, ALPHA, SIGMA, exact_limit=0)  # what is valid for d > 1
     for u in (0, 3):
         S = certified_sensitivities(sp, u, W)[0]
-        np.testing.assert_allclose(ALPHA * S / (2 * SIGMA**2), ref.matrix[u], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(ALPHA * S / (2 * SIGMA**2), box.matrix[u], rtol=1e-6, atol=1e-9)
+        assert np.all(ALPHA * S / (2 * SIGMA**2) >= ref.matrix[u] * (1 - 1e-9))
 
 
-def test_gd_composes_steps_and_cost_charges_each_step() -> None:
+def test_gd_is_one_joint_view_and_cost_charges_it_once() -> None:
+    """Muffliato-GD steps share state (earlier noise is carried on), so the node accounts the whole run as
+    one linear-Gaussian view — the privacy core's certified Muffliato-GD matrix — never per-step sums."""
     sp = spec("muffliato-gd", "ring:8", 3, 1, sigma=SIGMA, task="logreg", K=2)
     W = transition_matrix("ring:8")
-    sens = certified_sensitivities(sp, 0, W)
-    assert sens.shape == (3, 8) and np.allclose(sens, sens[0])  # fixed graph: the same phase three times
-    one = spec("muffliato", "ring:8", 2, 1, sigma=SIGMA)
-    np.testing.assert_allclose(sens[0], certified_sensitivities(one, 0, W)[0], rtol=1e-12)
+    ref = muffliato_gd_loss([W] * 3, 2, ALPHA, SIGMA, chebyshev=False)
+    for u in (0, 5):
+        sens = certified_sensitivities(sp, u, W)
+        assert sens.shape == (1, 8)
+        np.testing.assert_allclose(ALPHA * sens[0] / (2 * SIGMA**2), ref.matrix[u], rtol=1e-9, atol=1e-12)
+    comp = muffliato_gd_loss([W] * 3, 2, ALPHA, SIGMA, bound="composed", chebyshev=False)
+    assert not np.allclose(ref.matrix, comp.matrix)  # per-step composition would be a different (invalid) number
     cost = gossip_cost(sp, 0, [f"n{i}" for i in range(8)], W)
-    np.testing.assert_allclose(cost.curves(SIGMA), cost.phase_curves[0] * 3, rtol=1e-12)
+    np.testing.assert_allclose(cost.curves(SIGMA), cost.phase_curves[0], rtol=1e-12)
 
 
 def test_refusals_name_the_reason() -> None:
