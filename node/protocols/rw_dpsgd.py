@@ -83,6 +83,7 @@ class RWDPSGD(WalkMachine):
         self.noise_std = self.sens * params.sigma
         self.cap = params.steps if params.cap is None else int(params.cap)
         self.view: list[tuple[int, np.ndarray, int]] = []
+        self._eta = np.empty(task.dim)  # noise buffer reused every visit (a fresh 8 MB array per hop page-faults)
         if params.x0 is not None and len(params.x0) != task.dim:
             raise ValueError(f"x0 has {len(params.x0)} entries, the model has {task.dim}")
 
@@ -96,8 +97,8 @@ class RWDPSGD(WalkMachine):
             self.view.append((step, x.copy(), -1))
         if self.contributions < self.cap:
             self.contributions += 1
-            eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
             if p.clip_after_noise:
+                eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
                 u = self.task.raw_gradient(x) + eta
                 nrm = float(np.sqrt(u @ u))
                 clip = float(getattr(self.task, "clip", np.inf))
@@ -105,19 +106,36 @@ class RWDPSGD(WalkMachine):
                     u *= clip / nrm
                 x = x - p.step_size * u
             else:
-                x = x - p.step_size * (self.task.gradient(x) + eta)
+                x = self._noisy_step(x, self.task.gradient(x))
             led = self.ledger(step, "gradient", self.sens, self.noise_std, clip_after_noise=p.clip_after_noise)
             return x, aux, [led]
         if p.over_cap == "nothing":
             return x, aux, []
-        eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
         if p.clip_after_noise:  # the reference code clips every update, noise-only ones included
+            eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
             nrm = float(np.sqrt(eta @ eta))
             clip = float(getattr(self.task, "clip", np.inf))
             if nrm > clip:
                 eta *= clip / nrm
-        x = x - p.step_size * eta
+            x = x - p.step_size * eta
+        else:
+            x = self._noisy_step(x, None)
         return x, aux, [self.ledger(step, "noise", self.sens, self.noise_std)]
+
+    def _noisy_step(self, x: np.ndarray, grad: np.ndarray | None) -> np.ndarray:
+        """``x − γ·(grad + η)`` with fresh η ~ N(0, noise_std²·I), in one buffer and one new array.
+
+        Bit-identical to the plain expression (the same draws, the same operations in the same
+        order: η·std, + grad, ·γ, x −), which keeps simulator/network parity and every seeded
+        result; the new model is a fresh array, so ``x`` (held for a retransmission) is untouched.
+        """
+        buf = self._eta
+        self.ctx.rng.standard_normal(out=buf)
+        buf *= self.noise_std
+        if grad is not None:
+            buf += grad
+        buf *= self.p.step_size
+        return x - buf
 
     def _send_token(self, dst: int, step: int, x: np.ndarray, aux: int) -> list[Action]:
         if self.p.record_view and self.view and self.view[-1][2] == -1:

@@ -82,6 +82,8 @@ class WalkMachine(Protocol):
         self.visits = 0
         self.last_step = -1  # last step this node processed
         self._seen: dict[int, bytes] = {}  # step -> digest of the accepted token
+        # the newest accepted token, kept whole until its digest is taken off the critical path (_settle)
+        self._recent: tuple[int, bytes] | None = None
         self._pending: tuple[int, bytes, int, int] | None = None  # (dst, payload, step, attempts)
         self._down: set[int] = set()
         self._paused = False
@@ -126,9 +128,11 @@ class WalkMachine(Protocol):
             raise UnexpectedSender(
                 f"node {self.ctx.node} got a token from node {src}, which cannot hand it the token under the public rule"
             )
-        d = digest(payload)
-        if tok.step in self._seen:
-            if self._seen[tok.step] == d:  # a retransmission whose ack was lost: acknowledge again, do nothing
+        recent = self._recent
+        if (recent is not None and recent[0] == tok.step) or tok.step in self._seen:
+            same = recent[1] == payload if recent is not None and recent[0] == tok.step else \
+                self._seen[tok.step] == digest(payload)
+            if same:  # a retransmission whose ack was lost: acknowledge again, do nothing
                 return [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
             raise ReplayedMessage(f"step {tok.step} of run {self.ctx.run_id} already processed here, with other contents")
         if tok.step <= self.last_step:
@@ -137,7 +141,8 @@ class WalkMachine(Protocol):
             )
         if self.finished:
             raise ReplayedMessage(f"run {self.ctx.run_id} already finished at this node")
-        self._seen[tok.step] = d
+        self._settle()
+        self._recent = (tok.step, payload)
         acts: list[Action] = [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
         return acts + self._advance(tok.step, tok.vector, tok.aux)
 
@@ -174,7 +179,23 @@ class WalkMachine(Protocol):
         dev = Deviation(self.ctx.node, step, "peer-down", {"dead": dst, "excluded": sorted(self._down)})
         return [dev] + self._forward(step, x, aux)
 
+    def _settle(self) -> None:
+        """Replace the newest accepted token by its digest.
+
+        Hashing a token is the largest cost of a hop after the noise (≈ 20 ms for a 10⁶-float
+        model), and it is only needed to tell a later retransmission from a replay.  So it is not
+        done on arrival, before the token moves on: the whole payload is kept (one token, no copy)
+        and compared byte for byte if the same step comes again soon; its digest is taken when the
+        next holder acknowledges (the token has left — this node is idle) or, at the latest, when
+        the next token arrives here.
+        """
+        if self._recent is not None:
+            step, payload = self._recent
+            self._seen[step] = digest(payload)
+            self._recent = None
+
     def _on_ack(self, src: int, step: int) -> list[Action]:
+        self._settle()
         if self._pending is None or self._pending[0] != src or self._pending[2] != step:
             return []  # late or duplicate ack: harmless
         self._pending = None

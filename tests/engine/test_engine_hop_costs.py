@@ -1,0 +1,61 @@
+"""The cheaper hop (issue 4): the same numbers as before, and replays still caught.
+
+* the noisy step reuses one noise buffer — it must stay bit-identical to ``x − γ(∇ + η)`` with the
+  same draws (simulator/network parity and every seeded result depend on it), and must not touch
+  the incoming model (the holder keeps it for a retransmission);
+* the replay digest is taken after the token has moved on — a retransmission of the newest token
+  (compared byte for byte) and of an older one (compared by digest) are both acknowledged and
+  ignored, and a different token for either step is still a replay.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from node.engine import MessageArrived, ReplayedMessage
+from node.engine.actions import Fault, LedgerEntry, Send
+from node.engine.rng import node_generator
+from node.engine.wire import KIND_ACK, encode_ack, encode_token
+
+from engine_helpers import rw_run, synthetic_tasks
+
+
+def test_noisy_step_is_bit_identical_and_leaves_the_input_alone():
+    tasks = synthetic_tasks(4, d=3)
+    _, ms, _ = rw_run("ring:4", tasks, seed=5, steps=50, sigma=1.3, step_size=0.07, cap=1, until=-1.0)
+    m = ms[1]
+    rng = node_generator(5, 4, 1)  # the generator the machine was built with, replayed
+    x = np.linspace(-0.3, 0.4, 4)
+    x_before = x.copy()
+    grad = tasks[1].gradient(x)
+    y, _, led = m.visit(3, x, 0)  # a contribution
+    expected = x - 0.07 * (grad + rng.standard_normal(4) * m.noise_std)
+    assert np.array_equal(y, expected) and np.array_equal(x, x_before) and y is not x
+    assert [e.kind for e in led if isinstance(e, LedgerEntry)] == ["gradient"]
+    y2, _, led2 = m.visit(4, y, 0)  # over the cap of 1: noise only
+    assert np.array_equal(y2, y - 0.07 * (rng.standard_normal(4) * m.noise_std))
+    assert [e.kind for e in led2] == ["noise"] and np.array_equal(y, expected)
+
+
+def test_retransmissions_before_and_after_the_digest_and_replays():
+    tasks = synthetic_tasks(4, d=3)
+    _, ms, _ = rw_run("ring:4", tasks, steps=50, until=-1.0)
+    m = ms[1]  # ring:4: node 1 receives from 0 and 2
+    first = encode_token(1, 50, 0, 1, np.full(4, 0.25))
+    acts = m.handle(MessageArrived(0, first))
+    assert not any(isinstance(a, Fault) for a in acts)
+    visits = m.visits
+    forwarded = [a for a in acts if isinstance(a, Send) and a.payload[0] != KIND_ACK]
+    assert len(forwarded) == 1  # the token moved on (or the run looped here and then moved on)
+    # newest token, not yet digested: the same bytes are a retransmission, other bytes a replay
+    assert [type(a) for a in m.handle(MessageArrived(0, bytes(first)))] == [Send]
+    acts = m.handle(MessageArrived(0, encode_token(1, 50, 0, 1, np.full(4, 0.5))))
+    assert isinstance(acts[0], Fault) and isinstance(acts[0].error, ReplayedMessage)
+    # the next holder acknowledges: the digest is taken now, and the checks still hold
+    fwd = forwarded[0]
+    step_sent = int.from_bytes(fwd.payload[1:9], "little")
+    m.handle(MessageArrived(fwd.dst, encode_ack(step_sent)))
+    assert m._recent is None and 1 in m._seen
+    assert [type(a) for a in m.handle(MessageArrived(0, first))] == [Send]
+    acts = m.handle(MessageArrived(0, encode_token(1, 50, 0, 1, np.full(4, 0.5))))
+    assert isinstance(acts[0], Fault) and isinstance(acts[0].error, ReplayedMessage)
+    assert m.visits == visits
