@@ -253,3 +253,46 @@ def test_below_threshold_releases_nothing_and_keeps_own_value():
     # the accountant's aggregate view of node 0 in round 1 is its own value only: nothing from 1 or 3
     sched = schedule_from_ledgers(r.sim.ledgers, n, T)
     assert sched.W[1][0].toarray().ravel().tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_secure_bad_input_refused_and_dropouts_replay():
+    from node.engine.actions import Fault
+    from node.engine.events import RunStarted
+    from node.protocols.gossip import KIND_AVAIL, KIND_VALUE, encode_round
+    from node.protocols.gossip_secure import encode_invite, encode_secagg
+
+    n = 4
+    W = gossip_matrix("ring:4")
+    tasks, vals = value_tasks(n, d=2)
+    sec = _machines(tasks, W, secure=True, rounds=2)[0]
+    plain = _machines(tasks, W, secure=False, rounds=2)[0]
+    sec.handle(RunStarted())
+    plain.handle(RunStarted())
+
+    def refused(m, src, payload, why):
+        acts = m.handle(MessageArrived(src, payload))
+        assert len(acts) == 1 and isinstance(acts[0], Fault) and why in str(acts[0].error), acts
+
+    refused(sec, 1, encode_round(KIND_VALUE, 0, 2, np.ones(2)), "plain round value")  # never mixed in
+    refused(plain, 1, encode_round(KIND_JOIN, 0, 2), "secure-summation JOIN")
+    refused(plain, 1, encode_invite(0, 2, [0, 1, 2]), "plain gossip run")
+    refused(sec, 1, encode_invite(0, 2, [0, 1, 2]), "did not offer")  # node 0 has not joined anything yet
+    refused(sec, 2, encode_invite(0, 2, [0, 1, 2]), "not a neighbour")
+    refused(sec, 1, encode_secagg(0, 1, bytes([0x65, 0, 0])), "not part of")
+    refused(sec, 1, encode_invite(0, 2, [0, 1, 2])[:-2], "body bytes")
+    # node 0 offers its round-0 value to 1 and 3; an invite naming a member list larger than the degree is refused
+    sec.handle(MessageArrived(1, encode_round(KIND_AVAIL, 0, 1)))
+    sec.handle(MessageArrived(3, encode_round(KIND_AVAIL, 0, 1)))
+    refused(sec, 1, encode_invite(0, 1, [0, 1, 2]), "inconsistent member list")
+    assert sec.secure.subs == {}  # nothing above started a sum
+
+    # simulated user dropouts ([M] App. H.6): the run finishes and the records replay the models
+    n, T = 9, 5
+    W = gossip_matrix("grid:3x3")
+    tasks, vals = value_tasks(n, d=2)
+    r = run_gossip(_machines(tasks, W, secure=True, rounds=T, dropout=0.3))
+    assert r.status == "finished" and not r.sim.faults
+    sched = schedule_from_ledgers(r.sim.ledgers, n, T)
+    assert not sched.up.all()
+    x0 = noisy_inputs(vals, tasks, 5, 0.5)
+    assert np.abs(replay_averaging(sched, x0) - r.models).max() <= T * 5 * FixedPoint(F).error_bound(1)
