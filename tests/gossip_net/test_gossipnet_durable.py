@@ -42,8 +42,8 @@ from node.runs.service import LEDGER_FILE  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
-N = 4
-GRAPH = "ring:4"
+N = 3
+GRAPH = "ring:3"
 ROUNDS = 40
 VICTIM = 2
 
