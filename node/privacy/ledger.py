@@ -331,9 +331,10 @@ class Ledger:
             proj = self._projection(self._validate(entry))
         return {t: p[0] for t, p in proj.items() if p[0] > p[3] * (1 + 1e-12) or p[5]}
 
-    def charge(self, entry: LedgerEntry, *, enforce_budget: bool = True) -> dict[str, Spent]:
+    def charge(self, entry: LedgerEntry, *, enforce_budget: bool = True, report: bool = True) -> dict[str, Spent]:
         """Record the entry, or raise :class:`BudgetExceeded` (recording nothing) if it would exceed
-        the budget toward any node.  Returns the new loss toward every target it touched.
+        the budget toward any node.  Returns the new loss toward every target it touched (``report=False``:
+        an empty dict — a run's per-hop charge skips converting every target's curve a second time).
 
         ``enforce_budget=False`` records spending that has already happened (e.g. the top-up after a
         walk deviated: the data were used, so the ledger must say so even past the budget).  It is
@@ -361,6 +362,8 @@ class Ledger:
                 raise
             for t, (v, mu) in costs.items():
                 self._add(t, v, mu, entry.bound)
+            if not report:
+                return {}
             return {t: self._spent(t, proj[t][4]) for t in costs}
 
     def _spent(self, t: str, delta: float) -> Spent:

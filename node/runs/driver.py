@@ -272,7 +272,7 @@ class RunDriver:
                 return False
             if self.ledger is not None:
                 try:
-                    self.ledger.charge(entry)
+                    self.ledger.charge(entry, report=False)  # durable (committed) before the Send below runs
                 except BudgetExceeded as exc:
                     self._stop(f"privacy budget exhausted at step {ev.step}: {exc}; the contribution was not sent")
                     return False

@@ -59,3 +59,33 @@ def test_retransmissions_before_and_after_the_digest_and_replays():
     acts = m.handle(MessageArrived(0, encode_token(1, 50, 0, 1, np.full(4, 0.5))))
     assert isinstance(acts[0], Fault) and isinstance(acts[0].error, ReplayedMessage)
     assert m.visits == visits
+
+
+def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_path):
+    """The driver's per-hop charge (``report=False``) is the same durable charge, minus the returned totals."""
+    import pytest
+
+    from node.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry as PrivacyEntry
+
+    orders = np.array([2.0, 4.0, 8.0, 16.0])
+    entry = PrivacyEntry.from_row("run-x", "rw-dpsgd", "sender-known", "certified", ["a", "b"],
+                                  np.array([[0.1, 0.2, 0.4, 0.8], [0.05, 0.1, 0.2, 0.4]]))
+    quiet = Ledger(tmp_path / "quiet.sqlite", orders=orders, budget=Budget(3.0, 1e-5))
+    loud = Ledger(tmp_path / "loud.sqlite", orders=orders, budget=Budget(3.0, 1e-5))
+    charged = 0
+    while True:
+        try:
+            assert quiet.charge(entry, report=False) == {}
+        except BudgetExceeded:
+            with pytest.raises(BudgetExceeded):
+                loud.charge(entry)
+            break
+        assert set(loud.charge(entry)) == {"a", "b"}
+        charged += 1
+    assert charged >= 1
+    reopened = Ledger(tmp_path / "quiet.sqlite", orders=orders)  # durable: what is on disk, not in memory
+    for t in ("a", "b"):
+        assert reopened.spent(t, delta=1e-5).epsilon == pytest.approx(loud.spent(t, delta=1e-5).epsilon, rel=1e-12)
+        assert reopened.spent(t, delta=1e-5).entries == charged
+    for led in (quiet, loud, reopened):
+        led.close()
