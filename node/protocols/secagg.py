@@ -251,7 +251,7 @@ class SecAggMachine(Protocol):
             if self.p.noise_std > 0:
                 self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
             try:
-                self.fp.encode(self.x, len(self.p.members))
+                self.enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)  # range-checked once
             except ValueError as exc:
                 self.phase = "out"
                 return acts + [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
@@ -369,7 +369,7 @@ class SecAggMachine(Protocol):
         """``enc(x) + PRG(b) ± PRG(s_uv)`` for the masking-graph neighbours that shared keys, in machine
         words (little-endian uint32/uint64, ready for the wire)."""
         me = self.ctx.node
-        y = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)
+        y = self.enc.copy()
         add_masks(y, [(self.b, 1)], self.context + b"|self")
         nbrs = mask_graph(sorted(self.pks), self.p.mask_degree)[me]
         add_masks(y, ((pairwise_seed(self.mkp, self.pks[v], me, v, self.context), 1 if me < v else -1)
