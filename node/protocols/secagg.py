@@ -43,8 +43,9 @@ through their sum as long as the members it removes from the graph — the dropp
 fewer than k.  So ``k ≥ n − t + 1`` is required (refused otherwise) and the round tolerates
 ``c = min(t − 1, k − 1 − (n − t))`` colluding members (:meth:`SecAggParams.collusion_tolerance`);
 the complete graph (default) tolerates ``t − 1``, as plain SecAgg does (t colluders would hold t
-shares of every secret).  Shamir shares still go to
-every member, so dropout recovery is unchanged.
+shares of every secret).  Shamir shares still go to every member, so dropout recovery is
+unchanged.
+
 Threat model: an honest-but-curious leader and members (SecAgg's semi-honest setting); a
 threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Feldman VSS): a member
 that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
