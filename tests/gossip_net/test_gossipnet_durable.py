@@ -135,14 +135,22 @@ def test_sigkilled_gossip_node_restarts_and_settles(tmp_path: pathlib.Path) -> N
                     recs[int(d["vertex"])] = d["records"]
                 again = await client._control(ids[VICTIM], "run.settle",  # noqa: SLF001
                                               {"run_id": run_id, "records": recs}, timeout=60.0)
-                return run_id, killed_at, doc, settled, again, recs
+                rep = await client.report(run_id)
+                return run_id, killed_at, doc, settled, again, recs, rep
             finally:
                 await client.close()
 
-        run_id, killed_at, doc, settled, again, recs = asyncio.run(go())
+        run_id, killed_at, doc, settled, again, recs, rep = asyncio.run(go())
     finally:
         cl.stop(timeout=10)
 
+    # the live nodes declared the killed node gone (a deviation each) and finished without it; the
+    # restarted node does not hold the run any more (its report is an error, not a fresh run)
+    for nid in ids[:VICTIM] + ids[VICTIM + 1:]:
+        r = rep.per_node[nid]
+        assert VICTIM in r["result"]["gone"], r["result"]
+        assert any(d["reason"] == "neighbour-gone" and d["detail"]["neighbour"] == VICTIM for d in r["deviations_list"])
+    assert "error" in rep.per_node[ids[VICTIM]]
     # the restarted node answered from its durable store: the prefix it wrote before the SIGKILL
     assert doc["state"] == "lost" and doc["durable"] and doc["vertex"] == VICTIM
     assert [r["round"] for r in doc["records"]] == list(range(len(doc["records"])))
