@@ -33,6 +33,14 @@ holding the node's actual row of ``W_t`` and the list of neighbours it sent its 
 accountant (:mod:`node.protocols.gossip_accounting`) rebuilds the realised ``W_0..W_{T-1}`` and every
 observer's view from these entries, so what is certified is what really happened.  Views are built
 from *sender-side* records: a value a receiver refused as late is still in its view.
+
+**Secure neighbourhood summation** (:mod:`node.protocols.gossip_secure`, attached with
+``attach_secure`` before the machine starts): phase 2 sends ``JOIN(t, |H|)`` — the VALUE message
+without the value — and a third phase runs one SecAgg sum per node over the neighbours that joined;
+the round closes when the node's own sum is released (its row = the survivors) or aborted (row
+empty: the node keeps its own value).  A plain VALUE is then refused, never mixed in, and the
+observer's view is the aggregate one (``S = e_iᵀ``).  The node heartbeats while its sum runs, and
+after the last round it stays until its memberships in its neighbours' last sums are done.
 """
 from __future__ import annotations
 
@@ -51,7 +59,7 @@ from node.engine.protocol import NodeContext, Protocol
 from node.tasks.base import GradientTask, Task, TaskError, ValueTask
 
 __all__ = [
-    "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "StaleRound", "FutureRound", "GossipOptions", "Topology",
+    "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "KIND_JOIN", "StaleRound", "FutureRound", "GossipOptions", "Topology",
     "FixedTopology", "ERPerStep", "GossipMachine", "MuffliatoAveraging", "MuffliatoGD", "StreamingGossip",
     "encode_round", "decode_round", "mh_weight", "connected_er", "er_graph", "t_stop",
 ]

@@ -145,8 +145,8 @@ class SecureNeighbourhood:
 
     def pending(self) -> list[tuple[int, int]]:
         """Memberships in other nodes' sums whose part is not done yet."""
-        me = self.m.ctx.node
-        return [k for k, s in self.subs.items() if k[1] != me and not s.finished]
+        me, t, gone = self.m.ctx.node, self.m.t, self.m.gone
+        return [k for k, s in self.subs.items() if k[1] != me and not s.finished and k[0] >= t - 1 and k[1] not in gone]
 
     # ---- messages and timers -------------------------------------------------------------------
 
