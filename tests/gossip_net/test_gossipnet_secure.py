@@ -5,7 +5,9 @@ it heard (keys: the nodes' long-term X25519 keys from the bootstrap directory) a
 neighbour's sum.  The run finishes; every node's model matches the simulator's (simulation keys, same
 seeds) within the fixed-point bound and the recorded schedules are the same; the report and the
 decision say the aggregate view was used; the persistent ledgers hold the aggregate-view projection,
-which is below the plain-gossip projection of the same spec; no plain round value crossed the wire.
+which is below the plain-gossip projection of the same spec; no message was refused.  A second run
+with seeded dropouts (30 % per node and round) finishes with the simulator's schedule and settles on
+the realised schedule with the aggregate view.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from gossipnet_helpers import ledger_curves, sim_records, simulate, spec  # noqa
 from node.crypto.masks import FixedPoint  # noqa: E402
 from node.protocols.registry import transition_matrix  # noqa: E402
 from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import GossipCost, gossip_cost, schedule_records  # noqa: E402
+from node.runs.gossip_runs import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
@@ -35,6 +37,7 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
     rng = np.random.default_rng(21)
     values = [rng.random(D) for _ in range(N)]
     sp = spec("muffliato", GRAPH, T, 31, timeout=5.0, view="aggregate")
+    sp2 = spec("muffliato", GRAPH, 4, 32, timeout=5.0, view="aggregate", dropout=0.3)
 
     async def go():
         async with local_net.network(tmp_path, GRAPH, N, values=values, base_ip=230) as net:
@@ -42,10 +45,15 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
             run_id = await net.client.start_run(sp)
             await net.wait(lambda: all(net.driver(v, run_id).state == "finished" for v in range(N)), 90,
                            what="secure gossip run to finish")
-            return ids, {v: net.driver(v, run_id) for v in range(N)}, \
+            out = ids, {v: net.driver(v, run_id) for v in range(N)}, \
                 {v: ledger_curves(net.svc_by_vertex[v], ids, v) for v in range(N)}
+            run2 = await net.client.start_run(sp2)
+            await net.wait(lambda: all(net.driver(v, run2).state == "finished" for v in range(N)), 90,
+                           what="secure gossip run with dropouts to finish")
+            settled = await settle_run(net.client, run2, ids)
+            return out, {v: net.driver(v, run2) for v in range(N)}, settled
 
-    ids, drivers, ledgers = asyncio.run(go())
+    (ids, drivers, ledgers), drivers2, settled = asyncio.run(go())
     res, ms = simulate(sp, values)
     assert res.status == "finished"
     srec = sim_records(ms)
@@ -67,3 +75,14 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
         if v == 0:  # the aggregate-view charge is below what plain gossip would have cost
             assert np.all(ledgers[0] <= plain.curves(sp.sigma) + 1e-12)
             assert np.any(ledgers[0] < plain.curves(sp.sigma) * 0.99)
+
+    # seeded dropouts: the same realised schedule as the simulator, settled with the aggregate view
+    res2, ms2 = simulate(sp2, values)
+    srec2 = sim_records(ms2)
+    assert sum(not r["up"] for recs in srec2.values() for r in recs) > 0, "no dropout happened"
+    for v, d in drivers2.items():
+        recs = schedule_records(d.engine_entries)
+        assert [(r["up"], r["row"], r["self"]) for r in recs] == [(r["up"], r["row"], r["self"]) for r in srec2[v]]
+        np.testing.assert_allclose(d.model, res2.models[v], rtol=0, atol=4 * 4 * FixedPoint(24).error_bound(1))
+    assert all("error" not in s and s["view"] == "aggregate" and s["bound"] == "certified"
+               for s in settled.values()), settled
