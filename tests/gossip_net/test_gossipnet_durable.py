@@ -167,7 +167,8 @@ def test_sigkilled_gossip_node_restarts_and_settles(tmp_path: pathlib.Path) -> N
     W = transition_matrix(sp.graph, sp.weights)
     for v in range(N):
         led = _ledger_curves(tmp_path, v, run_id, ids)
-        orders = Ledger(tmp_path / "nodes" / ids[v] / LEDGER_FILE).orders
+        with Ledger(tmp_path / "nodes" / ids[v] / LEDGER_FILE) as lg:
+            orders = lg.orders
         real = realised_curves(sp, v, ids, recs, orders, W)
         # the ledger holds at least the certified loss on the (safely completed) realised schedule
         assert np.all(led >= real * (1 - 1e-9) - 1e-12), v
