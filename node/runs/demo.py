@@ -27,6 +27,22 @@ saves the noisiest coordinate (the features are centred).  The model uses the da
 "worst" nucleus measurements: the noise is per coordinate while the signal is shared, so 10
 coordinates carry less noise than 30 (same ε: mean accuracy ≈ 0.88 ± 0.07 with them, ≈ 0.83 ±
 0.12 with all 30, over 24 seeds × 3 partitions; the baselines use the same features).
+
+Why one run can be poor, and what was done about it (issue 4).  The network's secret noise is not
+the cause: 300 simulator runs with each node's secret generator (``secret_generator()``) and 300
+with seeded generators give the same accuracy distribution (Kolmogorov–Smirnov p = 0.99), and 20
+secret-noise runs on a real 16-node network fall inside it (same mean, same ≈ 5 % of runs below
+0.6).  The spread is the mechanism's: the model is a noisy sum of clipped gradient directions, and a
+draw of the noise sometimes points it the wrong way (the earlier "0.872 ± 0.045" came from 8 lucky
+seeds; over 300 it was 0.85 ± 0.12).  Averaging the iterates does not help here (it is free only as
+post-processing of what the operator already gets, and in this summing regime the average keeps
+58 % of the noise but only half of the signal: over 60 seeds of the σ = 4 configuration, the average of all
+iterates gives 0.83 ± 0.14 and the last iterate 0.87 ± 0.10; tail averages are no better).  What helps at
+the same certified worst-pair ε (10.05: σ²/cap unchanged) is twice the noise and four times the
+steps and cap — σ = 8, T = 2700, cap = 200 instead of σ = 4, T = 680, cap = 50: over 200 seeds on
+each of 3 partitions the accuracy goes from 0.85–0.87 ± 0.12–0.13 (8–11 % of runs below 0.7) to
+0.87–0.89 ± 0.09–0.10 (≈ 5 %), for a mean-pair ε of 9.90 instead of 9.64.  The demo prints the
+simulated distribution over other seeds (mean, 10th percentile, min) beside its own run.
 """
 from __future__ import annotations
 
@@ -69,7 +85,7 @@ class DemoConfig:
 CONFIGS: dict[str, DemoConfig] = {
     "breast-cancer": DemoConfig(
         data="breast-cancer",
-        spec=dict(protocol="rw-dpsgd", task="logreg", steps=680, seed=7, sigma=4.0, clip=0.1, step_size=0.01, cap=50,
+        spec=dict(protocol="rw-dpsgd", task="logreg", steps=2700, seed=7, sigma=8.0, clip=0.1, step_size=0.01, cap=200,
                   view_model="sender-known", on_peer_down="deviate"),
         node_budget=12.0, per_node=None, expected_accuracy=0.80, task_params={"intercept": False}, features="worst"),
     "houses": DemoConfig(
@@ -240,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)")
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--seeds", type=int, default=8, help="other seeds simulated for the expected accuracy (0: skip)")
+    ap.add_argument("--seeds", type=int, default=16, help="other seeds simulated for the expected accuracy (0: skip)")
     ap.add_argument("--simulate", action="store_true",
                     help="run the walk in the in-process simulator instead of a network (a quick check; the privacy "
                          "numbers are then the accountant's projection from the public spec)")
@@ -291,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{outcome.loss:.4f}")
     if others is not None:
         print(f"  private walk, same configuration over seeds {seeds[0]}..{seeds[-1]} (simulator): mean "
-              f"{others.mean():.3f} ± {others.std():.3f}, min {others.min():.3f}")
+              f"{others.mean():.3f} ± {others.std():.3f}, 10th percentile {np.quantile(others, 0.1):.3f}, "
+              f"min {others.min():.3f} — one run is one draw of this distribution")
     print(f"  local-DP at the same certified ε (σ={sig_ldp:.2f}), seeds {seeds[0]}..{seeds[-1]} (simulator): mean {ldp:.3f}")
     src = "projected from the public spec" if report is None else "from the nodes' ledgers"
     print(f"privacy (certified, δ={DELTA:g}, {src}): worst pair ε={worst:.3f}, mean pair ε={mean_pair:.3f}")
