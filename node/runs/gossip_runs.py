@@ -226,7 +226,7 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
 
     Muffliato: [M] Thm 1 (:func:`node.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
     does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step, summed over steps.
-    Streaming gossip: [K] Thm 15 with ``m = |N̄_v|``, ``ρ = max(|λ₂|, |λ_n|)``:
+    Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
     ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
     """
     from node.privacy.muffliato import thm1_from_source
@@ -244,6 +244,8 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
         lam = np.sort(np.abs(np.linalg.eigvalsh(Wc.toarray())))[::-1]
         rho = float(lam[1]) if n > 1 else 0.0
         m = np.diff(Wc.indptr) + (Wc.diagonal() == 0)  # closed neighbourhood (the diagonal is in W's support)
+        if view_of(spec) == "aggregate":  # secure summation: one observer row, S = e_iᵀ (Thm 15 with m = 1)
+            m = np.ones(n)
         if rho >= 1.0 - 1e-12:
             out = np.full(n, np.inf)
         else:
@@ -268,7 +270,11 @@ def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] |
     row = _best_order_dp(sens / (2.0 * spec.sigma**2), math.inf, math.log(1.0 / spec.budget.delta))
     row[sens <= 0] = 0.0
     row[vertex] = 0.0
-    return row, PAPER_LABELS[spec.protocol]
+    label = PAPER_LABELS[spec.protocol]
+    if view_of(spec) == "aggregate":
+        label += ("; aggregate view: [K] Thm 15 with m = 1" if spec.protocol == "gossip-stream" else
+                  "; aggregate view: [M] has no such view, its neighbourhood value is shown")
+    return row, label
 
 
 # ---- projector ----------------------------------------------------------------------------------

@@ -81,3 +81,18 @@ def test_walk_keeps_its_label_and_client_report_shows_the_run_label() -> None:
     assert rep.summary()["paper_bound"] == label
     text = rep.format_table()
     assert "Theorem 1" in text and "NOT a guarantee" in text and "certified" in text
+
+
+def test_aggregate_view_paper_values_say_which() -> None:
+    """Secure summation (S = e_iᵀ): [K] Thm 15 with one observer row; [M] has no such view (labelled)."""
+    st = spec("gossip-stream", GRAPH, 6, 3, sigma=SIGMA, task="logreg", view="aggregate")
+    W = _W(st)
+    ev = np.sort(np.abs(np.linalg.eigvalsh(W.toarray())))
+    rho, n, T = ev[-2], W.shape[0], 6
+    want = T / n + 2 / (1 - rho) ** 2 * math.sqrt(T / n) + 2 / (1 - rho) ** 4
+    np.testing.assert_allclose(paper_sensitivities(st, 0, W)[1:], want, rtol=1e-12)
+    assert paper_bound(st, 0, 6.0, W)[1].endswith("aggregate view: [K] Thm 15 with m = 1")
+    mu = spec("muffliato", GRAPH, 5, 1, sigma=SIGMA, view="aggregate")
+    row, label = paper_bound(mu, 0, 1.0, W)
+    assert "its neighbourhood value is shown" in label
+    np.testing.assert_allclose(row, paper_bound(spec("muffliato", GRAPH, 5, 1, sigma=SIGMA), 0, 1.0, W)[0])
