@@ -205,6 +205,12 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     n = spec.n
     if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
         return _refuse(spec, "members/leader outside the graph")
+    from node.protocols.secagg import SecAggParams
+
+    try:  # threshold, fixed point, masking-graph degree: refused here with the reason, not at build time
+        SecAggParams(dim=1, **p).fixed_point
+    except ValueError as exc:
+        return _refuse(spec, f"secure-summation parameters: {exc}")
     if vertex not in p["members"]:
         return PolicyDecision(True, "not a member of the secure sum: no contribution", np.zeros(n), spec.budget.delta,
                               "certified", {"N_u": 0.0})

@@ -212,3 +212,19 @@ def test_sparse_uint32_round_three_dropouts_exact():
     # the masks of a member cancel only with its 8 graph neighbours: dropping them from the leader's
     # recovery would leave the sum wrong, so exactness above checks the leader used the same graph
     assert all(len(a) == 8 for a in sa.mask_graph(range(M), 8).values())
+
+
+@pytest.mark.parametrize("pp,why", [({"threshold": 10, "mask_degree": 6}, "n − t + 1 = 7"),
+                                    ({"bits": 32, "frac_bits": 31}, "frac_bits"),
+                                    ({"threshold": 1}, "threshold")])
+def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
+    from node.runs.anonymity import project_secagg
+    from node.runs.spec import Budget, RunSpec
+
+    spec = RunSpec(protocol="secagg-sum", task="sum", graph="complete:16", steps=1, seed=1, budget=Budget(10.0, 1e-5),
+                   sigma=1.0, protocol_params=pp)
+    d = project_secagg(spec, 0)
+    assert not d.accept and "secure-summation parameters" in d.reason and why in d.reason
+    ok = RunSpec(protocol="secagg-sum", task="sum", graph="complete:16", steps=1, seed=1, budget=Budget(10.0, 1e-5),
+                 sigma=1.0, protocol_params={"threshold": 10, "mask_degree": 8, "bits": 32, "frac_bits": 16})
+    assert project_secagg(ok, 0).accept
