@@ -72,7 +72,9 @@ KIND_SKIP = 18
 KIND_HEARTBEAT = 19
 KIND_JOIN = 20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
 _KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT, KIND_JOIN)
-_SECURE_KINDS = (21, 22)  # INVITE, SECAGG: node.protocols.gossip_secure
+KIND_INVITE = 21  # secure summation: a leader's member list (node.protocols.gossip_secure)
+KIND_SECAGG = 22  # secure summation: one SecAgg message of the sum led by ``aux``
+_SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
 _HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
 _F64 = np.dtype("<f8")
 

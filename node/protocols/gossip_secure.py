@@ -50,7 +50,7 @@ leader can of course subtract its own inputs (the accountant's view is per singl
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -58,16 +58,12 @@ from node.crypto.keys import KeyDirectory, KeyPair
 from node.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, UnexpectedSender
 from node.engine.events import MessageArrived, RunStarted, TimerFired
+from node.protocols.gossip import KIND_INVITE, KIND_SECAGG, GossipMachine, mh_weight
 from node.protocols.secagg import ABORT, SecAggMachine, SecAggParams
-
-if TYPE_CHECKING:  # pragma: no cover
-    from node.protocols.gossip import GossipMachine
 
 __all__ = ["KIND_INVITE", "KIND_SECAGG", "SECURE_KINDS", "SecureNeighbourhood", "secure_threshold", "attach_secure",
            "encode_invite", "encode_secagg", "ACCOUNTING_LABEL"]
 
-KIND_INVITE = 21
-KIND_SECAGG = 22
 SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
 _HDR = struct.Struct("<BQII")  # kind, round, aux (INVITE: leader's degree; SECAGG: leader vertex), body length
 _U32 = struct.Struct("<I")
@@ -113,7 +109,6 @@ class SecureNeighbourhood:
         self.subs: dict[tuple[int, int], SecAggMachine] = {}  # (round, leader) -> live sub-machine
         self.joined: dict[int, tuple[np.ndarray, int, frozenset[int]]] = {}  # round -> (m_i, |H_i|, H_i)
         self.lead_info: dict[int, dict[str, Any]] = {}
-        self.member_of: dict[int, list[int]] = {}  # round -> leaders whose sum this node joined
         self.released = self.aborted = 0
         self._lead_members: dict[int, dict[int, float]] = {}
 
@@ -199,7 +194,6 @@ class SecureNeighbourhood:
         msg, deg, _ = offered
         w = mh_weight(deg_leader, deg)
         sub = self._machine(t, leader, tuple(sorted(members)), w * msg)
-        self.member_of.setdefault(t, []).append(leader)
         return self._run(t, leader, sub, RunStarted())
 
     def _machine(self, t: int, leader: int, members: tuple[int, ...], vector: np.ndarray) -> SecAggMachine:
@@ -207,7 +201,9 @@ class SecureNeighbourhood:
         p = SecAggParams(members=members, leader=leader, threshold=secure_threshold(len(members)), dim=m.dim,
                          frac_bits=self.frac_bits, round_timeout=self.timeout, broadcast=False,
                          round_id=t * m.ctx.n + leader)
-        sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)  # noise_std = 0: the ctx rng is not drawn
+        # the gossip machine's context: the sum adds no noise (noise_std = 0), so the run generator is not drawn
+        # from and the noise stream is the plain run's (parity with the simulator holds)
+        sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)
         self.subs[(t, leader)] = sub
         return sub
 
@@ -260,12 +256,6 @@ class SecureNeighbourhood:
                              "dropped": [int(j) for j in info.get("dropped", [])],
                              "error_bound": float(info.get("error_bound", 0.0))}
         return self.m._secure_done(t, row, np.asarray(fin.model, dtype=np.float64))  # noqa: SLF001
-
-
-def mh_weight(deg_a: int, deg_b: int) -> float:
-    from node.protocols.gossip import mh_weight as w
-
-    return w(deg_a, deg_b)
 
 
 def attach_secure(machine: GossipMachine, share_key: KeyPair, directory: KeyDirectory, *, frac_bits: int = 24,
