@@ -18,7 +18,6 @@ exactly the survivors.
 """
 from __future__ import annotations
 
-import asyncio
 import pathlib
 
 import numpy as np
@@ -29,6 +28,7 @@ from anonnet_helpers import network
 from node.crypto.masks import FixedPoint
 from node.crypto.shamir import PRIME, SHARE_LEN
 from node.engine.rng import node_generator
+from node.net.node import DeliveryError
 from node.protocols import secagg as sa
 from node.runs.service import RUN_PROTOCOL
 from node.runs.spec import Budget, RunSpec
@@ -90,7 +90,7 @@ def test_bad_inputs_over_the_network_rejected_counted_and_accounted(tmp_path: pa
             # the outsider sends a masked input of the right length over its own mTLS link to the leader
             outsider = net.ordered[OUTSIDER]
             forged = bytes([sa.MASKED]) + sa._U32.pack(D) + np.arange(D, dtype="<u8").tobytes()
-            with pytest.raises(Exception, match="not a member"):
+            with pytest.raises(DeliveryError, match="not a member"):
                 await outsider.send(net.ordered[LEADER].node_id, forged, protocol=RUN_PROTOCOL, run_id=run_id,
                                     timeout=30.0)
             await net.wait(lambda: lead.state == "finished", 60, what="the leader to release the sum")
