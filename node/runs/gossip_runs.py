@@ -302,8 +302,9 @@ def check_network_spec(spec: RunSpec) -> str | None:
     view = view_of(spec)
     if view not in ("neighbourhood", "aggregate"):
         return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
-    if view == "aggregate" and "frac_bits" in pp and not 8 <= int(pp["frac_bits"]) <= 40:
-        return "frac_bits (fixed-point fraction bits of the secure sums) must lie in 8..40"
+    if view == "aggregate" and "frac_bits" in pp and not (isinstance(pp["frac_bits"], int)
+                                                          and 8 <= pp["frac_bits"] <= 40):
+        return "frac_bits (fixed-point fraction bits of the secure sums) must be an integer in 8..40"
     if spec.weights != "hamilton":
         return "gossip rounds rebuild Metropolis-Hastings weights 1/(1+max(d_u,d_v)) on both ends: weights must be 'hamilton'"
     if not (isinstance(spec.sigma, (int, float)) and math.isfinite(spec.sigma) and spec.sigma > 0):
