@@ -40,8 +40,8 @@ post-processing of what the operator already gets, and in this summing regime th
 iterates gives 0.83 ± 0.14 and the last iterate 0.87 ± 0.10; tail averages are no better).  What helps at
 the same certified worst-pair ε (10.05: σ²/cap unchanged) is twice the noise and four times the
 steps and cap — σ = 8, T = 2700, cap = 200 instead of σ = 4, T = 680, cap = 50: over 200 seeds on
-each of 3 partitions the accuracy goes from 0.85–0.87 ± 0.12–0.13 (8–11 % of runs below 0.7) to
-0.87–0.89 ± 0.09–0.10 (≈ 5 %), for a mean-pair ε of 9.90 instead of 9.64.  The demo prints the
+each of 3 partitions the accuracy goes from 0.85–0.87 ± 0.12–0.13 (7.5–11 % of runs below 0.7) to
+0.87–0.88 ± 0.09–0.10 (5.5–6.5 %), for a projected mean-pair ε of 9.90 instead of 9.64.  The demo prints the
 simulated distribution over other seeds (mean, 10th percentile, min) beside its own run.
 """
 from __future__ import annotations
