@@ -44,6 +44,22 @@ def seal(recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
     return epk + ChaCha20Poly1305(k).encrypt(_ZERO_NONCE, plaintext, info)
 
 
+def seal_many(recipient_publics: list[bytes], plaintexts: list[bytes], info: bytes = b"") -> list[bytes]:
+    """:func:`seal` to several *distinct* recipients with one ephemeral key (one key generation instead of
+    one per box; secure summation seals a share pair to every other member).  Each box has :func:`seal`'s
+    format and opens with :func:`open_sealed`; its key is bound to its recipient's public key, so the
+    keys differ and the fixed nonce is never reused under one key.  The boxes share ``epk``, which
+    links them to one sealer — fine where the sender is known anyway, not for anonymous senders."""
+    if len(recipient_publics) != len(plaintexts):
+        raise ValueError("one plaintext per recipient")
+    if len(set(recipient_publics)) != len(recipient_publics):
+        raise ValueError("seal_many needs distinct recipients (a repeated key would reuse the nonce)")
+    e = X25519PrivateKey.generate()
+    epk = public_bytes(e.public_key())
+    return [epk + ChaCha20Poly1305(_key(exchange(e, pk), epk, pk, info)).encrypt(_ZERO_NONCE, pt, info)
+            for pk, pt in zip(recipient_publics, plaintexts)]
+
+
 def open_sealed(keypair: KeyPair, box: bytes, info: bytes = b"") -> bytes:
     """Open a sealed box; :class:`IntegrityError` if it is not for this key, tampered, or bound to other ``info``."""
     if len(box) < SEAL_OVERHEAD:

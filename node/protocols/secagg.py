@@ -67,7 +67,7 @@ import numpy as np
 from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
-from node.crypto.sealed import open_sealed, seal
+from node.crypto.sealed import open_sealed, seal_many
 from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
@@ -262,14 +262,15 @@ class SecAggMachine(Protocol):
             peers = sorted(self.members)
             s_sh = split(self.mkp.private_bytes(), [v + 1 for v in peers], self.t)
             b_sh = split(self.b, [v + 1 for v in peers], self.t)
-            parts = []
+            others, plains = [], []
             for v, ss, bs in zip(peers, s_sh, b_sh):
                 if v == me:
                     self.held[me] = (ss, bs)
-                    continue
-                ct = seal(self.directory.public(v), _U32.pack(me) + _U32.pack(v) + ss.encode() + bs.encode(),
-                          self.context + b"|shares")
-                parts.append(_U32.pack(v) + _U32.pack(len(ct)) + ct)
+                else:
+                    others.append(v)
+                    plains.append(_U32.pack(me) + _U32.pack(v) + ss.encode() + bs.encode())
+            cts = seal_many([self.directory.public(v) for v in others], plains, self.context + b"|shares")
+            parts = [_U32.pack(v) + _U32.pack(len(ct)) + ct for v, ct in zip(others, cts)]
             self.phase = "advertised"
             acts += self._send(self.p.leader, bytes([ADV]) + self.mkp.public + _commit(self.b) + _U16.pack(len(parts))
                                + b"".join(parts))

@@ -228,3 +228,23 @@ def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
     ok = RunSpec(protocol="secagg-sum", task="sum", graph="complete:16", steps=1, seed=1, budget=Budget(10.0, 1e-5),
                  sigma=1.0, protocol_params={"threshold": 10, "mask_degree": 8, "bits": 32, "frac_bits": 16})
     assert project_secagg(ok, 0).accept
+
+
+def test_seal_many_boxes_open_only_for_their_recipient():
+    """Share transport seals to every other member with one ephemeral key: each box opens with the
+    ordinary open_sealed for its recipient only, and a repeated recipient (nonce reuse) is refused."""
+    from node.crypto.errors import IntegrityError
+    from node.crypto.keys import KeyPair
+    from node.crypto.sealed import open_sealed, seal_many
+
+    keys = [KeyPair.generate() for _ in range(4)]
+    boxes = seal_many([k.public for k in keys], [bytes([i]) * 40 for i in range(4)], b"ctx")
+    assert len({b[:32] for b in boxes}) == 1 and len({b[32:] for b in boxes}) == 4
+    for i, k in enumerate(keys):
+        assert open_sealed(k, boxes[i], b"ctx") == bytes([i]) * 40
+        with pytest.raises(IntegrityError):
+            open_sealed(k, boxes[(i + 1) % 4], b"ctx")
+        with pytest.raises(IntegrityError):
+            open_sealed(k, boxes[i], b"other")
+    with pytest.raises(ValueError, match="distinct"):
+        seal_many([keys[0].public, keys[0].public], [b"a", b"b"])
