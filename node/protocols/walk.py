@@ -36,6 +36,10 @@ class WalkOptions:
     ``progress_every``: emit a ``step`` metric every that many steps (0 = never).
     ``snapshot_every``: emit the model itself as a ``model`` metric (simulation traces only; a
     released model is an extra observation not covered by the walk's accounting, spec E.1).
+    ``prefetch_noise``: draw the next visit's noise while the token is away (a zero-delay timer
+    after each handoff; same draws, same models — see :meth:`RWDPSGD.on_timer`).  On for networked
+    runs, where it takes the draw off a hop's critical path; off in the simulator, where it would
+    only add events.
     """
 
     reliable: bool = True
@@ -45,6 +49,7 @@ class WalkOptions:
     pause_retry: float = 1.0
     progress_every: int = 0
     snapshot_every: int = 0
+    prefetch_noise: bool = False
 
     def __post_init__(self) -> None:
         if self.on_peer_down not in ON_PEER_DOWN:

@@ -61,7 +61,7 @@ def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOpti
     total = spec.total_steps()
     every = progress_every if progress_every is not None else max(1, total // 200)
     return WalkOptions(reliable=True, ack_timeout=2.0, max_retries=3, on_peer_down=spec.on_peer_down,
-                       pause_retry=1.0, progress_every=every)
+                       pause_retry=1.0, progress_every=every, prefetch_noise=True)
 
 
 class RunService:

@@ -89,3 +89,17 @@ def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_pa
         assert reopened.spent(t, delta=1e-5).entries == charged
     for led in (quiet, loud, reopened):
         led.close()
+
+
+def test_prefetched_noise_gives_the_same_models_and_ledgers():
+    """Networked runs draw the next visit's noise while the token is away: the same draws, so the same run."""
+    tasks = synthetic_tasks(8, d=3, seed=4)
+    for protocol, cap in (("rw-dpsgd", 6), ("local-dp-sgd", 6), ("rw-dpsgd", None)):
+        runs = [rw_run("hypercube:3", tasks, seed=9, steps=120, cap=cap, protocol=protocol, prefetch_noise=pf)[0]
+                for pf in (False, True)]
+        assert all(r.status == "finished" for r in runs)
+        assert np.array_equal(runs[0].model, runs[1].model), protocol
+        assert np.array_equal(runs[0].visits(), runs[1].visits())
+        assert {v: [(e.step, e.kind) for e in led] for v, led in runs[0].ledgers.items()} == \
+            {v: [(e.step, e.kind) for e in led] for v, led in runs[1].ledgers.items()}
+        assert runs[1].events > runs[0].events  # the prefetch timers did run
