@@ -132,11 +132,11 @@ class RWDPSGD(WalkMachine):
         result; the new model is a fresh array, so ``x`` (held for a retransmission) is untouched.
         """
         buf = self._eta
-        if self._eta_ready:
+        if self._eta_ready:  # drawn and scaled while the token was away
             self._eta_ready = False
         else:
             self.ctx.rng.standard_normal(out=buf)
-        buf *= self.noise_std
+            buf *= self.noise_std
         if grad is not None:
             buf += grad
         buf *= self.p.step_size
@@ -167,6 +167,7 @@ class RWDPSGD(WalkMachine):
         if name == _PREFETCH:
             if not self._eta_ready and not self.finished:
                 self.ctx.rng.standard_normal(out=self._eta)
+                self._eta *= self.noise_std  # the same product the visit would form
                 self._eta_ready = True
             return []
         return super().on_timer(name)
