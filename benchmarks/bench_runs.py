@@ -5,6 +5,10 @@ simulator's RW DP-SGD steps per second at n = 2048.
 * token hop: one step of RW DP-SGD that leaves the node — the machine's update (fresh noise of the
   model's size), encoding, a mutual-TLS Deliver to the next holder, its validation and the
   acknowledgement back, plus the ledger charge; measured as hops / (finish − start) of a run.
+  Since issue 4 a networked node draws (and scales) its next noise while the token is away and
+  hashes a received token for replay detection only after it has moved on, so neither is on the
+  hop's critical path; the charge stays durable before the token leaves (one SQLite transaction
+  per visit, as before).
 * bare hop: the network's own ``ping_neighbors`` control command sending one envelope of the same
   size to one neighbour and waiting for its DeliveryAck (sequential, mean over repetitions).
 
