@@ -168,7 +168,7 @@ class SecureNeighbourhood:
             return self.m._secure_drained()  # noqa: SLF001
         t, leader = (int(x) for x in name[1:].split("."))
         sub = self.subs.get((t, leader))
-        if sub is None or sub.finished:
+        if sub is None:  # (never test ``finished`` here: a leader's member half sets it before the sum is done)
             return []
         return self._run(t, leader, sub, TimerFired("secagg-round"))
 

@@ -7,7 +7,8 @@ seeds) within the fixed-point bound and the recorded schedules are the same; the
 decision say the aggregate view was used; the persistent ledgers hold the aggregate-view projection,
 which is below the plain-gossip projection of the same spec; no message was refused.  A second run
 with seeded dropouts (30 % per node and round) finishes with the simulator's schedule and settles on
-the realised schedule with the aggregate view.
+the realised schedule with the aggregate view.  A third run loses a node mid-run (stopped): the
+others finish (their sums drop it, SecAgg recovers or aborts), and its neighbours declare it gone.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
     values = [rng.random(D) for _ in range(N)]
     sp = spec("muffliato", GRAPH, T, 31, timeout=5.0, view="aggregate")
     sp2 = spec("muffliato", GRAPH, 4, 32, timeout=5.0, view="aggregate", dropout=0.3)
+    sp3 = spec("muffliato", GRAPH, 6, 33, timeout=1.0, give_up_after=2, view="aggregate")
+    gone = 1  # a middle node of the 2×3 grid: three neighbours
 
     async def go():
         async with local_net.network(tmp_path, GRAPH, N, values=values, base_ip=230) as net:
@@ -51,9 +54,15 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
             await net.wait(lambda: all(net.driver(v, run2).state == "finished" for v in range(N)), 90,
                            what="secure gossip run with dropouts to finish")
             settled = await settle_run(net.client, run2, ids)
-            return out, {v: net.driver(v, run2) for v in range(N)}, settled
+            run3 = await net.client.start_run(sp3)
+            await net.wait(lambda: net.driver(gone, run3).machine.t >= 2, 60, what="node 1 to reach round 2")
+            await next(nd for nd in net.nodes if nd.identity.vertex == gone).stop(grace=0.0)
+            alive = [v for v in range(N) if v != gone]
+            await net.wait(lambda: all(net.driver(v, run3).state == "finished" for v in alive), 90,
+                           what="the live nodes to finish without node 1")
+            return out, {v: net.driver(v, run2) for v in range(N)}, settled, {v: net.driver(v, run3) for v in alive}
 
-    (ids, drivers, ledgers), drivers2, settled = asyncio.run(go())
+    (ids, drivers, ledgers), drivers2, settled, drivers3 = asyncio.run(go())
     res, ms = simulate(sp, values)
     assert res.status == "finished"
     srec = sim_records(ms)
@@ -86,3 +95,12 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
         np.testing.assert_allclose(d.model, res2.models[v], rtol=0, atol=4 * 4 * FixedPoint(24).error_bound(1))
     assert all("error" not in s and s["view"] == "aggregate" and s["bound"] == "certified"
                for s in settled.values()), settled
+
+    # a node stopped mid-run: no hang; its neighbours declared it gone and stopped using it
+    W3 = transition_matrix(GRAPH)
+    for v, d in drivers3.items():
+        assert d.model is not None and np.all(np.isfinite(d.model))
+        if W3[v, gone] > 0:
+            assert gone in d.finish_result["gone"], d.finish_result
+            last = schedule_records(d.engine_entries)[-1]
+            assert str(gone) not in last["row"] and last["secure"]["status"] in ("released", "alone", "aborted")
