@@ -202,7 +202,7 @@ def test_aggregate_view_leaks_less_than_neighbourhood_view_audit():
     assert mu_hat < 0.95 * np.sqrt(S_nb[src, obs])  # and clearly less than the plain view's LDP level
 
 
-@pytest.mark.parametrize("after", [ADV, MASKED])
+@pytest.mark.parametrize("after", [ADV, MASKED], ids=["after-advertising", "after-masked-input"])
 def test_member_crash_mid_sum_is_recovered(after):
     """Crash after advertising (its pairwise masks are removed with shares of its mask key: not in the row)
     or after its masked input left (its self mask is rebuilt from the others' shares: in the row)."""
