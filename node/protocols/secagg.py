@@ -362,7 +362,9 @@ class SecAggMachine(Protocol):
             for u in D:
                 parts.append(_U32.pack(u) + bytes([_S]) + self.held[u][0].encode())
             self.phase = "unmasked"
-            if not self.p.broadcast:
+            if not self.p.broadcast and me != self.p.leader:
+                # a plain member's part ends here; a leader that is also a member is finished only when it
+                # releases or aborts (its straggler timer must keep running until then)
                 self.finished = True
             return self._send(self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts))
         raise MalformedMessage(f"unexpected message kind {kind}")
