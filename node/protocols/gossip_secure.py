@@ -40,8 +40,8 @@ are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
 a stochastic ``W_t`` the errors do not amplify, so a node's final value is within
 ``T·max_k·2^-(f+1)`` of the plain run on the same schedule.
 
-**Cost.**  Per round and node: one SecAgg round led (4 leader round trips: keys, shares, masked
-inputs, unmask) and ``|H_i|`` joined as a member; each member seals ``|M|−1`` share envelopes
+**Cost.**  Per round and node: one SecAgg round led (3 leader round trips: keys with sealed shares,
+masked inputs, unmask) and ``|H_i|`` joined as a member; each member seals ``|M|−1`` share envelopes
 (X25519 + AEAD) and expands ``|M|−1`` pairwise ChaCha20 mask streams of the model's dimension.
 
 Threat model: SecAgg's honest-but-curious leader and members; a colluding neighbour set of the
@@ -168,7 +168,7 @@ class SecureNeighbourhood:
             return self.m._secure_drained()  # noqa: SLF001
         t, leader = (int(x) for x in name[1:].split("."))
         sub = self.subs.get((t, leader))
-        if sub is None:  # (never test ``finished`` here: a leader's member half sets it before the sum is done)
+        if sub is None:  # (the sub-protocol is gone once it finished)
             return []
         return self._run(t, leader, sub, TimerFired("secagg-round"))
 
@@ -229,7 +229,7 @@ class SecureNeighbourhood:
             else:
                 out.append(a)
         # a member is done once its unmask shares left (no broadcast); the leader (also a member of its own
-        # sum, whose member half sets ``finished`` early) only at its Finish
+        # sum) only at its Finish
         if done is not None or (leader != me and sub.finished):
             if self.subs.get((t, leader)) is sub:
                 del self.subs[(t, leader)]
