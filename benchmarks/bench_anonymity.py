@@ -123,8 +123,8 @@ def _secagg(members: int, d: int, dropouts: int) -> dict:
         ms, _ = build_round(vecs, p, members + 1, run_seed=2)
         cpu = _timed_machines(ms)
         sim = Simulator(ms, latency=1e-3)
-        for v in range(dropouts):  # vanish after sharing their mask keys, before the masked input
-            sim.kill(3 + 4 * v, 0.0015)
+        for v in range(dropouts):  # gone before their masked input (with its shares) leaves: in D
+            sim.kill(3 + 4 * v, 0.0)
         t0 = time.perf_counter()
         res = sim.run()
         wall = time.perf_counter() - t0

@@ -22,10 +22,10 @@ leader over the same mutual-TLS links at the same moment, each acknowledged, and
   floats (< 1 ms) being negligible.  No dropouts here: a separate process cannot be made to vanish at
   a chosen protocol step without a test hook in the node.
 * **One process** (:mod:`node.runs.local_net`): all 16 nodes in one event loop — the members'
-  masking is serialised, so this is pessimistic for the secure sum; here three members are made to
-  vanish at the masked-input step (their run handler drops the key list), so the leader waits
-  one ``round_timeout`` (a parameter, 1 s — every phase has it, and shorter ones abort runs
-  under load on the shared host) before recovering their masks from Shamir shares.  Reported: the
+  masking is serialised, so this is pessimistic for the secure sum; here three members never get
+  their masked input out (their node's send drops it, as if they crashed right before), so the
+  leader waits one ``round_timeout`` (a parameter, 1 s — both phases have it, and shorter ones
+  abort runs under load on the shared host) before recovering their masks from Shamir shares.  Reported: the
   wall time, and the wall time minus the leader's *idle* wait (from the last masked input's arrival
   to the unmask request's) — not minus the whole timeout, since work still in flight (deliveries,
   ledger charges) overlaps the wait.
@@ -99,16 +99,21 @@ async def _plain_sum_inproc(net, values) -> float:
     return time.perf_counter() - t0
 
 
-def _vanish(net, vertex: int, run_id: str, kind: int) -> None:
-    svc = net.svc_by_vertex[vertex]
-    inner = svc.handle
+def _mute(net, vertex: int, run_id: str, kind: int):
+    """``vertex``'s node never gets its round messages of ``kind`` out (a wrapper of the node's own send,
+    as if it crashed right before); returns the node and its original send, to restore."""
+    from node.runs.service import RUN_PROTOCOL
 
-    def handle(envelope):
-        if envelope.run_id == run_id and envelope.payload[:1] == bytes([kind]):
-            return None  # this member never sends its masked input
-        return inner(envelope)
+    node = next(nd for nd in net.nodes if nd.identity.vertex == vertex)
+    send = node.send
 
-    svc.handle = handle  # type: ignore[method-assign]
+    async def muted(to, payload, *, protocol, **kw):
+        if protocol == RUN_PROTOCOL and kw.get("run_id") == run_id and payload[:1] == bytes([kind]):
+            raise ConnectionError("muted by the benchmark")
+        return await send(to, payload, protocol=protocol, **kw)
+
+    node.send = muted  # type: ignore[method-assign]
+    return node, send
 
 
 def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
@@ -127,11 +132,10 @@ def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
 
 
 async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ()) -> tuple[float, dict]:
-    from node.protocols.secagg import KEYS, MASKED, UNMASK_REQ
+    from node.protocols.secagg import MASKED, UNMASK_REQ
 
     originals = {v: svc.handle for v, svc in net.svc_by_vertex.items()}  # restored after the run
-    for v in dropouts:
-        _vanish(net, v, spec.run_id, KEYS)
+    sends = [_mute(net, v, spec.run_id, MASKED) for v in dropouts]  # their masked input never gets out
     seen = _clock(net, spec.run_id)
     run_id = await net.client.start_run(spec)
     lead = net.driver(0, run_id)
@@ -143,6 +147,8 @@ async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ())
     await net.client.watch(run_id, progress=False, timeout=30)
     for v, h in originals.items():
         net.svc_by_vertex[v].handle = h  # type: ignore[method-assign]
+    for node, send in sends:
+        node.send = send  # type: ignore[method-assign]
     res = lead.finish_result
     if res["status"] != "released":  # a phase outlived round_timeout on the loaded host: the caller retries
         return float("inf"), res

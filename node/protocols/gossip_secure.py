@@ -40,9 +40,10 @@ are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
 a stochastic ``W_t`` the errors do not amplify, so a node's final value is within
 ``T·max_k·2^-(f+1)`` of the plain run on the same schedule.
 
-**Cost.**  Per round and node: one SecAgg round led (3 leader round trips: keys with sealed shares,
-masked inputs, unmask) and ``|H_i|`` joined as a member; each member seals ``|M|−1`` share envelopes
-(X25519 + AEAD) and expands ``|M|−1`` pairwise ChaCha20 mask streams of the model's dimension.
+**Cost.**  Per round and node: one SecAgg round led (2 leader round trips: masked inputs with sealed
+shares, unmask) and ``|H_i|`` joined as a member; each member agrees ``|M|−1`` pairwise seeds from the
+long-term share-transport keys, seals ``|M|−1`` share envelopes (X25519 + AEAD) and expands ``|M|−1``
+pairwise AES-128-CTR mask streams of the model's dimension.
 
 Threat model: SecAgg's honest-but-curious leader and members; a colluding neighbour set of the
 leader can of course subtract its own inputs (the accountant's view is per single observer).

@@ -3,30 +3,53 @@
 A group (a node's closed neighbourhood in gossip, or any set of nodes) sums its vectors so that
 the aggregating node — the *leader*, which relays all messages (members of a neighbourhood need
 not be neighbours of one another) and may itself be a member — learns only the sum, and members
-learn only the sum if it is broadcast.  Three leader round trips, each closed by "everyone answered"
+learn only the sum if it is broadcast.  Two leader round trips, each closed by "everyone answered"
 or a timeout:
 
-1. **advertise and share** (one message): member u sends a fresh per-round X25519 mask key
-   ``pk_u``, a commitment (SHA-256) to a fresh self-mask seed ``b_u``, and Shamir shares of ``b_u``
-   and of its mask secret key ``sk_u`` (threshold t, :mod:`node.crypto.shamir`) for *every other
-   member*, each pair sealed to the recipient's long-term share-transport key
-   (:func:`~node.crypto.sealed.seal`).  Bonawitz et al. spend a round before the shares because they
-   encrypt them under keys agreed from the advertised ones; the share-transport keys here come from
-   the bootstrap directory (a PKI), so the shares need not wait for the key list.  U1 = U2 = members
-   whose message came; fewer than ``threshold`` → abort (nobody has masked: no ledger entry
-   anywhere).  The leader sends each member of U1 the key list and the shares sealed to it.
-2. **masked input**: ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)∩U2} ±PRG(s_uv)`` mod 2^k
-   (:mod:`node.crypto.masks`; + if u < v), N(u) = u's neighbours in the *masking graph* on U1
-   (complete by default).  U3 = members whose input came; D = U2 \\ U3 dropped.
-3. **unmask**: each member of U3 reveals its share of ``b_u`` for u ∈ U3 and of ``sk_u`` for
-   u ∈ D — never both for one u (a member answers one unmask request only, and checks
-   ``D = U2 \\ U3``, ``|U3| ≥ t``).  The leader reconstructs, checks every secret against its
-   commitment / public key (finding and reporting members whose shares are inconsistent), removes
-   the self masks and the dropped members' pairwise masks, and decodes the sum.
+1. **masked input with its shares** (member → leader, one message, sent at start):
+   ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`node.crypto.masks`;
+   + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
+   The pairwise seed comes from the members' **long-term** share-transport X25519 keys of the
+   bootstrap directory: ``s_uv = HKDF(X25519(sk_u, pk_v), info = run_id ‖ round_id ‖ leader ‖ (u, v))``
+   (:func:`~node.crypto.masks.pairwise_seed`) — fresh per round by construction, so revealing one
+   round's ``s_uv`` tells nothing about another round's.  With ``y_u`` go SHA-256 commitments to the
+   fresh self-mask seed ``b_u`` and to each ``s_uv``, and, for every other member w, Shamir shares
+   (threshold t, :mod:`node.crypto.shamir`) of ``b_u`` and of every ``s_uv``, sealed to w's long-term
+   key (:func:`~node.crypto.sealed.seal_many`).  U3 = members whose whole message arrived (input and
+   shares are taken together or not at all); D = members \\ U3.  ``|U3| < t`` → abort.
+2. **unmask** (leader → each survivor → leader): the leader sends survivor v the sets (U3, D) and the
+   share envelopes sealed to v by the other members of U3.  v checks ``D = members \\ U3``,
+   ``|U3| ≥ t``, answers at most one unmask request, and reveals its shares of ``b_w`` for w ∈ U3
+   and of ``s_ud`` for u ∈ U3 and u's masking neighbours d ∈ D — never a share of a dropped
+   member's ``b``.  The leader reconstructs each secret, checks it against its dealer's commitment
+   (finding members whose shares are inconsistent), removes the self masks and the masks the
+   survivors shared with dropped members, and decodes the sum.
+
+Dropouts: a member whose first message never came is in D (its pairwise masks in the survivors'
+inputs are removed with the survivors' shares of those seeds); a member that sent it and vanished
+is in U3 (its ``b_u`` *and* its seeds with dropped members are rebuilt from t shares — which is why
+every member shares its pairwise seeds: a survivor that goes silent in trip 2 cannot reveal its
+``s_ud`` itself, and ``s_ud`` is also known only to d).
+
+Why it stays secure (SecAgg's double-masking argument, unchanged): the input of a member declared
+dropped — should it arrive late or be kept by the leader — stays hidden behind ``PRG(b_u)``, whose
+shares are never revealed for a dropped member (and each survivor answers one unmask request).  For
+a survivor u the leader learns ``b_u`` and the seeds with *dropped* neighbours, never the seeds u
+shares with other survivors, so the survivors' masks still cancel only in their total: an
+honest-but-curious leader learns only the sum of the survivors' inputs.  The seeds are bound to
+(run, round, leader, pair), so a revealed seed opens nothing else, and revealed seed shares are
+checked against the dealer's commitment (a lying holder is found, as for ``b`` shares).  What is
+lost against per-round mask keys is forward secrecy of the pairwise masks: a leader that keeps its
+transcripts and *later* obtains u's long-term private key can recompute u's seeds and, with the
+``b_u`` it rebuilt, u's past inputs; the share-transport keys are therefore per key epoch (rotate
+them to bound this).  The price of dropping the advertise round is accounting: a member's masked input leaves at start,
+so a networked member charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a
+round that aborts below the threshold leaves that (conservative) charge at each member whose input
+left, although nothing was released and the leader records no release.
 
 Any round below the threshold aborts cleanly: ``Finish(model=None, status="aborted")``, an ABORT
-to the members, and **no ledger entry**.  On release the leader writes one ledger entry per
-contributor (view ``"aggregate"``: the observer sees only the sum, ``S = e_iᵀ``).
+to the members, and no release.  On release the leader writes one ledger entry per contributor
+(view ``"aggregate"``: the observer sees only the sum, ``S = e_iᵀ``).
 
 Bad input — a masked input of the wrong length, a message from a non-member or out of phase, a
 duplicate, shares that do not open or are inconsistent — is a typed, counted Fault; the offender
@@ -34,8 +57,8 @@ is treated as dropped where that keeps the sum exact, otherwise the round aborts
 Fixed-point error bound: see :mod:`node.crypto.masks` (``n·2^-(f+1)`` per entry).
 
 Sparse masking (``mask_degree = k``, the SecAgg+ idea of Bell et al. CCS 2020): each member masks
-with only its k neighbours in the Harary graph ``H_{k,|U1|}`` on the advertisers in id order (public,
-same for everyone), which costs k keystreams instead of |U1|−1.  SecAgg+ draws a random k-regular
+with only its k neighbours in the Harary graph ``H_{k,n}`` on the members in id order (public,
+same for everyone), which costs k keystreams instead of n−1.  SecAgg+ draws a random k-regular
 graph and gets a w.h.p. guarantee; the Harary graph is deterministic and exactly k-vertex-connected,
 which gives a plain statement: the leader learns the inputs of the surviving honest members only
 through their sum as long as the members it removes from the graph — the dropped ones (at most
@@ -43,15 +66,17 @@ through their sum as long as the members it removes from the graph — the dropp
 fewer than k.  So ``k ≥ n − t + 1`` is required (refused otherwise) and the round tolerates
 ``c = min(t − 1, k − 1 − (n − t))`` colluding members (:meth:`SecAggParams.collusion_tolerance`);
 the complete graph (default) tolerates ``t − 1``, as plain SecAgg does (t colluders would hold t
-shares of every secret).  Shamir shares still go to every member, so dropout recovery is
-unchanged.
+shares of every secret).  Shamir shares of ``b_u`` still go to every member, so dropout recovery
+is unchanged.
 
 Threat model: an honest-but-curious leader and members (SecAgg's semi-honest setting); a
 threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Feldman VSS): a member
 that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
 on the holders of the bad shares; recovery stays exact whenever ``t`` consistent shares remain.
-Randomness for keys, seeds and shares is the OS CSPRNG; the DP noise (``noise_std``) comes from
-the node's run generator like every other machine.
+A leader that sends different survivor sets to different members is outside this model (SecAgg's
+malicious variant adds a consistency round for it).  Randomness for the self-mask seeds and shares
+is the OS CSPRNG; the DP noise (``noise_std``) comes from the node's run generator like every other
+machine.
 """
 from __future__ import annotations
 
@@ -75,11 +100,12 @@ from node.engine.protocol import NodeContext, Protocol
 from node.protocols.onion import VIEWS
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
-# 0x63 / 0x64 were the separate share / forwarded-share messages of the four-round version
-ADV, KEYS, MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x61, 0x62, 0x65, 0x66, 0x67, 0x68, 0x69
+# 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the
+# separate share messages of the four-round one: retired, never reused
+MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x65, 0x66, 0x67, 0x68, 0x69
 _TIMER = "secagg-round"
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
-_B, _S = 0, 1  # which secret a revealed share belongs to
+_B, _S = 0, 1  # which secret a revealed share belongs to: a self-mask seed b_u, a pairwise seed s_uv
 
 
 @dataclass(frozen=True)
@@ -208,27 +234,24 @@ class SecAggMachine(Protocol):
             if vector is None or np.asarray(vector).shape != (p.dim,):
                 raise ValueError(f"member {ctx.node} needs an input vector of shape ({p.dim},)")
             self.x = np.asarray(vector, dtype=np.float64)
-        self.key = share_key
+        self.key = share_key  # long-term: seals the shares and agrees the pairwise seeds
         self.directory = directory
-        self.context = ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big")
+        self.context = ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big") + p.leader.to_bytes(4, "big")
         self.t = p.threshold
         self.members = frozenset(p.members)
+        self.graph = mask_graph(p.members, p.mask_degree)  # public: every node computes the same graph
         # member state
         self.phase = "idle"
-        self.mkp: KeyPair | None = None
-        self.pks: dict[int, bytes] = {}
-        self.U2: list[int] = []
-        self.held: dict[int, tuple[Share, Share]] = {}  # owner -> (share of sk, share of b)
+        self.input_sent = False  # the masked input (and the shares) left: the networked wrapper charges then
+        self.held: dict[int, tuple[Share, dict[int, Share]]] = {}  # dealer -> (share of b, {peer: share of s})
         self.result: np.ndarray | None = None
         # leader state
         self.lphase = "idle"
-        self.adv: dict[int, bytes] = {}
         self.commits: dict[int, bytes] = {}
+        self.pair_commits: dict[int, dict[int, bytes]] = {}
         self.cts: dict[int, dict[int, bytes]] = {}
         self.masked: dict[int, np.ndarray] = {}
-        self.reveals: dict[int, dict[tuple[int, int], Share]] = {}
-        self.lU1: list[int] = []
-        self.lU2: list[int] = []
+        self.reveals: dict[int, dict[tuple[int, int, int], Share]] = {}
         self.lU3: list[int] = []
         self.lD: list[int] = []
         self.offenders: set[int] = set()
@@ -246,35 +269,54 @@ class SecAggMachine(Protocol):
     def on_start(self) -> list[Action]:
         acts: list[Action] = []
         if self.is_leader:
-            self.lphase = "adv"
+            self.lphase = "collect"
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
         if self.is_member:
             if self.p.noise_std > 0:
                 self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
             try:
-                self.enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)  # range-checked once
+                enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)  # range-checked once
             except ValueError as exc:
                 self.phase = "out"
                 return acts + [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
-            self.mkp = KeyPair.generate()
-            self.b = os.urandom(32)
-            me = self.ctx.node
-            peers = sorted(self.members)
-            s_sh = split(self.mkp.private_bytes(), [v + 1 for v in peers], self.t)
-            b_sh = split(self.b, [v + 1 for v in peers], self.t)
-            others, plains = [], []
-            for v, ss, bs in zip(peers, s_sh, b_sh):
-                if v == me:
-                    self.held[me] = (ss, bs)
-                else:
-                    others.append(v)
-                    plains.append(_U32.pack(me) + _U32.pack(v) + ss.encode() + bs.encode())
-            cts = seal_many([self.directory.public(v) for v in others], plains, self.context + b"|shares")
-            parts = [_U32.pack(v) + _U32.pack(len(ct)) + ct for v, ct in zip(others, cts)]
-            self.phase = "advertised"
-            acts += self._send(self.p.leader, bytes([ADV]) + self.mkp.public + _commit(self.b) + _U16.pack(len(parts))
-                               + b"".join(parts))
+            msg = self._trip_one(enc)
+            self.phase = "masked"
+            self.input_sent = True
+            acts += self._send(self.p.leader, msg)
         return acts
+
+    def _trip_one(self, enc: np.ndarray) -> bytes:
+        """The member's only unsolicited message: masked input, commitments, and sealed shares.
+
+        ``y = enc(x) + PRG(b) + Σ_{v∈N(u)} ±PRG(s_uv)`` (+ if u < v), with ``s_uv`` agreed from the
+        long-term keys; every other member gets (sealed) a Shamir share of ``b`` and of each ``s_uv``."""
+        me = self.ctx.node
+        b = os.urandom(32)
+        nbrs = sorted(self.graph[me])
+        seeds = {v: pairwise_seed(self.key, self.directory.public(v), me, v, self.context) for v in nbrs}
+        y = enc  # a fresh array from encode(): masked in place
+        add_masks(y, [(b, 1)], self.context + b"|self")
+        add_masks(y, ((seeds[v], 1 if me < v else -1) for v in nbrs), self.context + b"|pair")
+        y = self.fp.reduce(y).astype(self.fp.dtype, copy=False)
+        peers = sorted(self.members)
+        xs = [v + 1 for v in peers]
+        b_sh = split(b, xs, self.t)
+        s_sh = {v: split(seeds[v], xs, self.t) for v in nbrs}
+        others, plains = [], []
+        for i, w in enumerate(peers):
+            mine = (b_sh[i], {v: s_sh[v][i] for v in nbrs})
+            if w == me:
+                self.held[me] = mine
+                continue
+            others.append(w)
+            plains.append(_U32.pack(me) + _U32.pack(w) + b_sh[i].encode() + _U16.pack(len(nbrs))
+                          + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs))
+        cts = seal_many([self.directory.public(w) for w in others], plains, self.context + b"|shares")
+        head = (_commit(b"b", b) + _U16.pack(len(nbrs)) + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
+                + _U16.pack(len(others)) + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts)))
+        off = -(-(_HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
+        return (bytes([MASKED]) + _U32.pack(self.p.dim) + _U32.pack(off) + head + bytes(off - _HEAD - len(head))
+                + y.tobytes())
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
         return self._receive(src, payload)
@@ -283,13 +325,13 @@ class SecAggMachine(Protocol):
         if not data:
             raise MalformedMessage("empty secure-summation message")
         kind = data[0]
-        if kind in (ADV, MASKED, UNMASK):
+        if kind in (MASKED, UNMASK):
             if not self.is_leader:
                 raise UnexpectedSender(f"node {self.ctx.node} is not this round's leader")
             if src not in self.members:
                 raise UnexpectedSender(f"secure-summation input from node {src}, which is not a member")
             return self._leader(src, kind, data)
-        if kind in (KEYS, UNMASK_REQ, RESULT, ABORT):
+        if kind in (UNMASK_REQ, RESULT, ABORT):
             if not self.is_member:
                 raise UnexpectedSender(f"node {self.ctx.node} is not a member of this round")
             if src != self.p.leader:
@@ -318,49 +360,27 @@ class SecAggMachine(Protocol):
             self.phase = "done"
             self.finished = True
             return [Finish(me, self.p.round_id, s, {"status": "released", "role": "member"})]
-        if kind == KEYS:
-            if self.phase != "advertised":
-                raise ReplayedMessage(f"key list again (phase {self.phase})")
-            pks = {}
-            for _ in range(r.u16()):
-                v = r.u32()
-                pks[v] = r.take(32)
-            if not set(pks) <= self.members or me not in pks or pks[me] != self.mkp.public:
-                raise MalformedMessage("key list names non-members or misses this member's key")
-            if len(pks) < self.t:
-                raise MalformedMessage(f"key list of {len(pks)} members is below the threshold {self.t}")
-            got: dict[int, tuple[Share, Share]] = {}
-            for _ in range(r.u16()):
-                u = r.u32()
-                ct = r.take(r.u32())
-                if u not in pks or u == me or u in got:
-                    raise MalformedMessage(f"shares from node {u}, which is not on the key list (or twice)")
-                plain = open_sealed(self.key, ct, self.context + b"|shares")  # IntegrityError if not for me
-                if len(plain) != 8 + 2 * SHARE_LEN or _U32.unpack_from(plain, 0)[0] != u or _U32.unpack_from(plain, 4)[0] != me:
-                    raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
-                got[u] = (Share.decode(plain[8 : 8 + SHARE_LEN]), Share.decode(plain[8 + SHARE_LEN :]))
-            r.end()
-            if set(got) != set(pks) - {me}:
-                raise MalformedMessage(f"shares from {sorted(got)}, expected every other member on the key list")
-            self.pks = pks
-            self.held.update(got)
-            self.U2 = sorted(pks)
-            y = self._masked_input()
-            self.phase = "masked"
-            return self._send(self.p.leader, bytes([MASKED]) + _U32.pack(self.p.dim) + y.tobytes())
         if kind == UNMASK_REQ:
             if self.phase != "masked":
                 raise ReplayedMessage(f"second unmask request (phase {self.phase}): refused")
             U3, D = r.ids(), r.ids()
-            r.end()
-            s3, sd, s2 = set(U3), set(D), set(self.U2)
-            if not s3 <= s2 or me not in s3 or sd != s2 - s3 or len(U3) < self.t:
+            s3, sd = set(U3), set(D)
+            if not s3 <= self.members or me not in s3 or sd != self.members - s3 or len(U3) < self.t:
                 raise MalformedMessage("unmask request with inconsistent survivor/dropout sets or below threshold")
-            parts = []
-            for u in U3:
-                parts.append(_U32.pack(u) + bytes([_B]) + self.held[u][1].encode())
-            for u in D:
-                parts.append(_U32.pack(u) + bytes([_S]) + self.held[u][0].encode())
+            got: dict[int, tuple[Share, dict[int, Share]]] = {}
+            for _ in range(r.u16()):
+                u = r.u32()
+                ct = r.take(r.u32())
+                if u not in s3 or u == me or u in got:
+                    raise MalformedMessage(f"shares from node {u}, which is not a survivor (or twice)")
+                got[u] = self._open_shares(u, ct)
+            r.end()
+            if set(got) != s3 - {me}:
+                raise MalformedMessage(f"shares from {sorted(got)}, expected every other survivor")
+            held = {**got, me: self.held[me]}
+            parts = [_U32.pack(w) + bytes([_B]) + held[w][0].encode() for w in U3]
+            parts += [_U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d].encode()
+                      for u in U3 for d in D if d in self.graph[u]]
             self.phase = "unmasked"
             if not self.p.broadcast and me != self.p.leader:
                 # a plain member's part ends here; a leader that is also a member is finished only when it
@@ -369,61 +389,81 @@ class SecAggMachine(Protocol):
             return self._send(self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts))
         raise MalformedMessage(f"unexpected message kind {kind}")
 
-    def _masked_input(self) -> np.ndarray:
-        """``enc(x) + PRG(b) ± PRG(s_uv)`` for the masking-graph neighbours that shared keys, in machine
-        words (little-endian uint32/uint64, ready for the wire)."""
+    def _open_shares(self, u: int, ct: bytes) -> tuple[Share, dict[int, Share]]:
+        """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``."""
         me = self.ctx.node
-        y = self.enc.copy()
-        add_masks(y, [(self.b, 1)], self.context + b"|self")
-        nbrs = mask_graph(sorted(self.pks), self.p.mask_degree)[me]
-        add_masks(y, ((pairwise_seed(self.mkp, self.pks[v], me, v, self.context), 1 if me < v else -1)
-                      for v in self.U2 if v in nbrs), self.context + b"|pair")
-        return self.fp.reduce(y).astype(self.fp.dtype, copy=False)
+        plain = open_sealed(self.key, ct, self.context + b"|shares")  # IntegrityError if not for me
+        nb = sorted(self.graph[u])
+        if (len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN) or _U32.unpack_from(plain, 0)[0] != u
+                or _U32.unpack_from(plain, 4)[0] != me or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)):
+            raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
+        b = Share.decode(plain[8 : 8 + SHARE_LEN])
+        seeds: dict[int, Share] = {}
+        o = 10 + SHARE_LEN
+        for v in nb:
+            if _U32.unpack_from(plain, o)[0] != v:
+                raise IntegrityError(f"share envelope from {u} names pairwise seeds for the wrong neighbours")
+            seeds[v] = Share.decode(plain[o + 4 : o + 4 + SHARE_LEN])
+            o += 4 + SHARE_LEN
+        return b, seeds
 
     # leader -------------------------------------------------------------------------------------
 
     def _leader(self, src: int, kind: int, data: bytes) -> list[Action]:
         r = _Reader(data)
-        if kind == ADV:
-            if self.lphase != "adv" or src in self.adv:
-                raise ReplayedMessage(f"mask key from {src} out of phase or twice")
-            pk, commit = r.take(32), r.take(32)
-            cts = {}
+        if kind == MASKED:
+            if self.lphase != "collect" or src in self.masked:
+                raise ReplayedMessage(f"masked input from {src} out of phase or twice")
+            dim, off = r.u32(), r.u32()
+            w = self.fp.dtype.itemsize
+            if dim != self.p.dim or off % 8 or not _HEAD <= off <= len(data) or len(data) - off != w * self.p.dim:
+                raise WrongDimension(f"masked input of {dim} entries ({len(data) - min(off, len(data))} bytes), "
+                                     f"the round sums {self.p.dim} words of {w} bytes")
+            r = _Reader(data[:off], _HEAD)
+            commit = r.take(32)
+            pair_commits: dict[int, bytes] = {}
+            for _ in range(r.u16()):
+                v = r.u32()
+                pair_commits[v] = r.take(32)
+            cts: dict[int, bytes] = {}
             for _ in range(r.u16()):
                 v = r.u32()
                 if v in cts:
                     raise MalformedMessage(f"member {src} sent two share envelopes for {v}")
                 cts[v] = r.take(r.u32())
-            r.end()
+            if off - r.o >= 8 or any(data[r.o : off]):
+                raise MalformedMessage("masked input with a malformed header padding")
             if set(cts) != self.members - {src}:
                 raise MalformedMessage(f"member {src} sent shares for {sorted(cts)}, expected every other member")
-            self.adv[src], self.commits[src], self.cts[src] = pk, commit, cts
-            return self._maybe_advance(len(self.adv) == len(self.members))
-        if kind == MASKED:
-            if self.lphase != "masked" or src in self.masked or src not in self.lU2:
-                raise ReplayedMessage(f"masked input from {src} out of phase or twice")
-            dim = r.u32()
-            w = self.fp.dtype.itemsize
-            if dim != self.p.dim or len(data) != 5 + w * self.p.dim:
-                raise WrongDimension(f"masked input of {dim} entries ({len(data) - 5} bytes), the round sums "
-                                     f"{self.p.dim} words of {w} bytes")
-            self.masked[src] = np.frombuffer(data, dtype=self.fp.dtype, offset=5)  # read-only view, summed at release
-            return self._maybe_advance(len(self.masked) == len(self.lU2))
+            if set(pair_commits) != self.graph[src]:
+                raise MalformedMessage(f"member {src} committed to pairwise seeds with {sorted(pair_commits)}, "
+                                       f"its masking-graph neighbours are {sorted(self.graph[src])}")
+            # input and shares are taken together or not at all: U3 = members whose whole message came
+            self.commits[src], self.pair_commits[src], self.cts[src] = commit, pair_commits, cts
+            self.masked[src] = np.frombuffer(data, dtype=self.fp.dtype, offset=off)  # read-only view, summed at release
+            return self._maybe_advance(len(self.masked) == len(self.members))
         if kind == UNMASK:
             if self.lphase != "unmask" or src in self.reveals or src not in self.lU3:
                 raise ReplayedMessage(f"unmask shares from {src} out of phase or twice")
-            rev: dict[tuple[int, int], Share] = {}
+            rev: dict[tuple[int, int, int], Share] = {}
             for _ in range(r.u16()):
                 owner = r.u32()
                 which = r.take(1)[0]
-                rev[(owner, which)] = Share.decode(r.take(SHARE_LEN))
+                peer = r.u32() if which == _S else -1
+                rev[(owner, which, peer)] = Share.decode(r.take(SHARE_LEN))
             r.end()
-            want = {(u, _B) for u in self.lU3} | {(u, _S) for u in self.lD}
-            if set(rev) != want:
+            if set(rev) != self._wanted():
                 raise MalformedMessage(f"member {src} revealed shares for the wrong owners")
             self.reveals[src] = rev
             return self._maybe_advance(len(self.reveals) == len(self.lU3))
         raise MalformedMessage(f"unexpected message kind {kind}")
+
+    def _wanted(self) -> set[tuple[int, int, int]]:
+        """The shares a survivor reveals: of ``b_w`` for survivors w, of ``s_ud`` for survivors u and their
+        dropped masking neighbours d (never a share of a dropped member's ``b``)."""
+        d = set(self.lD)
+        return ({(w, _B, -1) for w in self.lU3}
+                | {(u, _S, v) for u in self.lU3 for v in self.graph[u] & d})
 
     def on_timer(self, name: str) -> list[Action]:
         if name != _TIMER or not self.is_leader or self.lphase in ("done", "idle"):
@@ -436,27 +476,17 @@ class SecAggMachine(Protocol):
     def _advance(self) -> list[Action]:
         ph = self.lphase
         acts: list[Action] = []
-        if ph == "adv":
-            self.lU1 = self.lU2 = sorted(self.adv)
-            if len(self.lU1) < self.t:
-                return self._abort(f"{len(self.lU1)} members advertised keys, threshold {self.t}")
-            self.lphase = "masked"
-            keys = _U16.pack(len(self.lU1)) + b"".join(_U32.pack(v) + self.adv[v] for v in self.lU1)
-            acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            for v in self.lU1:
-                parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU1 if u != v]
-                acts += self._send(v, bytes([KEYS]) + keys + _U16.pack(len(parts)) + b"".join(parts))
-            return acts
-        if ph == "masked":
+        if ph == "collect":
             self.lU3 = sorted(self.masked)
-            self.lD = sorted(set(self.lU2) - set(self.lU3))
+            self.lD = sorted(self.members - set(self.lU3))
             if len(self.lU3) < self.t:
                 return self._abort(f"{len(self.lU3)} masked inputs arrived, threshold {self.t}")
             self.lphase = "unmask"
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            msg = bytes([UNMASK_REQ]) + _ids(self.lU3) + _ids(self.lD)
+            sets = _ids(self.lU3) + _ids(self.lD)
             for v in self.lU3:
-                acts += self._send(v, msg)
+                parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU3 if u != v]
+                acts += self._send(v, bytes([UNMASK_REQ]) + sets + _U16.pack(len(parts)) + b"".join(parts))
             return acts
         if ph == "unmask":
             if len(self.reveals) < self.t:
@@ -477,15 +507,17 @@ class SecAggMachine(Protocol):
         acts.append(Finish(self.ctx.node, self.p.round_id, None, {"status": "aborted", "reason": reason}))
         return acts
 
-    def _recover(self, owner: int, which: int) -> tuple[bytes | None, list[Action]]:
-        """Reconstruct one secret, verified against its commitment; report members with bad shares."""
+    def _recover(self, key: tuple[int, int, int]) -> tuple[bytes | None, list[Action]]:
+        """Reconstruct one secret, verified against its dealer's commitment; report members with bad shares."""
+        owner, which, peer = key
         holders = sorted(self.reveals)
-        shares = [self.reveals[h][(owner, which)] for h in holders]
+        shares = [self.reveals[h][key] for h in holders]
+        what = "self-mask seed" if which == _B else f"pairwise seed with member {peer}"
+        want = self.commits[owner] if which == _B else self.pair_commits[owner][peer]
+        tag = b"b" if which == _B else b"s"
 
         def ok(secret: bytes) -> bool:
-            if which == _B:
-                return _commit(secret) == self.commits[owner]
-            return KeyPair.from_private_bytes(secret).public == self.adv[owner]
+            return _commit(tag, secret) == want
 
         try:
             if all(consistent(shares, self.t)):
@@ -511,11 +543,10 @@ class SecAggMachine(Protocol):
                 if not g:
                     self.offenders.add(h)
                     faults.append(Fault(self.ctx.node, InconsistentShares(
-                        f"member {h} revealed a share of member {owner}'s {'seed' if which == _B else 'key'} "
-                        "that is not on the committed polynomial")))
+                        f"member {h} revealed a share of member {owner}'s {what} that is not on the committed polynomial")))
             return sec, faults
         return None, [Fault(self.ctx.node, InconsistentShares(
-            f"no {self.t} revealed shares of member {owner}'s {'seed' if which == _B else 'key'} open its commitment"))]
+            f"no {self.t} revealed shares of member {owner}'s {what} open its commitment"))]
 
     def _release(self) -> list[Action]:
         d = self.p.dim
@@ -523,21 +554,20 @@ class SecAggMachine(Protocol):
         total = np.zeros(d, dtype=self.fp.dtype)
         for u in self.lU3:
             np.add(total, self.masked[u], out=total)
-        for u in self.lU3:
-            b, f = self._recover(u, _B)
+        self_seeds, pair_seeds = [], []
+        for key in sorted(self._wanted()):
+            sec, f = self._recover(key)
             acts += f
-            if b is None:
-                return acts + self._abort(f"self-mask seed of member {u} could not be recovered")
-            add_masks(total, [(b, -1)], self.context + b"|self")
-        graph = mask_graph(self.lU1, self.p.mask_degree)
-        for v in self.lD:
-            s, f = self._recover(v, _S)
-            acts += f
-            if s is None:
-                return acts + self._abort(f"mask key of dropped member {v} could not be recovered")
-            kv = KeyPair.from_private_bytes(s)
-            add_masks(total, ((pairwise_seed(kv, self.adv[u], v, u, self.context), -1 if u < v else 1)
-                              for u in self.lU3 if u in graph[v]), self.context + b"|pair")
+            owner, which, peer = key
+            if sec is None:
+                what = "self-mask seed" if which == _B else f"pairwise seed with dropped member {peer}"
+                return acts + self._abort(f"{what} of member {owner} could not be recovered")
+            if which == _B:
+                self_seeds.append((sec, -1))
+            else:  # y_owner holds +PRG(s) if owner < peer: take it out
+                pair_seeds.append((sec, -1 if owner < peer else 1))
+        add_masks(total, self_seeds, self.context + b"|self")
+        add_masks(total, pair_seeds, self.context + b"|pair")
         result = self.fp.decode(self.fp.reduce(total))
         self.lphase = "done"
         self.finished = True
@@ -563,8 +593,12 @@ class SecAggMachine(Protocol):
         return acts
 
 
-def _commit(b: bytes) -> bytes:
-    return hashlib.sha256(b"hushnet-secagg-commit|" + b).digest()
+_HEAD = 9  # kind, dim, offset of the words
+
+
+def _commit(tag: bytes, secret: bytes) -> bytes:
+    """Hash commitment to a uniform 32-byte seed (hiding as a random oracle; binding by collision resistance)."""
+    return hashlib.sha256(b"hushnet-secagg-commit|" + tag + b"|" + secret).digest()
 
 
 def build_round(

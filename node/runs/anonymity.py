@@ -32,8 +32,11 @@ Each protocol registers, on import (``node.runs.service`` imports this module):
 Secure summation over the network is wrapped by :class:`NetworkSecAgg`: the sans-IO leader writes
 one ledger entry *per contributor*, which over the network would charge the leader's ledger for
 other nodes' data.  The wrapper instead charges each member's **own** ledger right before its
-masked input leaves (the last moment the member controls: after it, the leader can release the sum
-from the other members' shares alone), and keeps the leader's release record as a metric.
+masked input leaves — at the round's start, since the input and its shares are the member's first
+message (the last moment the member controls: after it, the leader can release the sum from the
+other members' shares alone) — and keeps the leader's release record as a metric.  A round that then
+aborts below the threshold released nothing, but the charges of the members whose input left stay
+(conservative: no node can know at start whether enough others will show up).
 """
 from __future__ import annotations
 
@@ -304,8 +307,7 @@ class NetworkSecAgg(Protocol):
                 out.append(Metric("secagg-release", int(a.node), p.round_id, self.ctx.node))
             else:
                 out.append(a)
-        if not self.charged and getattr(self.inner, "is_member", False) and self.inner.phase in ("masked", "unmasked", "done") \
-                and getattr(self.inner, "U2", None):
+        if not self.charged and getattr(self.inner, "input_sent", False):
             self.charged = True
             sens = float(p.sensitivity)
             sigma = p.noise_std / sens if sens > 0 else math.inf

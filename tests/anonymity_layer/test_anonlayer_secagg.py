@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from node.crypto.shamir import PRIME, SHARE_LEN
-from node.engine.actions import Fault
+from node.engine.actions import Fault, Send
 from node.engine.events import MessageArrived
 from node.privacy.audit import audit_muffliato
 from node.privacy.graphs import metropolis_hastings, parse_graph
@@ -13,7 +13,7 @@ from node.protocols.secagg import SecAggParams, build_round
 from node.sim.simulator import Simulator
 
 M, D = 16, 2000
-LAT = 1e-3  # one message = 1 ms of virtual time: ADV+shares arrive at 1 ms, key list at 2 ms, masked inputs at 3 ms, unmask at 5 ms
+LAT = 1e-3  # one message = 1 ms of virtual time: masked inputs + shares arrive at 1 ms, unmask requests at 2 ms, answers at 3 ms
 
 
 def _vectors(seed=0):
@@ -34,20 +34,21 @@ def _params(**kw):
     return SecAggParams(**{"members": tuple(range(M)), "leader": M, "threshold": 9, "dim": D, **kw})
 
 
-@pytest.mark.parametrize("when", [0.0015, 0.0025])
+@pytest.mark.parametrize("when", [(0.0, 0.0, 0.0), (0.0015, 0.0015, 0.0015), (0.0, 0.0, 0.0015)],
+                         ids=["before-input", "after-input", "mixed"])
 def test_sixteen_members_three_dropouts_equal_plain_sum(when):
-    """Dropouts after sharing their mask keys (recovered through Shamir shares of the mask keys) or
-    after sending the masked input (their self-mask seeds are recovered): the sum equals the plain
-    sum of the included inputs to the documented fixed-point bound n·2^-(f+1)."""
+    """Dropouts before their masked input left (their pairwise masks in the survivors' inputs are removed
+    with shares of those seeds), after it left (their self-mask seeds are rebuilt from shares), or both
+    (member 11 masked with the dropped 3 and 7 and then went silent: its seeds with them are known to no
+    one alive and are rebuilt from its own shares): the sum equals the plain sum of the included inputs
+    to the documented fixed-point bound n·2^-(f+1)."""
     dead = (3, 7, 11)
-    res, ms, vecs = _run(_params(), kill=[(v, when) for v in dead])
+    res, ms, vecs = _run(_params(), kill=list(zip(dead, when)))
     assert res.status == "finished" and not res.faults
     info = res.finish.result
     survivors = info["survivors"]
-    if when < 0.002:
-        assert info["dropped"] == list(dead) and len(survivors) == 13
-    else:
-        assert info["dropped"] == [] and len(survivors) == 16  # masked inputs arrived; unmask without them
+    early = [v for v, at in zip(dead, when) if at == 0.0]
+    assert info["dropped"] == early and survivors == sorted(set(range(M)) - set(early))
     plain = sum(vecs[v] for v in survivors)
     err = np.abs(res.model - plain).max()
     assert err <= info["error_bound"] + 1e-12 * np.abs(plain).max()
@@ -69,10 +70,10 @@ def test_leader_sees_only_masked_inputs():
     assert abs(y.astype(np.float64).mean() / 2.0**63 - 1.0) < 0.05  # uniform words have mean 2^63
 
 
-@pytest.mark.parametrize("when,phase", [(0.0, "advertised keys"), (0.0015, "masked inputs arrived")])
+@pytest.mark.parametrize("when,phase", [(0.0, "masked inputs arrived"), (0.0015, "answered the unmask request")])
 def test_below_threshold_aborts_cleanly_without_release(when, phase):
-    """Three members gone before advertising (abort at the key list) or after sharing but before
-    masking (abort at the masked inputs): no sum, no ledger entry."""
+    """Three members gone before their masked input left (abort at the inputs) or after it, before
+    unmasking (too few unmask answers): no sum, no release."""
     res, ms, _ = _run(_params(threshold=14), kill=[(v, when) for v in (1, 2, 3)])
     assert res.status == "finished"
     assert res.finish.model is None and res.finish.result["status"] == "aborted"
@@ -105,20 +106,24 @@ def test_bad_inputs_rejected_and_counted():
     ms, keys = build_round(_vectors(), p, M + 1, run_seed=2)
     L = ms[M]
     L.on_start()
-    out = L.handle(MessageArrived(99, bytes([sa.ADV]) + bytes(32)))  # a non-member
+    good = next(a.payload for a in ms[4].on_start() if isinstance(a, Send))  # member 4's real first message
+    assert good[0] == sa.MASKED
+    out = L.handle(MessageArrived(99, good))  # from a non-member
     assert [a.error.code for a in out if isinstance(a, Fault)] == ["unexpected-sender"]
-    assert [a.error.code for a in L.handle(MessageArrived(4, bytes([sa.ADV]) + bytes(31)))] == ["malformed"]
-    # the leader in the masked-input phase (U2 = all members)
-    L.lphase, L.lU2 = "masked", list(range(M))
-    wrong = bytes([sa.MASKED]) + sa._U32.pack(D - 1) + bytes(8 * (D - 1))
+    assert [a.error.code for a in L.handle(MessageArrived(4, good[:7]))] == ["malformed"]  # truncated header
+    wrong = good[:1] + sa._U32.pack(D - 1) + good[5:-8]  # claims one entry less, and is one word short
     assert [a.error.code for a in L.handle(MessageArrived(4, wrong))] == ["wrong-dimension"]
-    short = bytes([sa.MASKED]) + sa._U32.pack(D) + bytes(8 * D - 3)
-    assert [a.error.code for a in L.handle(MessageArrived(4, short))] == ["wrong-dimension"]
-    good = bytes([sa.MASKED]) + sa._U32.pack(D) + bytes(8 * D)
+    assert [a.error.code for a in L.handle(MessageArrived(4, good[:-3]))] == ["wrong-dimension"]
+    off = sa._U32.unpack_from(good, 5)[0]
+    tampered = bytearray(good)
+    assert good[off - 1] == 0  # (16 members, complete graph: the header needs padding to 8 bytes)
+    tampered[off - 1] ^= 1  # the header padding altered
+    assert [a.error.code for a in L.handle(MessageArrived(4, bytes(tampered)))] == ["malformed"]
     assert not L.handle(MessageArrived(4, good))
     assert [a.error.code for a in L.handle(MessageArrived(4, good))] == ["replay"]  # twice
     # a member only listens to its leader
-    assert [a.error.code for a in ms[2].handle(MessageArrived(5, bytes([sa.KEYS]) + sa._U16.pack(0)))] == ["unexpected-sender"]
+    req = bytes([sa.UNMASK_REQ]) + sa._ids(range(M)) + sa._ids([]) + sa._U16.pack(0)
+    assert [a.error.code for a in ms[2].handle(MessageArrived(5, req))] == ["unexpected-sender"]
 
 
 def test_inconsistent_shares_detected_and_round_still_exact(monkeypatch):
@@ -198,10 +203,10 @@ def test_mask_degree_must_survive_the_dropouts_the_threshold_allows():
 
 def test_sparse_uint32_round_three_dropouts_exact():
     """Harary masking graph of degree 8 (8 keystreams per member instead of 15) and 32-bit words
-    (f = 16): three members drop after sharing keys; the sum of the 13 survivors is exact to the
+    (f = 16): three members drop before their input leaves; the sum of the 13 survivors is exact to the
     32-bit bound, masked inputs travel as uint32 and look uniform mod 2^32."""
     p = _params(threshold=9, mask_degree=8, bits=32, frac_bits=16)
-    res, ms, vecs = _run(p, kill=[(v, 0.0015) for v in (3, 7, 11)])
+    res, ms, vecs = _run(p, kill=[(v, 0.0) for v in (3, 7, 11)])
     info = res.finish.result
     assert info["status"] == "released" and info["dropped"] == [3, 7, 11] and not res.faults
     plain = sum(vecs[v] for v in info["survivors"])

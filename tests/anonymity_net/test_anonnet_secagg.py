@@ -1,14 +1,16 @@
 """Secure summation (``secagg-sum``) over 16 real nodes (complete:16, mutual TLS on 127.0.0.x).
 
-1. Below threshold: two members never get their first message (mask key and shares) out — their
-   node drops it on the way out; threshold 15 → the round aborts at the key list, before anyone
-   masked: no sum, and no ledger entry anywhere for the run.
-2. Three members are really stopped mid-round: two after the key/share setup (their masked input
-   never arrives: their pairwise masks are removed with Shamir shares of their mask keys) and one
-   after sending its masked input (its self-mask seed is rebuilt from the others' shares).  The
-   sum over the 14 members whose masked input arrived equals the plain sum of their (noisy)
-   inputs to the fixed-point bound ``n·2^-(f+1)``; every node whose masked input left holds
-   exactly one ``aggregate`` charge, the two that never sent theirs hold none.
+1. Below threshold: two members never get their first message (masked input with its shares) out —
+   their node drops it on the way out; threshold 15 → the round aborts at the masked inputs: no
+   sum, no release record anywhere.  Every member charged its ledger once when its masked input
+   was handed to the network (the charge must precede the send, and no node can know at start
+   whether enough others will show up): conservative, and the only entries of the run.
+2. Three members drop out: two never get their masked input out (their pairwise masks in the
+   survivors' inputs are removed with shares of those seeds) and one is really stopped after its
+   masked input left (its self-mask seed and its seeds with the two are rebuilt from the others'
+   shares).  The sum over the 14 members whose masked input arrived equals the plain sum of their
+   (noisy) inputs to the fixed-point bound ``n·2^-(f+1)``; every node holds exactly one
+   ``aggregate`` charge (the two early ones: theirs was charged before the send failed).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import uvloop
 from anonnet_helpers import network
 from node.crypto.masks import FixedPoint
 from node.engine.rng import node_generator
-from node.protocols.secagg import ADV, KEYS, UNMASK_REQ
+from node.protocols.secagg import MASKED, UNMASK_REQ
 from node.runs.service import RUN_PROTOCOL
 from node.runs.spec import Budget, RunSpec
 
@@ -75,21 +77,25 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
             # ---- 1. below threshold: abort, nothing released, nothing in any ledger -----------------
             spec_a = _spec(1, threshold=15)
             for v in (4, 7):
-                _mute(net, v, spec_a.run_id, ADV)
+                _mute(net, v, spec_a.run_id, MASKED)
             run_a = await net.client.start_run(spec_a)
             lead = net.driver(0, run_a)
             await net.wait(lambda: lead.state == "finished", 60, what="the leader to abort")
             assert lead.model is None and lead.finish_result["status"] == "aborted"
-            assert "advertised keys, threshold 15" in lead.finish_result["reason"]
+            assert "14 masked inputs arrived, threshold 15" in lead.finish_result["reason"]
+            await net.wait(lambda: all(net.driver(v, run_a).state == "finished" for v in range(N)), 30,
+                           what="members to receive the abort")
             for v in range(N):
-                assert net.svc_by_vertex[v].ledger.entries(run_a) == []
+                entries = net.svc_by_vertex[v].ledger.entries(run_a)
+                assert len(entries) == 1, (v, entries)  # the conservative charge made when the input was sent
+                assert net.driver(v, run_a).model is None
                 assert not [e for e in net.driver(v, run_a).events if e.get("name") == "secagg-release"]
 
             # ---- 2. 3 members stopped mid-round: exact recovery ---------------------------------------
             spec = _spec(2, threshold=10)
             early, late = (5, 9), 13
             for v in early:
-                _vanish(net, v, spec.run_id, KEYS, stop=True)  # shared keys, never masks
+                _mute(net, v, spec.run_id, MASKED)  # the masked input never gets out
             _vanish(net, late, spec.run_id, UNMASK_REQ, stop=True)  # masked, then gone
             run_id = await net.client.start_run(spec)
             lead = net.driver(0, run_id)
@@ -110,7 +116,7 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
                            what="members to receive the broadcast sum")
             for v in range(N):
                 entries = net.svc_by_vertex[v].ledger.entries(run_id)
-                assert len(entries) == (0 if v in early else 1), (v, entries)
+                assert len(entries) == 1, (v, entries)
                 assert net.driver(v, run_id).report()["accounting_view"]["view_model"] == "aggregate"
             assert sorted(e["value"] for e in lead.events if e.get("name") == "secagg-release") == survivors
 

@@ -2,14 +2,15 @@
 
 Members 0..6 sum (leader 0, threshold 4); node 7 is in the run's graph but not a member.  One round,
 three offences, each by a different node, each with the real machine on a real node whose outgoing
-message is corrupted by a test-side wrapper (the network is never mocked):
+message is corrupted by a test-side wrapper (of the machine's or the node's own send; the network is
+never mocked):
 
 * member 2 sends a masked input of the wrong length (one word short);
 * node 7, not a member, sends a well-formed masked input of the right length to the leader;
 * member 5 reveals a share (in its unmask answer) that is not on the dealer's committed polynomial.
 
 Each is rejected at the leader with a typed, counted, logged Fault.  The offender of the wrong length
-is treated as dropped (its pairwise masks removed through Shamir shares of its mask key), the
+is treated as dropped (its pairwise masks in the others' inputs removed through shares of those seeds), the
 non-member's input is ignored, the lying share is outvoted by the commitment check; the released sum
 equals the plain sum of the survivors' (noisy) inputs to the fixed-point bound, and the ledgers hold
 exactly what left: one ``aggregate`` charge at every member whose masked input left (the wrong-length
@@ -29,8 +30,8 @@ from node.crypto.masks import FixedPoint
 from node.crypto.shamir import PRIME, SHARE_LEN
 from node.engine.rng import node_generator
 from node.net.node import DeliveryError
-from node.protocols import secagg as sa
 from node.runs.service import RUN_PROTOCOL
+from node.protocols import secagg as sa
 from node.runs.spec import Budget, RunSpec
 
 N, D, SIGMA = 8, 24, 0.25
@@ -58,6 +59,21 @@ def _corrupt_outgoing(net, vertex: int, run_id: str, when_kind: int, corrupt) ->
     svc.handle = handle  # type: ignore[method-assign]
 
 
+def _corrupt_send(net, vertex: int, run_id: str, kind: int, corrupt) -> None:
+    """``vertex``'s node sends its round messages of ``kind`` through ``corrupt(payload) -> payload``
+    (a wrapper of the node's own send: the first message leaves at start, before anything arrives)."""
+    node = next(nd for nd in net.nodes if nd.identity.vertex == vertex)
+    send = node.send
+
+    async def corrupted(to, payload, *, protocol, run_id="", **kw):
+        if protocol == RUN_PROTOCOL and run_id == target and payload[:1] == bytes([kind]):
+            payload = corrupt(payload)
+        return await send(to, payload, protocol=protocol, run_id=run_id, **kw)
+
+    target = run_id
+    node.send = corrupted  # type: ignore[method-assign]
+
+
 def _short_masked(data: bytes) -> bytes:
     return data[:-8] if data[:1] == bytes([sa.MASKED]) else data  # one 64-bit word short
 
@@ -83,7 +99,7 @@ def test_bad_inputs_over_the_network_rejected_counted_and_accounted(tmp_path: pa
                            budget=Budget(1e6, 1e-5), sigma=SIGMA, noise="public-seed",
                            protocol_params={"round_timeout": 3.0, "threshold": 4, "members": list(MEMBERS),
                                             "leader": LEADER}).with_run_id()
-            _corrupt_outgoing(net, SHORT, spec.run_id, sa.KEYS, _short_masked)
+            _corrupt_send(net, SHORT, spec.run_id, sa.MASKED, _short_masked)
             _corrupt_outgoing(net, LIAR, spec.run_id, sa.UNMASK_REQ, _lying_unmask)
             run_id = await net.client.start_run(spec)
             lead = net.driver(LEADER, run_id)

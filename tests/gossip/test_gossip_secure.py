@@ -6,8 +6,9 @@
   contain them (the check can fail);
 * the certified aggregate view (``S = e_iᵀ``) is below the neighbourhood view, and a linear attacker
   on the aggregate view achieves what the certificate says (audit);
-* a member that crashes after advertising and sharing its mask keys is recovered (SecAgg) and the round's row omits
-  it; a sum below the threshold releases nothing and the node keeps its own value.
+* a member that crashes before its masked input (with its shares) leaves is recovered (SecAgg) and the round's row
+  omits it; one that crashes after is in the row; a sum below the threshold releases nothing and the node keeps
+  its own value.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from node.protocols.gossip import KIND_JOIN, mh_weight
 from node.protocols.gossip_accounting import averaging_sensitivities, replay_averaging, schedule_from_ledgers
 from node.protocols.gossip_secure import KIND_SECAGG
 from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.protocols.secagg import ADV, MASKED
+from node.protocols.secagg import MASKED
 
 HDR = struct.Struct("<BQII")
 F = 24
@@ -60,21 +61,24 @@ class Tap(Protocol):
 
 class CrashAfter(Tap):
     """Crash-stop: the node dies right after it sends the first message matching ``when`` (rest of that
-    batch and everything later is lost), like a process killed at that instant."""
+    batch and everything later is lost), like a process killed at that instant; ``before=True``: right
+    before it, so that message is lost too."""
 
-    def __init__(self, inner: Protocol, when) -> None:
+    def __init__(self, inner: Protocol, when, before: bool = False) -> None:
         super().__init__(inner)
-        self.when, self.dead = when, False
+        self.when, self.dead, self.before = when, False, before
 
     def handle(self, event):
         if self.dead:
             return []
         out = []
         for a in super().handle(event):
-            out.append(a)
             if isinstance(a, Send) and self.when(a.payload):
                 self.dead = True
+                if not self.before:
+                    out.append(a)
                 break
+            out.append(a)
         return out
 
 
@@ -161,7 +165,8 @@ def test_received_payloads_carry_no_neighbour_value():
         for src, p in tap.seen:
             k = _secagg_kind(p)
             if k and k[1] == i and k[2] == MASKED:
-                y = np.frombuffer(p, dtype=fp.dtype, offset=HDR.size + 5)
+                off = struct.unpack_from(">I", p, HDR.size + 5)[0]  # the words follow the commitments and shares
+                y = np.frombuffer(p, dtype=fp.dtype, offset=HDR.size + off)
                 w = mh_weight(len(W[[i]].indices) - 1, len(W[[src]].indices) - 1)
                 assert not np.any(y == fp.encode(w * msgs[k[0], src], 8))
                 masked.append(y)
@@ -202,10 +207,10 @@ def test_aggregate_view_leaks_less_than_neighbourhood_view_audit():
     assert mu_hat < 0.95 * np.sqrt(S_nb[src, obs])  # and clearly less than the plain view's LDP level
 
 
-@pytest.mark.parametrize("after", [ADV, MASKED], ids=["after-advertising", "after-masked-input"])
-def test_member_crash_mid_sum_is_recovered(after):
-    """Crash after advertising (its pairwise masks are removed with shares of its mask key: not in the row)
-    or after its masked input left (its self mask is rebuilt from the others' shares: in the row)."""
+@pytest.mark.parametrize("before", [True, False], ids=["before-masked-input", "after-masked-input"])
+def test_member_crash_mid_sum_is_recovered(before):
+    """Crash before its masked input left (its pairwise masks are removed with shares of the survivors'
+    seeds: not in the row) or after (its self mask is rebuilt from the others' shares: in the row)."""
     n, T, k = 9, 3, 4  # node 4: the centre of the grid, a member of four sums
     W = gossip_matrix("grid:3x3")
     tasks, vals = value_tasks(n, d=3)
@@ -214,19 +219,19 @@ def test_member_crash_mid_sum_is_recovered(after):
 
     def sent_in_round_1(p: bytes) -> bool:
         s = _secagg_kind(p)
-        if s and s[0] == 1 and s[2] == after and s[1] != k:
+        if s and s[0] == 1 and s[2] == MASKED and s[1] != k:
             hit["leader"] = s[1]
             return True
         return False
 
-    wrapped = [CrashAfter(m, sent_in_round_1) if m.ctx.node == k else m for m in ms]
+    wrapped = [CrashAfter(m, sent_in_round_1, before) if m.ctx.node == k else m for m in ms]
     # (the kill only tells the barrier not to wait for node 4; ``until`` turns a stall into a failure, not a hang)
     r = run_gossip(wrapped, kill=[(k, 1e9)], until=100.0)
     assert r.status == "finished"
     L = hit["leader"]
     rec = ms[L].schedule[1]["secure"]
     assert rec["status"] == "released" and k in rec["members"]
-    if after == ADV:
+    if before:
         assert rec["dropped"] == [k] and k not in rec["survivors"] and k not in ms[L].schedule[1]["row"]
     else:
         assert rec["dropped"] == [] and k in rec["survivors"] and k in ms[L].schedule[1]["row"]
