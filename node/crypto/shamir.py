@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from node.crypto.errors import InconsistentShares
@@ -59,16 +60,25 @@ def split(secret: bytes, xs: Sequence[int], threshold: int) -> list[Share]:
     return out
 
 
-def _interpolate(shares: Sequence[Share], at: int) -> int:
-    total = 0
-    for i, si in enumerate(shares):
+@lru_cache(maxsize=4096)
+def _weights(xs: tuple[int, ...], at: int) -> tuple[int, ...]:
+    """Lagrange basis values ``λ_i(at)`` for the points ``xs``.  They depend on the points only, and a
+    secure-summation leader interpolates every secret of a round from the same holders' points, so
+    caching them turns each further interpolation into ``len(xs)`` multiplications (no inversions)."""
+    out = []
+    for i, xi in enumerate(xs):
         num, den = 1, 1
-        for j, sj in enumerate(shares):
+        for j, xj in enumerate(xs):
             if i != j:
-                num = num * (at - sj.x) % PRIME
-                den = den * (si.x - sj.x) % PRIME
-        total = (total + si.y * num * pow(den, -1, PRIME)) % PRIME
-    return total
+                num = num * (at - xj) % PRIME
+                den = den * (xi - xj) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return tuple(out)
+
+
+def _interpolate(shares: Sequence[Share], at: int) -> int:
+    w = _weights(tuple(s.x for s in shares), at % PRIME)
+    return sum(s.y * wi for s, wi in zip(shares, w)) % PRIME
 
 
 def combine(shares: Sequence[Share], threshold: int) -> bytes:
