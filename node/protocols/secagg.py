@@ -41,8 +41,7 @@ honest-but-curious leader learns only the sum of the survivors' inputs.  The see
 checked against the dealer's commitment (a lying holder is found, as for ``b`` shares).  What is
 lost against per-round mask keys is forward secrecy of the pairwise masks: a leader that keeps its
 transcripts and *later* obtains u's long-term private key can recompute u's seeds and, with the
-``b_u`` it rebuilt, u's past inputs; the share-transport keys are therefore per key epoch (rotate
-them to bound this).  The price of dropping the advertise round is accounting: a member's masked input leaves at start,
+``b_u`` it rebuilt, u's past inputs (rotating the long-term key bounds this).  The price of dropping the advertise round is accounting: a member's masked input leaves at start,
 so a networked member charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a
 round that aborts below the threshold leaves that (conservative) charge at each member whose input
 left, although nothing was released and the leader records no release.

@@ -126,9 +126,11 @@ def test_bad_inputs_rejected_and_counted():
     assert [a.error.code for a in ms[2].handle(MessageArrived(5, req))] == ["unexpected-sender"]
 
 
-def test_inconsistent_shares_detected_and_round_still_exact(monkeypatch):
-    """A member that reveals a wrong share is identified (counted Fault) and the sum stays exact,
-    because the remaining shares open the committed secrets."""
+@pytest.mark.parametrize("which", ["self-mask seed", "pairwise seed"])
+def test_inconsistent_shares_detected_and_round_still_exact(monkeypatch, which):
+    """A member that reveals a wrong share — of a survivor's self-mask seed, or of a survivor's pairwise
+    seed with a dropped member — is identified (counted Fault) and the sum stays exact, because the
+    remaining shares open the committed secrets."""
     p = _params()
     ms, _ = build_round(_vectors(), p, M + 1, run_seed=2)
     cheater = ms[5]
@@ -137,19 +139,25 @@ def test_inconsistent_shares_detected_and_round_still_exact(monkeypatch):
     def lying_send(dst, data):
         if data[0] == sa.UNMASK:
             b = bytearray(data)
-            off = 3 + 4 + 1  # first revealed share: kind, count, owner, which
+            # the first revealed share (kind, count, owner, which) is of a self-mask seed; the last one,
+            # with member 3 dropped, of a pairwise seed (owner, which, peer, share)
+            off = 3 + 4 + 1 if which == "self-mask seed" else len(b) - SHARE_LEN
             y = int.from_bytes(b[off + 4 : off + SHARE_LEN], "big")
             b[off + 4 : off + SHARE_LEN] = ((y + 12345) % PRIME).to_bytes(SHARE_LEN - 4, "big")
             data = bytes(b)
         return orig(dst, data)
 
     monkeypatch.setattr(cheater, "_send", lying_send)
-    res = Simulator(ms, latency=LAT).run()
-    assert res.finish.result["status"] == "released"
+    sim = Simulator(ms, latency=LAT)
+    sim.kill(3, 0.0)  # member 3's input never leaves: the survivors reveal shares of their seeds with it
+    res = sim.run()
+    assert res.finish.result["status"] == "released" and res.finish.result["dropped"] == [3]
     assert res.finish.result["offenders"] == [5]
     assert [f.error.code for f in res.faults] == ["inconsistent-shares"]
+    assert which in res.faults[0].error.args[0]
     vecs = _vectors()
-    assert np.abs(res.model - sum(vecs.values())).max() <= res.finish.result["error_bound"] + 1e-9
+    plain = sum(vecs[v] for v in range(M) if v != 3)
+    assert np.abs(res.model - plain).max() <= res.finish.result["error_bound"] + 1e-9
 
 
 def test_aggregate_view_leaks_less_than_neighbourhood_view():
