@@ -33,18 +33,19 @@ every member shares its pairwise seeds: a survivor that goes silent in trip 2 ca
 
 Why it stays secure (SecAgg's double-masking argument, unchanged): the input of a member declared
 dropped — should it arrive late or be kept by the leader — stays hidden behind ``PRG(b_u)``, whose
-shares are never revealed for a dropped member (and each survivor answers one unmask request).  For
-a survivor u the leader learns ``b_u`` and the seeds with *dropped* neighbours, never the seeds u
+shares are never revealed for a dropped member (and each survivor answers one unmask request). For a
+survivor u the leader learns ``b_u`` and the seeds with *dropped* neighbours, never the seeds u
 shares with other survivors, so the survivors' masks still cancel only in their total: an
-honest-but-curious leader learns only the sum of the survivors' inputs.  The seeds are bound to
-(run, round, leader, pair), so a revealed seed opens nothing else, and revealed seed shares are
-checked against the dealer's commitment (a lying holder is found, as for ``b`` shares).  What is
-lost against per-round mask keys is forward secrecy of the pairwise masks: a leader that keeps its
-transcripts and *later* obtains u's long-term private key can recompute u's seeds and, with the
-``b_u`` it rebuilt, u's past inputs (rotating the long-term key bounds this).  The price of dropping the advertise round is accounting: a member's masked input leaves at start,
-so a networked member charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a
-round that aborts below the threshold leaves that (conservative) charge at each member whose input
-left, although nothing was released and the leader records no release.
+honest-but-curious leader learns only the sum of the survivors' inputs. The seeds are bound to (run,
+round, leader, pair), so a revealed seed opens nothing else, and revealed seed shares are checked
+against the dealer's commitment (a lying holder is found, as for ``b`` shares). What is lost against
+per-round mask keys is forward secrecy of the pairwise masks: a leader that keeps its transcripts
+and *later* obtains u's long-term private key can recompute u's seeds and, with the ``b_u`` it
+rebuilt, u's past inputs (rotating the long-term key bounds this). The price of dropping the
+advertise round is accounting: a member's masked input leaves at start, so a networked member
+charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a round that aborts below
+the threshold leaves that (conservative) charge at each member whose input left, although nothing
+was released and the leader records no release.
 
 Any round below the threshold aborts cleanly: ``Finish(model=None, status="aborted")``, an ABORT
 to the members, and no release.  On release the leader writes one ledger entry per contributor
