@@ -93,7 +93,7 @@ from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from node.crypto.sealed import open_sealed, seal_many
-from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split
+from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split_many
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
@@ -300,8 +300,8 @@ class SecAggMachine(Protocol):
         y = self.fp.reduce(y).astype(self.fp.dtype, copy=False)
         peers = sorted(self.members)
         xs = [v + 1 for v in peers]
-        b_sh = split(b, xs, self.t)
-        s_sh = {v: split(seeds[v], xs, self.t) for v in nbrs}
+        b_sh, *s_rows = split_many([b] + [seeds[v] for v in nbrs], xs, self.t)  # one pass over the points
+        s_sh = dict(zip(nbrs, s_rows))
         others, plains = [], []
         for i, w in enumerate(peers):
             mine = (b_sh[i], {v: s_sh[v][i] for v in nbrs})

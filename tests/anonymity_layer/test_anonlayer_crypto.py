@@ -13,7 +13,7 @@ from node.crypto.masks import FixedPoint, mask_stream, pairwise_seed
 from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
 from node.crypto.replay import ReplayCache
 from node.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
-from node.crypto.shamir import Share, combine, consistent, split
+from node.crypto.shamir import PRIME, SECRET_LEN, Share, combine, consistent, split, split_many
 from node.engine.errors import ReplayedMessage
 
 R, P = 8, 600
@@ -227,6 +227,50 @@ def test_shamir_any_t_recover_and_inconsistency_detected():
     assert Share.decode(sh[0].encode()) == sh[0]
     with pytest.raises(InconsistentShares):
         Share.decode(sh[0].encode()[:-1])
+
+
+def _probably_prime(n: int) -> bool:
+    """Miller–Rabin with the first 12 prime bases and 20 random ones (error < 4^-32)."""
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    rnd = random.Random(1)
+    for a in [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37] + [rnd.randrange(2, n - 1) for _ in range(20)]:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def test_shamir_field_is_the_smallest_prime_above_every_secret():
+    assert PRIME > 1 << (8 * SECRET_LEN) and _probably_prime(PRIME)
+    assert not any(_probably_prime(c) for c in range((1 << 256) + 1, PRIME, 2))
+    top = b"\xff" * 32  # the largest secret embeds without reduction
+    assert combine(split(top, [1, 2, 3], 2)[1:], 2) == top
+
+
+def test_shamir_split_many_independent_polynomials_exact_and_checked():
+    secrets_ = [os.urandom(32) for _ in range(6)] + [bytes(32)]
+    xs = [v + 1 for v in range(12)]
+    sh = split_many(secrets_, xs, 7)
+    assert [len(s) for s in sh] == [12] * 7 and all(s.x == x for row in sh for s, x in zip(row, xs))
+    rnd = random.Random(3)
+    for k, sec in enumerate(secrets_):
+        assert combine(rnd.sample(sh[k], 7), 7) == sec and all(consistent(sh[k], 7))
+        assert consistent(sh[k][:7] + [sh[(k + 1) % 7][8]], 7)[-1] is False  # another secret's share is off this polynomial
+    # fresh randomness per secret: the zero secret's shares are not a shifted copy of another's
+    assert len({row[0].y - row[1].y for row in sh}) == len(sh)
+    # threshold 1 is the secret itself at every point; bad arguments are refused
+    assert all(s.y == int.from_bytes(secrets_[0], "big") for s in split_many(secrets_[:1], xs, 1)[0])
+    for args in (([b"short"], xs, 2), (secrets_, [1, 1, 2], 2), (secrets_, [0, 1, 2], 2), (secrets_, xs, 13)):
+        with pytest.raises(ValueError):
+            split_many(*args)
 
 
 # ---- masks -------------------------------------------------------------------------------------
