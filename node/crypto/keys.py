@@ -31,12 +31,17 @@ def exchange(private: X25519PrivateKey, peer_public: bytes) -> bytes:
         raise CryptoError(f"X25519 exchange refused: {exc}") from exc
 
 
+_STATIC_CACHE_MAX = 1 << 16  # peers whose static secret a key pair remembers (a directory's size, with room)
+
+
 @dataclass(frozen=True, eq=False)
 class KeyPair:
     """An X25519 key pair; ``public`` is the raw 32-byte encoding published in the directory."""
 
     private: X25519PrivateKey
     public: bytes
+    # static-static secrets by peer public key (see static_secret); never compared nor printed
+    _static: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def generate(cls) -> "KeyPair":
@@ -53,6 +58,23 @@ class KeyPair:
 
     def exchange(self, peer_public: bytes) -> bytes:
         return exchange(self.private, peer_public)
+
+    def static_secret(self, peer_public: bytes) -> bytes:
+        """``X25519(own long-term key, peer's long-term key)``, computed once per peer and then cached.
+
+        The static-static secret never changes while both keys live, so recomputing it every round (a
+        secure-summation member needs it for each pairwise seed and each share envelope) is wasted
+        work; callers make per-use keys from it with HKDF bound to their context.  Caching it in the
+        key object adds no exposure: whoever can read the cache can read the private key beside it,
+        and it goes with the object when the key is rotated.  Refusals (bad length, low-order peer
+        key) are raised every time, never cached."""
+        s = self._static.get(peer_public)
+        if s is None:
+            s = exchange(self.private, peer_public)
+            if len(self._static) >= _STATIC_CACHE_MAX:
+                self._static.clear()
+            self._static[bytes(peer_public)] = s
+        return s
 
 
 @dataclass(frozen=True)

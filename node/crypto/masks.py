@@ -153,7 +153,9 @@ def add_masks(acc: np.ndarray, terms: Iterable[tuple[bytes, int]], label: bytes 
 
 
 def pairwise_seed(mine: KeyPair, peer_public: bytes, u: int, v: int, context: bytes) -> bytes:
-    """The seed ``s_uv = s_vu`` both members derive from their X25519 agreement (bound to the round)."""
+    """The seed ``s_uv = s_vu`` both members derive from their X25519 agreement (bound to the round);
+    the static agreement itself is cached in the key pair (:meth:`KeyPair.static_secret`), the HKDF
+    with the round's context keeps every round's seed fresh."""
     lo, hi = (u, v) if u < v else (v, u)
     info = b"hushnet-secagg-pair|" + context + lo.to_bytes(4, "big") + hi.to_bytes(4, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(mine.exchange(peer_public))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(mine.static_secret(peer_public))

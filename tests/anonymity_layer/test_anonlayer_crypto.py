@@ -293,6 +293,24 @@ def test_fixed_point_error_bound_and_range():
     assert np.allclose(small.decode(small.reduce(v + v)), [-7.0, 4.5])
 
 
+def test_static_secret_cached_per_peer_equals_the_exchange_and_refusals_are_not_cached():
+    a, b, c = KeyPair.generate(), KeyPair.generate(), KeyPair.generate()
+    s_ab = a.static_secret(b.public)
+    assert s_ab == a.exchange(b.public) == b.static_secret(a.public) != a.static_secret(c.public)
+    assert a._static == {b.public: s_ab, c.public: a.exchange(c.public)}  # one entry per peer, reused
+    assert a.static_secret(b.public) is s_ab
+    for bad in (bytes(32), b"short"):  # low-order point, wrong length: refused each time
+        for _ in range(2):
+            with pytest.raises(CryptoError):
+                a.static_secret(bad)
+    assert len(a._static) == 2
+    # the seed from the cached secret is the HKDF of the plain exchange (the seed derivation is unchanged)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    info = b"hushnet-secagg-pair|ctx" + (3).to_bytes(4, "big") + (9).to_bytes(4, "big")
+    assert pairwise_seed(a, b.public, 9, 3, b"ctx") == HKDF(hashes.SHA256(), 32, None, info).derive(a.exchange(b.public))
+
+
 def test_pairwise_masks_cancel():
     a, b = KeyPair.generate(), KeyPair.generate()
     sab = pairwise_seed(a, b.public, 3, 9, b"ctx")
