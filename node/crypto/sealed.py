@@ -7,6 +7,14 @@ single-use) and ``info`` as associated data; output ``epk ‖ ct ‖ tag``.  The
 recipient id (the fresh ``epk`` does not identify the recipient), which is what lets a relay
 trial-open a token without learning for whom it is.
 
+Static boxes (:func:`seal_static` / :func:`open_static`) are the cheap, *non-anonymous* sibling for
+a sender that is known anyway (secure-summation share transport): the key is
+``HKDF-SHA256(X25519(sk_sender, pk_recipient) ‖ pk_sender ‖ pk_recipient)`` with the caller's
+``info``, the static-static secret cached in the key pair, so a box costs an HKDF and an AEAD and
+no X25519 at all.  They authenticate the sender too (only the two key holders can make the key).
+What they give up is forward secrecy: whoever later obtains either long-term private key opens
+every past box between the pair.
+
 Tokens (:func:`seal_token`) are two-part so that a relay's failed trial costs one X25519 and a
 32-byte AEAD, not a pass over the whole model: ``kem = seal(pk, K_c)`` (80 B) then the body under
 ``K_c`` with ``kem`` as associated data (so a body cannot be moved under another header).
@@ -14,6 +22,7 @@ Tokens (:func:`seal_token`) are two-part so that a relay's failed trial costs on
 from __future__ import annotations
 
 import hashlib
+import os
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -60,6 +69,43 @@ def seal_many(recipient_publics: list[bytes], plaintexts: list[bytes], info: byt
             for pk, pt in zip(recipient_publics, plaintexts)]
 
 
+_STATIC_SALT = b"hushnet-static-box-v1"
+NONCE_LEN = 12
+STATIC_OVERHEAD = NONCE_LEN + TAG_LEN  # 28
+
+
+def _static_key(mine: KeyPair, peer_public: bytes, sender_pk: bytes, recipient_pk: bytes, info: bytes) -> bytes:
+    shared = mine.static_secret(peer_public)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_STATIC_SALT, info=info).derive(shared + sender_pk + recipient_pk)
+
+
+def seal_static(sender: KeyPair, recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
+    """Encrypt ``plaintext`` from ``sender`` to ``recipient_public`` under their static-static key
+    (see the module doc): ``nonce ‖ ct ‖ tag``, 28 bytes of overhead, no X25519 after the first box
+    to a peer.  The key depends on the direction (sender's key first) and on ``info``, so the two
+    directions of a pair never share a key; the 96-bit nonce is random, so even a caller that seals
+    twice under the same ``info`` (a repeated round id) reuses a nonce only with probability
+    ``≈ m²/2^97`` for ``m`` boxes — no counter state to keep or lose."""
+    k = _static_key(sender, recipient_public, sender.public, recipient_public, info)
+    nonce = os.urandom(NONCE_LEN)
+    return nonce + ChaCha20Poly1305(k).encrypt(nonce, plaintext, info)
+
+
+def open_static(recipient: KeyPair, sender_public: bytes, box: bytes, info: bytes = b"") -> bytes:
+    """Open a :func:`seal_static` box from ``sender_public``; :class:`IntegrityError` if it was made by
+    another sender, for another recipient, under other ``info``, or tampered with."""
+    if len(box) < STATIC_OVERHEAD:
+        raise IntegrityError(f"static box too short ({len(box)} bytes)")
+    try:
+        k = _static_key(recipient, sender_public, sender_public, recipient.public, info)
+    except CryptoError as exc:
+        raise IntegrityError(str(exc)) from exc
+    try:
+        return ChaCha20Poly1305(k).decrypt(box[:NONCE_LEN], box[NONCE_LEN:], info)
+    except InvalidTag:
+        raise IntegrityError("static box does not open (another sender or recipient, other info, or tampered)") from None
+
+
 def open_sealed(keypair: KeyPair, box: bytes, info: bytes = b"") -> bytes:
     """Open a sealed box; :class:`IntegrityError` if it is not for this key, tampered, or bound to other ``info``."""
     if len(box) < SEAL_OVERHEAD:
@@ -81,8 +127,6 @@ def token_length(body_len: int) -> int:
 
 def seal_token(recipient_public: bytes, body: bytes, info: bytes = b"") -> bytes:
     """Two-part sealed token ``kem ‖ AEAD_{K_c}(body)``, ``len = 96 + len(body)``."""
-    import os
-
     kc = os.urandom(32)
     kem = seal(recipient_public, kc, info)
     return kem + ChaCha20Poly1305(kc).encrypt(_ZERO_NONCE, body, kem)

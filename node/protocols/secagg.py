@@ -14,8 +14,11 @@ or a timeout:
    (:func:`~node.crypto.masks.pairwise_seed`) — fresh per round by construction, so revealing one
    round's ``s_uv`` tells nothing about another round's.  With ``y_u`` go SHA-256 commitments to the
    fresh self-mask seed ``b_u`` and to each ``s_uv``, and, for every other member w, Shamir shares
-   (threshold t, :mod:`node.crypto.shamir`) of ``b_u`` and of every ``s_uv``, sealed to w's long-term
-   key (:func:`~node.crypto.sealed.seal_many`).  U3 = members whose whole message arrived (input and
+   (threshold t, :mod:`node.crypto.shamir`) of ``b_u`` and of every ``s_uv``, encrypted from u to w
+   under their static-static key (:func:`~node.crypto.sealed.seal_static`: HKDF of the cached
+   ``X25519(sk_u, pk_w)`` with both public keys in sender-first order and info = the round's context,
+   a random nonce) — no X25519 per round at all once a member has met its peers, and the envelope
+   is authenticated: the leader cannot pass off shares of its own as u's.  U3 = members whose whole message arrived (input and
    shares are taken together or not at all); D = members \\ U3.  ``|U3| < t`` → abort.
 2. **unmask** (leader → each survivor → leader): the leader sends survivor v the sets (U3, D) and the
    share envelopes sealed to v by the other members of U3.  v checks ``D = members \\ U3``,
@@ -39,9 +42,11 @@ shares with other survivors, so the survivors' masks still cancel only in their 
 honest-but-curious leader learns only the sum of the survivors' inputs. The seeds are bound to (run,
 round, leader, pair), so a revealed seed opens nothing else, and revealed seed shares are checked
 against the dealer's commitment (a lying holder is found, as for ``b`` shares). What is lost against
-per-round mask keys is forward secrecy of the pairwise masks: a leader that keeps its transcripts
-and *later* obtains u's long-term private key can recompute u's seeds and, with the ``b_u`` it
-rebuilt, u's past inputs (rotating the long-term key bounds this). The price of dropping the
+per-round mask keys (and ephemeral-key share envelopes) is forward secrecy: a leader that keeps its
+transcripts and *later* obtains u's long-term private key can recompute u's seeds, open the share
+envelopes u sent and received, and with the ``b_u`` it rebuilt, recover u's past inputs (rotating
+the long-term key bounds this).  The share envelopes add no exposure beyond the seeds' — the same
+key compromise already opens the masks. The price of dropping the
 advertise round is accounting: a member's masked input leaves at start, so a networked member
 charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a round that aborts below
 the threshold leaves that (conservative) charge at each member whose input left, although nothing
@@ -92,7 +97,7 @@ import numpy as np
 from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
-from node.crypto.sealed import open_sealed, seal_many
+from node.crypto.sealed import open_static, seal_static
 from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split_many
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
@@ -311,7 +316,8 @@ class SecAggMachine(Protocol):
             others.append(w)
             plains.append(_U32.pack(me) + _U32.pack(w) + b_sh[i].encode() + _U16.pack(len(nbrs))
                           + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs))
-        cts = seal_many([self.directory.public(w) for w in others], plains, self.context + b"|shares")
+        info = self.context + b"|shares"
+        cts = [seal_static(self.key, self.directory.public(w), pt, info) for w, pt in zip(others, plains)]
         head = (_commit(b"b", b) + _U16.pack(len(nbrs)) + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
                 + _U16.pack(len(others)) + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts)))
         off = -(-(_HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
@@ -392,7 +398,8 @@ class SecAggMachine(Protocol):
     def _open_shares(self, u: int, ct: bytes) -> tuple[Share, dict[int, Share]]:
         """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``."""
         me = self.ctx.node
-        plain = open_sealed(self.key, ct, self.context + b"|shares")  # IntegrityError if not for me
+        # IntegrityError unless u made it for me in this round
+        plain = open_static(self.key, self.directory.public(u), ct, self.context + b"|shares")
         nb = sorted(self.graph[u])
         if (len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN) or _U32.unpack_from(plain, 0)[0] != u
                 or _U32.unpack_from(plain, 4)[0] != me or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)):

@@ -243,8 +243,38 @@ def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
     assert project_secagg(ok, 0).accept
 
 
+def test_static_share_boxes_bind_sender_recipient_and_round():
+    """Share envelopes travel under the static-static key of (dealer, holder) and the round's context:
+    the holder opens its own; an envelope of another dealer relabelled, one forged by the leader (who
+    knows every public key but neither private key), one of another round, the reverse direction, or
+    a flipped bit all fail with IntegrityError; two boxes of the same content differ (random nonce)."""
+    from node.crypto.errors import IntegrityError
+    from node.crypto.sealed import STATIC_OVERHEAD, open_static, seal_static
+
+    ms, keys = build_round(_vectors(), _params(), M + 1, run_seed=2)
+    info = ms[2].context + b"|shares"
+    nb = sorted(ms[0].graph[0])
+    plain = (sa._U32.pack(0) + sa._U32.pack(2) + sa._U32.pack(3) + (1).to_bytes(SHARE_LEN - 4, "big")
+             + sa._U16.pack(len(nb)) + b"".join(sa._U32.pack(v) + sa._U32.pack(3) + (v + 1).to_bytes(SHARE_LEN - 4, "big") for v in nb))
+    box = seal_static(keys[0], keys[2].public, plain, info)
+    assert len(box) == len(plain) + STATIC_OVERHEAD and box != seal_static(keys[0], keys[2].public, plain, info)
+    b, seeds = ms[2]._open_shares(0, box)
+    assert b.y == 1 and {v: s.y for v, s in seeds.items()} == {v: v + 1 for v in nb}
+    bad = [seal_static(keys[1], keys[2].public, plain, info),  # dealer 1's box passed off as dealer 0's
+           seal_static(keys[M], keys[2].public, plain, info),  # forged by the leader
+           seal_static(keys[0], keys[2].public, plain, info + b"x"),  # another round
+           box[:-1] + bytes([box[-1] ^ 1])]
+    for ct in bad:
+        with pytest.raises(IntegrityError):
+            ms[2]._open_shares(0, ct)
+    with pytest.raises(IntegrityError):  # the reverse direction has its own key
+        open_static(keys[0], keys[2].public, box, info)
+    with pytest.raises(IntegrityError):
+        open_static(keys[2], keys[0].public, box[:STATIC_OVERHEAD - 1], info)
+
+
 def test_seal_many_boxes_open_only_for_their_recipient():
-    """Share transport seals to every other member with one ephemeral key: each box opens with the
+    """seal_many (kept for sealers with many recipients) seals with one ephemeral key: each box opens with the
     ordinary open_sealed for its recipient only, and a repeated recipient (nonce reuse) is refused."""
     from node.crypto.errors import IntegrityError
     from node.crypto.keys import KeyPair
