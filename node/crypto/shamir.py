@@ -53,6 +53,17 @@ class Share:
         return cls(x, y)
 
 
+def check_encoded(data: bytes, x: int) -> bytes:
+    """``data`` if it is a well-formed encoded share at the point ``x`` (length, point, value in the field),
+    checked without building a :class:`Share`: a secure-summation holder only forwards the shares dealt
+    to it (encoded) to the leader, who decodes those it uses, so a member checks hundreds a round."""
+    if len(data) != SHARE_LEN or data[:4] != _X.pack(x):
+        raise InconsistentShares(f"share of {len(data)} bytes or for another point, expected {SHARE_LEN} at x = {x}")
+    if data[4] and int.from_bytes(data[4:], "big") >= PRIME:  # a zero top byte is below 2^256 < PRIME
+        raise InconsistentShares("share outside the field")
+    return data
+
+
 def split(secret: bytes, xs: Sequence[int], threshold: int) -> list[Share]:
     """Shares of ``secret`` at the distinct non-zero points ``xs``; any ``threshold`` of them recover it."""
     return split_many([secret], xs, threshold)[0]

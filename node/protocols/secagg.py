@@ -98,7 +98,7 @@ from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from node.crypto.keys import KeyDirectory, KeyPair
 from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from node.crypto.sealed import open_static, seal_static
-from node.crypto.shamir import SHARE_LEN, Share, combine, consistent, split_many
+from node.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
 from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
 from node.engine.protocol import NodeContext, Protocol
@@ -248,7 +248,8 @@ class SecAggMachine(Protocol):
         # member state
         self.phase = "idle"
         self.input_sent = False  # the masked input (and the shares) left: the networked wrapper charges then
-        self.held: dict[int, tuple[Share, dict[int, Share]]] = {}  # dealer -> (share of b, {peer: share of s})
+        # dealer -> (share of b, {peer: share of s}), kept encoded: a holder only forwards them to the leader
+        self.held: dict[int, tuple[bytes, dict[int, bytes]]] = {}
         self.result: np.ndarray | None = None
         # leader state
         self.lphase = "idle"
@@ -309,9 +310,8 @@ class SecAggMachine(Protocol):
         s_sh = dict(zip(nbrs, s_rows))
         others, plains = [], []
         for i, w in enumerate(peers):
-            mine = (b_sh[i], {v: s_sh[v][i] for v in nbrs})
             if w == me:
-                self.held[me] = mine
+                self.held[me] = (b_sh[i].encode(), {v: s_sh[v][i].encode() for v in nbrs})
                 continue
             others.append(w)
             plains.append(_U32.pack(me) + _U32.pack(w) + b_sh[i].encode() + _U16.pack(len(nbrs))
@@ -373,7 +373,7 @@ class SecAggMachine(Protocol):
             s3, sd = set(U3), set(D)
             if not s3 <= self.members or me not in s3 or sd != self.members - s3 or len(U3) < self.t:
                 raise MalformedMessage("unmask request with inconsistent survivor/dropout sets or below threshold")
-            got: dict[int, tuple[Share, dict[int, Share]]] = {}
+            got: dict[int, tuple[bytes, dict[int, bytes]]] = {}
             for _ in range(r.u16()):
                 u = r.u32()
                 ct = r.take(r.u32())
@@ -384,8 +384,8 @@ class SecAggMachine(Protocol):
             if set(got) != s3 - {me}:
                 raise MalformedMessage(f"shares from {sorted(got)}, expected every other survivor")
             held = {**got, me: self.held[me]}
-            parts = [_U32.pack(w) + bytes([_B]) + held[w][0].encode() for w in U3]
-            parts += [_U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d].encode()
+            parts = [_U32.pack(w) + bytes([_B]) + held[w][0] for w in U3]
+            parts += [_U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d]
                       for u in U3 for d in D if d in self.graph[u]]
             self.phase = "unmasked"
             if not self.p.broadcast and me != self.p.leader:
@@ -395,22 +395,24 @@ class SecAggMachine(Protocol):
             return self._send(self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts))
         raise MalformedMessage(f"unexpected message kind {kind}")
 
-    def _open_shares(self, u: int, ct: bytes) -> tuple[Share, dict[int, Share]]:
-        """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``."""
+    def _open_shares(self, u: int, ct: bytes) -> tuple[bytes, dict[int, bytes]]:
+        """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``
+        (encoded, checked to be at this member's point and in the field)."""
         me = self.ctx.node
+        x = me + 1  # the dealer's share points are the member ids + 1
         # IntegrityError unless u made it for me in this round
         plain = open_static(self.key, self.directory.public(u), ct, self.context + b"|shares")
         nb = sorted(self.graph[u])
         if (len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN) or _U32.unpack_from(plain, 0)[0] != u
                 or _U32.unpack_from(plain, 4)[0] != me or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)):
             raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
-        b = Share.decode(plain[8 : 8 + SHARE_LEN])
-        seeds: dict[int, Share] = {}
+        b = check_encoded(plain[8 : 8 + SHARE_LEN], x)
+        seeds: dict[int, bytes] = {}
         o = 10 + SHARE_LEN
         for v in nb:
             if _U32.unpack_from(plain, o)[0] != v:
                 raise IntegrityError(f"share envelope from {u} names pairwise seeds for the wrong neighbours")
-            seeds[v] = Share.decode(plain[o + 4 : o + 4 + SHARE_LEN])
+            seeds[v] = check_encoded(plain[o + 4 : o + 4 + SHARE_LEN], x)
             o += 4 + SHARE_LEN
         return b, seeds
 

@@ -13,7 +13,7 @@ from node.crypto.masks import FixedPoint, mask_stream, pairwise_seed
 from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
 from node.crypto.replay import ReplayCache
 from node.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
-from node.crypto.shamir import PRIME, SECRET_LEN, Share, combine, consistent, split, split_many
+from node.crypto.shamir import PRIME, SECRET_LEN, SHARE_LEN, Share, check_encoded, combine, consistent, split, split_many
 from node.engine.errors import ReplayedMessage
 
 R, P = 8, 600
@@ -266,6 +266,13 @@ def test_shamir_split_many_independent_polynomials_exact_and_checked():
         assert consistent(sh[k][:7] + [sh[(k + 1) % 7][8]], 7)[-1] is False  # another secret's share is off this polynomial
     # fresh randomness per secret: the zero secret's shares are not a shifted copy of another's
     assert len({row[0].y - row[1].y for row in sh}) == len(sh)
+    # a holder checks its shares encoded: the point, the length and the field are enforced
+    enc = sh[0][4].encode()
+    assert check_encoded(enc, 5) is enc
+    for bad, x in ((enc, 6), (enc[:-1], 5), (enc[:4] + PRIME.to_bytes(SHARE_LEN - 4, "big"), 5)):
+        with pytest.raises(InconsistentShares):
+            check_encoded(bad, x)
+    assert check_encoded(enc[:4] + (PRIME - 1).to_bytes(SHARE_LEN - 4, "big"), 5)
     # threshold 1 is the secret itself at every point; bad arguments are refused
     assert all(s.y == int.from_bytes(secrets_[0], "big") for s in split_many(secrets_[:1], xs, 1)[0])
     for args in (([b"short"], xs, 2), (secrets_, [1, 1, 2], 2), (secrets_, [0, 1, 2], 2), (secrets_, xs, 13)):

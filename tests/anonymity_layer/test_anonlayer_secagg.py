@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from node.crypto.shamir import PRIME, SHARE_LEN
+from node.crypto.errors import InconsistentShares
+from node.crypto.shamir import PRIME, SHARE_LEN, Share
 from node.engine.actions import Fault, Send
 from node.engine.events import MessageArrived
 from node.privacy.audit import audit_muffliato
@@ -259,7 +260,10 @@ def test_static_share_boxes_bind_sender_recipient_and_round():
     box = seal_static(keys[0], keys[2].public, plain, info)
     assert len(box) == len(plain) + STATIC_OVERHEAD and box != seal_static(keys[0], keys[2].public, plain, info)
     b, seeds = ms[2]._open_shares(0, box)
-    assert b.y == 1 and {v: s.y for v, s in seeds.items()} == {v: v + 1 for v in nb}
+    assert Share.decode(b) == Share(3, 1) and {v: Share.decode(s) for v, s in seeds.items()} == {v: Share(3, v + 1) for v in nb}
+    other_point = plain.replace(sa._U32.pack(2) + sa._U32.pack(3), sa._U32.pack(2) + sa._U32.pack(4), 1)
+    with pytest.raises(InconsistentShares):  # a share dealt at another holder's point
+        ms[2]._open_shares(0, seal_static(keys[0], keys[2].public, other_point, info))
     bad = [seal_static(keys[1], keys[2].public, plain, info),  # dealer 1's box passed off as dealer 0's
            seal_static(keys[M], keys[2].public, plain, info),  # forged by the leader
            seal_static(keys[0], keys[2].public, plain, info + b"x"),  # another round
