@@ -45,8 +45,10 @@ against the dealer's commitment (a lying holder is found, as for ``b`` shares). 
 per-round mask keys (and ephemeral-key share envelopes) is forward secrecy: a leader that keeps its
 transcripts and *later* obtains u's long-term private key can recompute u's seeds, open the share
 envelopes u sent and received, and with the ``b_u`` it rebuilt, recover u's past inputs (rotating
-the long-term key bounds this).  The share envelopes add no exposure beyond the seeds' — the same
-key compromise already opens the masks. The price of dropping the
+the long-term key bounds this).  The share envelopes (static-static keys) widen this a little: u's
+stolen key also opens the envelopes u sent, hence its shares of ``b_u``, so an input of u that the
+leader kept from a round in which u was declared dropped opens too (with ephemeral-key envelopes
+that took t holders' keys). The price of dropping the
 advertise round is accounting: a member's masked input leaves at start, so a networked member
 charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a round that aborts below
 the threshold leaves that (conservative) charge at each member whose input left, although nothing
