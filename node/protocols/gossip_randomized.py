@@ -8,6 +8,8 @@ own activations in schedule order: send its value to the partner of activation t
 partner's value for t, set the average.  Both ends order their shared activations the same way, so
 this never deadlocks; a partner silent past the timeout makes the node skip that activation (a
 :class:`~node.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
+Values for activations the node has not reached yet are buffered (a partner that skipped an earlier
+activation runs ahead); a skipped activation's late value is refused as stale, never mixed in.
 Each activation is recorded in the ledger (partner, whether the value was sent, whether it was used).
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from node.engine.protocol import NodeContext, Protocol
-from node.protocols.gossip import FutureRound, GossipOptions, StaleRound, decode_round, encode_round, KIND_VALUE
+from node.protocols.gossip import GossipOptions, StaleRound, decode_round, encode_round, KIND_VALUE
 from node.tasks.base import TaskError, ValueTask
 
 __all__ = ["RandomizedMuffliato"]
@@ -51,7 +53,9 @@ class RandomizedMuffliato(Protocol):
         self.x: np.ndarray | None = None
         self.gone: set[int] = set()
         self._missed: dict[int, int] = {}
-        self._buf: dict[int, tuple[int, np.ndarray]] = {}  # partner -> (activation, value)
+        # activation -> partner's value, for activations this node has not reached yet: a partner that timed
+        # out on an earlier activation runs ahead legitimately, so several may wait (each checked, at most T)
+        self._buf: dict[int, np.ndarray] = {}
         self._seen: dict[int, int] = {}  # activation -> hash of the payload
 
     def on_start(self) -> list[Action]:
@@ -77,9 +81,8 @@ class RandomizedMuffliato(Protocol):
                 self.ptr += 1
                 continue
             acts.append(Send(p, encode_round(KIND_VALUE, t, 1, self.x)))
-            if p in self._buf and self._buf[p][0] == t:
-                _, vec = self._buf.pop(p)
-                return acts + self._average(t, p, vec)
+            if t in self._buf:
+                return acts + self._average(t, p, self._buf.pop(t))
             acts.append(SetTimer(f"P{t}", self.opt.timeout))
             return acts
         self.finished = True
@@ -112,10 +115,8 @@ class RandomizedMuffliato(Protocol):
         if t < cur:
             raise StaleRound(f"activation {t} already closed at node {self.ctx.node} (now at {cur}); value not used")
         if t > cur:
-            if src in self._buf:
-                raise FutureRound(f"node {src} sent activation {t} while activation {self._buf[src][0]} is pending")
             self._seen[t] = hash(payload)
-            self._buf[src] = (t, vec)
+            self._buf[t] = vec
             return []
         self._seen[t] = hash(payload)
         return self._average(t, src, vec)

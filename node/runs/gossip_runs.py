@@ -69,7 +69,9 @@ from node.protocols.onion import VIEWS as ANON_VIEWS
 from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, _best_order_dp
 
 #: gossip protocols a networked node runs
-NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream")
+NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized")
+#: the one protocol whose rounds are pairwise activations, not synchronous rounds of W
+PAIRWISE = "muffliato-randomized"
 #: network round defaults: a neighbour silent this long (seconds, heartbeats reset it) is dropped for the round
 NET_TIMEOUT = 2.0
 NET_GIVE_UP = 3
@@ -96,6 +98,12 @@ def gossip_params(spec: RunSpec) -> dict[str, Any]:
     if spec.protocol == "muffliato-gd":
         out.update(steps=int(spec.steps), step_size=float(spec.step_size), K=int(pp.get("K", 1)),
                    chebyshev=bool(pp.get("chebyshev", False)))
+        if pp.get("graph", "fixed") == "er-per-step":  # public: every node draws the same step graphs
+            out.update(graph="er-per-step", graph_seed=int(pp.get("graph_seed", spec.seed)))
+            if "q" in pp:
+                out["q"] = float(pp["q"])
+    elif spec.protocol == PAIRWISE:  # T ticks of the public activation schedule, seeded by the run
+        out.update(rounds=int(pp.get("rounds", spec.steps)), schedule_seed=int(pp.get("schedule_seed", spec.seed)))
     else:
         out["rounds"] = int(pp.get("rounds", spec.steps))
         if spec.protocol == "gossip-stream":
@@ -135,13 +143,121 @@ def resolved(spec: RunSpec, W, sensitivity: float = 1.0) -> dict[str, Any]:
 
 
 def public_schedule(W, rounds: int) -> RealisedSchedule:
-    """The schedule of a run where every node is up every round: ``W_t = W``, every edge carries a value."""
-    Wc = sp.csr_matrix(W, dtype=float)
-    n = Wc.shape[0]
-    A = Wc.tocoo()
-    sent = [(int(i), int(j)) for i, j in zip(A.row, A.col) if i != j]
-    return RealisedSchedule(n, [Wc] * rounds, [sent] * rounds, np.ones((rounds, n), bool), np.ones((rounds, n), bool),
+    """The schedule of a run where every node is up every round: ``W_t = W``, every edge carries a value.
+    ``W`` may be a list of per-round matrices (fresh Erdős–Rényi graphs per step)."""
+    Ws = [sp.csr_matrix(Wt, dtype=float) for Wt in W] if isinstance(W, (list, tuple)) else \
+        [sp.csr_matrix(W, dtype=float)] * rounds
+    if len(Ws) != rounds:
+        raise ValueError(f"{len(Ws)} round matrices for {rounds} rounds")
+    n = Ws[0].shape[0]
+    sent = []
+    for k, Wt in enumerate(Ws):
+        if k and Wt is Ws[k - 1]:
+            sent.append(sent[-1])
+            continue
+        A = Wt.tocoo()
+        sent.append([(int(i), int(j)) for i, j in zip(A.row, A.col) if i != j])
+    return RealisedSchedule(n, Ws, sent, np.ones((rounds, n), bool), np.ones((rounds, n), bool),
                             np.zeros(rounds, dtype=np.int64))
+
+
+def fresh_er(spec: RunSpec) -> bool:
+    """Does the spec ask for a fresh public Erdős–Rényi graph per gradient step ([M] Fig. 1c)?"""
+    return spec.protocol == "muffliato-gd" and spec.protocol_params.get("graph", "fixed") == "er-per-step"
+
+
+def topology(spec: RunSpec, W):
+    """The round topology the machines use: the network's links, or the step's ER graph (a subgraph of a
+    complete network) — who a node may have sent its value to in round t."""
+    from node.protocols.gossip import ERPerStep, FixedTopology
+
+    if fresh_er(spec):
+        p = resolved(spec, W)
+        n = W.shape[0]
+        return ERPerStep(n, float(p.get("q", math.log(n) / n)), int(p.get("graph_seed", 0)), [int(k) for k in p["ks"]])
+    return FixedTopology(W)
+
+
+def round_matrices(spec: RunSpec, W) -> Any:
+    """Public ``W_t`` of every round: ``W`` itself, or the Metropolis–Hastings matrix of each step's ER graph
+    (what both ends of a round rebuild from the announced degrees when nobody drops out)."""
+    if not fresh_er(spec):
+        return W
+    from node.protocols.gossip_sim import mh_matrix
+
+    topo = topology(spec, W)
+    per_step = [mh_matrix(topo.graph(r)) for r in range(len(topo.ks))]
+    return [per_step[r] for r, k in enumerate(topo.ks) for _ in range(k)]
+
+
+# ---- randomized Muffliato: the pairwise activation schedule -------------------------------------
+
+
+def activation_schedule(spec: RunSpec, W) -> np.ndarray:
+    """(T, 2) the public activations of the network's own edges (``[-1, -1]`` = idle tick)."""
+    return np.asarray(resolved(spec, W)["schedule"], dtype=np.int64)
+
+
+def public_activations(sched: np.ndarray) -> dict[int, dict[int, dict[str, Any]]]:
+    """The records of a run where every activation happened on both ends (``rec[t][node]``)."""
+    rec: dict[int, dict[int, dict[str, Any]]] = {}
+    for t, (a, b) in enumerate(np.asarray(sched, dtype=np.int64)):
+        if a >= 0:
+            rec[t] = {int(a): {"partner": int(b), "used": True, "sent": True},
+                      int(b): {"partner": int(a), "used": True, "sent": True}}
+    return rec
+
+
+def realised_activations(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], W
+                         ) -> tuple[dict[int, dict[int, dict[str, Any]]], dict[int, int]]:
+    """The activations the settlement accounts, from every node's records, completed in the SAFE direction.
+
+    A node's durable records are a prefix of its activations (its value of activation t leaves before
+    t's record, that of its next activation only after).  So a node whose records stop at its activation
+    c may have sent its value at c (assumed sent) and sent nothing later; and a value the partner used
+    was sent, whatever the sender's records say.  Extra messages only enlarge views: never under-counted.
+    Returns ``rec[t][node]`` and ``{vertex: first unrecorded activation}`` of the completed nodes.
+    """
+    sched = activation_schedule(spec, W)
+    T = len(sched)
+    rec: dict[int, dict[int, dict[str, Any]]] = {}
+    completed: dict[int, int] = {}
+    for v, recs in records.items():
+        v = int(v)
+        mine = [(int(t), int(sched[t, 1] if sched[t, 0] == v else sched[t, 0]))
+                for t in np.flatnonzero((sched[:, 0] == v) | (sched[:, 1] == v))]
+        if len(recs) > len(mine):
+            raise ValueError(f"node {v} recorded {len(recs)} activations, the public schedule gives it {len(mine)}")
+        for (t, p), r in zip(mine, sorted(recs, key=lambda r: int(r["round"]))):
+            if int(r["round"]) != t or int(r["partner"]) != p:
+                raise ValueError(f"node {v}'s records are not a prefix of its public activations "
+                                 f"(activation {t} is with node {p}, recorded {r['round']} with {r['partner']})")
+            rec.setdefault(t, {})[v] = {"partner": p, "used": bool(r["used"]), "sent": bool(r["sent"])}
+        if len(recs) < len(mine):
+            t, p = mine[len(recs)]
+            rec.setdefault(t, {})[v] = {"partner": p, "used": False, "sent": True}
+            completed[v] = t
+    for t, ends in rec.items():
+        for v, r in list(ends.items()):
+            if r["used"]:
+                p = r["partner"]
+                ends.setdefault(p, {"partner": v, "used": False, "sent": True})["sent"] = True
+    for t in rec:
+        if t >= T:
+            raise ValueError(f"activation {t} outside 0..{T - 1}")
+    return rec, completed
+
+
+def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
+    """(1, n) certified ``Δ²(vertex → v)/Δ²`` of randomized Muffliato: the exact projection of observer
+    v's view (every value it received, its own noise known) on the activations ``rec`` (default: public)."""
+    from node.protocols.gossip_accounting import pairwise_sensitivities
+
+    sched = activation_schedule(spec, W)
+    rec = public_activations(sched) if rec is None else rec
+    row = pairwise_sensitivities(rec, len(sched), W.shape[0])[vertex].copy()
+    row[vertex] = 0.0
+    return row[None, :]
 
 
 def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
@@ -175,11 +291,13 @@ def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedu
     sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1)`` unless M ≥ 0 —
     valid for vector models (the scalar vertex enumeration is not), one phase.
     """
+    if spec.protocol == PAIRWISE:
+        return pairwise_row(spec, vertex, W, sched)
     view = view_of(spec)
     phases, gammas = round_plan(spec, W)
     T = max(max(ph) for ph in phases) + 1
     if sched is None:
-        sched = public_schedule(W, T)
+        sched = public_schedule(round_matrices(spec, W), T)
     if sched.rounds != T:
         raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
     n = sched.n
@@ -225,17 +343,22 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
     """(n,) the paper's unit-free ``Δ²(vertex → v)/Δ²`` on the public schedule (0 toward itself).
 
     Muffliato: [M] Thm 1 (:func:`node.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
-    does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step, summed over steps.
-    Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
+    does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step (on the
+    step's graph), summed over steps.  Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the
+    aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
     ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
     """
     from node.privacy.muffliato import thm1_from_source
+    from node.protocols.gossip_sim import mh_matrix
 
     Wc = sp.csr_matrix(W, dtype=float)
     n = Wc.shape[0]
     p = resolved(spec, Wc)
     if spec.protocol == "muffliato":
         out = thm1_from_source(Wc, vertex, int(p["rounds"]))
+    elif spec.protocol == "muffliato-gd" and fresh_er(spec):  # Thm 1 on each step's own ER graph
+        topo = topology(spec, Wc)
+        out = sum(thm1_from_source(mh_matrix(topo.graph(r)), vertex, int(k)) for r, k in enumerate(p["ks"]))
     elif spec.protocol == "muffliato-gd":
         eig = np.linalg.eigh(Wc.toarray())
         out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
@@ -271,6 +394,8 @@ def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] |
     row[sens <= 0] = 0.0
     row[vertex] = 0.0
     label = PAPER_LABELS[spec.protocol]
+    if fresh_er(spec):
+        label += "; fresh Erdős–Rényi graph per step: Theorem 1 on each step's public graph"
     if view_of(spec) == "aggregate":
         label += ("; aggregate view: [K] Thm 15 with m = 1" if spec.protocol == "gossip-stream" else
                   "; aggregate view: [M] has no such view, its neighbourhood value is shown")
@@ -297,11 +422,29 @@ def check_network_spec(spec: RunSpec) -> str | None:
     if spec.protocol not in NET_GOSSIP:
         return (f"{spec.protocol} is simulator-only (its activations or graphs are not the network's links); "
                 f"networked gossip protocols: {', '.join(NET_GOSSIP)}")
-    if pp.get("graph", "fixed") != "fixed":
-        return "fresh random graphs per step/round are simulator-only: the network's links are the spec's graph"
+    graph = pp.get("graph", "fixed")
+    if graph != "fixed":
+        if not fresh_er(spec):
+            return (f"graph {graph!r} is simulator-only over the network: only Muffliato-GD may draw a fresh "
+                    "Erdős–Rényi graph per step ('er-per-step'), on a complete network topology")
+        from node.protocols.registry import transition_matrix
+
+        try:
+            A = sp.csr_matrix(transition_matrix(spec.graph, spec.weights))
+        except (ValueError, KeyError) as exc:
+            return f"graph {spec.graph!r}: {exc}"
+        n = A.shape[0]
+        A.setdiag(0.0)
+        A.eliminate_zeros()
+        if A.nnz != n * (n - 1):
+            return (f"fresh Erdős–Rényi graphs per step: needs a complete network topology (complete:{n}): ER edges "
+                    f"outside the network's links ({spec.graph} has {A.nnz // 2} of {n * (n - 1) // 2} edges)")
     view = view_of(spec)
     if view not in ("neighbourhood", "aggregate"):
         return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
+    if view == "aggregate" and spec.protocol == PAIRWISE:
+        return ("randomized Muffliato exchanges single values between two nodes: there is no neighbourhood sum to "
+                "secure, so only the 'neighbourhood' view applies")
     if view == "aggregate" and "frac_bits" in pp and not (isinstance(pp["frac_bits"], int)
                                                           and 8 <= pp["frac_bits"] <= 40):
         return "frac_bits (fixed-point fraction bits of the secure sums) must be an integer in 8..40"
@@ -326,8 +469,10 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     if why:
         return _refuse(spec, why)
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
-    if spec.protocol in ("gossip-stream", "muffliato-gd"):
-        T = int(resolved(spec, W)["rounds"]) if spec.protocol == "gossip-stream" else int(spec.steps)
+    if spec.protocol in ("gossip-stream", "muffliato-gd", PAIRWISE):
+        T = int(resolved(spec, W)["rounds"]) if spec.protocol != "muffliato-gd" else int(spec.steps)
+        if spec.protocol == PAIRWISE:
+            T //= 8  # the pairwise replay is (activations × n), a few rows per activation
         if T * W.shape[0] > STREAM_MAX_CELLS:
             return _refuse(spec, f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
                                  f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})")
@@ -341,8 +486,9 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     row[slope <= 0] = 0.0
     det = {"N_u": 1.0, "phases": int(sens.shape[0]), "sensitivity_sq": sens.sum(axis=0).tolist(),
            "accounting_view": accounting_view(spec),
-           "notes": ["certified exact loss on the public schedule (no dropouts); the ledger is settled on the "
-                     "realised schedule after the run (top-up, never refund)"]}
+           "notes": [f"certified exact loss on the public {'activation ' if spec.protocol == PAIRWISE else ''}"
+                     "schedule (no dropouts); the ledger is settled on the realised schedule after the run "
+                     "(top-up, never refund)"]}
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
         return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
@@ -441,7 +587,11 @@ def schedule_records(entries: Iterable[EngineEntry]) -> list[dict[str, Any]]:
     """The node's ``schedule`` records (JSON-able: row keys are strings on the wire)."""
     out = []
     for e in entries:
-        if e.kind == "schedule":
+        if e.kind == "schedule" and "partner" in e.detail:  # randomized Muffliato: one pairwise activation
+            d = dict(e.detail)
+            out.append({"round": int(d["round"]), "partner": int(d["partner"]), "used": bool(d["used"]),
+                        "sent": bool(d["sent"])})
+        elif e.kind == "schedule":
             d = dict(e.detail)
             out.append({"round": int(d["round"]), "up": bool(d["up"]), "self": float(d["self"]),
                         "row": {str(k): float(v) for k, v in d["row"].items()},
@@ -468,12 +618,13 @@ def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]],
     from node.protocols.registry import transition_matrix
 
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    if spec.protocol == PAIRWISE:  # the activations instead of rounds (same contract)
+        return realised_activations(spec, records, W)  # type: ignore[return-value]
     phases, _ = round_plan(spec, W)
     T = max(max(ph) for ph in phases) + 1
     sched = realised_schedule(records, n, T)
-    Wc = sp.csr_matrix(W)
-    completed = complete_crashed(sched, records.keys(),
-                                 lambda v, t: Wc.indices[Wc.indptr[v]:Wc.indptr[v + 1]])
+    topo = topology(spec, W)  # a crashed node may have sent to its neighbours of that round's graph
+    completed = complete_crashed(sched, records.keys(), topo.neighbours)
     return sched, completed
 
 
@@ -495,6 +646,10 @@ def _missing_records(recs: Mapping[int, list[dict[str, Any]]]) -> list[int]:
     up).  A vertex present with fewer rounds (even none) gave its durable prefix: it is completed safely."""
     referenced: set[int] = set()
     for r in (r for rs in recs.values() for r in rs):
+        if "partner" in r:  # an activation: the partner's value was used
+            if r["used"]:
+                referenced.add(int(r["partner"]))
+            continue
         referenced.update(int(j) for j in r["row"])
         referenced.update(int(j) for j in r["sent_value"])
     return sorted(v for v in referenced if v not in recs)
@@ -718,7 +873,8 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["NET_GOSSIP", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",
+__all__ = ["NET_GOSSIP", "PAIRWISE", "fresh_er", "topology", "round_matrices", "activation_schedule",
+           "public_activations", "realised_activations", "pairwise_row", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",
            "rdp_curves", "project_gossip", "accounting_view", "check_network_spec", "GossipCost", "gossip_cost",
            "build_gossip", "schedule_records", "realised_schedule", "settled_schedule", "realised_curves", "settle",
            "settle_recovered", "settle_run", "gossip_journal", "PAPER_LABELS", "paper_sensitivities", "paper_gossip",

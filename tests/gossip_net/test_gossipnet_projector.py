@@ -73,8 +73,10 @@ def test_refusals_name_the_reason() -> None:
     W = transition_matrix("ring:8")
     cases = [
         (spec("muffliato", "ring:8", 4, 1, view="aggregate", frac_bits=60), "frac_bits"),
-        (spec("muffliato-randomized", "ring:8", 4, 1), "simulator-only"),
+        (spec("muffliato-randomized", "ring:8", 4, 1, view="aggregate"), "no neighbourhood sum"),
         (replace(spec("muffliato-gd", "ring:8", 2, 1, task="logreg"), protocol_params={"graph": "er-per-step"}),
+         "needs a complete network topology"),
+        (replace(spec("muffliato", "ring:8", 2, 1), protocol_params={"graph": "er-per-round", "q": 0.5}),
          "simulator-only"),
         (spec("muffliato", "ring:8", 4, 1, sigma=0.0), "sigma > 0"),
         (spec("muffliato", "ring:8", 4, 1, epsilon=0.5), "over budget"),
