@@ -40,8 +40,29 @@ releases nothing: that node keeps its own value for the round and its schedule r
 Fixed-point error of a released sum of k terms: ``k·2^-(f+1)`` per entry (``f = frac_bits``,
 default 24), at most ``T·max k·2^-(f+1)`` on a final model after T rounds.
 
-Randomized Muffliato (pairwise activations) and fresh Erdős–Rényi graphs per step are simulator
-protocols here: the network path refuses them with a reason (their topology is not the network's).
+**Randomized Muffliato** ([M] Alg. 2, ``muffliato-randomized``): the spec's graph is the network's
+topology, and the activations are a seeded *public* schedule of its edges
+(:func:`node.privacy.muffliato.randomized_schedule` on the public W, ``p_e = 2W_e/n``, seed
+``protocol_params.schedule_seed``, default the run seed), so every node knows when each of its links is
+active.  An activation of {i, j} is one pairwise exchange over that link; a node handles its
+activations in schedule order, buffers values for later ones, and skips an activation whose partner
+stays silent past the timeout (recorded on its end as not used; after ``give_up_after`` misses the
+partner is gone).  Projection and cost: the certified pairwise accountant
+(:func:`~node.protocols.gossip_accounting.pairwise_sensitivities`, exact projection of each observer's
+received values) on the public schedule, charged at the noisy input; settlement on the realised
+activations, with the same safe completion as the rounds (a node whose records stop is assumed to have
+sent at its next activation; a value a partner used was sent).  Only the neighbourhood view: a pair
+exchange has no neighbourhood sum to secure.  A partner that is itself waiting on a dead node looks
+silent too, so a crash can cascade into skipped activations between live nodes — recorded, and
+accounted like any skip.
+
+**Fresh Erdős–Rényi graph per step** (Muffliato-GD, ``protocol_params.graph = "er-per-step"``, ``q``,
+``graph_seed`` default the run seed; [M] Fig. 1c): every ER edge must be a network link, so it is
+allowed exactly on a complete topology (``complete:N``) and refused otherwise.  Each node draws the same
+public step graphs; the rounds of step r run on graph r; the projection is the exact joint-view
+accountant on the per-round Metropolis–Hastings matrices of the step graphs, and a crashed node is
+completed toward its neighbours of that step's graph.  Other per-round graphs (``er-per-round``) stay
+simulator-only.
 """
 from __future__ import annotations
 
@@ -282,14 +303,16 @@ def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
     return [list(range(T))], [np.ones(T)]
 
 
-def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | None = None) -> np.ndarray:
+def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None = None) -> np.ndarray:
     """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
 
     Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
     Muffliato-GD and streaming gossip: the whole run as one linear-Gaussian view (the state carries
     earlier noise into later steps/rounds, so per-step values must NOT be composed) with [K] Thm 12's box
     sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1)`` unless M ≥ 0 —
-    valid for vector models (the scalar vertex enumeration is not), one phase.
+    valid for vector models (the scalar vertex enumeration is not), one phase.  Fresh ER graphs per step:
+    the same, on each round's step graph.  Randomized Muffliato: :func:`pairwise_row` (``sched`` is then
+    the activation records ``rec[t][node]``).
     """
     if spec.protocol == PAIRWISE:
         return pairwise_row(spec, vertex, W, sched)
