@@ -93,7 +93,11 @@ class FixedPoint:
         return signed.astype(np.float64) / 2.0**self.frac_bits
 
     def reduce(self, v: np.ndarray) -> np.ndarray:
-        return v & self.modulus_mask if self.bits < 64 else v
+        """``v mod 2^bits`` for unsigned words, in their own dtype; words exactly ``bits`` wide already
+        wrap mod ``2^bits``, so they are returned as they are (no 400 – 800 kB copy per masked input)."""
+        if v.dtype.itemsize * 8 <= self.bits:
+            return v
+        return v & v.dtype.type((1 << self.bits) - 1)
 
 
 def _keystream_into(seed: bytes, label: bytes, out: bytearray, n: int) -> None:

@@ -283,7 +283,8 @@ class SecAggMachine(Protocol):
             if self.p.noise_std > 0:
                 self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
             try:
-                enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype)  # range-checked once
+                # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
+                enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
             except ValueError as exc:
                 self.phase = "out"
                 return acts + [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
@@ -323,8 +324,9 @@ class SecAggMachine(Protocol):
         head = (_commit(b"b", b) + _U16.pack(len(nbrs)) + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
                 + _U16.pack(len(others)) + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts)))
         off = -(-(_HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
-        return (bytes([MASKED]) + _U32.pack(self.p.dim) + _U32.pack(off) + head + bytes(off - _HEAD - len(head))
-                + y.tobytes())
+        # one copy of the words into the message (not tobytes() and then a concatenation)
+        return b"".join((bytes([MASKED]), _U32.pack(self.p.dim), _U32.pack(off), head, bytes(off - _HEAD - len(head)),
+                         np.ascontiguousarray(y).data))
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
         return self._receive(src, payload)

@@ -298,6 +298,13 @@ def test_fixed_point_error_bound_and_range():
     small = FixedPoint(frac_bits=8, bits=32)
     v = small.encode(np.array([-3.5, 2.25]))
     assert np.allclose(small.decode(small.reduce(v + v)), [-7.0, 4.5])
+    # reduce keeps the word type; words exactly `bits` wide are already reduced (returned, not copied)
+    w32 = np.array([0xFFFFFFFF, 0x12345678], dtype=np.uint32)
+    assert small.reduce(w32) is w32
+    r20 = FixedPoint(frac_bits=8, bits=20).reduce(w32)
+    assert r20.dtype == np.uint32 and r20.tolist() == [0xFFFFF, 0x45678]
+    r40 = FixedPoint(frac_bits=8, bits=40).reduce(np.array([2**64 - 1], dtype=np.uint64))
+    assert r40.dtype == np.uint64 and r40.tolist() == [2**40 - 1]
 
 
 def test_static_secret_cached_per_peer_equals_the_exchange_and_refusals_are_not_cached():
