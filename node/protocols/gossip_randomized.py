@@ -6,8 +6,14 @@ the same way (:func:`node.privacy.muffliato.randomized_schedule`, ``p_e = 2W_e/n
 probability = idle tick) — which is also what lets the accountant replay it.  Each node walks its
 own activations in schedule order: send its value to the partner of activation t, wait for the
 partner's value for t, set the average.  Both ends order their shared activations the same way, so
-this never deadlocks; a partner silent past the timeout makes the node skip that activation (a
+this never deadlocks; a partner *silent* past the timeout makes the node skip that activation (a
 :class:`~node.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
+Silence, as in the synchronous rounds (:class:`~node.protocols.gossip.GossipOptions`): a waiting node
+sends ``HEARTBEAT(t)`` (t = the activation it is at) every ``timeout/ticks`` to the partners of its
+remaining activations, and a partner's heartbeat from an *earlier* activation than the one we wait for
+resets the wait — it is legitimately held up (perhaps by a dead node further away), so a crash does not
+cascade into skips between live nodes.  A heartbeat from the activation we wait for, or later, means our
+value or theirs was lost: the silence keeps counting.
 Values for activations the node has not reached yet are buffered (a partner that skipped an earlier
 activation runs ahead); a skipped activation's late value is refused as stale, never mixed in.
 Each activation is recorded in the ledger (partner, whether the value was sent, whether it was used).
@@ -21,7 +27,7 @@ import numpy as np
 from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
 from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from node.engine.protocol import NodeContext, Protocol
-from node.protocols.gossip import GossipOptions, StaleRound, decode_round, encode_round, KIND_VALUE
+from node.protocols.gossip import KIND_HEARTBEAT, KIND_VALUE, GossipOptions, StaleRound, decode_round, encode_round
 from node.tasks.base import TaskError, ValueTask
 
 __all__ = ["RandomizedMuffliato"]
@@ -53,6 +59,8 @@ class RandomizedMuffliato(Protocol):
         self.x: np.ndarray | None = None
         self.gone: set[int] = set()
         self._missed: dict[int, int] = {}
+        self._partners = frozenset(p for _, p in self.acts)
+        self._silent = 0  # timer ticks without a sign of life from the current partner
         # activation -> partner's value, for activations this node has not reached yet: a partner that timed
         # out on an earlier activation runs ahead legitimately, so several may wait (each checked, at most T)
         self._buf: dict[int, np.ndarray] = {}
@@ -83,7 +91,8 @@ class RandomizedMuffliato(Protocol):
             acts.append(Send(p, encode_round(KIND_VALUE, t, 1, self.x)))
             if t in self._buf:
                 return acts + self._average(t, p, self._buf.pop(t))
-            acts.append(SetTimer(f"P{t}", self.opt.timeout))
+            self._silent = 0
+            acts.append(SetTimer(f"P{t}", self.opt.timeout / self.opt.ticks))
             return acts
         self.finished = True
         return acts + [Finish(self.ctx.node, len(self.sched), self.x, {"activations": len(self.acts),
@@ -96,9 +105,11 @@ class RandomizedMuffliato(Protocol):
         return [CancelTimer(f"P{t}"), self._record(t, p, True, True)] + self._next()
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
+        kind, t, _aux, vec = decode_round(payload, self.dim)
+        if kind == KIND_HEARTBEAT:
+            return self._heartbeat(src, t)
         if self.finished:
             raise StaleRound(f"run {self.ctx.run_id} already finished at node {self.ctx.node}")
-        kind, t, _aux, vec = decode_round(payload, self.dim)
         if kind != KIND_VALUE:
             raise MalformedMessage("randomized muffliato exchanges values only")
         if t >= len(self.sched):
@@ -121,12 +132,28 @@ class RandomizedMuffliato(Protocol):
         self._seen[t] = hash(payload)
         return self._average(t, src, vec)
 
+    def _heartbeat(self, src: int, t: int) -> list[Action]:
+        if src not in self._partners:
+            raise UnexpectedSender(f"node {src} shares no activation with node {self.ctx.node}")
+        if self.finished or src in self.gone:
+            return []  # a late sign of life changes nothing
+        if self.ptr < len(self.acts):
+            cur, p = self.acts[self.ptr]
+            if p == src and t < cur:  # the partner has not reached our activation yet: slow, not silent
+                self._silent = 0
+        return []
+
     def on_timer(self, name: str) -> list[Action]:
         if self.finished or self.ptr >= len(self.acts):
             return []
         t, p = self.acts[self.ptr]
         if name != f"P{t}":
             return []
+        self._silent += 1
+        if self._silent < self.opt.ticks:  # still waiting: tell whoever waits on this node that it is alive
+            hb = encode_round(KIND_HEARTBEAT, t, 0)
+            waiting = sorted({q for _, q in self.acts[self.ptr:]} - self.gone)
+            return [Send(q, hb) for q in waiting] + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
         self._missed[p] = self._missed.get(p, 0) + 1
         acts: list[Action] = [Deviation(self.ctx.node, t, "activation-timeout", {"partner": p}),
                               self._record(t, p, False, True)]

@@ -52,9 +52,8 @@ partner is gone).  Projection and cost: the certified pairwise accountant
 received values) on the public schedule, charged at the noisy input; settlement on the realised
 activations, with the same safe completion as the rounds (a node whose records stop is assumed to have
 sent at its next activation; a value a partner used was sent).  Only the neighbourhood view: a pair
-exchange has no neighbourhood sum to secure.  A partner that is itself waiting on a dead node looks
-silent too, so a crash can cascade into skipped activations between live nodes — recorded, and
-accounted like any skip.
+exchange has no neighbourhood sum to secure.  Waiting nodes heartbeat to their remaining partners, so
+a live partner held up by a dead node is slow, not silent (a crash does not cascade into skips).
 
 **Fresh Erdős–Rényi graph per step** (Muffliato-GD, ``protocol_params.graph = "er-per-step"``, ``q``,
 ``graph_seed`` default the run seed; [M] Fig. 1c): every ER edge must be a network link, so it is
