@@ -464,6 +464,8 @@ def check_network_spec(spec: RunSpec) -> str | None:
     view = view_of(spec)
     if view not in ("neighbourhood", "aggregate"):
         return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
+    if spec.protocol == PAIRWISE and ("dropout" in pp or pp.get("chebyshev")):
+        return "randomized Muffliato has no simulated dropouts nor Chebyshev acceleration (options of the rounds)"
     if view == "aggregate" and spec.protocol == PAIRWISE:
         return ("randomized Muffliato exchanges single values between two nodes: there is no neighbourhood sum to "
                 "secure, so only the 'neighbourhood' view applies")

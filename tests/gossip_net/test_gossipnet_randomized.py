@@ -24,7 +24,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, noisy_inputs, replay_curves, simulate, spec  # noqa: E402
 
 from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import GossipCost, check_network_spec, schedule_records, settle, settle_run  # noqa: E402
+from node.protocols.registry import transition_matrix  # noqa: E402
+from node.runs.gossip_runs import (  # noqa: E402
+    GossipCost,
+    activation_schedule,
+    check_network_spec,
+    pairwise_row,
+    public_activations,
+    realised_activations,
+    schedule_records,
+    settle,
+    settle_run,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,9 +48,40 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.allclose(a, b, rtol=1e-9, atol=1e-12))
 
 
-def test_randomized_refuses_the_aggregate_view() -> None:
+def test_randomized_refuses_the_aggregate_view_and_round_options() -> None:
     why = check_network_spec(spec("muffliato-randomized", GRAPH, 10, 1, view="aggregate"))
     assert why is not None and "no neighbourhood sum" in why
+    why = check_network_spec(spec("muffliato-randomized", GRAPH, 10, 1, dropout=0.3))
+    assert why is not None and "no simulated dropouts" in why
+
+
+def test_realised_activations_complete_a_crash_safely() -> None:
+    sp = spec("muffliato-randomized", GRAPH, 30, 22)
+    W = transition_matrix(GRAPH, "hamilton")
+    sched = activation_schedule(sp, W)
+    pub = public_activations(sched)
+    full = {v: [{"round": t, "partner": r[v]["partner"], "used": True, "sent": True}
+                for t, r in sorted(pub.items()) if v in r] for v in range(N)}
+    rec, completed = realised_activations(sp, full, W)
+    assert rec == pub and completed == {}
+    # node 5 crashed after its first activation: its next one is completed as "sent", and its partner's
+    # record there says not used; the replay never under-counts the bare records (views only grow)
+    crashed = {**full, 5: full[5][:1]}
+    t1 = full[5][1]["round"]
+    p1 = full[5][1]["partner"]
+    crashed[p1] = [dict(r, used=False) if r["round"] == t1 else r for r in full[p1]]
+    rec, completed = realised_activations(sp, crashed, W)
+    assert completed == {5: t1} and rec[t1][5] == {"partner": p1, "used": False, "sent": True}
+    bare = {t: {v: r for v, r in ends.items() if not (v == 5 and t == t1)} for t, ends in rec.items()}
+    for u in range(N):
+        assert np.all(pairwise_row(sp, u, W, rec) >= pairwise_row(sp, u, W, bare) - 1e-12)
+    # a value a partner used was sent, whatever the sender recorded
+    lying = {**full, 0: [dict(r, sent=False) for r in full[0]]}
+    rec, _ = realised_activations(sp, lying, W)
+    assert all(rec[r["round"]][0]["sent"] for r in full[0])
+    # records that are not a prefix of the node's public activations are refused
+    with pytest.raises(ValueError, match="not a prefix"):
+        realised_activations(sp, {**full, 3: full[3][1:]}, W)
 
 
 @pytest.mark.timeout(200)
