@@ -21,22 +21,13 @@ import time
 
 import numpy as np
 
+from node.runs.synthetic import planted_logistic_shards
 from node.runs.local_net import network
 from node.runs.spec import Budget, RunSpec
 
 WALK_GRAPH, WALK_N, WALK_D, WALK_T = "regular:10:4:1", 10, 16, 80
 ONION_REPEATS = 7
 
-
-def _shards(n: int, d: int, m: int = 20, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
-    return out
 
 
 async def _walk_seconds_per_step(net, spec: RunSpec) -> tuple[float, float]:
@@ -67,7 +58,7 @@ async def _bare_hop(net, payload_len: int, repeats: int = 100) -> float:
 
 
 async def _onion_part(tmp: pathlib.Path) -> dict:
-    async with network(tmp, WALK_GRAPH, WALK_N, shards=_shards(WALK_N, WALK_D), base_ip=140, epsilon=1e9) as net:
+    async with network(tmp, WALK_GRAPH, WALK_N, shards=planted_logistic_shards(WALK_N, m=20, d=WALK_D, seed=0), base_ip=140, epsilon=1e9) as net:
         common = dict(task="logreg", graph=WALK_GRAPH, steps=WALK_T, budget=Budget(1e9, 1e-5), sigma=2.0,
                       step_size=0.05)
         variants = {"direct": dict(protocol="rw-dpsgd"),

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from benchmarks.figures.anon_protocol_entropy import _h_cum  # noqa: E402 - same entropy metric, one definition
+from node.runs.synthetic import planted_logistic_shards
 from node.privacy.anonymity import RRGModel  # noqa: E402
 from node.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
 from node.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
@@ -62,17 +63,6 @@ BASE_IP = 200
 T_MAX = 3000  # exact-law horizon: the first-passage tail at N = 20 is far below 1e-12 by then
 
 
-def shards(n: int, m: int = 10, d: int = 4, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Tiny unit-norm logistic data per node (the walk's law does not depend on the data)."""
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
-    return out
-
 
 def run_spec(updates_per_node: int, *, graph: str = GRAPH, ell1: int = ELL1, ell2: int = ELL2, cell: int = CELL,
              seed: int = 4) -> RunSpec:
@@ -86,7 +76,7 @@ async def network_walk(tmp: pathlib.Path, spec: RunSpec, n: int, *, base_ip: int
                        timeout: float = 1800.0) -> dict:
     """Run ``spec`` on ``n`` real in-process nodes; returns the iterations and the run's public setup."""
     t0 = time.perf_counter()
-    async with local_net.network(tmp, spec.graph, n, shards=shards(n), base_ip=base_ip) as net:
+    async with local_net.network(tmp, spec.graph, n, shards=planted_logistic_shards(n), base_ip=base_ip) as net:
         t_up = time.perf_counter() - t0
         run_id = await net.client.start_run(spec)
         drivers = {v: net.driver(v, run_id) for v in range(n)}

@@ -18,6 +18,7 @@ import pytest
 import uvloop
 from scipy import stats
 
+from node.runs.synthetic import planted_logistic_shards
 from node.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations
 from node.runs import local_net
 from node.runs.anonymity import walk_iterations
@@ -27,15 +28,6 @@ from node.tasks.logistic import LogisticRegressionTask
 
 GRAPH, N, ELL1, ELL2 = "regular:16:3:3", 16, 2, 4
 
-
-def _shards(n: int, m: int = 6, d: int = 3, seed: int = 2):
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(rng.random(m) > 0.5, 1.0, -1.0)))
-    return out
 
 
 def _simulated_hops(setup) -> np.ndarray:
@@ -51,7 +43,7 @@ def _simulated_hops(setup) -> np.ndarray:
 @pytest.mark.timeout(120)
 def test_network_hitting_times_match_the_simulator(tmp_path: pathlib.Path) -> None:
     async def go():
-        async with local_net.network(tmp_path, GRAPH, N, shards=_shards(N), base_ip=225) as net:
+        async with local_net.network(tmp_path, GRAPH, N, shards=planted_logistic_shards(N, m=6, d=3, seed=2), base_ip=225) as net:
             spec = RunSpec(protocol="anon-walk-sgd", task="logreg", graph=GRAPH, steps=1, seed=5,
                            budget=Budget(1e6, 1e-5), sigma=2.0, step_size=0.05, start=0,
                            protocol_params={"updates_per_node": 4, "ell1": ELL1, "ell2": ELL2,

@@ -17,6 +17,7 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
+from node.runs.synthetic import planted_logistic_shards
 from node.client.core import RunRefusedError
 from node.net.node import DeliveryError
 from node.runs.accounting import contribution_cost
@@ -25,16 +26,6 @@ from node.runs.spec import Budget, RunSpec
 
 GRAPH, N, HOPS = "regular:10:4:1", 10, 3
 
-
-def _shards(n: int, m: int = 12, d: int = 4, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
-    return out
 
 
 def _spec(**kw) -> RunSpec:
@@ -47,7 +38,7 @@ def _spec(**kw) -> RunSpec:
 @pytest.mark.timeout(150)
 def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.Path) -> None:
     async def go():
-        async with network(tmp_path, GRAPH, N, shards=_shards(N), base_ip=40) as net:
+        async with network(tmp_path, GRAPH, N, shards=planted_logistic_shards(N, m=12, d=4, seed=0), base_ip=40) as net:
             # the anonymous view without onion relaying is refused by every node, with the reason
             with pytest.raises(RunRefusedError) as ei:
                 await net.client.start_run(_spec(protocol="rw-dpsgd", protocol_params={}))

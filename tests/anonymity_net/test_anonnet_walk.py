@@ -14,6 +14,7 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
+from node.runs.synthetic import planted_logistic_shards
 from node.crypto.cells import from_cells
 from node.crypto.sealed import try_open_token
 from node.protocols.anonymous_walk import HOP_ID, KIND_SEALED, sealing_info
@@ -23,21 +24,11 @@ from node.runs.spec import Budget, RunSpec
 GRAPH, N, CELL = "regular:12:3:1", 12, 4096
 
 
-def _shards(n: int, m: int = 10, d: int = 4, seed: int = 1):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
-    return out
-
 
 @pytest.mark.timeout(150)
 def test_sealed_token_walks_to_its_destination_only_it_opens(tmp_path: pathlib.Path) -> None:
     async def go():
-        async with network(tmp_path, GRAPH, N, shards=_shards(N), base_ip=90) as net:
+        async with network(tmp_path, GRAPH, N, shards=planted_logistic_shards(N, m=10, d=4, seed=1), base_ip=90) as net:
             spec = RunSpec(protocol="anon-walk-sgd", task="logreg", graph=GRAPH, steps=1, seed=4, budget=Budget(1e6, 1e-5),
                            sigma=2.0, step_size=0.05, start=0,
                            protocol_params={"updates_per_node": 1, "ell1": 2, "ell2": 5, "cell_body": CELL}).with_run_id()

@@ -18,6 +18,7 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
+from node.runs.synthetic import planted_logistic_shards
 from node.crypto.cells import from_cells, to_cells
 from node.crypto.errors import IntegrityError
 from node.crypto.onion import OnionKeyring, peel
@@ -32,21 +33,11 @@ from node.runs.spec import Budget, RunSpec
 GRAPH, N, CELL = "regular:12:3:1", 12, 4096
 
 
-def _shards(n: int, m: int = 10, d: int = 4, seed: int = 2):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    out = []
-    for _ in range(n):
-        X = rng.standard_normal((m, d))
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        out.append((X, np.where(X @ w > 0, 1.0, -1.0)))
-    return out
-
 
 @pytest.mark.timeout(150)
 def test_onion_walk_over_real_nodes(tmp_path: pathlib.Path) -> None:
     async def go():
-        async with network(tmp_path, GRAPH, N, shards=_shards(N), base_ip=210) as net:
+        async with network(tmp_path, GRAPH, N, shards=planted_logistic_shards(N, m=10, d=4, seed=2), base_ip=210) as net:
             spec = RunSpec(protocol="anon-walk-sgd", task="logreg", graph=GRAPH, steps=1, seed=5, budget=Budget(1e6, 1e-5),
                            sigma=2.0, step_size=0.05, start=0,
                            protocol_params={"updates_per_node": 1, "ell1": 2, "ell2": 5, "cell_body": CELL,
