@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pathlib
 
-import numpy as np
 import pytest
 import uvloop
 
