@@ -1,9 +1,10 @@
 """The state-machine interface every protocol implements, and what a machine knows about its node."""
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -19,7 +20,11 @@ class NodeContext:
     """Public facts a machine may use: who it is, the run, its own generator, the view model.
 
     ``rng`` is this node's generator (:func:`node.engine.rng.node_generators`); a machine must draw
-    all its randomness from it and from nothing else.
+    all its statistical randomness (DP noise, walk steps) from it.  ``csprng`` is the one source of
+    *cryptographic* randomness a machine may use directly (mask seeds, unlinkable ids): a PCG64
+    generator is not a CSPRNG, so these come from the OS pool by default; a test or a replay may pass
+    its own.  (Crypto primitives the machine calls — sealing nonces, Shamir coefficients — draw from
+    the OS pool themselves, at the edge.)
     """
 
     node: int
@@ -27,6 +32,7 @@ class NodeContext:
     run_id: str
     rng: np.random.Generator
     view_model: str = "sender-known"
+    csprng: Callable[[int], bytes] = os.urandom
 
     def __post_init__(self) -> None:
         if self.view_model not in VIEW_MODELS:

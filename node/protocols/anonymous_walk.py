@@ -29,7 +29,6 @@ token is dropped and nothing enters the ledger.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -257,7 +256,7 @@ class AnonymousWalk(Protocol):
         """Send ``token`` (Mode B: the onion packet) to ``dst`` (default: a uniform neighbour) under a
         fresh per-hop id."""
         dst = self._uniform_neighbour() if dst is None else dst
-        hop_id = os.urandom(HOP_ID)  # unlinkable across hops; only marks retransmissions of this handoff
+        hop_id = self.ctx.csprng(HOP_ID)  # unlinkable across hops; only marks retransmissions of this handoff
         payload = to_cells(bytes([self.kind]) + hop_id + token, self.p.cell_body)
         if not self.p.reliable:
             return [Send(dst, payload)]

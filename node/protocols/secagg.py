@@ -81,15 +81,15 @@ threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Fel
 that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
 on the holders of the bad shares; recovery stays exact whenever ``t`` consistent shares remain.
 A leader that sends different survivor sets to different members is outside this model (SecAgg's
-malicious variant adds a consistency round for it).  Randomness for the self-mask seeds and shares
-is the OS CSPRNG; the DP noise (``noise_std``) comes from the node's run generator like every other
+malicious variant adds a consistency round for it).  Self-mask seeds come from the context's CSPRNG
+(``ctx.csprng``, the OS pool by default), Shamir coefficients and sealing nonces from the OS pool inside
+the primitives; the DP noise (``noise_std``) comes from the node's run generator like every other
 machine.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -300,7 +300,7 @@ class SecAggMachine(Protocol):
         ``y = enc(x) + PRG(b) + Σ_{v∈N(u)} ±PRG(s_uv)`` (+ if u < v), with ``s_uv`` agreed from the
         long-term keys; every other member gets (sealed) a Shamir share of ``b`` and of each ``s_uv``."""
         me = self.ctx.node
-        b = os.urandom(32)
+        b = self.ctx.csprng(32)
         nbrs = sorted(self.graph[me])
         seeds = {v: pairwise_seed(self.key, self.directory.public(v), me, v, self.context) for v in nbrs}
         y = enc  # a fresh array from encode(): masked in place
