@@ -171,11 +171,23 @@ class RunReport:
         fig.savefig(path, dpi=110)
         plt.close(fig)
 
+    def _views(self) -> set[tuple[str, str]]:
+        """(observer view, certified bound) pairs the nodes reported: every ε in the table comes from one of them."""
+        out = set()
+        for r in self.per_node.values():
+            v = r.get("accounting_view") or {}
+            view = v.get("label") or (f"{v['view_model']} ({v.get('mechanism', '?')})" if v.get("view_model") else None)
+            if view or r.get("certified_bound"):
+                out.add((view or "?", str(r.get("certified_bound") or "?")))
+        return out
+
     def format_table(self) -> str:
         """Text table for ``hushnet run report``: per contributor, worst and mean certified ε (and paper)."""
         s = self.summary()
         lines = [f"run {self.run_id}: privacy report at δ={self.delta:g} "
                  f"(certified = what hushnet guarantees; paper = the published bound, not a guarantee)"]
+        for view, bound in sorted(self._views()):
+            lines.append(f"view: {view}; certified bound: {bound}")
         hdr = ("NODE", "CONTRIB", "WORST ε (certified)", "MEAN ε (certified)", "WORST ε (paper)", "STATE")
         rows = [hdr]
         for i in self.ids:

@@ -81,8 +81,9 @@ def central_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W
     row = np.full(n, eps)
     row[vertex] = 0.0
     details: dict[str, Any] = {"N_u": n_u, "contributions": f"{method} bound on Binomial(T, 1/n) at δ̂={delta:g}",
-                               "accounting_view": "central: other nodes see noisy models only; the trusted aggregator "
-                                                  "(operator) sees the clipped gradients in the clear",
+                               "accounting_view": {"label": "central: other nodes see noisy models only; the trusted "
+                                                            "aggregator (operator) sees the clipped gradients in the clear",
+                                                   "view_model": "central", "mechanism": "trusted aggregator"},
                                "baseline": LABEL}
     if eps > budget.epsilon:
         return PolicyDecision(False, f"over budget: projected certified loss toward every other node is ε={eps:.4g} at "

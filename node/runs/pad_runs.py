@@ -214,7 +214,9 @@ def pad_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W=Non
             if spec.protocol.startswith("pad-ring-") else
             "sender-known: plain gRPC reveals who handed over the token and whom it goes to")
     details: dict[str, Any] = {"N_u": n_u, "contributions": how, "bound_name": BOUND_NAMES[spec.protocol],
-                               "accounting_view": view, "view_model": spec.view_model}
+                               "accounting_view": {"label": view, "view_model": spec.view_model,
+                                                   "mechanism": "plain-links"},
+                               "view_model": spec.view_model}
     if eps > budget.epsilon:
         other = 1 if vertex == 0 else 0
         return PolicyDecision(False, f"over budget: projected certified loss toward node {other} (and every other node) "

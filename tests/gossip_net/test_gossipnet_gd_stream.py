@@ -133,6 +133,7 @@ def test_muffliato_gd_and_streaming_gossip_over_the_network(tmp_path: pathlib.Pa
                                        np.delete(want, v), rtol=1e-12)
         text = rep.format_table()
         assert "certified" in text and PAPER_LABELS[sp.protocol] in text
+        assert "view: neighbourhood (plain gossip); certified bound:" in text  # every ε says which view produced it
     # the spec's counter-example direction: on this hypercube Theorem 1 is below the exact loss for some pair
     M = out["muffliato"][3]
     assert np.nanmax(M.matrix("certified") - M.matrix("paper")) > 0
