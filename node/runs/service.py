@@ -50,11 +50,6 @@ log = logging.getLogger("hushnet.runs")
 
 RUN_PROTOCOL = "hushnet.run"
 LEDGER_FILE = "privacy_ledger.sqlite"
-#: protocols a node refuses because they cannot run between nodes (none at present: the central
-#: baseline's trusted aggregator runs in the operator's client, :mod:`node.client.central`, and the
-#: nodes answer its ``run.gradient`` requests, :mod:`node.runs.central_runs`)
-OPERATOR_SIDE: tuple[str, ...] = ()
-
 
 def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOptions:
     """Walk options for a real network: acks within seconds, not the simulator's 50 ms."""
@@ -169,9 +164,6 @@ class RunService:
             spec = self._verify(signed).validate()
         except SpecError as exc:
             return {**base, "reason": str(exc)}
-        if spec.protocol in OPERATOR_SIDE:
-            return {**base, "reason": f"{spec.protocol} is the operator-side (non-decentralized) baseline; "
-                                      "it runs in the simulator, not between nodes"}
         ids = self._ids()
         vertex = self.node.identity.vertex
         base["vertex"] = vertex
