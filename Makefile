@@ -18,7 +18,7 @@ test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/python -m node.runs.demo
+	$(BIN)/python -m hushnet.runs.demo
 
 bench: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m benchmarks
@@ -31,4 +31,4 @@ clean:
 
 # The network-only demo of the peer layer: 8 nodes, one envelope along every edge.
 net-demo: $(STAMP)
-	$(BIN)/python -m node.demo
+	$(BIN)/python -m hushnet.demo

@@ -20,13 +20,13 @@ from typing import Callable
 
 import numpy as np
 
-from node.crypto.cells import CELL_BODY, from_cells, to_cells
-from node.crypto.keys import simulation_keypairs
-from node.crypto.onion import OnionKeyring, build_packet, peel
-from node.engine.wire import Envelope, decode_token, encode_token
-from node.protocols.onion import payload_len_for
-from node.protocols.secagg import SecAggParams, build_round
-from node.sim.simulator import Simulator
+from hushnet.crypto.cells import CELL_BODY, from_cells, to_cells
+from hushnet.crypto.keys import simulation_keypairs
+from hushnet.crypto.onion import OnionKeyring, build_packet, peel
+from hushnet.engine.wire import Envelope, decode_token, encode_token
+from hushnet.protocols.onion import payload_len_for
+from hushnet.protocols.secagg import SecAggParams, build_round
+from hushnet.sim.simulator import Simulator
 
 REPEATS = 7  # the shared 2-core machine is noisy: keep the best of several
 

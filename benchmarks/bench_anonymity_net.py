@@ -9,7 +9,7 @@
   a token-sized envelope for reference.  Goal: onion ≤ 4× direct.
 Secure summation has its own benchmark, :mod:`benchmarks.bench_secagg_net` (16 node processes).
 
-Every node shares one Python process here (:mod:`node.runs.local_net`): work that runs in parallel
+Every node shares one Python process here (:mod:`hushnet.runs.local_net`): work that runs in parallel
 on a real network is serialised, and the shared machine is noisy: hence medians of interleaved
 rounds, and the process-CPU ratio beside the wall-time one.  Ratios are reported, never asserted.
 """
@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from node.runs.synthetic import planted_logistic_shards
-from node.runs.local_net import network
-from node.runs.spec import Budget, RunSpec
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.runs.local_net import network
+from hushnet.runs.spec import Budget, RunSpec
 
 WALK_GRAPH, WALK_N, WALK_D, WALK_T = "regular:10:4:1", 10, 16, 80
 ONION_REPEATS = 7

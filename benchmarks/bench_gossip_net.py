@@ -32,10 +32,10 @@ ROUNDS = 30
 
 
 def _network(out: dict) -> None:
-    from node.client import Client
-    from node.net.cluster import LocalCluster
-    from node.runs.policy import NodePolicy
-    from node.runs.spec import Budget, RunSpec
+    from hushnet.client import Client
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.runs.policy import NodePolicy
+    from hushnet.runs.spec import Budget, RunSpec
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-gossip-") as tmp:

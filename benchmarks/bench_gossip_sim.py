@@ -3,7 +3,7 @@
 What is timed: Muffliato averaging (plain gossip) on the hypercube d = 11 (n = 2048, degree 11) and
 on connected Erdős–Rényi graphs G(n, 1.2 ln n/n) for n = 2048 and n = 4000 (the issue's simulator
 size), model dimension D = 100, run by the engine's
-simulator with every node a :class:`~node.protocols.gossip.MuffliatoAveraging` machine: each round
+simulator with every node a :class:`~hushnet.protocols.gossip.MuffliatoAveraging` machine: each round
 is the full two-phase protocol (availability, then values; every message encoded as an envelope,
 decoded and validated, the effective weights rebuilt on both ends, the schedule entry recorded).
 
@@ -21,9 +21,9 @@ import time
 import networkx as nx
 import numpy as np
 
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.tasks import SumTask
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.tasks import SumTask
 
 N = 2048
 DIM = 100

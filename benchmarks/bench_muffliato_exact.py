@@ -25,13 +25,13 @@ BASELINE_OBSERVERS = 24
 
 
 def _graph_W():
-    from node.privacy.graphs import metropolis_hastings, parse_graph
+    from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 
     return metropolis_hastings(parse_graph(f"hypercube:{D}"))
 
 
 def _fast(q) -> None:
-    from node.privacy.muffliato import exact_sensitivity_matrix
+    from hushnet.privacy.muffliato import exact_sensitivity_matrix
 
     W = _graph_W()
     t0, c0 = time.perf_counter(), time.process_time()

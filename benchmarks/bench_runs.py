@@ -28,10 +28,10 @@ SIZES = (10_000, 1_000_000)
 
 
 def _network(out: dict) -> None:
-    from node.client import Client
-    from node.net.cluster import LocalCluster
-    from node.runs.policy import NodePolicy
-    from node.runs.spec import Budget, RunSpec
+    from hushnet.client import Client
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.runs.policy import NodePolicy
+    from hushnet.runs.spec import Budget, RunSpec
 
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-runs-") as tmp:
         state = pathlib.Path(tmp)
@@ -53,7 +53,7 @@ def _network(out: dict) -> None:
                         r = c._call(c.aio._control("n0", "ping_neighbors", {"size": 8 * size, "to": ["n1"]}, timeout=60))
                         rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
                     bare = 1.0 / statistics.mean(rtts)
-                    spec = RunSpec(protocol="rw-dpsgd", task="node.runs.synthetic:ZeroGradientTask", graph=GRAPH,
+                    spec = RunSpec(protocol="rw-dpsgd", task="hushnet.runs.synthetic:ZeroGradientTask", graph=GRAPH,
                                    steps=steps, seed=size % 97, budget=Budget(1e9, 1e-5), sigma=1.0, step_size=0.01,
                                    task_params={"size": size})
                     run_id = c.start_run(spec)
@@ -72,10 +72,10 @@ def _network(out: dict) -> None:
 
 
 def _simulator(out: dict) -> None:
-    from node.protocols.registry import build_machines, transition_matrix
-    from node.protocols.walk import WalkOptions
-    from node.sim import Simulator
-    from node.tasks import LogisticRegressionTask
+    from hushnet.protocols.registry import build_machines, transition_matrix
+    from hushnet.protocols.walk import WalkOptions
+    from hushnet.sim import Simulator
+    from hushnet.tasks import LogisticRegressionTask
 
     n, T, d = 2048, 20_000, 8
     rng = np.random.default_rng(0)

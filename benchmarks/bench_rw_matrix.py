@@ -1,6 +1,6 @@
 """Benchmark: all-pairs random-walk PNDP matrix (P-RW Thm 3), n = 2048 hypercube(11) and Erdős–Rényi (c = 1.2).
 
-Fast path (``node.privacy.randomwalk``): one ``eigh`` of W (LAPACK divide-and-conquer) and one matrix product
+Fast path (``hushnet.privacy.randomwalk``): one ``eigh`` of W (LAPACK divide-and-conquer) and one matrix product
 ``Φ diag(g(λ)) Φᵀ``, for the exact finite-T sum, the harmonic and the ln T forms.  Baselines measured in the
 same run, on the same W:
 
@@ -24,8 +24,8 @@ import networkx as nx
 import numpy as np
 import scipy.linalg as sla
 
-from node.privacy import randomwalk as rw
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 N = 2048
 ALPHA, SIGMA = 2.0, 1.0

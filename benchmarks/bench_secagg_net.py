@@ -17,13 +17,13 @@ each sender times its own delivery).  The plain
 baseline is the same network pattern: 15 members send their 10⁵-float64 vector (800 kB) to the
 leader over the same mutual-TLS links at the same moment, each acknowledged, and the leader adds them.
 
-* **Separate processes** (:class:`node.net.cluster.LocalCluster`, 16 node processes): members mask
+* **Separate processes** (:class:`hushnet.net.cluster.LocalCluster`, 16 node processes): members mask
   in parallel as on a real network (on this 2-core host they still share two cores).  Plain = the
   slowest of 15 concurrent 800 kB deliveries to the leader (``ping_neighbors`` issued to all 15
   members at once; each node times its own send → DeliveryAck), the leader's 15 additions of 10⁵
   floats (< 1 ms) being negligible.  No dropouts here: a separate process cannot be made to vanish at
   a chosen protocol step without a test hook in the node.
-* **One process** (:mod:`node.runs.local_net`): all 16 nodes in one event loop — the members'
+* **One process** (:mod:`hushnet.runs.local_net`): all 16 nodes in one event loop — the members'
   masking is serialised, so this is pessimistic for the secure sum; here three members never get
   their masked input out (their node's send drops it, as if they crashed right before), so the
   leader waits one ``round_timeout`` (a parameter, 1 s — both phases have it, and shorter ones
@@ -49,7 +49,7 @@ import time
 
 import numpy as np
 
-from node.runs.spec import Budget, RunSpec
+from hushnet.runs.spec import Budget, RunSpec
 
 SUM_N, SUM_D, THRESHOLD = 16, 100_000, 10
 DROP_TIMEOUT = 1.0  # round_timeout of the dropout runs: the time the leader waits for silent members
@@ -113,7 +113,7 @@ async def _plain_sum_inproc(net, values, dropouts: tuple[int, ...] = (), timeout
 def _mute(net, vertex: int, run_id: str, kind: int):
     """``vertex``'s node never gets its round messages of ``kind`` out (a wrapper of the node's own send,
     as if it crashed right before); returns the node and its original send, to restore."""
-    from node.runs.service import RUN_PROTOCOL
+    from hushnet.runs.service import RUN_PROTOCOL
 
     node = next(nd for nd in net.nodes if nd.identity.vertex == vertex)
     send = node.send
@@ -143,7 +143,7 @@ def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
 
 
 async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ()) -> tuple[float, dict]:
-    from node.protocols.secagg import MASKED, UNMASK_REQ
+    from hushnet.protocols.secagg import MASKED, UNMASK_REQ
 
     originals = {v: svc.handle for v, svc in net.svc_by_vertex.items()}  # restored after the run
     sends = [_mute(net, v, spec.run_id, MASKED) for v in dropouts]  # their masked input never gets out
@@ -174,7 +174,7 @@ async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ())
 
 
 async def _inproc(tmp: pathlib.Path) -> dict:
-    from node.runs.local_net import network
+    from hushnet.runs.local_net import network
 
     values = _values()
     out: dict = {}
@@ -219,9 +219,9 @@ async def _inproc(tmp: pathlib.Path) -> dict:
 
 # ---------------------------------------------------------------------------------------- processes
 def _processes(tmp: pathlib.Path) -> dict:
-    from node.client import Client
-    from node.net.cluster import LocalCluster
-    from node.runs.policy import NodePolicy
+    from hushnet.client import Client
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.runs.policy import NodePolicy
 
     values = _values()
     for i in range(SUM_N):

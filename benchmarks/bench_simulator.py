@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from node.engine.rng import node_generators
-from node.protocols.hops import TransitionRow
-from node.protocols.registry import build_machines, transition_matrix
-from node.protocols.walk import WalkOptions
-from node.sim import Simulator
-from node.tasks import LogisticRegressionTask
+from hushnet.engine.rng import node_generators
+from hushnet.protocols.hops import TransitionRow
+from hushnet.protocols.registry import build_machines, transition_matrix
+from hushnet.protocols.walk import WalkOptions
+from hushnet.sim import Simulator
+from hushnet.tasks import LogisticRegressionTask
 
 N, T, D = 2048, 20_000, 8
 SIGMA, STEP, CAP = 1.0, 0.05, 13

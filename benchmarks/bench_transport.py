@@ -4,13 +4,13 @@ Setup (all on loopback, all over the same mutual-TLS credentials):
 
 * a bootstrap process (graph ``complete:2``) and node ``n1`` as a separate process
   (``hushnet node serve``) whose ``net.discard`` handler accepts and drops envelopes;
-* node ``n0`` in this process (a real :class:`~node.net.node.Node`), sending with
+* node ``n0`` in this process (a real :class:`~hushnet.net.node.Node`), sending with
   ``Node.send`` — the full path: envelope construction, sender/neighbour/membership/duplicate
   checks at the receiver, handler dispatch, delivery receipt;
 * the baseline: a bare ``grpc.aio`` server in another process with one unary method that takes
   the payload as raw bytes and returns an empty reply, called from this process over a channel
   with the same TLS credentials and message-size options. Both server processes run on uvloop
-  with the same malloc tuning (:func:`node.net.wire.tune_allocator`), and the client side of both
+  with the same malloc tuning (:func:`hushnet.net.wire.tune_allocator`), and the client side of both
   is this process, so the ratio isolates hushnet's own per-hop work.
 
 For payloads of 1 KB, 80 KB and 8 MB the two calls are measured interleaved in blocks (so that
@@ -44,8 +44,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 async def _bare_server(listen: str, key: str, cert: str, ca: str, ready_file: str) -> None:
     import grpc
 
-    from node.net import pki
-    from node.net.wire import tune_allocator
+    from hushnet.net import pki
+    from hushnet.net.wire import tune_allocator
 
     tune_allocator()  # same allocator setting as the nodes: the baseline gets every advantage they get
 
@@ -84,8 +84,8 @@ def _wait(pred, timeout: float, what: str) -> None:
 async def _measure(tmp: pathlib.Path, bootstrap: str, bare_addr: str) -> list[dict]:
     import grpc
 
-    from node.net import pki
-    from node.net.node import Node, NodeConfig
+    from hushnet.net import pki
+    from hushnet.net.node import Node, NodeConfig
 
     node = Node(NodeConfig(tmp / "n0", "127.0.0.70:0", bootstrap, ca_file=tmp / "b" / "ca.pem", node_id="n0",
                            token=(tmp / "b" / "join_token").read_text().strip()))
@@ -139,9 +139,9 @@ async def _measure(tmp: pathlib.Path, bootstrap: str, bare_addr: str) -> list[di
 def main(out_dir: pathlib.Path) -> dict:
     import uvloop
 
-    from bootstrap.authority import load_or_create
-    from node.net import pki
-    from node.net.cluster import pick_port
+    from hushnet.bootstrap.authority import load_or_create
+    from hushnet.net import pki
+    from hushnet.net.cluster import pick_port
 
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-") as tmpname:
@@ -150,12 +150,12 @@ def main(out_dir: pathlib.Path) -> dict:
         bport = pick_port(["127.0.0.1"])
         bootstrap = f"127.0.0.1:{bport}"
         try:
-            procs.append(_spawn([sys.executable, "-m", "node.cli", "bootstrap", "serve", "--state-dir", str(tmp / "b"),
+            procs.append(_spawn([sys.executable, "-m", "hushnet.cli", "bootstrap", "serve", "--state-dir", str(tmp / "b"),
                                  "--listen", bootstrap, "--topology", "complete:2", "--log-level", "WARNING"],
                                 tmp / "bootstrap.log"))
             _wait(lambda: (tmp / "b" / "bootstrap.json").exists(), 60, "bootstrap")
             nport = pick_port(["127.0.0.71"])
-            procs.append(_spawn([sys.executable, "-m", "node.cli", "node", "serve", "--state-dir", str(tmp / "n1"),
+            procs.append(_spawn([sys.executable, "-m", "hushnet.cli", "node", "serve", "--state-dir", str(tmp / "n1"),
                                  "--listen", f"127.0.0.71:{nport}", "--bootstrap", bootstrap,
                                  "--ca", str(tmp / "b" / "ca.pem"), "--token-file", str(tmp / "b" / "join_token"),
                                  "--node-id", "n1", "--log-level", "WARNING"], tmp / "n1.log"))

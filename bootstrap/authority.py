@@ -11,7 +11,7 @@ State directory layout::
     server.key  server.pem    bootstrap TLS server identity (DNS bootstrap.hushnet)
     operator.key operator.pem operator client identity (hushnet://operator/<name>)
     join_token                shared secret that nodes present to join (0600)
-    bootstrap.sqlite          membership and topology (see :mod:`bootstrap.store`)
+    bootstrap.sqlite          membership and topology (see :mod:`hushnet.bootstrap.store`)
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from cryptography import x509
 
-from node.net import pki
+from hushnet.net import pki
 
 
 @dataclass

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import grpc
 
-from bootstrap.authority import Authority, load_or_create
-from bootstrap.store import BootstrapStore, MemberRow
-from bootstrap.topology import WEIGHT_RULE, Topology, build_topology
-from node.net import pki
-from node.net.logs import ContextLog
-from proto.hushnet.v1 import bootstrap_pb2 as pb
-from proto.hushnet.v1 import bootstrap_pb2_grpc as pb_grpc
+from hushnet.bootstrap.authority import Authority, load_or_create
+from hushnet.bootstrap.store import BootstrapStore, MemberRow
+from hushnet.bootstrap.topology import WEIGHT_RULE, Topology, build_topology
+from hushnet.net import pki
+from hushnet.net.logs import ContextLog
+from hushnet.v1 import bootstrap_pb2 as pb
+from hushnet.v1 import bootstrap_pb2_grpc as pb_grpc
 
 log = ContextLog(logging.getLogger("hushnet.bootstrap"), {"node": "bootstrap"})
 

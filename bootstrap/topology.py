@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from node.privacy.graphs import Graph, metropolis_hastings, parse_graph
+from hushnet.privacy.graphs import Graph, metropolis_hastings, parse_graph
 
 WEIGHT_RULE = "hamilton"
 

@@ -76,7 +76,7 @@ e.g. ring:4, hypercube:3, complete:5)"
     token="$(read_token)"
     # Create (or load) the CA, operator certificate and join token now, so that the public CA
     # certificate and the token can be handed to the nodes before the service starts.
-    HUSHNET_INIT_TOKEN="$token" "$PY" -c "import os, pathlib; from bootstrap.authority import load_or_create; \
+    HUSHNET_INIT_TOKEN="$token" "$PY" -c "import os, pathlib; from hushnet.bootstrap.authority import load_or_create; \
 load_or_create(pathlib.Path('$STATE_DIR'), token=os.environ['HUSHNET_INIT_TOKEN'] or None)" \
         || die "cannot initialise the bootstrap state in $STATE_DIR"
     if mkdir -p "$JOIN_DIR" 2>/dev/null && [ -w "$JOIN_DIR" ]; then

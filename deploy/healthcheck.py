@@ -28,9 +28,9 @@ def _local(address: str) -> str:
 def check_bootstrap(state: pathlib.Path, timeout: float) -> str:
     import grpc
 
-    from node.net import pki
-    from proto.hushnet.v1 import bootstrap_pb2 as bpb
-    from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
+    from hushnet.net import pki
+    from hushnet.v1 import bootstrap_pb2 as bpb
+    from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
 
     info = json.loads((state / "bootstrap.json").read_text())
     address = _local(info["address"])
@@ -44,9 +44,9 @@ def check_bootstrap(state: pathlib.Path, timeout: float) -> str:
 def check_node(state: pathlib.Path, timeout: float) -> str:
     import grpc
 
-    from node.net import pki
-    from proto.hushnet.v1 import peer_pb2 as ppb
-    from proto.hushnet.v1 import peer_pb2_grpc as ppb_grpc
+    from hushnet.net import pki
+    from hushnet.v1 import peer_pb2 as ppb
+    from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 
     ident = json.loads((state / "identity.json").read_text())
     node_id, address = ident["node_id"], ident["address"]

@@ -41,7 +41,7 @@ def main() -> int:
         time.sleep(0.5)
     ident = json.loads(ident_path.read_text())
     try:
-        from node.runs.policy import NodePolicy
+        from hushnet.runs.policy import NodePolicy
     except ImportError:
         print("hushnet-entrypoint: this hushnet has no run service; HUSHNET_DATA_PATH ignored", file=sys.stderr)
         return 0

@@ -1,8 +1,8 @@
 """The ``hushnet`` command line.
 
 Each area of the system registers its own sub-commands here, so this file stays a thin
-dispatcher: the network commands live in :mod:`node.netcli`, the privacy tools in
-:mod:`node.privacy.cli`.
+dispatcher: the network commands live in :mod:`hushnet.netcli`, the privacy tools in
+:mod:`hushnet.privacy.cli`.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 
 # (module, function) pairs; each function takes the top-level sub-parser collection.
 _REGISTRARS = [
-    ("node.netcli", "register"),
-    ("node.privacy.cli", "register"),
-    ("node.runs.cli", "register"),
+    ("hushnet.netcli", "register"),
+    ("hushnet.privacy.cli", "register"),
+    ("hushnet.runs.cli", "register"),
 ]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from node.privacy.graphs import Graph, graph_from_edges
+from hushnet.privacy.graphs import Graph, graph_from_edges
 
 __all__ = ["data_dir", "load_facebook_edges", "facebook_ego_graph", "load_houses", "DatasetMissing"]
 

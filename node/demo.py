@@ -1,6 +1,6 @@
 """``make demo``: start an 8-node network on loopback, show it, and exchange a message on every edge.
 
-Run as ``python -m node.demo [--nodes N] [--topology SPEC] [--state-dir DIR]``. Every node sends
+Run as ``python -m hushnet.demo [--nodes N] [--topology SPEC] [--state-dir DIR]``. Every node sends
 one ``net.ping`` envelope (random bytes) to each neighbour, through the real mutual-TLS
 transport; the operator then reads each node's inbox and checks that every directed edge
 carried exactly one envelope whose SHA-256 matches what the sender sent. Exit code 0 on
@@ -25,7 +25,7 @@ async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = N
     Returns ``{"run_id", "edges", "sent", "delivered", "missing", "duplicates", "corrupted",
     "failed", "rtt_ms", "ok"}``; ``ok`` means every directed edge delivered exactly once, intact.
     """
-    from node.net.operator import Operator, OperatorCredentials
+    from hushnet.net.operator import Operator, OperatorCredentials
 
     run_id = run_id or f"demo-{uuid.uuid4().hex[:8]}"
     async with Operator(OperatorCredentials.from_state_dir(state_dir)) as op:
@@ -71,7 +71,7 @@ async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m node.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hushnet.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--topology", default=None, help="graph SPEC (default hypercube:3 for 8 nodes, else ring:N)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=None,
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvloop
 
-    from node.net.cluster import LocalCluster
-    from node.net.operator import format_table
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.net.operator import format_table
 
     topology = args.topology or ("hypercube:3" if args.nodes == 8 else f"ring:{args.nodes}")
     tmp = None

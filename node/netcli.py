@@ -1,6 +1,6 @@
 """``hushnet`` network commands: bootstrap serve, node serve, up, down, status.
 
-Registered into the top-level parser by :mod:`node.cli`. Every command returns an exit code;
+Registered into the top-level parser by :mod:`hushnet.cli`. Every command returns an exit code;
 user errors print one clear line (no traceback).
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def register(subparsers) -> None:
 
 
 def _setup(args, identity: str) -> None:
-    from node.net.logs import setup_logging
+    from hushnet.net.logs import setup_logging
 
     setup_logging(json_lines=getattr(args, "log_json", False), level=getattr(args, "log_level", "INFO"),
                   identity=identity)
@@ -114,7 +114,7 @@ def _fail(message: str) -> int:
 def cmd_bootstrap_serve(args) -> int:
     import uvloop
 
-    from bootstrap.service import BootstrapConfig, BootstrapError, serve
+    from hushnet.bootstrap.service import BootstrapConfig, BootstrapError, serve
 
     _setup(args, "bootstrap")
     config = BootstrapConfig(state_dir=args.state_dir, listen=args.listen, topology=args.topology, token=args.token,
@@ -128,8 +128,8 @@ def cmd_bootstrap_serve(args) -> int:
 
 
 def cmd_node_serve(args) -> int:
-    from node.net.node import MiB, NodeConfig, run
-    from node.net.plugins import load_plugins
+    from hushnet.net.node import MiB, NodeConfig, run
+    from hushnet.net.plugins import load_plugins
 
     _setup(args, args.node_id or "node")
     token = args.token
@@ -146,7 +146,7 @@ def cmd_node_serve(args) -> int:
 
 
 def _check_topology(nodes: int, spec: str | None) -> str:
-    from node.privacy.graphs import parse_graph
+    from hushnet.privacy.graphs import parse_graph
 
     spec = spec or f"complete:{nodes}"
     graph = parse_graph(spec)
@@ -156,8 +156,8 @@ def _check_topology(nodes: int, spec: str | None) -> str:
 
 
 def cmd_up(args) -> int:
-    from node.net.cluster import LocalCluster
-    from node.net.operator import format_table
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.net.operator import format_table
 
     _setup(args, "up")
     if args.nodes < 1:
@@ -196,7 +196,7 @@ def cmd_up(args) -> int:
 
 
 def cmd_down(args) -> int:
-    from node.net.cluster import stop_recorded
+    from hushnet.net.cluster import stop_recorded
 
     try:
         print(stop_recorded(args.state_dir, timeout=args.timeout))
@@ -209,7 +209,7 @@ def cmd_status(args) -> int:
     import grpc
     import uvloop
 
-    from node.net.operator import Operator, OperatorCredentials, OperatorError, format_table
+    from hushnet.net.operator import Operator, OperatorCredentials, OperatorError, format_table
 
     try:
         creds = OperatorCredentials.from_state_dir(args.state_dir, bootstrap=args.bootstrap)

@@ -1,11 +1,11 @@
 """Generate the Python code of the wire contract with ``grpcio-tools``.
 
-Why committed code: a fresh clone and an installed wheel import :mod:`proto.hushnet.v1`
+Why committed code: a fresh clone and an installed wheel import :mod:`hushnet.v1`
 without a build step, and a test (``tests/network/test_proto_fresh.py``) calls
 :func:`generate` into a temporary directory and compares, so stale code cannot slip in.
 
 protoc writes imports relative to its include root (``from hushnet.v1 import ...``); we
-rewrite them to the importable package path ``proto.hushnet.v1``.
+rewrite them to the importable package path ``hushnet.v1``.
 
 Usage: ``python -m proto.codegen`` (rewrites the files next to the ``.proto`` sources).
 """
@@ -17,8 +17,6 @@ import tempfile
 
 PROTO_ROOT = pathlib.Path(__file__).resolve().parent
 VERSION_DIR = PROTO_ROOT / "hushnet" / "v1"
-_IMPORT_FROM = "from hushnet.v1 import "
-_IMPORT_TO = "from proto.hushnet.v1 import "
 
 
 def proto_files() -> list[pathlib.Path]:
@@ -50,11 +48,7 @@ def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
     rc = protoc.main(args)
     if rc != 0:
         raise RuntimeError(f"protoc failed with exit code {rc}")
-    produced = sorted((out_root / "hushnet" / "v1").glob("*_pb2*.py"))
-    for path in produced:
-        text = path.read_text()
-        path.write_text(text.replace(_IMPORT_FROM, _IMPORT_TO))
-    return produced
+    return sorted((out_root / "hushnet" / "v1").glob("*_pb2*.py"))
 
 
 def main() -> int:

@@ -2,17 +2,17 @@
 
 The paper's Figs. 1–2 setting (random 3-regular graph, N = 300, κ = 634, δ = 5) is reproduced on the
 simulator by ``anon_protocol_entropy`` (the protocol machines) and ``anon_fig1``/``anon_fig2`` (the privacy
-core).  This figure adds the network: ``N`` real nodes (:mod:`node.runs.local_net`: one bootstrap, every
+core).  This figure adds the network: ``N`` real nodes (:mod:`hushnet.runs.local_net`: one bootstrap, every
 node its own 127.0.0.x address, mutual TLS, own long-term X25519 key and ledger) on a random 3-regular
 graph run ``anon-walk-sgd`` (Mode A: the sealed token walks until its destination opens it) through the
 real operator client.  Each completed model update is one (source, destination, hop count T) sample; the
 samples come from the nodes' run records (``anon-hop``/``anon-open`` metrics of every node's event
-stream, merged by :func:`node.runs.anonymity.walk_iterations`) — nothing in the token counts hops.
+stream, merged by :func:`hushnet.runs.anonymity.walk_iterations`) — nothing in the token counts hops.
 
 Compared, on the *same* graph and the same public setup (p* and Ā from the run's own machines):
 
 * (a) the law of T: network samples, the simulator's machines (many updates), and the exact first-passage
-  law ``Σ_ij π_i M_ij P(T_FH(i,j) = t)`` of the privacy core (:mod:`node.privacy.anonymity_graph`) — KS tests;
+  law ``Σ_ij π_i M_ij P(T_FH(i,j) = t)`` of the privacy core (:mod:`hushnet.privacy.anonymity_graph`) — KS tests;
 * (b) the destination-side, distance-level entropy of the source with the paper's per-node normalisation
   ``W(ℓ) ∝ P(ℓ, T ≤ κ')/Ā(ℓ)`` (``anon_protocol_entropy``'s metric) as a function of the side information
   κ' (a return-time bound on T): accountant (exact graph), simulator and network (bootstrap 90 % band),
@@ -41,15 +41,15 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from benchmarks.figures.anon_protocol_entropy import _h_cum  # noqa: E402 - same entropy metric, one definition
-from node.runs.synthetic import planted_logistic_shards
-from node.privacy.anonymity import RRGModel  # noqa: E402
-from node.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
-from node.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
-from node.runs import local_net  # noqa: E402
-from node.runs.anonymity import walk_iterations  # noqa: E402
-from node.runs.spec import Budget, RunSpec  # noqa: E402
-from node.sim.simulator import Simulator  # noqa: E402
-from node.tasks.logistic import LogisticRegressionTask  # noqa: E402
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.privacy.anonymity import RRGModel  # noqa: E402
+from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
+from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.runs.anonymity import walk_iterations  # noqa: E402
+from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
+from hushnet.sim.simulator import Simulator  # noqa: E402
+from hushnet.tasks.logistic import LogisticRegressionTask  # noqa: E402
 
 NAME = "anon_entropy_network"
 N, C, GRAPH_SEED = 20, 3, 3
@@ -253,7 +253,7 @@ def main(out_dir: pathlib.Path, updates_per_node: int = UPDATES_PER_NODE) -> dic
         "setting": {"graph": f"{GRAPH} (networkx random_regular_graph)", "n": N, "ell": [ELL1, ELL2],
                     "kappa": setup.kappa, "delta": setup.delta, "p_star": setup.p_star.tolist(), "A": A.tolist(),
                     "updates_per_node": updates_per_node, "cell_body": CELL,
-                    "network": "in-process real nodes (node.runs.local_net): bootstrap, mutual TLS on 127.0.0.x, "
+                    "network": "in-process real nodes (hushnet.runs.local_net): bootstrap, mutual TLS on 127.0.0.x, "
                                "own X25519 keys; run started by the operator client",
                     "paper_setting": "N=300, c=3, κ=634, δ=5: simulator reproduction in anon_protocol_entropy / anon_fig1-2"},
         "network": {"updates": n_net, "relayed_hops": net["relayed"], "machine_updates": net["updates"],

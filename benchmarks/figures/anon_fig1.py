@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from node.privacy.anonymity import (  # noqa: E402
+from hushnet.privacy.anonymity import (  # noqa: E402
     RRGModel,
     entropy_w,
     p_star,
@@ -37,7 +37,7 @@ from node.privacy.anonymity import (  # noqa: E402
     theorem1_rho,
     theorem2_bound,
 )
-from node.privacy.anonymity_graph import (  # noqa: E402
+from hushnet.privacy.anonymity_graph import (  # noqa: E402
     as_adjacency,
     definition1_entropies,
     destination_matrix,

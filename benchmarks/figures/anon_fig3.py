@@ -25,9 +25,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from node.privacy.anonymity import RRGModel, entropy_w, mean_iteration_time, p_star  # noqa: E402
-from node.privacy.anonymity_setup import public_setup, simulate_protocol  # noqa: E402
-from node.privacy.anonymity_graph import (  # noqa: E402
+from hushnet.privacy.anonymity import RRGModel, entropy_w, mean_iteration_time, p_star  # noqa: E402
+from hushnet.privacy.anonymity_setup import public_setup, simulate_protocol  # noqa: E402
+from hushnet.privacy.anonymity_graph import (  # noqa: E402
     as_adjacency,
     chain_of_custody_probability,
     strong_adversary,

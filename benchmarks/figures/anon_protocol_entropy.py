@@ -2,10 +2,10 @@
 
 Setting of the paper's Figs. 1–2 (spec anonymity.md §4.1, erratum E2): ``random_regular_graph(3,
 300, seed=1)``, κ = 634, δ = 5, [ℓ1, ℓ2] = [2, 6], δ' = 0.3; p* in COR mode with graph-mean shells
-(decision D3), computed by the privacy core (:func:`node.privacy.anonymity_setup.public_setup`).
+(decision D3), computed by the privacy core (:func:`hushnet.privacy.anonymity_setup.public_setup`).
 
 Unlike ``anon_fig1``/``anon_fig2`` (the privacy core's closed forms and exact-graph evaluation),
-this figure runs the **real protocol machines** (:mod:`node.protocols.anonymous_walk`: sealed
+this figure runs the **real protocol machines** (:mod:`hushnet.protocols.anonymous_walk`: sealed
 tokens, trial decryption, relays forwarding the same bytes, destinations drawn from p*) in the
 simulator and measures what they produce:
 
@@ -35,13 +35,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from node.privacy.anonymity import RRGModel, entropy, entropy_w  # noqa: E402
-from node.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
-from node.privacy.anonymity_setup import public_setup  # noqa: E402
-from node.privacy.graphs import parse_graph  # noqa: E402
-from node.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
-from node.sim.simulator import Simulator  # noqa: E402
-from node.tasks.logistic import LogisticRegressionTask  # noqa: E402
+from hushnet.privacy.anonymity import RRGModel, entropy, entropy_w  # noqa: E402
+from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
+from hushnet.privacy.anonymity_setup import public_setup  # noqa: E402
+from hushnet.privacy.graphs import parse_graph  # noqa: E402
+from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
+from hushnet.sim.simulator import Simulator  # noqa: E402
+from hushnet.tasks.logistic import LogisticRegressionTask  # noqa: E402
 
 NAME = "anon_protocol_entropy"
 N, C, KAPPA, DELTA, ELL1, ELL2 = 300, 3, 634.0, 5.0, 2, 6

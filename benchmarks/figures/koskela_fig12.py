@@ -16,8 +16,8 @@ import pathlib
 import networkx as nx
 import numpy as np
 
-from node.privacy import koskela as ks
-from node.privacy.graphs import graph_from_edges, metropolis_hastings
+from hushnet.privacy import koskela as ks
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings
 
 OBSERVER = 85
 #: (neighbour j, non-neighbour j) per graph: the pairs of the spec's §2.8 table (ER: the smallest

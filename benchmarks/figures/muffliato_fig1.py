@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.privacy import muffliato as mf
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.privacy import muffliato as mf
 
 ALPHA, SIGMA = 2.0, 1.0
 LDP = ALPHA / (2 * SIGMA**2)

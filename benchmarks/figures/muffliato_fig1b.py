@@ -17,9 +17,9 @@ import pathlib
 import networkx as nx
 import numpy as np
 
-from node.datasets import facebook_ego_graph, load_facebook_edges
-from node.privacy.graphs import Graph, metropolis_hastings
-from node.privacy import muffliato as mf
+from hushnet.datasets import facebook_ego_graph, load_facebook_edges
+from hushnet.privacy.graphs import Graph, metropolis_hastings
+from hushnet.privacy import muffliato as mf
 
 EGO = 1912
 ALPHA = 1.5

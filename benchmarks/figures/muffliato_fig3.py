@@ -14,8 +14,8 @@ import pathlib
 
 import numpy as np
 
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.privacy import muffliato as mf
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.privacy import muffliato as mf
 
 ALPHA, SIGMA = 2.0, 1.0
 DS = list(range(4, 13))

@@ -22,9 +22,9 @@ import pathlib
 import numpy as np
 from scipy import special, stats
 
-from node.privacy import amplification as A
-from node.privacy.calibration import alpha_max_for_constraint, linear_rdp_epsilon
-from node.privacy.conversions import gdp_epsilon
+from hushnet.privacy import amplification as A
+from hushnet.privacy.calibration import alpha_max_for_constraint, linear_rdp_epsilon
+from hushnet.privacy.conversions import gdp_epsilon
 
 NAME = "pad_fig1a"
 EPS0 = 0.1

@@ -18,7 +18,7 @@ import pathlib
 import numpy as np
 
 from benchmarks.figures.pad_fig1a import certified_curves
-from node.privacy import amplification as A
+from hushnet.privacy import amplification as A
 
 NAME = "pad_fig1b"
 NS = (5, 10, 20, 50, 100, 200, 400)

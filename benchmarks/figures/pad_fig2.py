@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from node.privacy.amplification import fig2_sigma_central_code, fig2_sigma_local_code, fig2_sigma_network_code
-from node.sim.experiments import houses_setup, nonprivate_accuracy, sgd_curve
+from hushnet.privacy.amplification import fig2_sigma_central_code, fig2_sigma_local_code, fig2_sigma_network_code
+from hushnet.sim.experiments import houses_setup, nonprivate_accuracy, sgd_curve
 
 N, PER_NODE, T, DELTA, L_CLIP = 2000, 8, 20_000, 1e-6, 0.4
 EPSILONS = (10.0, 1.0)

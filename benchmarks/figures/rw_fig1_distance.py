@@ -10,7 +10,7 @@ grid 45×45 (corner source).  Curves per panel:
   it does *not* meet the printed strict one), N_u = T/n enforced as a hard cap (Remark 5) — dotted;
 * gossip "paper": the Muffliato Theorem 1 sum the reference code plots (spec B.5) — dashed;
 * gossip "certified": the exact Rényi divergence of the observer's whole Gaussian view from
-  ``node.privacy.muffliato.exact_sensitivity_matrix`` (plain gossip, T_gossip rounds, observer sees its closed
+  ``hushnet.privacy.muffliato.exact_sensitivity_matrix`` (plain gossip, T_gossip rounds, observer sees its closed
   neighbourhood and knows its own noise) — crosses, for sampled observers (it costs one projection per observer).
   Its rounds are t = 0..T_gossip−1 (hushnet's Muffliato convention) while the paper sum runs over t = 1..T_gossip;
   on the hypercube it shows the issue's counter-example: the antipodes (d = 10, 11) are at the LDP level.
@@ -31,8 +31,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from node.privacy import randomwalk as rw  # noqa: E402
-from node.privacy.graphs import Graph, graph_from_edges, metropolis_hastings, parse_graph  # noqa: E402
+from hushnet.privacy import randomwalk as rw  # noqa: E402
+from hushnet.privacy.graphs import Graph, graph_from_edges, metropolis_hastings, parse_graph  # noqa: E402
 from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 ALPHA, SIGMA, EPS_LOCAL = 2.0, 1.0, 1.0
@@ -70,7 +70,7 @@ def _by_distance(vec: np.ndarray, dist: np.ndarray) -> dict[int, tuple[float, fl
 def _certified_gossip(name: str, g: Graph, W, T_g: int, dist: np.ndarray, rng: np.random.Generator) -> dict[int, float]:
     """Exact Muffliato loss 0 → v, mean over sampled observers v per distance (certified)."""
     try:
-        from node.privacy import muffliato
+        from hushnet.privacy import muffliato
     except ImportError:  # pragma: no cover - the module belongs to another engineer
         return {}
     scale = ALPHA / (2 * SIGMA**2)
@@ -203,7 +203,7 @@ def main(out_dir: pathlib.Path, with_certified_gossip: bool = True) -> dict:
             "rw_paper": "paper: Thm 3 (ln T, N_u=T/n, no σ condition), clipped to [0, 1]",
             "rw_certified": "certified: exact Σ_{t≤T} W^t/t, proof σ condition, N_u capped at T/n",
             "gossip_paper": "paper: Muffliato Thm 1 sum as in the P-RW code (spec B.5)",
-            "gossip_certified": "certified: exact Rényi divergence of the neighbourhood view (node.privacy.muffliato)",
+            "gossip_certified": "certified: exact Rényi divergence of the neighbourhood view (hushnet.privacy.muffliato)",
         },
         "spec_reference": {
             "hypercube": {"T_RW": 1150, "T_gossip": 19, "rw_mean": 3.788e-3, "gossip_mean": 9.947e-2},

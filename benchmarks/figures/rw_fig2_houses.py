@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from node.privacy.amplification import fig2_sigma_central_code, fig2_sigma_local_code, fig2_sigma_network_code
-from node.privacy.randomwalk import calibrate_sigma_mean
-from node.protocols.registry import transition_matrix
-from node.sim.experiments import houses_setup, nonprivate_accuracy, sgd_curve
+from hushnet.privacy.amplification import fig2_sigma_central_code, fig2_sigma_local_code, fig2_sigma_network_code
+from hushnet.privacy.randomwalk import calibrate_sigma_mean
+from hushnet.protocols.registry import transition_matrix
+from hushnet.sim.experiments import houses_setup, nonprivate_accuracy, sgd_curve
 
 N, PER_NODE, T, EPS, DELTA, L_CLIP = 2048, 8, 20_000, 1.0, 1e-6, 0.4
 RUNS = 8

@@ -8,7 +8,7 @@ eigenvector centrality (the code's "Katz" panel), and a scatter of certified vs 
 "paper" = Theorem 3 as the code computes it (ln T, N_u = T/n).  "certified" = exact Σ_{t≤T} W^t/t with the
 *strict* printed noise condition (σ² = 100 ≥ 2α(α−1) = 4 holds) and N_u = T/n as a hard cap.
 Facebook ego 0: the SNAP ``facebook/0.edges`` file excludes the ego, so the ego is removed and the largest
-connected component kept (as in the reference code); data from ``node.datasets`` (``../shared/data`` in tests).
+connected component kept (as in the reference code); data from ``hushnet.datasets`` (``../shared/data`` in tests).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 from scipy.linalg import expm  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from node.privacy import randomwalk as rw  # noqa: E402
-from node.privacy.graphs import Graph, graph_from_edges, metropolis_hastings  # noqa: E402
+from hushnet.privacy import randomwalk as rw  # noqa: E402
+from hushnet.privacy.graphs import Graph, graph_from_edges, metropolis_hastings  # noqa: E402
 from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 ALPHA, SIGMA = 2.0, 10.0
@@ -43,7 +43,7 @@ def davis_graph() -> tuple[Graph, list[str]]:
 def facebook_ego0() -> Graph | None:
     """Ego network of node 0 without the ego, largest connected component, relabelled 0..n−1."""
     try:
-        from node.datasets import facebook_ego_graph
+        from hushnet.datasets import facebook_ego_graph
 
         g = facebook_ego_graph(0)
     except Exception as exc:  # data not available on this machine

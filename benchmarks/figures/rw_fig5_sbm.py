@@ -23,8 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from node.privacy import randomwalk as rw  # noqa: E402
-from node.privacy.graphs import graph_from_edges, metropolis_hastings  # noqa: E402
+from hushnet.privacy import randomwalk as rw  # noqa: E402
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings  # noqa: E402
 from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 SIZES = [75, 75, 50]

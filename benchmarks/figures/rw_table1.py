@@ -23,9 +23,9 @@ of (σ L_clip)², so that the RDP is ``α·Δ²/(2σ²)``:
   < K·(10 − s) (the state carries it on), so the whole view is post-processing of the independent
   single-shot Muffliato views of x_s over K·(10 − s) rounds; RDP composition over s gives
   ``Δ² ≤ Σ_s S_{K(10−s)}(u → v)`` with S the exact (Krylov) Muffliato sensitivity
-  (:func:`node.privacy.muffliato.observer_sensitivities`, observer knows its own noise).  Valid for
+  (:func:`hushnet.privacy.muffliato.observer_sensitivities`, observer knows its own noise).  Valid for
   adaptively chosen updates.  (Checked against the joint hidden-state accountant
-  :func:`node.privacy.muffliato.muffliato_gd_state_space` on hypercube(3), grid 3×4, ring 8 and a 12-node
+  :func:`hushnet.privacy.muffliato.muffliato_gd_state_space` on hypercube(3), grid 3×4, ring 8 and a 12-node
   RGG: the bound is ≥ the joint value for every pair, equal on some.)  All sources per observer; complete and hypercube are vertex-transitive
   (one observer is the exact mean), RGG and grid use a random sample of observers (said in the JSON).
 
@@ -44,12 +44,12 @@ import time
 
 import numpy as np
 
-from node.privacy import muffliato as mf
-from node.privacy.graphs import chebyshev_gamma
-from node.privacy.calibration import linear_rdp_epsilon
-from node.privacy.randomwalk import calibrate_sigma_mean
-from node.protocols.registry import transition_matrix
-from node.sim.experiments import HousesSetup, houses_setup, nonprivate_accuracy, sgd_curve
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.graphs import chebyshev_gamma
+from hushnet.privacy.calibration import linear_rdp_epsilon
+from hushnet.privacy.randomwalk import calibrate_sigma_mean
+from hushnet.protocols.registry import transition_matrix
+from hushnet.sim.experiments import HousesSetup, houses_setup, nonprivate_accuracy, sgd_curve
 
 EPS_BARS = (0.5, 1.0, 2.0)
 DELTA, L_CLIP, STEP, RUNS = 1e-6, 0.4, 0.0342, 8
@@ -239,7 +239,7 @@ def main(out_dir: pathlib.Path) -> dict:
                     "noise_caveat": "both accountants assume Gaussian noise added to a quantity of bounded sensitivity "
                                     "(clip, then noise); the runs use the reference code's clip-after-noise update at the "
                                     "calibrated σ, so an ε̄ here labels the noise level, it is not a guarantee of these runs",
-                    "data_caveat": "labels = median house value above its mean (node.datasets.load_houses); OpenML 823's "
+                    "data_caveat": "labels = median house value above its mean (hushnet.datasets.load_houses); OpenML 823's "
                                    "binarisation is not documented (spec PART C [AMBIG]). On this labelling even non-private "
                                    "full-batch logistic regression reaches only the 'nonprivate_test_accuracy' of each row "
                                    "(0.847), below the paper's RW accuracies at ε̄ ≥ 1, so absolute numbers are not comparable."},

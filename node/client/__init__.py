@@ -2,7 +2,7 @@
 
 .. code-block:: python
 
-    from node.client import Client
+    from hushnet.client import Client
     c = Client("state/")                 # a `hushnet up` state dir (or bootstrap=, ca=, cert=, key=)
     run_id = c.start_run("examples/rw_houses.toml")
     outcome = c.watch(run_id)            # live progress bar (tqdm.auto)
@@ -11,8 +11,8 @@
 
 :class:`AsyncClient` is the same API for ``await`` (inside Jupyter's running loop too).
 """
-from node.client.core import AsyncClient, ClientError, RunOutcome, RunRefusedError
-from node.client.report import RunReport
-from node.client.sync import Client
+from hushnet.client.core import AsyncClient, ClientError, RunOutcome, RunRefusedError
+from hushnet.client.report import RunReport
+from hushnet.client.sync import Client
 
 __all__ = ["AsyncClient", "Client", "ClientError", "RunOutcome", "RunRefusedError", "RunReport"]

@@ -1,16 +1,16 @@
 """Operator-side driver of **baseline: central DP-SGD with a trusted aggregator (NOT decentralized)**.
 
-The aggregator is the sans-IO :class:`~node.protocols.central.CentralAggregator`, run here, in the
+The aggregator is the sans-IO :class:`~hushnet.protocols.central.CentralAggregator`, run here, in the
 operator's process, by the same event rules as the simulator: ``RunStarted``, then every reply as
 ``MessageArrived(node, reply)``.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
 command over the operator's authenticated control channel (mutual TLS, operator certificate of the
-network's CA); the node's :class:`~node.protocols.central.CentralClient` charges its ledger and
+network's CA); the node's :class:`~hushnet.protocols.central.CentralClient` charges its ledger and
 answers with its clipped gradient.  The aggregator adds the noise and keeps the model: the final
 model exists only here (and in :meth:`AsyncClient.model` of this client afterwards).
 
 Its vertex is n (nodes are 0..n−1) and its generator ``spec.node_rng(n, n + 1)`` — with
 ``noise = "public-seed"`` exactly the simulator's ``node_generators(seed, n + 1)[n]``, so the
-networked run equals :func:`node.protocols.registry.build_from_spec` + the simulator bit for bit.
+networked run equals :func:`hushnet.protocols.registry.build_from_spec` + the simulator bit for bit.
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from node.engine.actions import Fault, Finish, Metric, Send
-from node.engine.events import MessageArrived, RunStarted
-from node.engine.protocol import NodeContext
-from node.protocols.central import CentralAggregator, CentralParams
-from node.runs.central_runs import GRADIENT_COMMAND, LABEL
-from node.runs.spec import RunSpec
+from hushnet.engine.actions import Fault, Finish, Metric, Send
+from hushnet.engine.events import MessageArrived, RunStarted
+from hushnet.engine.protocol import NodeContext
+from hushnet.protocols.central import CentralAggregator, CentralParams
+from hushnet.runs.central_runs import GRADIENT_COMMAND, LABEL
+from hushnet.runs.spec import RunSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from node.client.core import AsyncClient
+    from hushnet.client.core import AsyncClient
 
 PROTOCOL = "central-dpsgd"
 
@@ -62,7 +62,7 @@ def aggregator_for(spec: RunSpec, n: int, dim: int) -> CentralAggregator:
 async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | Callable[[int, int], None] = True,
                       request_timeout: float = 30.0) -> CentralOutcome:
     """Submit ``spec`` (every node must accept), then drive the aggregator to the end."""
-    from node.client.core import ClientError, RunRefusedError
+    from hushnet.client.core import ClientError, RunRefusedError
 
     if spec.protocol != PROTOCOL:
         raise ClientError(f"run_central drives {PROTOCOL}, not {spec.protocol}")

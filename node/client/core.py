@@ -18,8 +18,8 @@ from typing import Any, Callable
 import grpc
 import numpy as np
 
-from node.net.operator import Operator, OperatorCredentials, OperatorError
-from node.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
+from hushnet.net.operator import Operator, OperatorCredentials, OperatorError
+from hushnet.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
 
 
 class ClientError(RuntimeError):
@@ -168,7 +168,7 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ runs
     def sign(self, spec: RunSpec) -> bytes:
-        from node.net import pki
+        from hushnet.net import pki
 
         key = pki.load_key(self.creds.key_pem)
         return sign_spec(spec, key, self.creds.cert_pem).to_bytes()
@@ -215,8 +215,8 @@ class AsyncClient:
                           request_timeout: float = 30.0):
         """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized) — this client *is* the
         aggregator: it submits the spec, asks the sampled node for its clipped gradient at every step,
-        adds the noise and keeps the model (:mod:`node.client.central`).  Returns a ``CentralOutcome``."""
-        from node.client.central import run_central
+        adds the noise and keeps the model (:mod:`hushnet.client.central`).  Returns a ``CentralOutcome``."""
+        from hushnet.client.central import run_central
 
         try:
             spec = _load_spec(spec)
@@ -360,7 +360,7 @@ class AsyncClient:
 
     async def report(self, run_id: str):
         """The run's privacy report (every node's certified row, paper values labelled) and timings."""
-        from node.client.report import RunReport
+        from hushnet.client.report import RunReport
 
         await self.refresh()
         res = await self._all("run.report", {"run_id": run_id})

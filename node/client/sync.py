@@ -1,10 +1,10 @@
-"""Synchronous facade over :class:`~node.client.core.AsyncClient` that works inside Jupyter.
+"""Synchronous facade over :class:`~hushnet.client.core.AsyncClient` that works inside Jupyter.
 
 Jupyter already runs an asyncio loop in the kernel's thread, so ``asyncio.run`` is not allowed
 there.  The facade owns a private event loop in a daemon thread and submits every coroutine to
 it (``run_coroutine_threadsafe``), so ``Client(...).watch(run_id)`` blocks the cell — with the
 progress bar updating — in a notebook, a script or a REPL alike.  Async code should use
-:class:`~node.client.core.AsyncClient` directly (``await``).
+:class:`~hushnet.client.core.AsyncClient` directly (``await``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pathlib
 import threading
 from typing import Any
 
-from node.client.core import AsyncClient
+from hushnet.client.core import AsyncClient
 
 
 class Client:

@@ -1,8 +1,8 @@
 """Cryptographic primitives at the edge of the sans-IO machines (issue 6).
 
 Everything here is a pure function or a small stateful object (a replay cache, a keyring) with no
-I/O, so the protocol machines in :mod:`node.protocols.onion`, :mod:`node.protocols.anonymous_walk`
-and :mod:`node.protocols.secagg` stay sans-IO.  All primitives come from ``cryptography``
+I/O, so the protocol machines in :mod:`hushnet.protocols.onion`, :mod:`hushnet.protocols.anonymous_walk`
+and :mod:`hushnet.protocols.secagg` stay sans-IO.  All primitives come from ``cryptography``
 (X25519, HKDF-SHA256, ChaCha20, ChaCha20-Poly1305, Poly1305); only Shamir sharing over a prime
 field is implemented here (no well-kept prime-field library exists on PyPI).
 
@@ -10,18 +10,18 @@ Randomness for keys, nonces and polynomial coefficients always comes from the op
 CSPRNG, never from a run's generator: the run seed is public, so anything derived from it would be
 known to every node.
 """
-from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
-from node.crypto.errors import CellError, CryptoError, IntegrityError, UnknownEpoch
-from node.crypto.keys import KeyDirectory, KeyPair, simulation_keypairs
-from node.crypto.masks import (
+from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
+from hushnet.crypto.errors import CellError, CryptoError, IntegrityError, UnknownEpoch
+from hushnet.crypto.keys import KeyDirectory, KeyPair, simulation_keypairs
+from hushnet.crypto.masks import (
     FixedPoint,
     mask_stream,
     pairwise_seed,
 )
-from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
-from node.crypto.replay import ReplayCache
-from node.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
-from node.crypto.shamir import PRIME, Share, combine, consistent, split
+from hushnet.crypto.onion import OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.replay import ReplayCache
+from hushnet.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
+from hushnet.crypto.shamir import PRIME, Share, combine, consistent, split
 
 __all__ = [
     "CELL_BODY", "from_cells", "n_cells", "to_cells",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from node.crypto.errors import CellError
+from hushnet.crypto.errors import CellError
 
 CELL_BODY = 64 * 1024  # network-wide default (spec anonymity.md §6.2, §6.9)
 KIND_DATA = 0x01

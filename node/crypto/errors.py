@@ -1,8 +1,8 @@
 """Typed crypto failures.  They subclass the engine's :class:`ProtocolError` so that a machine's
-``handle`` turns them into a counted :class:`~node.engine.actions.Fault` before any state change."""
+``handle`` turns them into a counted :class:`~hushnet.engine.actions.Fault` before any state change."""
 from __future__ import annotations
 
-from node.engine.errors import MalformedMessage, ProtocolError
+from hushnet.engine.errors import MalformedMessage, ProtocolError
 
 
 class CryptoError(ProtocolError):

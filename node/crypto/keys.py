@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from node.crypto.errors import CryptoError, UnknownEpoch
+from hushnet.crypto.errors import CryptoError, UnknownEpoch
 
 KEY_LEN = 32
 

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from node.crypto.keys import KeyPair
+from hushnet.crypto.keys import KeyPair
 
 _U64 = np.dtype("<u8")
 _U32 = np.dtype("<u4")

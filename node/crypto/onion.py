@@ -30,10 +30,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
-from node.crypto.errors import CellError, CryptoError, IntegrityError
-from node.crypto.keys import KEY_LEN, EpochKeys, KeyPair, exchange, public_bytes
-from node.crypto.replay import ReplayCache
-from node.engine.errors import ReplayedMessage
+from hushnet.crypto.errors import CellError, CryptoError, IntegrityError
+from hushnet.crypto.keys import KEY_LEN, EpochKeys, KeyPair, exchange, public_bytes
+from hushnet.crypto.replay import ReplayCache
+from hushnet.engine.errors import ReplayedMessage
 
 VERSION = 1
 SLOT = 64

@@ -6,8 +6,8 @@ rotation, and a packet for an epoch the node holds no key for is refused as unkn
 """
 from __future__ import annotations
 
-from node.crypto.errors import UnknownEpoch
-from node.engine.errors import ReplayedMessage
+from hushnet.crypto.errors import UnknownEpoch
+from hushnet.engine.errors import ReplayedMessage
 
 
 class ReplayCache:

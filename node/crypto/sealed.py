@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from node.crypto.errors import CryptoError, IntegrityError
-from node.crypto.keys import KEY_LEN, KeyPair, exchange, public_bytes
+from hushnet.crypto.errors import CryptoError, IntegrityError
+from hushnet.crypto.keys import KEY_LEN, KeyPair, exchange, public_bytes
 
 _SALT = b"hushnet-seal-v1"
 _ZERO_NONCE = bytes(12)

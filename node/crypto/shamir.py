@@ -24,7 +24,7 @@ from functools import lru_cache
 from operator import mul
 from typing import Sequence
 
-from node.crypto.errors import InconsistentShares
+from hushnet.crypto.errors import InconsistentShares
 
 PRIME = (1 << 256) + 297
 SECRET_LEN = 32

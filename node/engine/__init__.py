@@ -1,15 +1,15 @@
 """The sans-IO protocol engine: every hushnet protocol is a pure state machine per node.
 
-A machine consumes :mod:`events <node.engine.events>` (the run started, a message arrived,
-a timer fired) and returns :mod:`actions <node.engine.actions>` (send bytes to a neighbour,
+A machine consumes :mod:`events <hushnet.engine.events>` (the run started, a message arrived,
+a timer fired) and returns :mod:`actions <hushnet.engine.actions>` (send bytes to a neighbour,
 set a timer, record a ledger entry, emit a metric, finish).  It never touches a socket, a clock
-or global randomness, which is what lets the in-process simulator (:mod:`node.sim`) and the gRPC
+or global randomness, which is what lets the in-process simulator (:mod:`hushnet.sim`) and the gRPC
 node driver run the *same* code and get bit-identical models from the same run seed.
 
-Driving a machine (what :mod:`node.sim` does, and what the gRPC node driver must do):
+Driving a machine (what :mod:`hushnet.sim` does, and what the gRPC node driver must do):
 
-1. build it with :func:`node.protocols.registry.machine_for_spec` (its own generator, from the run seed);
-2. deliver :class:`RunStarted` once, then every incoming :class:`~node.engine.wire.Envelope` whose
+1. build it with :func:`hushnet.protocols.registry.machine_for_spec` (its own generator, from the run seed);
+2. deliver :class:`RunStarted` once, then every incoming :class:`~hushnet.engine.wire.Envelope` whose
    ``(protocol, run_id)`` match as :class:`MessageArrived` ``(src, payload)`` — ``src`` is the peer the
    transport authenticated — and every expired timer as :class:`TimerFired`;
 3. execute the returned actions in order: ``Send`` → wrap in an envelope (per-destination sequence
@@ -17,7 +17,7 @@ Driving a machine (what :mod:`node.sim` does, and what the gRPC node driver must
    ledger; ``Metric`` → subscribers; ``Deviation``/``Paused``/``Fault`` → the run's report;
    ``Finish`` → the final model and the end of the run.
 """
-from node.engine.actions import (
+from hushnet.engine.actions import (
     Action,
     CancelTimer,
     Deviation,
@@ -29,7 +29,7 @@ from node.engine.actions import (
     Send,
     SetTimer,
 )
-from node.engine.errors import (
+from hushnet.engine.errors import (
     MalformedMessage,
     ProtocolError,
     ReplayedMessage,
@@ -37,10 +37,10 @@ from node.engine.errors import (
     WrongDimension,
     WrongRun,
 )
-from node.engine.events import Event, MessageArrived, RunStarted, TimerFired
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.rng import node_generators, node_seed_sequences
-from node.engine.wire import Envelope
+from hushnet.engine.events import Event, MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.rng import node_generators, node_seed_sequences
+from hushnet.engine.wire import Envelope
 
 __all__ = [
     "Action", "CancelTimer", "Deviation", "Fault", "Finish", "LedgerEntry", "Metric", "Paused", "Send",

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from node.engine.errors import ProtocolError
+from hushnet.engine.errors import ProtocolError
 
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in an :class:`~node.engine.wire.Envelope`)."""
+    """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in an :class:`~hushnet.engine.wire.Envelope`)."""
 
     dst: int
     payload: bytes
@@ -19,7 +19,7 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class SetTimer:
-    """Fire :class:`~node.engine.events.TimerFired` ``name`` after ``delay`` seconds (re-setting replaces it)."""
+    """Fire :class:`~hushnet.engine.events.TimerFired` ``name`` after ``delay`` seconds (re-setting replaces it)."""
 
     name: str
     delay: float

@@ -8,9 +8,9 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action, Fault
-from node.engine.errors import ProtocolError
-from node.engine.events import Event, MessageArrived, RunStarted, TimerFired
+from hushnet.engine.actions import Action, Fault
+from hushnet.engine.errors import ProtocolError
+from hushnet.engine.events import Event, MessageArrived, RunStarted, TimerFired
 
 VIEW_MODELS = ("sender-known", "anonymous")
 
@@ -19,7 +19,7 @@ VIEW_MODELS = ("sender-known", "anonymous")
 class NodeContext:
     """Public facts a machine may use: who it is, the run, its own generator, the view model.
 
-    ``rng`` is this node's generator (:func:`node.engine.rng.node_generators`); a machine must draw
+    ``rng`` is this node's generator (:func:`hushnet.engine.rng.node_generators`); a machine must draw
     all its statistical randomness (DP noise, walk steps) from it.  ``csprng`` is the one source of
     *cryptographic* randomness a machine may use directly (mask seeds, unlinkable ids): a PCG64
     generator is not a CSPRNG, so these come from the OS pool by default; a test or a replay may pass
@@ -45,8 +45,8 @@ class Protocol(ABC):
     """A pure per-node state machine: ``handle(event) -> list[Action]``.
 
     No sockets, no clocks, no global randomness: the driver owns time and transport.  Input errors
-    are raised by the ``on_*`` methods as :class:`~node.engine.errors.ProtocolError` *before* any
-    state change; :meth:`handle` turns them into a :class:`~node.engine.actions.Fault` action, so one
+    are raised by the ``on_*`` methods as :class:`~hushnet.engine.errors.ProtocolError` *before* any
+    state change; :meth:`handle` turns them into a :class:`~hushnet.engine.actions.Fault` action, so one
     bad message never corrupts the machine or its ledger.
     """
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from node.engine.errors import MalformedMessage, WrongDimension, WrongRun
+from hushnet.engine.errors import MalformedMessage, WrongDimension, WrongRun
 
 _ENV_MAGIC = b"HN\x01"
 _F64 = np.dtype("<f8")

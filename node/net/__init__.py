@@ -2,7 +2,7 @@
 
 Modules: :mod:`.pki` (keys, certificates, credentials), :mod:`.handlers` (protocol handler
 and operator-command registries), :mod:`.store` (the node's SQLite state), :mod:`.node`
-(the :class:`~node.net.node.Node`), :mod:`.operator` (operator client for status/control),
+(the :class:`~hushnet.net.node.Node`), :mod:`.operator` (operator client for status/control),
 :mod:`.cluster` (a local cluster of processes on 127.0.0.x), :mod:`.logs` (structured logs).
 """
 

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from node.net import pki
+from hushnet.net import pki
 
 log = logging.getLogger("hushnet.cluster")
 
@@ -118,7 +118,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ start
     def _cli(self, *args: str) -> list[str]:
-        argv = [self.python, "-m", "node.cli", *args]
+        argv = [self.python, "-m", "hushnet.cli", *args]
         if self.log_json:
             argv.append("--log-json")
         return argv
@@ -196,7 +196,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ health
     def network_status(self, timeout: float = 3.0) -> dict:
-        from node.net.operator import Operator, OperatorCredentials
+        from hushnet.net.operator import Operator, OperatorCredentials
         import uvloop
 
         async def go() -> dict:

@@ -1,6 +1,6 @@
 """Protocol handler registry: how protocols plug into the transport.
 
-The transport delivers opaque :class:`~proto.hushnet.v1.envelope_pb2.Envelope` messages and
+The transport delivers opaque :class:`~hushnet.v1.envelope_pb2.Envelope` messages and
 knows nothing about random walks or gossip. A protocol is a plain object:
 
 .. code-block:: python
@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, Union, runtime_checkable
 
-from proto.hushnet.v1.envelope_pb2 import Envelope
+from hushnet.v1.envelope_pb2 import Envelope
 
 
 @dataclass

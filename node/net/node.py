@@ -36,8 +36,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from node.net import VERSION, pki
-from node.net.handlers import (
+from hushnet.net import VERSION, pki
+from hushnet.net.handlers import (
     ControlRegistry,
     Handler,
     HandlerRegistry,
@@ -45,14 +45,14 @@ from node.net.handlers import (
     UnknownCommand,
     UnknownProtocol,
 )
-from node.net.logs import ContextLog
-from node.net.store import NodeStore
-from node.net.wire import encode_envelope, tune_allocator
-from proto.hushnet.v1 import bootstrap_pb2 as bpb
-from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
-from proto.hushnet.v1 import envelope_pb2 as epb
-from proto.hushnet.v1 import peer_pb2 as ppb
-from proto.hushnet.v1 import peer_pb2_grpc as ppb_grpc
+from hushnet.net.logs import ContextLog
+from hushnet.net.store import NodeStore
+from hushnet.net.wire import encode_envelope, tune_allocator
+from hushnet.v1 import bootstrap_pb2 as bpb
+from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
+from hushnet.v1 import envelope_pb2 as epb
+from hushnet.v1 import peer_pb2 as ppb
+from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 
 log_base = logging.getLogger("hushnet.node")
 
@@ -110,7 +110,7 @@ class NodeConfig:
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True
-    #: callables ``fn(node) -> object | None`` run before start (see :mod:`node.net.plugins`)
+    #: callables ``fn(node) -> object | None`` run before start (see :mod:`hushnet.net.plugins`)
     plugins: tuple = ()
 
 
@@ -127,7 +127,7 @@ class PeerLink:
     sent: int = 0
     failures: int = 0
     ever_healthy: bool = False
-    deliver: Any = None  # Deliver with pre-encoded request bytes (see node.net.wire)
+    deliver: Any = None  # Deliver with pre-encoded request bytes (see hushnet.net.wire)
 
     def __post_init__(self) -> None:
         if self.deliver is None:
@@ -240,7 +240,7 @@ class Node:
         return self.identity.node_id if self.identity else ""
 
     def register_handler(self, handler: Handler, *, replace: bool = False) -> None:
-        """Plug a protocol in (see :mod:`node.net.handlers`); allowed while running."""
+        """Plug a protocol in (see :mod:`hushnet.net.handlers`); allowed while running."""
         self.handlers.register(handler, replace=replace)
 
     def unregister_handler(self, protocol: str) -> Handler | None:
@@ -327,7 +327,7 @@ class Node:
             port = _free_port(host)
         self.address = self.config.advertise or f"{host}:{port}"
         self.identity = await self._join(key, x_key, ca_pem)
-        from node.net import logs as _logs
+        from hushnet.net import logs as _logs
 
         _logs.set_identity(self.identity.node_id)
         self.log.extra["node"] = self.identity.node_id

@@ -14,11 +14,11 @@ from typing import Any
 
 import grpc
 
-from node.net import pki
-from proto.hushnet.v1 import bootstrap_pb2 as bpb
-from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
-from proto.hushnet.v1 import peer_pb2 as ppb
-from proto.hushnet.v1 import peer_pb2_grpc as ppb_grpc
+from hushnet.net import pki
+from hushnet.v1 import bootstrap_pb2 as bpb
+from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
+from hushnet.v1 import peer_pb2 as ppb
+from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 
 MiB = 1024 * 1024
 

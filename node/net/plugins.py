@@ -1,6 +1,6 @@
 """Node plugins: how features above the transport (runs, later others) attach to every node process.
 
-A plugin is a callable ``fn(node) -> object | None`` run on the :class:`~node.net.node.Node`
+A plugin is a callable ``fn(node) -> object | None`` run on the :class:`~hushnet.net.node.Node`
 before it starts; it registers handlers and control commands.  If it returns an object with a
 ``close()`` method, that is called when the node stops.  Installed packages announce plugins
 under the entry-point group ``hushnet.node_plugins`` (see ``pyproject.toml``), so the network

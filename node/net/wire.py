@@ -9,7 +9,7 @@ total, and the result parses as the very same ``Envelope`` (tested in
 """
 from __future__ import annotations
 
-from proto.hushnet.v1 import envelope_pb2 as epb
+from hushnet.v1 import envelope_pb2 as epb
 
 _PAYLOAD_TAG = bytes([(4 << 3) | 2])  # field number 4, length-delimited
 

@@ -17,8 +17,8 @@ Three evaluation modes exist because the paper is partly wrong (errata E1, E4, �
 Nothing here is a differential-privacy guarantee: anonymity is never credited to the DP accountant
 (spec §6.7). A "certified" entropy bound in this module means a bound that is *proved and verified*
 inside its stated model (corrected or shifted Theorem 1, Theorem 2). Companion modules:
-:mod:`node.privacy.anonymity_graph` (exact evaluation on the deployed graph) and
-:mod:`node.privacy.anonymity_setup` (public setup, destination sampling, reports, Monte Carlo —
+:mod:`hushnet.privacy.anonymity_graph` (exact evaluation on the deployed graph) and
+:mod:`hushnet.privacy.anonymity_setup` (public setup, destination sampling, reports, Monte Carlo —
 the interface the walk protocol uses).
 
 Logs are natural (entropies in nats); time is counted in hops.

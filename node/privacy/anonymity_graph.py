@@ -58,7 +58,7 @@ __all__ = [
 
 
 def as_adjacency(graph: Any) -> sp.csr_matrix:
-    """Symmetric 0/1 CSR adjacency from a :class:`node.privacy.graphs.Graph`, a networkx graph,
+    """Symmetric 0/1 CSR adjacency from a :class:`hushnet.privacy.graphs.Graph`, a networkx graph,
     a scipy sparse matrix or a dense array (nodes of a networkx graph in sorted order)."""
     if hasattr(graph, "adjacency") and sp.issparse(getattr(graph, "adjacency")):
         adj = graph.adjacency

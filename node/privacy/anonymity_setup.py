@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from node.privacy.anonymity import (
+from hushnet.privacy.anonymity import (
     Mode,
     RRGModel,
     entropy_w,
@@ -38,7 +38,7 @@ from node.privacy.anonymity import (
     theorem3_alpha,
     tree_shell_sizes,
 )
-from node.privacy.anonymity_graph import (
+from hushnet.privacy.anonymity_graph import (
     as_adjacency,
     window_masses_grid,
     definition1_entropies,

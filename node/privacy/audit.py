@@ -22,9 +22,9 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
-from node.privacy import conversions
-from node.privacy.linear_gaussian import epsilon_of
-from node.privacy.muffliato import _csr, _neighbours, muffliato_observer_losses, simulate
+from hushnet.privacy import conversions
+from hushnet.privacy.linear_gaussian import epsilon_of
+from hushnet.privacy.muffliato import _csr, _neighbours, muffliato_observer_losses, simulate
 
 __all__ = [
     "clopper_pearson",
@@ -201,7 +201,7 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
     ``known``.  Returns the empirical ε lower bound and the certified ε for that pattern's
     worst case (the certified Δ² covers every pattern in the box).
     """
-    from node.privacy.koskela import stream_sensitivity
+    from hushnet.privacy.koskela import stream_sensitivity
 
     Wc = _csr(W)
     n = Wc.shape[0]

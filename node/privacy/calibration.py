@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from node.privacy.conversions import (
+from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
     gaussian_sigma_classic,
     gaussian_sigma_tight,

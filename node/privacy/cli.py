@@ -10,94 +10,22 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from node.privacy.graphs import Graph, GraphSpecError, metropolis_hastings, parse_graph
-from node.privacy.matrix import PrivacyMatrix, json_number
-
-PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
-
-
-@dataclass(frozen=True)
-class Query:
-    """Everything a pairwise-loss computation needs, parsed from the command line."""
-
-    graph: Graph
-    W: Any
-    protocol: str
-    alpha: float
-    sigma: float
-    steps: int
-    bound: str
-    horizon: str | None
-    contributions: float | None
-    constraint: str
-    chebyshev: bool
-    weights: str
-
-
-def _matrix_fn(q: Query) -> Callable[[], Any]:
-    """Dispatch to the accountant that owns the protocol; returns a zero-argument callable."""
-    if q.protocol in ("rw", "rw-sender-known"):
-        from node.privacy import randomwalk
-
-        kwargs: dict[str, Any] = dict(
-            bound=q.bound,
-            contributions=q.contributions,
-            sender_known=q.protocol == "rw-sender-known",
-            constraint=q.constraint,
-        )
-        if q.horizon is not None:
-            kwargs["horizon"] = q.horizon
-        return lambda: randomwalk.rw_pndp_matrix(q.W, q.steps, q.alpha, q.sigma, **kwargs)
-    if q.protocol in ("muffliato", "muffliato-aggregate"):
-        from node.privacy import muffliato
-
-        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
-        return lambda: muffliato.muffliato_loss_matrix(
-            q.W, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev, graph=q.graph
-        )
-    if q.protocol == "gossip-stream":
-        from node.privacy import koskela
-
-        if q.bound != "certified":
-            raise SystemExit("gossip-stream has only the exact (certified) accountant; drop --bound paper")
-        return lambda: koskela.gossip_stream_loss_matrix(q.W, q.steps, q.alpha, q.sigma, view="neighbourhood")
-    raise SystemExit(f"unknown protocol {q.protocol!r}; choose from {', '.join(PROTOCOLS)}")
-
+from hushnet.privacy.graphs import GraphSpecError
+from hushnet.privacy.api import PROTOCOLS, Query, make_query, matrix_fn, pair
+from hushnet.privacy.matrix import PrivacyMatrix, json_number
 
 def _query(args: argparse.Namespace) -> Query:
     try:
-        graph = parse_graph(args.graph)
-    except GraphSpecError as exc:
+        return make_query(args.graph, args.protocol, alpha=args.alpha, sigma=args.sigma, steps=args.steps,
+                          bound=args.bound, horizon=args.horizon, contributions=args.contributions,
+                          constraint=args.constraint, chebyshev=args.chebyshev, weights=args.weights)
+    except (GraphSpecError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    if not graph.is_connected():
-        raise SystemExit(f"error: graph {args.graph} is not connected; the accountants need a connected graph")
-    for name in ("alpha", "sigma"):
-        if not getattr(args, name) > 0:
-            raise SystemExit(f"error: --{name} must be positive")
-    if args.alpha <= 1:
-        raise SystemExit("error: --alpha is a Rényi order and must be > 1")
-    if args.steps < 1:
-        raise SystemExit("error: --steps must be >= 1")
-    return Query(
-        graph=graph,
-        W=metropolis_hastings(graph, "hamilton" if args.weights == "hamilton" else "paper"),
-        protocol=args.protocol,
-        alpha=args.alpha,
-        sigma=args.sigma,
-        steps=args.steps,
-        bound=args.bound,
-        horizon=args.horizon,
-        contributions=args.contributions,
-        constraint=args.constraint,
-        chebyshev=args.chebyshev,
-        weights=args.weights,
-    )
 
 
 def _describe(q: Query, labels: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +48,7 @@ def _describe(q: Query, labels: dict[str, Any]) -> dict[str, Any]:
 def cmd_matrix(args: argparse.Namespace) -> int:
     q = _query(args)
     try:
-        pm: PrivacyMatrix = _matrix_fn(q)()
+        pm: PrivacyMatrix = matrix_fn(q)()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -154,7 +82,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
             raise SystemExit(f"error: --{name} must be in 0..{q.graph.n - 1}")
     if args.source == args.observer:
         raise SystemExit("error: --source and --observer must differ (a node's loss to itself is not a privacy loss)")
-    result = _pair(q, args.source, args.observer)
+    result = pair(q, args.source, args.observer)
     if args.delta is not None:
         if not 0 < args.delta < 1:
             raise SystemExit("error: --delta must be in (0, 1)")
@@ -164,7 +92,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
         result["conversion"] = "Mironov RDP->(eps,delta) at the given alpha"
         mu = result.get("mu_gdp")
         if mu is not None and math.isfinite(mu):
-            from node.privacy.conversions import gdp_epsilon
+            from hushnet.privacy.conversions import gdp_epsilon
 
             result["epsilon_tight_gdp"] = gdp_epsilon(mu, args.delta)
     out = _describe(q, {})
@@ -177,20 +105,6 @@ def cmd_pair(args: argparse.Namespace) -> int:
             line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
         print(line)
     return 0
-
-
-def _pair(q: Query, u: int, v: int) -> dict[str, Any]:
-    if q.protocol in ("muffliato", "muffliato-aggregate"):
-        from node.privacy import muffliato
-
-        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
-        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev))
-    if q.protocol == "gossip-stream":
-        from node.privacy import koskela
-
-        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
-    pm = _matrix_fn(q)()
-    return {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
 
 
 def _common(p: argparse.ArgumentParser) -> None:

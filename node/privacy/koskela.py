@@ -30,14 +30,14 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.privacy.linear_gaussian import (
+from hushnet.privacy.linear_gaussian import (
     RANGE_RTOL,
     box_quadratic_max,
     gaussian_loss,
     rdp_of,
 )
-from node.privacy.matrix import PrivacyMatrix
-from node.privacy.muffliato import _csr, _neighbours, gossip_rows
+from hushnet.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.muffliato import _csr, _neighbours, gossip_rows
 
 __all__ = [
     "stream_kernel",

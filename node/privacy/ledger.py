@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from node.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
+from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
 
 __all__ = [
     "BOUND_LABELS",

@@ -13,7 +13,7 @@ certainty).  This is why hushnet calls these numbers *certified*: no composition
 marginal-by-marginal bound is involved, unlike [M] Theorem 1 (see §1.3.9 of the spec).
 
 The module holds the generic machinery; ``muffliato.py`` and ``koskela.py`` build ``A`` and ``B``.
-All-pairs results are :class:`node.privacy.matrix.PrivacyMatrix`, the type every accountant returns.
+All-pairs results are :class:`hushnet.privacy.matrix.PrivacyMatrix`, the type every accountant returns.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from node.privacy import conversions
-from node.privacy.matrix import json_number
+from hushnet.privacy import conversions
+from hushnet.privacy.matrix import json_number
 
 __all__ = [
     "LinearGaussianView",

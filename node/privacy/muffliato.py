@@ -35,14 +35,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.privacy.graphs import chebyshev_gamma, spectral_gap
-from node.privacy.linear_gaussian import (
+from hushnet.privacy.graphs import chebyshev_gamma, spectral_gap
+from hushnet.privacy.linear_gaussian import (
     brute_force_sensitivity_sq,
     gaussian_loss,
     projection_weights,
     rdp_of,
 )
-from node.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.matrix import PrivacyMatrix
 
 __all__ = [
     "muffliato_loss_matrix",
@@ -732,7 +732,7 @@ def _gd_joint_view(Ws: Sequence, K: int, observer: int, chebyshev: bool,
 
 def _gd_observer_all_sources(Ws: Sequence, K: int, observer: int, chebyshev: bool,
                              gammas: Sequence[float] | None) -> np.ndarray:
-    from node.privacy.linear_gaussian import box_quadratic_max, orthonormal_range
+    from hushnet.privacy.linear_gaussian import box_quadratic_max, orthonormal_range
 
     R = len(Ws)
     n = _csr(Ws[0]).shape[0]
@@ -770,7 +770,7 @@ def muffliato_gd_state_space(Ws: Sequence, K: int, source: int, observer: int, *
     remain valid for adaptively chosen gradients, [K] App. A).  Compare ``composed`` = Σ_r of the
     per-round exact values (what :func:`muffliato_gd_loss` adds up).  Dense: for moderate n.
     """
-    from node.privacy.linear_gaussian import LinearGaussianView
+    from hushnet.privacy.linear_gaussian import LinearGaussianView
 
     R = len(Ws)
     Wcs = [_csr(W) for W in Ws]

@@ -51,7 +51,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from node.privacy.matrix import PrivacyMatrix, adjacency_of
+from hushnet.privacy.matrix import PrivacyMatrix, adjacency_of
 from scipy.special import digamma
 
 __all__ = [
@@ -844,7 +844,7 @@ def gossip_baseline_loss_vector(
     """[CODE, "paper"] Muffliato gossip-averaging loss of u towards every v, as the P-RW figures compute it.
 
     ``ε_{u→v} = (α/(2σ²)) Σ_{t=1}^{T_g} Σ_{w∈N(v)} ((W^t)_{wu}/‖(W^t)_{w,:}‖₂)²`` (plain powers of W).  This is
-    Muffliato Theorem 1's per-message sum — a *paper* value, not a guarantee (see ``node.privacy.muffliato`` for
+    Muffliato Theorem 1's per-message sum — a *paper* value, not a guarantee (see ``hushnet.privacy.muffliato`` for
     the exact accountant).  ``T_g`` defaults to :func:`gossip_T_mix`.  ``clip_at``: clip to ``[0, clip_at]``
     (figures use ε_local = 1) and set the source's own entry to ``clip_at``.
     """

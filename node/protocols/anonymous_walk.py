@@ -1,9 +1,9 @@
 """Source-anonymous random-walk learning (Egger et al.; spec anonymity.md §2, §6.3 Mode A, §6.4).
 
 The token holder updates the model, draws a destination ``j`` from the privacy core's ``p*_{κ,δ}``
-(:func:`node.privacy.anonymity_setup.sample_destination`: ``ℓ ~ p*`` over non-empty shells with
+(:func:`hushnet.privacy.anonymity_setup.sample_destination`: ``ℓ ~ p*`` over non-empty shells with
 ``ℓ ≥ ℓ1 ≥ 2``, so never itself or a neighbour, then ``j`` uniform in the shell), seals the model to
-``j``'s destination key (:func:`node.crypto.sealed.seal_token`) and hands the sealed token to a
+``j``'s destination key (:func:`hushnet.crypto.sealed.seal_token`) and hands the sealed token to a
 uniform neighbour.  Every receiver trial-opens the token's 80-byte header: on failure it is a relay
 and forwards the *same bytes* to a uniform neighbour (simple random walk, backtracking allowed, not
 lazy — decision D2); the first visit of ``j`` opens it, updates, and becomes the next source.
@@ -34,17 +34,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
-from node.crypto.keys import KeyDirectory, KeyPair
-from node.crypto.replay import ReplayCache
-from node.crypto.sealed import seal_token, token_length, token_replay_tag, try_open_token
-from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.rng import secret_generator
-from node.privacy.anonymity_setup import AnonymitySetup, sample_destination
-from node.protocols.onion import VIEWS
-from node.tasks.base import GradientTask
+from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
+from hushnet.crypto.keys import KeyDirectory, KeyPair
+from hushnet.crypto.replay import ReplayCache
+from hushnet.crypto.sealed import seal_token, token_length, token_replay_tag, try_open_token
+from hushnet.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.rng import secret_generator
+from hushnet.privacy.anonymity_setup import AnonymitySetup, sample_destination
+from hushnet.protocols.onion import VIEWS
+from hushnet.tasks.base import GradientTask
 
 KIND_SEALED = 0x53  # 'S'
 KIND_HOP_ACK = 0x41  # 'A' (acks are not celled: 17 bytes that only confirm a handoff to its sender)
@@ -59,7 +59,7 @@ class AnonWalkParams:
     """Public parameters: local update cap, step size, noise multiplier σ (std = sensitivity·σ),
     start node, initial model, key epoch, the network-wide cell size, hop-level reliability, and
     the walk ``mode`` ("A": the sealed token walks; "B": the source samples the walk and sends it
-    as an onion, :mod:`node.protocols.onion_walk`) with Mode B's header slots ``l_max``."""
+    as an onion, :mod:`hushnet.protocols.onion_walk`) with Mode B's header slots ``l_max``."""
 
     updates_per_node: int
     step_size: float
@@ -93,7 +93,7 @@ def sealing_info(run_id: str, epoch: int) -> bytes:
 class AnonymousWalk(Protocol):
     """One node of the source-anonymous walk (Mode A).
 
-    Mode B (:class:`node.protocols.onion_walk.OnionWalk`) shares everything but what travels
+    Mode B (:class:`hushnet.protocols.onion_walk.OnionWalk`) shares everything but what travels
     (:attr:`kind`, :meth:`_wire_len`), what a receiver does with it (:meth:`_receive`) and how the
     source sends the sealed token (:meth:`_dispatch`).
     """
@@ -315,8 +315,8 @@ def build_walk(
     """All n machines (simulator helper) of the walk in ``params.mode``.  ``keys=None`` derives
     simulation keys from the run seed (never in a deployment; Mode B's onion keys likewise, as a
     separate purpose); ``secret_seed`` makes destination/forwarding/path draws reproducible in tests."""
-    from node.crypto.keys import simulation_directory, simulation_keypairs
-    from node.engine.rng import node_generators
+    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.engine.rng import node_generators
 
     n = setup.n
     keys = keys if keys is not None else simulation_keypairs(run_seed, n, "dest")
@@ -348,7 +348,7 @@ def walk_machine(
     """One node's machine of the walk in ``params.mode`` (Mode B needs the onion key and directory)."""
     if params.mode == "A":
         return AnonymousWalk(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng)
-    from node.protocols.onion_walk import OnionWalk
+    from hushnet.protocols.onion_walk import OnionWalk
 
     if onion_key is None or onion_directory is None:
         raise ValueError("Mode B (onion random walk) needs the node's onion key and the onion-key directory")

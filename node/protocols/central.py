@@ -12,11 +12,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action, Finish, LedgerEntry, Metric, Send
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.wire import KIND_GRADIENT_REPLY, KIND_GRADIENT_REQUEST, decode_token, encode_token, message_kind
-from node.tasks.base import GradientTask
+from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric, Send
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.wire import KIND_GRADIENT_REPLY, KIND_GRADIENT_REQUEST, decode_token, encode_token, message_kind
+from hushnet.tasks.base import GradientTask
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,17 @@ that owns everything about a round over a real network, and three thin protocol 
 
 A node computes round t+1 only after round t is closed; messages for later rounds are buffered (up
 to ``max_ahead`` rounds), messages for closed rounds or phases are refused with a typed
-:class:`~node.engine.actions.Fault`, never silently used.  A neighbour that misses ``give_up_after``
-consecutive rounds is declared gone (a :class:`~node.engine.actions.Deviation`) and no longer awaited,
+:class:`~hushnet.engine.actions.Fault`, never silently used.  A neighbour that misses ``give_up_after``
+consecutive rounds is declared gone (a :class:`~hushnet.engine.actions.Deviation`) and no longer awaited,
 so a node that leaves mid-run costs a few timeouts, never a hang.
 
 **The schedule goes into the ledger.**  Every round closes with a ``LedgerEntry(kind="schedule")``
 holding the node's actual row of ``W_t`` and the list of neighbours it sent its message to.  The
-accountant (:mod:`node.protocols.gossip_accounting`) rebuilds the realised ``W_0..W_{T-1}`` and every
+accountant (:mod:`hushnet.protocols.gossip_accounting`) rebuilds the realised ``W_0..W_{T-1}`` and every
 observer's view from these entries, so what is certified is what really happened.  Views are built
 from *sender-side* records: a value a receiver refused as late is still in its view.
 
-**Secure neighbourhood summation** (:mod:`node.protocols.gossip_secure`, attached with
+**Secure neighbourhood summation** (:mod:`hushnet.protocols.gossip_secure`, attached with
 ``attach_secure`` before the machine starts): phase 2 sends ``JOIN(t, |H|)`` — the VALUE message
 without the value — and a third phase runs one SecAgg sum per node over the neighbours that joined;
 the round closes when the node's own sum is released (its row = the survivors) or aborted (row
@@ -53,10 +53,10 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
-from node.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
-from node.engine.protocol import NodeContext, Protocol
-from node.tasks.base import GradientTask, Task, TaskError, ValueTask
+from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.tasks.base import GradientTask, Task, TaskError, ValueTask
 
 __all__ = [
     "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "KIND_JOIN", "StaleRound", "FutureRound", "GossipOptions", "Topology",
@@ -72,7 +72,7 @@ KIND_SKIP = 18
 KIND_HEARTBEAT = 19
 KIND_JOIN = 20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
 _KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT, KIND_JOIN)
-KIND_INVITE = 21  # secure summation: a leader's member list (node.protocols.gossip_secure)
+KIND_INVITE = 21  # secure summation: a leader's member list (hushnet.protocols.gossip_secure)
 KIND_SECAGG = 22  # secure summation: one SecAgg message of the sum led by ``aux``
 _SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
 _HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
@@ -306,7 +306,7 @@ class GossipMachine(Protocol):
         self._up_next = True
         self._silence: dict[int, int] = {}
         self.schedule: list[dict[str, Any]] = []  # this node's realised rows (also in the ledger)
-        #: secure neighbourhood summation (node.protocols.gossip_secure.attach_secure), None for plain gossip
+        #: secure neighbourhood summation (hushnet.protocols.gossip_secure.attach_secure), None for plain gossip
         self.secure: Any = None
         self._draining = False
         self._late: list[int] = []

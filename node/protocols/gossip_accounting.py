@@ -9,10 +9,10 @@ this module rebuilds the realised schedule from those entries and accounts it *e
   ``P_t x⁰`` with ``P_{t+1} = γ_t W_t P_t + (1−γ_t) P_{t−1}`` (``P_1 = W_0``); observer v's view is
   the rows ``P_t[w, :]`` of every value w sent to v, plus its own states, so its squared
   sensitivity toward u is ``‖Π e_u‖²`` (projection on the row space with the observer's own noise
-  column removed) — :func:`node.privacy.linear_gaussian.projection_weights`, as for a public W;
+  column removed) — :func:`hushnet.privacy.linear_gaussian.projection_weights`, as for a public W;
 * **streaming gossip** ([K]): the messages ``m_t = Σ_{k≤t} W_{t−1}⋯W_k (x_k + u_k)``; the view is
   linear-Gaussian in all rounds' contributions and noise, accounted by
-  :class:`node.privacy.linear_gaussian.LinearGaussianView` (box sensitivity of [K] Thm 12).
+  :class:`hushnet.privacy.linear_gaussian.LinearGaussianView` (box sensitivity of [K] Thm 12).
 
 ``linear_gaussian.py`` takes one fixed ``W``; the time-varying products are built here and handed
 to the generic functions.  Views are built from *sender-side* records (a value counts as seen by
@@ -32,10 +32,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.engine.actions import LedgerEntry
-from node.privacy.linear_gaussian import LinearGaussianView, projection_weights
-from node.privacy.ledger import LedgerEntry as PrivacyLedgerEntry
-from node.privacy.linear_gaussian import rdp_of
+from hushnet.engine.actions import LedgerEntry
+from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights
+from hushnet.privacy.ledger import LedgerEntry as PrivacyLedgerEntry
+from hushnet.privacy.linear_gaussian import rdp_of
 
 __all__ = [
     "VIEWS", "RealisedSchedule", "schedule_from_ledgers", "complete_crashed", "replay_averaging", "replay_stream",
@@ -120,7 +120,7 @@ def schedule_from_ledgers(ledgers: Mapping[int, Sequence[LedgerEntry]], n: int, 
 def complete_crashed(sched: RealisedSchedule, vertices: Iterable[int], neighbours) -> dict[int, int]:
     """Account the rounds a crashed node did not record, in the SAFE direction (in place).
 
-    A node's durable records are a prefix of its rounds (:mod:`node.runs.gossip_store`: a round's
+    A node's durable records are a prefix of its rounds (:mod:`hushnet.runs.gossip_store`: a round's
     record is on disk before the next round's value leaves).  If node v recorded rounds ``0..c−1``
     only, then in round c it may have sent its value — ``P_c[v]``, fixed by its recorded rows — to any
     of its neighbours before dying, and after round c it sent nothing.  So the replay assumes v sent
@@ -301,7 +301,7 @@ def gd_sensitivity(sched: RealisedSchedule, source: int, observer: int, phases: 
     fresh noise) and the K rounds ``phases[r]`` mix it (Chebyshev with ``gammas[r]``, reset per step);
     ``θ`` for the next step is the result.  The state carries earlier steps' noise into later ones, so the
     steps are NOT independent mechanisms and adding per-step exact values is not a guarantee (the privacy
-    core shows a pair where the joint view leaks more: ``node.privacy.muffliato.muffliato_gd_state_space``).
+    core shows a pair where the joint view leaks more: ``hushnet.privacy.muffliato.muffliato_gd_state_space``).
     Here the observer's view — its own states and every value sent to it, sender-side — is built as a map
     of all steps' inputs and accounted with [K] Thm 12's box sensitivity, ``min(spectral, 1ᵀ|M|1)``
     unless M ≥ 0 (valid for vector models and adaptively chosen gradients); own noise known.

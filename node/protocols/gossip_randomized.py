@@ -2,13 +2,13 @@
 
 In the paper one random edge wakes up per tick and its two ends average.  Over a network there is
 no global clock, so the activations come from a *public seeded schedule* that every node computes
-the same way (:func:`node.privacy.muffliato.randomized_schedule`, ``p_e = 2W_e/n``, leftover
+the same way (:func:`hushnet.privacy.muffliato.randomized_schedule`, ``p_e = 2W_e/n``, leftover
 probability = idle tick) — which is also what lets the accountant replay it.  Each node walks its
 own activations in schedule order: send its value to the partner of activation t, wait for the
 partner's value for t, set the average.  Both ends order their shared activations the same way, so
 this never deadlocks; a partner *silent* past the timeout makes the node skip that activation (a
-:class:`~node.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
-Silence, as in the synchronous rounds (:class:`~node.protocols.gossip.GossipOptions`): a waiting node
+:class:`~hushnet.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
+Silence, as in the synchronous rounds (:class:`~hushnet.protocols.gossip.GossipOptions`): a waiting node
 sends ``HEARTBEAT(t)`` (t = the activation it is at) every ``timeout/ticks`` to the partners of its
 remaining activations, and a partner's heartbeat from an *earlier* activation than the one we wait for
 resets the wait — it is legitimately held up (perhaps by a dead node further away), so a crash does not
@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
-from node.engine.protocol import NodeContext, Protocol
-from node.protocols.gossip import KIND_HEARTBEAT, KIND_VALUE, GossipOptions, StaleRound, decode_round, encode_round
-from node.tasks.base import TaskError, ValueTask
+from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.protocols.gossip import KIND_HEARTBEAT, KIND_VALUE, GossipOptions, StaleRound, decode_round, encode_round
+from hushnet.tasks.base import TaskError, ValueTask
 
 __all__ = ["RandomizedMuffliato"]
 

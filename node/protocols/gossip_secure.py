@@ -3,9 +3,9 @@
 Plain gossip sends every node's round message ``m_j`` to each neighbour, so an observer's view is
 its closed neighbourhood's messages.  With secure summation a node ``i`` learns only what it needs
 to compute its next state, ``Σ_j W_t[i,j] m_j``: it *leads* one SecAgg round
-(:class:`node.protocols.secagg.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
+(:class:`hushnet.protocols.secagg.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
 neighbourhood and is a *member* of each neighbour's round.  This module composes those sub-machines
-inside a :class:`~node.protocols.gossip.GossipMachine` (sans-IO, the same code in the simulator and
+inside a :class:`~hushnet.protocols.gossip.GossipMachine` (sans-IO, the same code in the simulator and
 in a networked node); the gossip machine keeps the availability phase, heartbeats, timeouts,
 buffering and the schedule ledger records.
 
@@ -35,7 +35,7 @@ member set, survivors, dropped members and the status of the sum.  Rows may be a
 used ``j`` but ``j``'s sum dropped ``i``); the exact accountant works on the recorded rows, which
 are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
 
-**Fixed-point error** (:mod:`node.crypto.masks`): each sum of ``k`` survivors is off by at most
+**Fixed-point error** (:mod:`hushnet.crypto.masks`): each sum of ``k`` survivors is off by at most
 ``k·2^-(f+1)`` per entry (default ``f = 24``: 16 members → 4.8e-7); over T rounds of averaging with
 a stochastic ``W_t`` the errors do not amplify, so a node's final value is within
 ``T·max_k·2^-(f+1)`` of the plain run on the same schedule.
@@ -55,12 +55,12 @@ from typing import Any
 
 import numpy as np
 
-from node.crypto.keys import KeyDirectory, KeyPair
-from node.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
-from node.engine.errors import MalformedMessage, UnexpectedSender
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.protocols.gossip import KIND_INVITE, KIND_SECAGG, GossipMachine, mh_weight
-from node.protocols.secagg import ABORT, SecAggMachine, SecAggParams
+from hushnet.crypto.keys import KeyDirectory, KeyPair
+from hushnet.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, UnexpectedSender
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.protocols.gossip import KIND_INVITE, KIND_SECAGG, GossipMachine, mh_weight
+from hushnet.protocols.secagg import ABORT, SecAggMachine, SecAggParams
 
 __all__ = ["KIND_INVITE", "KIND_SECAGG", "SECURE_KINDS", "SecureNeighbourhood", "secure_threshold", "attach_secure",
            "encode_invite", "encode_secagg", "ACCOUNTING_LABEL"]

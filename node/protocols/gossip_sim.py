@@ -7,7 +7,7 @@ activation schedule — are computed from public inputs only and cached, so n ma
 simulated run do not repeat an eigendecomposition.
 
 Every gossip node finishes, not one token holder; the engine's simulator stops at the first
-:class:`~node.engine.actions.Finish`, so :func:`run_gossip` wraps each machine in a small adapter
+:class:`~hushnet.engine.actions.Finish`, so :func:`run_gossip` wraps each machine in a small adapter
 that turns a node's Finish into a ``final`` metric and emits one Finish (all models stacked) when
 every node that is still alive has finished.  The machines themselves are untouched.
 """
@@ -23,13 +23,13 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from node.engine.actions import Action, Finish, Metric
-from node.engine.events import Event
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.rng import node_generator, node_generators
-from node.privacy.graphs import chebyshev_gamma
-from node.privacy.muffliato import randomized_schedule
-from node.protocols.gossip import (
+from hushnet.engine.actions import Action, Finish, Metric
+from hushnet.engine.events import Event
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.rng import node_generator, node_generators
+from hushnet.privacy.graphs import chebyshev_gamma
+from hushnet.privacy.muffliato import randomized_schedule
+from hushnet.protocols.gossip import (
     ERPerStep,
     FixedTopology,
     GossipOptions,
@@ -39,9 +39,9 @@ from node.protocols.gossip import (
     connected_er,
     t_stop,
 )
-from node.protocols.gossip_randomized import RandomizedMuffliato
-from node.sim import SimResult, Simulator
-from node.tasks.base import Task
+from hushnet.protocols.gossip_randomized import RandomizedMuffliato
+from hushnet.sim import SimResult, Simulator
+from hushnet.tasks.base import Task
 
 __all__ = ["GOSSIP_PROTOCOLS", "code_gap", "mh_matrix", "resolve_params", "make_gossip_machine",
            "build_gossip_machines", "GossipRun", "run_gossip"]
@@ -164,11 +164,11 @@ def make_gossip_machine(protocol: str, ctx: NodeContext, task: Task, params: dic
         if not hasattr(m, "secure"):
             raise ValueError(f"{protocol} has no synchronous rounds: secure neighbourhood summation needs them")
         if share_key is None or share_dir is None:  # simulator: keys from the public run seed (never deployed)
-            from node.crypto.keys import simulation_directory, simulation_keypairs
+            from hushnet.crypto.keys import simulation_directory, simulation_keypairs
 
             pairs = simulation_keypairs(int(p.get("key_seed", 0)), n, "share")
             share_key, share_dir = pairs[ctx.node], simulation_directory(pairs)
-        from node.protocols.gossip_secure import attach_secure
+        from hushnet.protocols.gossip_secure import attach_secure
 
         return attach_secure(m, share_key, share_dir, frac_bits=int(p.get("frac_bits", 24)))
     return _make_plain(protocol, ctx, task, p, W, opt)
@@ -268,7 +268,7 @@ class GossipRun:
 
 def run_gossip(machines: Sequence[Protocol], *, latency: float = 1e-3, kill: Sequence[tuple[int, float]] = (),
                until: float = float("inf"), max_events: int = 50_000_000) -> GossipRun:
-    """Run gossip machines in the engine's :class:`~node.sim.Simulator` until every live node finished."""
+    """Run gossip machines in the engine's :class:`~hushnet.sim.Simulator` until every live node finished."""
     n = len(machines)
     dead = {int(v) for v, _ in kill}
     barrier = _Barrier(n, set(range(n)) - dead)

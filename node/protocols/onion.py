@@ -1,18 +1,18 @@
 """Onion relaying along graph edges (sender anonymity) as a sans-IO wrapper around any machine.
 
 :class:`OnionLayer` wraps a protocol machine (e.g. RW DP-SGD).  Every ``Send(dst, msg)`` of the
-inner machine becomes an onion packet (:mod:`node.crypto.onion`) that travels
+inner machine becomes an onion packet (:mod:`hushnet.crypto.onion`) that travels
 ``sender → r_1 → … → r_L → dst`` over graph edges (each relay is a neighbour of the previous one);
 only the recipient's layer reveals ``msg``, which reaches the inner machine as
 ``MessageArrived(src=r_L, msg)`` — the link peer the receiver sees is the last relay, never the
 sender.  A relay learns only its previous hop (the link) and its next hop (its slot).  Packets
-are whole fixed-size cells (:mod:`node.crypto.cells`), one size for every hop and path length.
+are whole fixed-size cells (:mod:`hushnet.crypto.cells`), one size for every hop and path length.
 
 Each hop is acknowledged and retransmitted hop-by-hop (the inner walk then runs with
 ``reliable=False``: an end-to-end ack would have to travel back to an anonymous sender).  Bad
 input — truncated/oversized cells, a tampered layer, a replayed packet, a packet for an unknown
 key epoch, a packet from a non-neighbour or routed to a non-neighbour — is refused with a typed,
-counted :class:`~node.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
+counted :class:`~hushnet.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
 
 Path choice: relays are sampled uniformly among the walks ``sender, r_1..r_L, dst`` of the graph
 that never pass through the recipient and whose last relay is not the sender (backward path
@@ -34,14 +34,14 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from node.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
-from node.crypto.keys import KeyDirectory
-from node.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
-from node.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
-from node.engine.errors import MalformedMessage, UnexpectedSender
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.rng import secret_generator
+from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
+from hushnet.crypto.keys import KeyDirectory
+from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
+from hushnet.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, UnexpectedSender
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.rng import secret_generator
 
 KIND_PACKET = 0x4F  # 'O'
 KIND_HOP_ACK = 0x41  # 'A'
@@ -189,7 +189,7 @@ class OnionParams:
 
 def payload_len_for(message_len: int, cell_body: int, slots: int) -> int:
     """Largest payload capacity ≥ ``message_len + 4`` that fills the same number of cells (no waste)."""
-    from node.crypto.cells import capacity
+    from hushnet.crypto.cells import capacity
 
     need = packet_length(slots, message_len + 4)
     cells = n_cells(need, cell_body)
@@ -360,7 +360,7 @@ def wrap_machines(
 
 # ---- registry entry points -----------------------------------------------------------------------
 
-#: protocols of the anonymity layer (merged into :data:`node.protocols.registry.PROTOCOLS`)
+#: protocols of the anonymity layer (merged into :data:`hushnet.protocols.registry.PROTOCOLS`)
 ANONYMITY_PROTOCOLS: dict[str, str] = {
     "rw-dpsgd-onion": "RW DP-SGD with onion relaying along graph edges (anonymous-sender view)",
     "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination; "
@@ -372,7 +372,7 @@ _SETUP_CACHE: dict[tuple, Any] = {}
 
 
 def _anon_setup(W, p: dict[str, Any]):
-    from node.privacy.anonymity_setup import public_setup
+    from hushnet.privacy.anonymity_setup import public_setup
 
     A = _adjacency(W)
     key = (A.shape[0], A.indptr.tobytes(), A.indices.tobytes(), int(p.get("ell1", 2)), int(p.get("ell2", 6)),
@@ -407,8 +407,8 @@ def make_anonymity_machine(
     (reproducible relay paths / destinations / forwarding) is for tests only: in a deployment
     those draws must stay secret, so they come from the OS CSPRNG when it is absent.
     """
-    from node.crypto.keys import simulation_directory, simulation_keypairs
-    from node.engine.rng import node_generator
+    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.engine.rng import node_generator
 
     p = dict(params)
     if rng is None:
@@ -424,9 +424,9 @@ def make_anonymity_machine(
     secret_seed = p.pop("secret_seed", None)
     srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
     if protocol == "rw-dpsgd-onion":
-        from node.protocols.hops import TransitionRow
-        from node.protocols.rw_dpsgd import RWDPSGD, RWParams
-        from node.protocols.walk import WalkOptions
+        from hushnet.protocols.hops import TransitionRow
+        from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
+        from hushnet.protocols.walk import WalkOptions
 
         if W is None:
             raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
@@ -445,7 +445,7 @@ def make_anonymity_machine(
                           epoch=directory.epoch, reliable=base.reliable, **op)
         return OnionLayer(ctx, inner, W, OnionKeyring.single(key, directory.epoch), directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
-        from node.protocols.anonymous_walk import AnonWalkParams, walk_machine
+        from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
 
         if W is None:
             raise ValueError("anon-walk-sgd needs the graph (pass W; its support is the graph)")
@@ -459,7 +459,7 @@ def make_anonymity_machine(
         return walk_machine(ctx, setup, task, AnonWalkParams(**p), key, directory, onion_key=okey, onion_directory=odir,
                             secret_rng=srng)
     if protocol == "secagg-sum":
-        from node.protocols.secagg import SecAggMachine, SecAggParams
+        from hushnet.protocols.secagg import SecAggMachine, SecAggParams
 
         p.setdefault("members", tuple(range(n)))
         p["members"] = tuple(int(m) for m in p["members"])

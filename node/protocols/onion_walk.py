@@ -1,6 +1,6 @@
 """Mode B of the source-anonymous walk: the onion random walk (spec anonymity.md §6.3, §6.6).
 
-Mode A (:class:`~node.protocols.anonymous_walk.AnonymousWalk`) lets the sealed token itself walk:
+Mode A (:class:`~hushnet.protocols.anonymous_walk.AnonymousWalk`) lets the sealed token itself walk:
 every relay forwards the *same bytes*, so a relay that sees the walk twice knows whether an update
 happened in between, and colluding relays can pin an update to a segment (§6.6 "update
 detection").  Mode B removes that leak without changing the hitting-time law:
@@ -8,13 +8,13 @@ detection").  Mode B removes that leak without changing the hitting-time law:
 * the source draws the destination ``j`` exactly as in Mode A (``p*``), seals the model to ``j``
   (the same two-part token), then **simulates** the simple random walk itself on the public graph
   — uniform neighbour, backtracking allowed — from itself until the first visit of ``j``
-  (:func:`~node.privacy.anonymity_setup.sample_walk_to_destination`).  The first hitting time is
+  (:func:`~hushnet.privacy.anonymity_setup.sample_walk_to_destination`).  The first hitting time is
   therefore distributed exactly as Mode A's, so the whole accounting of §3 (and the hitting-time
   records) applies unchanged;
 * a walk longer than the header's ``L_max`` slots is **rejected and resampled** (spec §6.3: the
   truncated law differs from the untruncated one by ``P(T > L_max) ≲ ε_tr = 1e-3``, the paper's κ
   as an upper bound on ``T_FH`` made literal); the default ``L_max = ℓ2 + ⌈(N/c')·ln(1/ε_tr)⌉``;
-* the source builds a Sphinx-like onion (:func:`node.crypto.onion.build_packet`) along that
+* the source builds a Sphinx-like onion (:func:`hushnet.crypto.onion.build_packet`) along that
   trajectory ``v_1 … v_T = j`` with the token as payload.  Each hop peels one layer with its
   long-term onion key: it learns its predecessor (the link), its successor (its slot) and whether
   it is the final hop — not its position (constant header, filler), not the source, not ``j``.
@@ -24,7 +24,7 @@ detection").  Mode B removes that leak without changing the hitting-time law:
 * the final layer's payload is the sealed token, which ``j`` opens with its destination key; a
   final layer carrying a token that does not open is refused as an integrity failure.
 
-Every hop's layer MAC covers header *and* payload (:mod:`node.crypto.onion`), so a flipped bit
+Every hop's layer MAC covers header *and* payload (:mod:`hushnet.crypto.onion`), so a flipped bit
 anywhere is caught at the very next hop, before the replay cache is touched; a replayed packet
 (the same layer again, under any hop id) is refused by the per-epoch replay tag τ; a packet for
 an unknown key epoch, truncated/oversized cells, or an authentic layer that routes to a
@@ -47,19 +47,19 @@ from typing import ClassVar
 
 import numpy as np
 
-from node.crypto.keys import KeyDirectory, KeyPair
-from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
-from node.crypto.sealed import try_open_token
-from node.engine.actions import Action, Fault, Metric
-from node.engine.errors import UnexpectedSender
-from node.engine.protocol import NodeContext
-from node.crypto.errors import IntegrityError
-from node.privacy.anonymity_setup import AnonymitySetup, onion_path_length_max, sample_walk_to_destination
-from node.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
-from node.tasks.base import GradientTask
+from hushnet.crypto.keys import KeyDirectory, KeyPair
+from hushnet.crypto.onion import OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.sealed import try_open_token
+from hushnet.engine.actions import Action, Fault, Metric
+from hushnet.engine.errors import UnexpectedSender
+from hushnet.engine.protocol import NodeContext
+from hushnet.crypto.errors import IntegrityError
+from hushnet.privacy.anonymity_setup import AnonymitySetup, onion_path_length_max, sample_walk_to_destination
+from hushnet.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
+from hushnet.tasks.base import GradientTask
 
 KIND_ONION = 0x42  # 'B'
-_LEN_PREFIX = 4  # the onion payload's length field (node.crypto.onion)
+_LEN_PREFIX = 4  # the onion payload's length field (hushnet.crypto.onion)
 
 
 def default_l_max(setup: AnonymitySetup) -> int:

@@ -5,10 +5,10 @@
   ``σ'_loc = σ_loc/√(n−1)`` (erratum 13).
 * :class:`RingHistogram` — Alg. 2 with randomized response: ``round(γn)`` dummy reports at the
   start, the corrected count debiasing (erratum 15) and γ from the inverted shuffling bound
-  (erratum 14, :func:`node.privacy.amplification.rr_gamma_for_batch`).
+  (erratum 14, :func:`hushnet.privacy.amplification.rr_gamma_for_batch`).
 * :class:`CompleteSum` — Alg. 3 on the complete graph (uniform next holder, self included).
 * :class:`CompleteHistogram` — Alg. 5 (init 0, debias ``(τ − γT/L)/(1−γ)``).
-Complete-graph SGD (Alg. 4) is :class:`~node.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n``.
+Complete-graph SGD (Alg. 4) is :class:`~hushnet.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n``.
 """
 from __future__ import annotations
 
@@ -17,20 +17,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action
-from node.engine.protocol import NodeContext
-from node.protocols.hops import HopRule, RingSuccessor, UniformHop
-from node.protocols.walk import WalkMachine, WalkOptions
-from node.privacy.amplification import (
+from hushnet.engine.actions import Action
+from hushnet.engine.protocol import NodeContext
+from hushnet.protocols.hops import HopRule, RingSuccessor, UniformHop
+from hushnet.protocols.walk import WalkMachine, WalkOptions
+from hushnet.privacy.amplification import (
     debias_complete_histogram,
     debias_ring_histogram,
     ring_noise_draws,
     rr_epsilon,
 )
-from node.tasks.values import HistogramTask, MeanTask, SumTask
+from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 
-# Parameters and debiasing come from the privacy core (node.privacy.amplification): the
+# Parameters and debiasing come from the privacy core (hushnet.privacy.amplification): the
 # corrected γ of Thm 2 is ``rr_gamma_for_batch(eps, delta, n, L)``, the exact noise count of
 # Alg. 1 ``ring_noise_draws(K, n)``, and the corrected debiasing ``debias_*_histogram``.
 
@@ -49,7 +49,7 @@ class RingSum(_ValueWalk):
 
     The token's ``aux`` field is the number of hops left before the next noise injection.
     ``sigma_loc`` is the noise std (absolute units).  Result: the noisy sum (and the mean for a
-    :class:`~node.tasks.values.MeanTask`) plus the exact number of noise draws.
+    :class:`~hushnet.tasks.values.MeanTask`) plus the exact number of noise draws.
     """
 
     name: ClassVar[str] = "pad-ring-sum"

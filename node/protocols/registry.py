@@ -11,17 +11,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.rng import node_generator, node_generators
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.protocols.central import CentralAggregator, CentralClient, CentralParams
-from node.protocols.gossip_sim import GOSSIP_PROTOCOLS, make_gossip_machine
-from node.protocols.hops import TransitionRow, UniformHop
-from node.protocols.onion import ANONYMITY_PROTOCOLS, make_anonymity_machine
-from node.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
-from node.protocols.rw_dpsgd import RWDPSGD, RWParams
-from node.protocols.walk import WalkOptions
-from node.tasks.base import GradientTask, Task, TaskError
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.rng import node_generator, node_generators
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.protocols.central import CentralAggregator, CentralClient, CentralParams
+from hushnet.protocols.gossip_sim import GOSSIP_PROTOCOLS, make_gossip_machine
+from hushnet.protocols.hops import TransitionRow, UniformHop
+from hushnet.protocols.onion import ANONYMITY_PROTOCOLS, make_anonymity_machine
+from hushnet.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
+from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
+from hushnet.protocols.walk import WalkOptions
+from hushnet.tasks.base import GradientTask, Task, TaskError
 
 #: protocol name -> what it is (shown by CLIs; the node driver refuses any other name)
 PROTOCOLS: dict[str, str] = {
@@ -143,7 +143,7 @@ def build_machines(
 
 
 def options_for_spec(spec: Any, *, reliable: bool = True, progress_every: int = 0) -> WalkOptions:
-    """Walk transport options from a :class:`~node.runs.spec.RunSpec` (its ``on_peer_down`` run option)."""
+    """Walk transport options from a :class:`~hushnet.runs.spec.RunSpec` (its ``on_peer_down`` run option)."""
     return WalkOptions(reliable=reliable, on_peer_down=spec.on_peer_down, progress_every=progress_every)
 
 

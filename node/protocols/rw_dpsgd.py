@@ -20,11 +20,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action, SetTimer
-from node.engine.protocol import NodeContext
-from node.protocols.hops import HopRule
-from node.protocols.walk import WalkMachine, WalkOptions
-from node.tasks.base import GradientTask
+from hushnet.engine.actions import Action, SetTimer
+from hushnet.engine.protocol import NodeContext
+from hushnet.protocols.hops import HopRule
+from hushnet.protocols.walk import WalkMachine, WalkOptions
+from hushnet.tasks.base import GradientTask
 
 OVER_CAP = ("noise", "nothing")
 _PREFETCH = "prefetch-noise"

@@ -7,15 +7,15 @@ learn only the sum if it is broadcast.  Two leader round trips, each closed by "
 or a timeout:
 
 1. **masked input with its shares** (member → leader, one message, sent at start):
-   ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`node.crypto.masks`;
+   ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
    + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
    The pairwise seed comes from the members' **long-term** share-transport X25519 keys of the
    bootstrap directory: ``s_uv = HKDF(X25519(sk_u, pk_v), info = run_id ‖ round_id ‖ leader ‖ (u, v))``
-   (:func:`~node.crypto.masks.pairwise_seed`) — fresh per round by construction, so revealing one
+   (:func:`~hushnet.crypto.masks.pairwise_seed`) — fresh per round by construction, so revealing one
    round's ``s_uv`` tells nothing about another round's.  With ``y_u`` go SHA-256 commitments to the
    fresh self-mask seed ``b_u`` and to each ``s_uv``, and, for every other member w, Shamir shares
-   (threshold t, :mod:`node.crypto.shamir`) of ``b_u`` and of every ``s_uv``, encrypted from u to w
-   under their static-static key (:func:`~node.crypto.sealed.seal_static`: HKDF of the cached
+   (threshold t, :mod:`hushnet.crypto.shamir`) of ``b_u`` and of every ``s_uv``, encrypted from u to w
+   under their static-static key (:func:`~hushnet.crypto.sealed.seal_static`: HKDF of the cached
    ``X25519(sk_u, pk_w)`` with both public keys in sender-first order and info = the round's context,
    a random nonce) — no X25519 per round at all once a member has met its peers, and the envelope
    is authenticated: the leader cannot pass off shares of its own as u's.  U3 = members whose whole message arrived (input and
@@ -50,7 +50,7 @@ stolen key also opens the envelopes u sent, hence its shares of ``b_u``, so an i
 leader kept from a round in which u was declared dropped opens too (with ephemeral-key envelopes
 that took t holders' keys). The price of dropping the
 advertise round is accounting: a member's masked input leaves at start, so a networked member
-charges its ledger then (:class:`node.runs.anonymity.NetworkSecAgg`), and a round that aborts below
+charges its ledger then (:class:`hushnet.runs.anonymity.NetworkSecAgg`), and a round that aborts below
 the threshold leaves that (conservative) charge at each member whose input left, although nothing
 was released and the leader records no release.
 
@@ -61,7 +61,7 @@ to the members, and no release.  On release the leader writes one ledger entry p
 Bad input — a masked input of the wrong length, a message from a non-member or out of phase, a
 duplicate, shares that do not open or are inconsistent — is a typed, counted Fault; the offender
 is treated as dropped where that keeps the sum exact, otherwise the round aborts.
-Fixed-point error bound: see :mod:`node.crypto.masks` (``n·2^-(f+1)`` per entry).
+Fixed-point error bound: see :mod:`hushnet.crypto.masks` (``n·2^-(f+1)`` per entry).
 
 Sparse masking (``mask_degree = k``, the SecAgg+ idea of Bell et al. CCS 2020): each member masks
 with only its k neighbours in the Harary graph ``H_{k,n}`` on the members in id order (public,
@@ -96,15 +96,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from node.crypto.errors import CryptoError, InconsistentShares, IntegrityError
-from node.crypto.keys import KeyDirectory, KeyPair
-from node.crypto.masks import FixedPoint, add_masks, pairwise_seed
-from node.crypto.sealed import open_static, seal_static
-from node.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
-from node.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
-from node.engine.protocol import NodeContext, Protocol
-from node.protocols.onion import VIEWS
+from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityError
+from hushnet.crypto.keys import KeyDirectory, KeyPair
+from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
+from hushnet.crypto.sealed import open_static, seal_static
+from hushnet.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
+from hushnet.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.protocols.onion import VIEWS
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
 # 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the
@@ -625,8 +625,8 @@ def build_round(
 ) -> tuple[list[SecAggMachine], list[KeyPair]]:
     """Machines for all ``n`` nodes of a run with one secure-summation round (simulator helper).
     ``keys=None`` derives simulation share-transport keys from the run seed (never in a deployment)."""
-    from node.crypto.keys import simulation_directory, simulation_keypairs
-    from node.engine.rng import node_generators
+    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.engine.rng import node_generators
 
     keys = keys if keys is not None else simulation_keypairs(run_seed, n, "share")
     directory = simulation_directory(keys)

@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from node.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
-from node.engine.protocol import NodeContext, Protocol
-from node.engine.wire import KIND_ACK, KIND_TOKEN, decode_ack, decode_token, digest, encode_ack, encode_token, message_kind
-from node.protocols.hops import HopRule
+from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.engine.wire import KIND_ACK, KIND_TOKEN, decode_ack, decode_token, digest, encode_ack, encode_token, message_kind
+from hushnet.protocols.hops import HopRule
 
 ON_PEER_DOWN = ("pause", "deviate")
 _HANDOFF = "handoff"
@@ -31,7 +31,7 @@ class WalkOptions:
     ``reliable``: acknowledge every handoff and retransmit after ``ack_timeout`` seconds, up to
     ``max_retries`` times; then ``on_peer_down`` decides: ``"pause"`` keeps the token and retries
     every ``pause_retry`` seconds (the run stalls visibly, W is unchanged), ``"deviate"`` records a
-    :class:`~node.engine.actions.Deviation` and re-samples among the remaining entries of the row,
+    :class:`~hushnet.engine.actions.Deviation` and re-samples among the remaining entries of the row,
     renormalised — which changes W, so the accountant must be told.
     ``progress_every``: emit a ``step`` metric every that many steps (0 = never).
     ``snapshot_every``: emit the model itself as a ``model`` metric (simulation traces only; a

@@ -1,6 +1,6 @@
 """Turn a machine's ledger actions into charges on the node's persistent privacy ledger.
 
-A walk machine emits one :class:`~node.engine.actions.LedgerEntry` per visit that used the node's
+A walk machine emits one :class:`~hushnet.engine.actions.LedgerEntry` per visit that used the node's
 data.  The certified random-walk bound (random-walk paper, Thm 3, exact horizon, with the spec's
 noise condition) is *linear in the number of contributions*: ``ε_{u→v}(α) = N_u · α · s_{uv}/σ²``.
 So charging every contribution with the per-contribution row ``α·s_{u,:}/σ²`` composes on the
@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from node.engine.actions import LedgerEntry as EngineEntry
-from node.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
-from node.privacy.ledger import LedgerEntry as PrivacyEntry
-from node.runs.spec import WALK_SGD, RunSpec
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.runs.spec import WALK_SGD, RunSpec
 
 #: protocols whose contributions are charged with the walk bound; others use the local-DP bound
 WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion")
@@ -62,8 +62,8 @@ class ContributionCost:
 
 def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
     """The certified per-contribution cost of node ``vertex`` in ``spec``'s run; ``ids[v]`` names vertex v."""
-    from node.privacy.randomwalk import alpha_max, rw_single_loss_matrix
-    from node.protocols.registry import transition_matrix
+    from hushnet.privacy.randomwalk import alpha_max, rw_single_loss_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol in COST_BUILDERS:  # protocols that charge their own certified cost (gossip)
         return COST_BUILDERS[spec.protocol](spec, vertex, ids, W, orders)
@@ -90,8 +90,8 @@ def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
 
 def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.ndarray | None:
     """Theorem 3 as printed (ln T horizon, no σ condition), best order — labelled "paper"; None if n/a."""
-    from node.privacy.randomwalk import rw_single_loss_matrix
-    from node.protocols.registry import transition_matrix
+    from hushnet.privacy.randomwalk import rw_single_loss_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol not in WALK_ACCOUNTED:
         return None
@@ -131,7 +131,7 @@ def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tup
 
 
 #: protocol → ``fn(spec, vertex, local_budget, W) -> PolicyDecision``: how a node projects its loss
-#: before accepting a run.  Walk protocols use :func:`node.runs.spec.evaluate_policy` (the default);
+#: before accepting a run.  Walk protocols use :func:`hushnet.runs.spec.evaluate_policy` (the default);
 #: the gossip / anonymity owners register theirs here, and until then the node refuses those runs
 #: with the reason "cannot project this node's privacy loss".
 PROJECTORS: dict[str, Callable[..., Any]] = {}
@@ -153,7 +153,7 @@ def register_machine_builder(protocol: str, fn: Callable[..., Any]) -> None:
 
 #: protocol → ``fn(spec, vertex, ids, W, orders) -> cost``: what the driver charges per data action, for
 #: protocols whose certified charge is not the walk / local-DP contribution cost (the gossip family:
-#: :mod:`node.runs.gossip_runs`).  The cost duck-types :class:`ContributionCost`.
+#: :mod:`hushnet.runs.gossip_runs`).  The cost duck-types :class:`ContributionCost`.
 COST_BUILDERS: dict[str, Callable[..., Any]] = {}
 
 
@@ -173,7 +173,7 @@ def register_command(name: str, fn: Callable[..., Any]) -> None:
 #: protocol → ``fn(service, spec, vertex, ids) -> journal``: a durable journal of the run's engine ledger
 #: entries.  The driver calls ``journal(entry)`` for every entry *before* the actions after it (so a
 #: gossip round's schedule record is on disk before the next round's value leaves); if it raises, the run
-#: stops there.  Gossip registers one (:mod:`node.runs.gossip_store`); other protocols have none.
+#: stops there.  Gossip registers one (:mod:`hushnet.runs.gossip_store`); other protocols have none.
 JOURNALS: dict[str, Callable[..., Any]] = {}
 
 

@@ -1,19 +1,19 @@
 """The anonymity layer over the real network: keys from the node, projectors, machine builders.
 
-The sans-IO machines (:mod:`node.protocols.onion`, :mod:`node.protocols.anonymous_walk`,
-:mod:`node.protocols.secagg`) take their key material as parameters; in the simulator that is
+The sans-IO machines (:mod:`hushnet.protocols.onion`, :mod:`hushnet.protocols.anonymous_walk`,
+:mod:`hushnet.protocols.secagg`) take their key material as parameters; in the simulator that is
 derived from the public run seed, which would let anyone open every layer.  Here a deployed node
 passes its **own long-term X25519 key** (``x25519.key`` in its state directory, created by
-:mod:`node.net.node`, never sent anywhere) and the **directory's public keys** (each member's
+:mod:`hushnet.net.node`, never sent anywhere) and the **directory's public keys** (each member's
 ``x25519_public`` as published through the bootstrap).  Relay paths, destinations and forwarding
 draws are left to the machines' default: the OS CSPRNG, never the public seed.
 
-Each protocol registers, on import (``node.runs.service`` imports this module):
+Each protocol registers, on import (``hushnet.runs.service`` imports this module):
 
-* a machine-parameter mapping (:data:`node.runs.spec.MACHINE_PARAMS`) from the spec's public
+* a machine-parameter mapping (:data:`hushnet.runs.spec.MACHINE_PARAMS`) from the spec's public
   fields and ``protocol_params``;
-* a machine builder (:data:`node.runs.accounting.MACHINE_BUILDERS`) that adds the node's keys;
-* a projector (:func:`node.runs.accounting.register_projector`) — how the node projects its own
+* a machine builder (:data:`hushnet.runs.accounting.MACHINE_BUILDERS`) that adds the node's keys;
+* a projector (:func:`hushnet.runs.accounting.register_projector`) — how the node projects its own
   certified loss before accepting, with the **view model that the mechanism really licenses**:
 
   ============== ===================================================================================
@@ -47,12 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from node.crypto.keys import KeyDirectory, KeyPair, public_bytes
-from node.engine.actions import Action, Finish, LedgerEntry, Metric
-from node.engine.protocol import Protocol
-from node.protocols.onion import VIEWS
-from node.runs.accounting import register_machine_builder, register_projector
-from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, evaluate_policy
+from hushnet.crypto.keys import KeyDirectory, KeyPair, public_bytes
+from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric
+from hushnet.engine.protocol import Protocol
+from hushnet.protocols.onion import VIEWS
+from hushnet.runs.accounting import register_machine_builder, register_projector
+from hushnet.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, evaluate_policy
 
 #: network defaults for the anonymity machines' hop-level reliability (the sans-IO defaults are
 #: simulator timings: 50 ms acks)
@@ -183,7 +183,7 @@ def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: An
 def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,
                   sigma: float, what: str, view: str) -> PolicyDecision:
     """``contributions`` Gaussian releases with noise multiplier ``sigma``, each seen in the clear."""
-    from node.runs.spec import _best_order_dp
+    from hushnet.runs.spec import _best_order_dp
 
     budget = local or spec.budget
     if budget.delta < spec.budget.delta:
@@ -208,7 +208,7 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     n = spec.n
     if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
         return _refuse(spec, "members/leader outside the graph")
-    from node.protocols.secagg import SecAggParams
+    from hushnet.protocols.secagg import SecAggParams
 
     try:  # threshold, fixed point, masking-graph degree: refused here with the reason, not at build time
         SecAggParams(dim=1, **p).fixed_point
@@ -235,7 +235,7 @@ def _epoch(spec: RunSpec) -> int:
 
 
 def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from node.protocols.registry import make_machine, transition_matrix
+    from hushnet.protocols.registry import make_machine, transition_matrix
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
@@ -245,7 +245,7 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
 
 
 def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from node.protocols.registry import make_machine, transition_matrix
+    from hushnet.protocols.registry import make_machine, transition_matrix
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
@@ -257,7 +257,7 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
 
 
 def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from node.protocols.registry import make_machine
+    from hushnet.protocols.registry import make_machine
 
     kp, directory = _keys(node, ids, vertex, 0)
     params = {**spec.machine_params(), "share_key": kp, "share_directory": directory}
@@ -269,7 +269,7 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
 
 
 class NetworkSecAgg(Protocol):
-    """A :class:`~node.protocols.secagg.SecAggMachine` whose ledger entries land on the right ledger.
+    """A :class:`~hushnet.protocols.secagg.SecAggMachine` whose ledger entries land on the right ledger.
 
     * member: one :class:`LedgerEntry` for *itself* is emitted before the actions that carry its
       masked input (the node driver refuses the rest of the actions if the charge does not fit, so
@@ -337,8 +337,8 @@ def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> di
     Hitting times are recorded *outside* the token (nothing in the token counts hops); merging by
     wall-clock time is exact on one host and needs synchronised clocks across hosts.
     """
-    from node.engine.actions import Metric as _M
-    from node.protocols.anonymous_walk import iterations
+    from hushnet.engine.actions import Metric as _M
+    from hushnet.protocols.anonymous_walk import iterations
 
     evs = sorted((e for es in event_streams for e in es
                   if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")),

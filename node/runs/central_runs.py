@@ -1,8 +1,8 @@
 """Central DP-SGD over the network, node side — **baseline: central DP-SGD with a trusted aggregator
 (NOT decentralized)**.
 
-The aggregator (:class:`~node.protocols.central.CentralAggregator`) runs in the *operator's*
-process (:mod:`node.client.central`); every node runs :class:`~node.protocols.central.CentralClient`
+The aggregator (:class:`~hushnet.protocols.central.CentralAggregator`) runs in the *operator's*
+process (:mod:`hushnet.client.central`); every node runs :class:`~hushnet.protocols.central.CentralClient`
 in its run driver.  Requests travel over the operator's authenticated control channel: the
 ``run.gradient`` command of the ``Control`` RPC, which the node serves only to callers whose
 mutual-TLS certificate is an operator certificate issued by the node's own network CA.  The
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from node.engine.actions import Finish, LedgerEntry, Send
-from node.engine.events import MessageArrived
-from node.privacy.amplification import contributions_bound
-from node.privacy.conversions import DEFAULT_ORDERS
-from node.privacy.ledger import LedgerEntry as PrivacyEntry
-from node.runs.accounting import ContributionCost, dp_from_rdp, register_command, register_cost, register_projector
-from node.runs.spec import Budget, PolicyDecision, RunSpec
+from hushnet.engine.actions import Finish, LedgerEntry, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.privacy.amplification import contributions_bound
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.runs.accounting import ContributionCost, dp_from_rdp, register_command, register_cost, register_projector
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 PROTOCOL = "central-dpsgd"
 LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"

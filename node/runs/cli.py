@@ -1,11 +1,11 @@
 """``hushnet run …``: start, watch, report, list and cancel private runs.
 
 ``--state-dir`` is a ``hushnet up`` directory or a bootstrap state directory (the operator
-certificate lives there); the commands use :class:`node.client.AsyncClient`, the same API the
+certificate lives there); the commands use :class:`hushnet.client.AsyncClient`, the same API the
 notebook uses, so both show the same information.  Expected failures print one line, exit 1.
 
 Node processes serve runs through the ``hushnet.node_plugins`` entry point (``pyproject.toml``),
-which installs :class:`node.runs.service.RunService` on every node before it starts.
+which installs :class:`hushnet.runs.service.RunService` on every node before it starts.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _fail(msg: str) -> int:
 def _go(args, fn) -> int:
     import asyncio
 
-    from node.client.core import AsyncClient, ClientError
+    from hushnet.client.core import AsyncClient, ClientError
 
     async def main():
         client = await AsyncClient.connect(args.state_dir, bootstrap=args.bootstrap)
@@ -113,7 +113,7 @@ def _protocol_of(path: pathlib.Path) -> str | None:
 async def _central(c, args) -> int:
     """central-dpsgd: this process is the trusted aggregator; it runs the whole baseline, then prints
     where the model went (``--model-out``) — the nodes never hold it."""
-    from node.client.central import outcome_json
+    from hushnet.client.central import outcome_json
 
     o = await c.run_central(args.spec, progress=not args.json)
     if args.model_out and o.model is not None:
@@ -135,7 +135,7 @@ async def _watch(c, run_id: str, args) -> int:
     o = await c.watch(run_id, progress=not getattr(args, "json", False), timeout=getattr(args, "timeout", 600.0),
                       pause_timeout=getattr(args, "pause_timeout", 15.0))
     if getattr(args, "json", False):
-        from node.client.core import outcome_dict
+        from hushnet.client.core import outcome_dict
 
         print(json.dumps(outcome_dict(o)))
     else:

@@ -2,7 +2,7 @@
 
 Starts a bootstrap and 16 node processes on 127.0.0.x (mutual TLS), gives every node its own
 shard of a bundled data set — by default scikit-learn's breast-cancer data
-(:func:`node.tasks.data.load_breast_cancer`), or the papers' houses data with ``--data houses`` —
+(:func:`hushnet.tasks.data.load_breast_cancer`), or the papers' houses data with ``--data houses`` —
 runs RW DP-SGD (random-walk paper, Alg. 1) with a live progress bar, and prints the test
 accuracy beside the majority-class, non-private and local-DP baselines, the privacy report
 (worst and mean pair, certified) and the wall time.  The last line is machine-readable::
@@ -78,7 +78,7 @@ class DemoConfig:
     node_budget: float  # each node's own ε budget toward every other node (runs.toml)
     per_node: int | None  # training rows per node (None: all training rows, evenly)
     expected_accuracy: float | None = None
-    features: str = "all"  # breast-cancer feature block (node.tasks.data.load_breast_cancer)
+    features: str = "all"  # breast-cancer feature block (hushnet.tasks.data.load_breast_cancer)
     task_params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,7 +100,7 @@ def _houses_data_dir() -> None:
     """Use $HUSHNET_DATA_DIR, else the default cache if it has the data, else ../shared/data."""
     if os.environ.get("HUSHNET_DATA_DIR"):
         return
-    from node.datasets import data_dir
+    from hushnet.datasets import data_dir
 
     if (data_dir() / "cal_housing.data.gz").exists():
         return
@@ -109,7 +109,7 @@ def _houses_data_dir() -> None:
         os.environ["HUSHNET_DATA_DIR"] = str(shared)
         return
     raise SystemExit("demo: error: the houses data is not available offline. Set HUSHNET_DATA_DIR to a directory "
-                     "holding cal_housing.data.gz (or run once online so node.datasets downloads it).")
+                     "holding cal_housing.data.gz (or run once online so hushnet.datasets downloads it).")
 
 
 def graph_for(n: int) -> str:
@@ -120,9 +120,9 @@ def graph_for(n: int) -> str:
 
 def prepare(data: str, n: int):
     """``(config, partition, tasks, spec)`` for the demo on ``data`` with ``n`` nodes (the spec is validated)."""
-    from node.runs.spec import Budget, RunSpec
-    from node.tasks import LogisticRegressionTask
-    from node.tasks.data import breast_cancer_partition, houses_partition
+    from hushnet.runs.spec import Budget, RunSpec
+    from hushnet.tasks import LogisticRegressionTask
+    from hushnet.tasks.data import breast_cancer_partition, houses_partition
 
     cfg = CONFIGS[data]
     if data == "houses":
@@ -138,8 +138,8 @@ def prepare(data: str, n: int):
 
 def simulate(spec, tasks: Sequence, P, seeds: Sequence[int]) -> np.ndarray:
     """Test accuracy of the spec's run in the simulator (the same machines the nodes run) for each seed."""
-    from node.protocols.registry import build_from_spec
-    from node.sim import Simulator
+    from hushnet.protocols.registry import build_from_spec
+    from hushnet.sim import Simulator
 
     out = []
     for s in seeds:
@@ -158,7 +158,7 @@ def majority_accuracy(P) -> float:
 
 def nonprivate_accuracy(P, intercept: bool = True) -> float:
     """Full-batch gradient descent (400 steps, unclipped) on the pooled training data."""
-    from node.tasks import LogisticRegressionTask
+    from hushnet.tasks import LogisticRegressionTask
 
     full = LogisticRegressionTask(P.X_train, P.y_train, clip=1.0, intercept=intercept)
     w = np.zeros(full.dim)
@@ -169,7 +169,7 @@ def nonprivate_accuracy(P, intercept: bool = True) -> float:
 
 def localdp_accuracy(spec, tasks, P, target_eps: float, seeds: Sequence[int]) -> tuple[float, float]:
     """Local-DP walk with σ such that its certified worst-pair ε equals ``target_eps``; mean accuracy over ``seeds``."""
-    from node.runs.spec import projected_row
+    from hushnet.runs.spec import projected_row
 
     base = replace(spec, protocol="local-dp-sgd", run_id="")
 
@@ -189,7 +189,7 @@ def localdp_accuracy(spec, tasks, P, target_eps: float, seeds: Sequence[int]) ->
 
 def projected_privacy(spec) -> tuple[float, float]:
     """Worst and mean off-diagonal pair ε of the certified accountant's projection from the public spec."""
-    from node.runs.spec import projected_row
+    from hushnet.runs.spec import projected_row
 
     M = np.stack([projected_row(spec, u)[0] for u in range(spec.n)])
     off = M[~np.eye(M.shape[0], dtype=bool)]
@@ -203,10 +203,10 @@ def summary_line(acc: float, nonpriv: float, ldp: float, worst: float, delta: fl
 
 def _network_run(args, spec, P, n: int):
     """Start the cluster, run the spec, return ``(model, report, outcome)`` (or an exit code on failure)."""
-    from node.client import Client, ClientError
-    from node.net.cluster import LocalCluster
-    from node.runs.policy import NodePolicy
-    from node.tasks.data import PUBLIC_DIR
+    from hushnet.client import Client, ClientError
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.runs.policy import NodePolicy
+    from hushnet.tasks.data import PUBLIC_DIR
 
     cfg = CONFIGS[args.data]
     tmp = None
@@ -250,7 +250,7 @@ def _network_run(args, spec, P, n: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m node.runs.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hushnet.runs.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", choices=sorted(CONFIGS), default="breast-cancer",
                     help="bundled data set partitioned across the nodes (default: breast-cancer)")
     ap.add_argument("--nodes", type=int, default=16)

@@ -1,6 +1,6 @@
 """The node driver: runs one engine machine of one run inside a networked node.
 
-This is the networked twin of :mod:`node.sim.simulator` / :mod:`node.sim.loopback`: the same
+This is the networked twin of :mod:`hushnet.sim.simulator` / :mod:`hushnet.sim.loopback`: the same
 machine, the same per-node generator, the same event order rules —
 
 * ``RunStarted`` once, then every envelope of this run as ``MessageArrived(src_vertex, payload)``
@@ -8,12 +8,12 @@ machine, the same per-node generator, the same event order rules —
   certificate names the sender), and every expired timer as ``TimerFired``;
 * actions executed in order: ``Send`` → per-destination FIFO queue → ``Node.send``;
   ``SetTimer``/``CancelTimer`` → the event loop's clock; ``LedgerEntry`` → a charge on the node's
-  persistent :class:`~node.privacy.ledger.Ledger` (refused charge ⇒ the rest of the actions,
+  persistent :class:`~hushnet.privacy.ledger.Ledger` (refused charge ⇒ the rest of the actions,
   in particular the ``Send`` carrying the contribution, are dropped and the run stops here: the
   data never leaves the node unaccounted); ``Metric``/``Deviation``/``Paused``/``Fault`` → the
   run's event stream (what ``run watch`` subscribers read); ``Finish`` → the final model.
 
-Nothing here knows what a walk is: any :class:`~node.engine.protocol.Protocol` runs in it.
+Nothing here knows what a walk is: any :class:`~hushnet.engine.protocol.Protocol` runs in it.
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from node.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.engine.protocol import Protocol
-from node.privacy.ledger import BudgetExceeded, Ledger
-from node.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
-from node.runs.spec import RunSpec
-from node.tasks.data import PublicEval
+from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import Protocol
+from hushnet.privacy.ledger import BudgetExceeded, Ledger
+from hushnet.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
+from hushnet.runs.spec import RunSpec
+from hushnet.tasks.data import PublicEval
 
 log = logging.getLogger("hushnet.runs")
 
@@ -356,7 +356,7 @@ class RunDriver:
             self.shutdown()
 
     def _top_up(self) -> None:
-        from node.privacy.ledger import LedgerEntry as PrivacyEntry
+        from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
 
         self.topped_up = True
         used = [e for e in self.engine_entries if e.uses_data]

@@ -1,18 +1,18 @@
 """Gossip runs over the real network: machine parameters, projector, ledger charges, settlement.
 
-The sans-IO gossip machines (:mod:`node.protocols.gossip`) already run the two-phase round
+The sans-IO gossip machines (:mod:`hushnet.protocols.gossip`) already run the two-phase round
 (availability, then values), buffer early messages, time out silent neighbours and record every
 round's realised row of ``W_t`` as a ``schedule`` ledger action.  This module plugs them into a
-node's run service (``node.runs.service`` imports it, which registers everything below):
+node's run service (``hushnet.runs.service`` imports it, which registers everything below):
 
-* **machine parameters** (:data:`node.runs.spec.MACHINE_PARAMS`) from the spec's public fields and
+* **machine parameters** (:data:`hushnet.runs.spec.MACHINE_PARAMS`) from the spec's public fields and
   ``[run.protocol_params]``, with *network* round timeouts (seconds, not the simulator's 50 ms);
-* a **machine builder** (:data:`node.runs.accounting.MACHINE_BUILDERS`) that hands the machine the
+* a **machine builder** (:data:`hushnet.runs.accounting.MACHINE_BUILDERS`) that hands the machine the
   public gossip matrix of the spec's graph;
-* a **projector** (:func:`node.runs.accounting.register_projector`): before accepting, the node
+* a **projector** (:func:`hushnet.runs.accounting.register_projector`): before accepting, the node
   computes its certified row with the *exact* accountant of the recorded-schedule module
-  (:mod:`node.protocols.gossip_accounting`) on the public schedule (every node up every round);
-* a **cost** (:data:`node.runs.accounting.COST_BUILDERS`): what the node's persistent ledger is
+  (:mod:`hushnet.protocols.gossip_accounting`) on the public schedule (every node up every round);
+* a **cost** (:data:`hushnet.runs.accounting.COST_BUILDERS`): what the node's persistent ledger is
   charged when its noisy data first leaves (the projected certified curves — the whole run for
   averaging and streaming, one step at a time for Muffliato-GD);
 * a **settlement** (``run.settle``): dropouts change ``W_t``, and the certified loss on the
@@ -27,7 +27,7 @@ node's run service (``node.runs.service`` imports it, which registers everything
 **Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (default, plain gossip: every round
 value travels in the clear over the node's TLS links, so an observer sees every message of its
 closed neighbourhood) or ``"aggregate"``: the rounds then run **secure neighbourhood summation**
-(:mod:`node.protocols.gossip_secure`: each node leads one SecAgg sum per round over the neighbours
+(:mod:`hushnet.protocols.gossip_secure`: each node leads one SecAgg sum per round over the neighbours
 it heard, keyed with the nodes' long-term X25519 keys from the directory, and learns only
 ``Σ_j W_t[i,j] m_j``), and — only then — the exact accountant uses the aggregate view ``S = e_iᵀ``
 (the observer's own messages and the weighted sums it mixed).  The view is one switch: it turns the
@@ -42,13 +42,13 @@ default 24), at most ``T·max k·2^-(f+1)`` on a final model after T rounds.
 
 **Randomized Muffliato** ([M] Alg. 2, ``muffliato-randomized``): the spec's graph is the network's
 topology, and the activations are a seeded *public* schedule of its edges
-(:func:`node.privacy.muffliato.randomized_schedule` on the public W, ``p_e = 2W_e/n``, seed
+(:func:`hushnet.privacy.muffliato.randomized_schedule` on the public W, ``p_e = 2W_e/n``, seed
 ``protocol_params.schedule_seed``, default the run seed), so every node knows when each of its links is
 active.  An activation of {i, j} is one pairwise exchange over that link; a node handles its
 activations in schedule order, buffers values for later ones, and skips an activation whose partner
 stays silent past the timeout (recorded on its end as not used; after ``give_up_after`` misses the
 partner is gone).  Projection and cost: the certified pairwise accountant
-(:func:`~node.protocols.gossip_accounting.pairwise_sensitivities`, exact projection of each observer's
+(:func:`~hushnet.protocols.gossip_accounting.pairwise_sensitivities`, exact projection of each observer's
 received values) on the public schedule, charged at the noisy input; settlement on the realised
 activations, with the same safe completion as the rounds (a node whose records stop is assumed to have
 sent at its next activation; a value a partner used was sent).  Only the neighbourhood view: a pair
@@ -73,11 +73,11 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from node.engine.actions import LedgerEntry as EngineEntry
-from node.privacy.conversions import DEFAULT_ORDERS
-from node.privacy.ledger import BudgetExceeded
-from node.privacy.ledger import LedgerEntry as PrivacyEntry
-from node.protocols.gossip_accounting import (
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import BudgetExceeded
+from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.protocols.gossip_accounting import (
     RealisedSchedule,
     averaging_sensitivities,
     complete_crashed,
@@ -85,8 +85,8 @@ from node.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
-from node.protocols.onion import VIEWS as ANON_VIEWS
-from node.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, _best_order_dp
+from hushnet.protocols.onion import VIEWS as ANON_VIEWS
+from hushnet.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, _best_order_dp
 
 #: gossip protocols a networked node runs
 NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized")
@@ -154,7 +154,7 @@ def view_of(spec: RunSpec) -> str:
 
 def resolved(spec: RunSpec, W, sensitivity: float = 1.0) -> dict[str, Any]:
     """The concrete public parameters (rounds, γ, per-step K) every node and the simulator derive alike."""
-    from node.protocols.gossip_sim import resolve_params
+    from hushnet.protocols.gossip_sim import resolve_params
 
     return resolve_params(spec.protocol, gossip_params(spec), W, W.shape[0], sensitivity)
 
@@ -189,7 +189,7 @@ def fresh_er(spec: RunSpec) -> bool:
 def topology(spec: RunSpec, W):
     """The round topology the machines use: the network's links, or the step's ER graph (a subgraph of a
     complete network) — who a node may have sent its value to in round t."""
-    from node.protocols.gossip import ERPerStep, FixedTopology
+    from hushnet.protocols.gossip import ERPerStep, FixedTopology
 
     if fresh_er(spec):
         p = resolved(spec, W)
@@ -203,7 +203,7 @@ def round_matrices(spec: RunSpec, W) -> Any:
     (what both ends of a round rebuild from the announced degrees when nobody drops out)."""
     if not fresh_er(spec):
         return W
-    from node.protocols.gossip_sim import mh_matrix
+    from hushnet.protocols.gossip_sim import mh_matrix
 
     topo = topology(spec, W)
     per_step = [mh_matrix(topo.graph(r)) for r in range(len(topo.ks))]
@@ -271,7 +271,7 @@ def realised_activations(spec: RunSpec, records: Mapping[int, list[dict[str, Any
 def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
     """(1, n) certified ``Δ²(vertex → v)/Δ²`` of randomized Muffliato: the exact projection of observer
     v's view (every value it received, its own noise known) on the activations ``rec`` (default: public)."""
-    from node.protocols.gossip_accounting import pairwise_sensitivities
+    from hushnet.protocols.gossip_accounting import pairwise_sensitivities
 
     sched = activation_schedule(spec, W)
     rec = public_activations(sched) if rec is None else rec
@@ -364,14 +364,14 @@ PAPER_LABELS = {
 def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
     """(n,) the paper's unit-free ``Δ²(vertex → v)/Δ²`` on the public schedule (0 toward itself).
 
-    Muffliato: [M] Thm 1 (:func:`node.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
+    Muffliato: [M] Thm 1 (:func:`hushnet.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
     does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step (on the
     step's graph), summed over steps.  Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the
     aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
     ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
     """
-    from node.privacy.muffliato import thm1_from_source
-    from node.protocols.gossip_sim import mh_matrix
+    from hushnet.privacy.muffliato import thm1_from_source
+    from hushnet.protocols.gossip_sim import mh_matrix
 
     Wc = sp.csr_matrix(W, dtype=float)
     n = Wc.shape[0]
@@ -406,7 +406,7 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
 def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] | None:
     """The run report's "paper" row: ε toward every node at the spec's δ (best order, Gaussian RDP of the
     paper's sensitivity, no order limit), and the label that says which theorem and why it is no guarantee."""
-    from node.protocols.registry import transition_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol not in PAPER_LABELS:
         return None
@@ -449,7 +449,7 @@ def check_network_spec(spec: RunSpec) -> str | None:
         if not fresh_er(spec):
             return (f"graph {graph!r} is simulator-only over the network: only Muffliato-GD may draw a fresh "
                     "Erdős–Rényi graph per step ('er-per-step'), on a complete network topology")
-        from node.protocols.registry import transition_matrix
+        from hushnet.protocols.registry import transition_matrix
 
         try:
             A = sp.csr_matrix(transition_matrix(spec.graph, spec.weights))
@@ -483,7 +483,7 @@ def check_network_spec(spec: RunSpec) -> str | None:
 
 def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
     """Accept iff the certified exact row on the public schedule fits the node's budget (best order per target)."""
-    from node.protocols.registry import transition_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     budget = local or spec.budget
     if budget.delta < spec.budget.delta:
@@ -527,7 +527,7 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
 
 @dataclass
 class GossipCost:
-    """Duck-types :class:`node.runs.accounting.ContributionCost` for the node driver.
+    """Duck-types :class:`hushnet.runs.accounting.ContributionCost` for the node driver.
 
     ``phase_curves[k]`` (targets × orders) is charged at the k-th data action of the run (averaging:
     the one noisy input; GD and streaming: the whole run at the first data action, nothing later — their
@@ -568,7 +568,7 @@ class GossipCost:
 
 
 def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> GossipCost:
-    from node.protocols.registry import transition_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
@@ -583,7 +583,7 @@ def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None)
 
 def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
     """This node's gossip machine, with the public gossip matrix (the network's links are its support)."""
-    from node.protocols.registry import make_machine, transition_matrix
+    from hushnet.protocols.registry import make_machine, transition_matrix
 
     why = check_network_spec(spec)
     if why:
@@ -593,7 +593,7 @@ def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     rng = node_rng(vertex, len(ids)) if node_rng is not None else None
     params = gossip_params(spec)
     if params.get("secure_summation"):  # the node's own long-term X25519 key and the directory's public keys
-        from node.runs.anonymity import node_keypair, node_key_directory
+        from hushnet.runs.anonymity import node_keypair, node_key_directory
 
         kp, directory = node_keypair(node), node_key_directory(node)
         missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
@@ -637,9 +637,9 @@ def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]],
                      W=None) -> tuple[RealisedSchedule, dict[int, int]]:
     """The schedule the settlement accounts: the recorded rounds, plus the SAFE completion of every node
     whose (durable) records stop early — a crashed node is assumed to have sent its value of the round
-    it died in to all its neighbours (:func:`~node.protocols.gossip_accounting.complete_crashed`).
+    it died in to all its neighbours (:func:`~hushnet.protocols.gossip_accounting.complete_crashed`).
     Returns the schedule and ``{vertex: first unrecorded round}`` of the completed nodes."""
-    from node.protocols.registry import transition_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
     if spec.protocol == PAIRWISE:  # the activations instead of rounds (same contract)
@@ -656,7 +656,7 @@ def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping
                     orders: np.ndarray, W=None) -> np.ndarray:
     """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay,
     crashed nodes' unrecorded rounds completed in the safe direction)."""
-    from node.protocols.registry import transition_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
     sched, _ = settled_schedule(spec, records, len(ids), W)
@@ -708,7 +708,7 @@ def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[
         except BudgetExceeded as exc:
             over = str(exc)
             ledger.charge(entry, enforce_budget=False)  # the realised rounds already happened
-    from node.runs.accounting import dp_from_rdp
+    from hushnet.runs.accounting import dp_from_rdp
 
     delta = spec.budget.delta
     total = charged + top
@@ -727,7 +727,7 @@ def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[
 def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None) -> dict[str, Any]:
     """Top the node's ledger up to its certified loss on the realised schedule (never refund).
 
-    ``run`` is the node's :class:`~node.runs.driver.RunDriver`; ``records`` vertex → that node's
+    ``run`` is the node's :class:`~hushnet.runs.driver.RunDriver`; ``records`` vertex → that node's
     schedule records.  The node's own records must equal what it recorded itself.
     """
     cost = run.cost
@@ -765,8 +765,8 @@ def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, 
     """Settle a run this node no longer holds in memory (its process restarted): the spec and the node's
     own records come from its durable store, what it was charged from its persistent ledger (so settling
     twice tops up nothing the second time)."""
-    from node.protocols.registry import transition_matrix
-    from node.runs.gossip_store import store_for
+    from hushnet.protocols.registry import transition_matrix
+    from hushnet.runs.gossip_store import store_for
 
     st = store_for(service.state_dir)
     got = st.run(run_id)
@@ -787,7 +787,7 @@ def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, 
 
 def _stored_run(service, payload: bytes):
     """``(run_id, spec, vertex, ids)`` of a run only the node's durable store still knows, or None."""
-    from node.runs.gossip_store import store_for
+    from hushnet.runs.gossip_store import store_for
 
     run_id = str(json.loads(payload or b"{}").get("run_id", ""))
     got = store_for(service.state_dir).run(run_id)
@@ -797,7 +797,7 @@ def _stored_run(service, payload: bytes):
 async def c_schedule(service, payload: bytes) -> bytes:
     """``run.schedule``: this node's recorded gossip rows of a run (for the operator's settlement).  After a
     restart the run is gone from memory; its durable records answer (``state: "lost"``)."""
-    from node.runs.gossip_store import store_for
+    from hushnet.runs.gossip_store import store_for
 
     try:
         run, _ = service._run(payload)  # noqa: SLF001
@@ -846,7 +846,7 @@ async def c_settle(service, payload: bytes) -> bytes:
 
 
 async def settle_run(client, run_id: str, node_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Operator side (an :class:`~node.client.core.AsyncClient`): gather every reachable node's records
+    """Operator side (an :class:`~hushnet.client.core.AsyncClient`): gather every reachable node's records
     (``run.schedule``), then settle every reachable node (``run.settle``).  An unreachable node
     contributes no records: its rows stay identity and its sent values are missing from its neighbours'
     views — the settlement says which vertices' records it used (``records_from``)."""
@@ -869,7 +869,7 @@ async def settle_run(client, run_id: str, node_ids: list[str]) -> dict[str, dict
 
 def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
     """The driver's journal of a networked gossip run: its schedule records, durable in the node's state."""
-    from node.runs.gossip_store import store_for
+    from hushnet.runs.gossip_store import store_for
 
     st = store_for(service.state_dir)
     st.open_run(spec, vertex, ids)
@@ -880,7 +880,7 @@ def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
 
 
 def _register() -> None:
-    from node.runs import accounting
+    from hushnet.runs import accounting
 
     for proto in ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized"):
         MACHINE_PARAMS[proto] = gossip_params

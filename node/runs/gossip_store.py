@@ -4,7 +4,7 @@ Every gossip round closes with a ``schedule`` record (the node's row of ``W_t`` 
 sent its value to); the settlement replays those records to account what really happened.  In memory
 only, a node killed mid-run (or before settlement) would lose them and nobody could replay its part of
 the run.  This store keeps them in the node's state directory, in SQLite like the privacy ledger
-(:mod:`node.privacy.ledger`), written *as they are produced*:
+(:mod:`hushnet.privacy.ledger`), written *as they are produced*:
 
 * at acceptance the run is registered with its public spec, the node's vertex and the vertex → node
   id map, so a restarted node can answer ``run.schedule`` and settle a run it no longer holds;
@@ -12,7 +12,7 @@ the run.  This store keeps them in the node's state directory, in SQLite like th
   hook *before* the actions after it run — in particular before the next round's value is sent.
 
 That ordering is the invariant the conservative settlement rests on
-(:func:`node.protocols.gossip_accounting.complete_crashed`): the durable records of a node are a
+(:func:`hushnet.protocols.gossip_accounting.complete_crashed`): the durable records of a node are a
 *prefix* of its rounds, and a node can have sent a value only in the rounds it recorded plus, at
 most, the one round in progress when it died (the value of round t leaves before round t's record,
 the value of round t+1 only after it).  If the write fails the driver stops the run: no value leaves
@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from node.engine.actions import LedgerEntry as EngineEntry
-from node.runs.spec import RunSpec, spec_from_dict
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.runs.spec import RunSpec, spec_from_dict
 
 #: the store's file in a node's state directory (next to ``privacy_ledger.sqlite``)
 STORE_FILE = "gossip_schedule.sqlite"
@@ -86,7 +86,7 @@ class ScheduleStore:
     def journal(self, run_id: str) -> Callable[[EngineEntry], None]:
         """The node driver's journal hook: persists ``schedule`` entries, ignores the others (the privacy
         ledger already persists data entries)."""
-        from node.runs.gossip_runs import schedule_records
+        from hushnet.runs.gossip_runs import schedule_records
 
         def write(ev: EngineEntry) -> None:
             for rec in schedule_records([ev]):

@@ -1,12 +1,12 @@
 """A real in-process network (bootstrap + nodes serving runs in one event loop), for tests and benchmarks.
 
-Bootstrap + n :class:`~node.net.node.Node` objects in one event loop, each on its own 127.0.0.x
+Bootstrap + n :class:`~hushnet.net.node.Node` objects in one event loop, each on its own 127.0.0.x
 address with real mutual TLS and its own state directory (own long-term X25519 key, own
 ``runs.toml`` and data, own SQLite privacy ledger), each serving runs through
-:class:`~node.runs.service.RunService`, driven by the real operator client (signed specs).
+:class:`~hushnet.runs.service.RunService`, driven by the real operator client (signed specs).
 In-process so a test can look at exactly what a receiver's handler sees (``observe`` is called
 with each node and its run service *before* the node starts, so it can wrap the real RPC entry).
-Unlike :class:`node.net.cluster.LocalCluster` every node shares one Python process: CPU work that
+Unlike :class:`hushnet.net.cluster.LocalCluster` every node shares one Python process: CPU work that
 would run in parallel on a real network is serialised here (benchmarks say so).  Always torn down.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 import numpy as np
 
-from bootstrap.service import BootstrapConfig, serve as serve_bootstrap
-from node.net.node import Node, NodeConfig
-from node.runs.policy import NodePolicy
-from node.runs.service import RunService
+from hushnet.bootstrap.service import BootstrapConfig, serve as serve_bootstrap
+from hushnet.net.node import Node, NodeConfig
+from hushnet.runs.policy import NodePolicy
+from hushnet.runs.service import RunService
 
 
 class Net:
@@ -65,7 +65,7 @@ async def network(tmp: pathlib.Path, graph: str, n: int, *, values: Sequence[np.
                   shards: Sequence[tuple[np.ndarray, np.ndarray]] | None = None, epsilon: float = 1e6,
                   delta: float = 1e-5, base_ip: int = 40, observe: Callable[[Node, RunService], Any] | None = None
                   ) -> AsyncIterator[Net]:
-    from node.client.core import AsyncClient
+    from hushnet.client.core import AsyncClient
 
     stop = asyncio.Event()
     ready = asyncio.Event()

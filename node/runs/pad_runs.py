@@ -1,10 +1,10 @@
 """P-AD summations and histograms over the real network: what each node projects and is charged.
 
-The sans-IO machines (:mod:`node.protocols.pad`) run unchanged in the node driver; the ring
+The sans-IO machines (:mod:`hushnet.protocols.pad`) run unchanged in the node driver; the ring
 direction is the graph's vertex order (vertex v hands the token to v+1 mod n, as in the
 simulator).  What this module adds is the *accounting*, registered with
-:func:`node.runs.accounting.register_projector` / :func:`~node.runs.accounting.register_cost`
-(``node.runs.service`` imports it), and a machine builder that refuses a node whose data would
+:func:`hushnet.runs.accounting.register_projector` / :func:`~hushnet.runs.accounting.register_cost`
+(``hushnet.runs.service`` imports it), and a machine builder that refuses a node whose data would
 have a larger sensitivity than the public spec declares.
 
 **Which bound, and why it holds for what a node really observes.**  Over plain gRPC with mutual
@@ -38,7 +38,7 @@ forwards to, and acknowledgements (no data).  Noise is each node's own secret dr
 * ``pad-complete-sum`` / ``pad-complete-histogram`` — **local-DP bound.**  P-AD Thm 3 / Thm 6
   assume the token path is hidden, *including the previous sender and the next receiver*; a
   gRPC handoff reveals both (spec E.2), and their non-asymptotic forms rest on heuristic steps
-  (labelled "paper" in :mod:`node.privacy.amplification`).  No certified network bound applies,
+  (labelled "paper" in :mod:`hushnet.privacy.amplification`).  No certified network bound applies,
   so each contribution is charged what it leaks in the clear: the Gaussian ``α·Δ²/(2σ_loc²)``
   (every contribution carries its own N(0, σ_loc²)) or the RR curve above.  The number of visits
   is random (uniform next holder): the projection uses the Chernoff bound of P-AD App. D at
@@ -57,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from node.engine.actions import LedgerEntry as EngineEntry
-from node.privacy.amplification import (
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.amplification import (
     ValidityError,
     advanced_composition,
     complete_histogram_guarantee,
@@ -69,16 +69,16 @@ from node.privacy.amplification import (
     ring_sum_guarantee,
     rr_epsilon,
 )
-from node.privacy.conversions import DEFAULT_ORDERS
-from node.privacy.ledger import LedgerEntry as PrivacyEntry
-from node.runs.accounting import (
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.runs.accounting import (
     dp_from_rdp,
     register_cost,
     register_machine_builder,
     register_paper_bound,
     register_projector,
 )
-from node.runs.spec import Budget, PolicyDecision, RunSpec
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 PAD_SUMS = ("pad-ring-sum", "pad-complete-sum")
 PAD_HISTOGRAMS = ("pad-ring-histogram", "pad-complete-histogram")
@@ -104,7 +104,7 @@ KIND = {"pad-ring-sum": "value", "pad-complete-sum": "value", "pad-ring-histogra
 def public_sensitivity(spec: RunSpec) -> float:
     """L2 sensitivity of one summation contribution from the public spec: ``(hi − lo)·√dim``.
 
-    The same formula as :meth:`node.tasks.values.SumTask.sensitivity`; ``dim`` is ``[task] dim``
+    The same formula as :meth:`hushnet.tasks.values.SumTask.sensitivity`; ``dim`` is ``[task] dim``
     (default 1).  A node whose data gives a larger dimension refuses the run (see :func:`build_machine`).
     """
     tp = spec.task_params
@@ -287,7 +287,7 @@ def pad_paper_bound(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str
 def build_machine(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
     """The node's own P-AD machine; refuses data whose sensitivity exceeds what the spec made public
     (the projection and every charge use the public value)."""
-    from node.protocols.registry import make_machine
+    from hushnet.protocols.registry import make_machine
 
     if spec.protocol in PAD_SUMS and task.sensitivity() > public_sensitivity(spec) * (1.0 + 1e-12):
         raise ValueError(f"this node's values have dimension {task.dim} (sensitivity {task.sensitivity():.4g}), "

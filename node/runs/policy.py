@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from node.runs.spec import Budget, RunSpec
-from node.tasks.base import GradientTask, Task, TaskError
-from node.tasks.data import DataFileMissing, DataShapeError, load_local_data
-from node.tasks.registry import make_task, resolve_task_class
-from node.tasks.values import HistogramTask, SumTask
+from hushnet.runs.spec import Budget, RunSpec
+from hushnet.tasks.base import GradientTask, Task, TaskError
+from hushnet.tasks.data import DataFileMissing, DataShapeError, load_local_data
+from hushnet.tasks.registry import make_task, resolve_task_class
+from hushnet.tasks.values import HistogramTask, SumTask
 
 POLICY_FILE = "runs.toml"
 

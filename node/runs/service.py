@@ -1,8 +1,8 @@
 """The run service of a node: operator commands for runs, and the transport handler that feeds them.
 
-Installed on a :class:`node.net.node.Node` with :func:`install`, which every node process runs
+Installed on a :class:`hushnet.net.node.Node` with :func:`install`, which every node process runs
 before it starts: it is the ``runs`` plugin of the ``hushnet.node_plugins`` entry point
-(:mod:`node.net.plugins`).  It adds
+(:mod:`hushnet.net.plugins`).  It adds
 
 * one protocol handler, ``hushnet.run``: every envelope of every run; ``envelope.run_id`` picks
   the run, the authenticated ``envelope.sender`` is the machine's ``src``;
@@ -33,18 +33,18 @@ from typing import Any
 import numpy as np
 from cryptography import x509
 
-from node.engine.errors import ProtocolError
-from node.net import pki
-from node.privacy.ledger import Budget as LedgerBudget
-from node.privacy.ledger import Ledger
-from node.protocols.registry import make_machine, transition_matrix
-from node.protocols.walk import WalkOptions
-from node.runs.accounting import COMMANDS, JOURNALS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
-from node.runs.driver import RunDriver, RunRefused
-from node.runs.policy import NodePolicy, PolicyError, check_task, load_task
-from node.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
-from node.tasks.base import TaskError
-from node.tasks.data import DataFileMissing, DataShapeError, load_public_eval
+from hushnet.engine.errors import ProtocolError
+from hushnet.net import pki
+from hushnet.privacy.ledger import Budget as LedgerBudget
+from hushnet.privacy.ledger import Ledger
+from hushnet.protocols.registry import make_machine, transition_matrix
+from hushnet.protocols.walk import WalkOptions
+from hushnet.runs.accounting import COMMANDS, JOURNALS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
+from hushnet.runs.driver import RunDriver, RunRefused
+from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
+from hushnet.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
+from hushnet.tasks.base import TaskError
+from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
 log = logging.getLogger("hushnet.runs")
 
@@ -60,7 +60,7 @@ def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOpti
 
 
 class RunService:
-    """All runs of one node.  ``node`` is a started or starting :class:`node.net.node.Node`."""
+    """All runs of one node.  ``node`` is a started or starting :class:`hushnet.net.node.Node`."""
 
     def __init__(self, node, *, state_dir: pathlib.Path | None = None) -> None:
         self.node = node
@@ -89,7 +89,7 @@ class RunService:
             self._ledger = Ledger(self.state_dir / LEDGER_FILE, node_id=self.node.node_id)
         return self._ledger
 
-    # handler API of node.net.handlers
+    # handler API of hushnet.net.handlers
     protocol = RUN_PROTOCOL
 
     def handle(self, envelope) -> None:
@@ -167,7 +167,7 @@ class RunService:
         ids = self._ids()
         vertex = self.node.identity.vertex
         base["vertex"] = vertex
-        from node.privacy.graphs import parse_graph
+        from hushnet.privacy.graphs import parse_graph
 
         graph = parse_graph(spec.graph)
         if graph.n != len(ids):
@@ -199,7 +199,7 @@ class RunService:
         cost = contribution_cost(spec, vertex, ids, W, ledger.orders)
         n_u = dec.details.get("N_u", 0.0)
         if ledger.budget is not None and n_u > 0:
-            from node.privacy.ledger import LedgerEntry as PrivacyEntry
+            from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
 
             proj = PrivacyEntry.from_row(spec.run_id, spec.protocol, spec.view_model, "certified", cost.targets,
                                          cost.curves(spec.sigma) * float(np.ceil(n_u)))
@@ -317,7 +317,7 @@ def _default(x: Any) -> Any:
     return str(x)
 
 
-import node.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
-import node.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
-import node.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders
-import node.runs.central_runs  # noqa: E402,F401 - registers the central baseline's projector, cost and run.gradient
+import hushnet.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
+import hushnet.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
+import hushnet.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders
+import hushnet.runs.central_runs  # noqa: E402,F401 - registers the central baseline's projector, cost and run.gradient

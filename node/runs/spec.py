@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import Certificate, load_pem_x509_certificate
 
-from node.engine.protocol import VIEW_MODELS
-from node.engine.rng import node_generator, secret_generator
+from hushnet.engine.protocol import VIEW_MODELS
+from hushnet.engine.rng import node_generator, secret_generator
 
 #: walk-SGD protocols whose privacy the node can project with the random-walk accountant
 WALK_SGD = ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd")
@@ -104,7 +104,7 @@ class RunSpec:
 
     @property
     def n(self) -> int:
-        from node.privacy.graphs import parse_graph
+        from hushnet.privacy.graphs import parse_graph
 
         return parse_graph(self.graph).n
 
@@ -150,7 +150,7 @@ class RunSpec:
         return "secret: node-local OS entropy (PCG64 seeded with 128 bits from the OS pool)"
 
     def machine_params(self) -> dict[str, Any]:
-        """Protocol parameters for :func:`node.protocols.registry.make_machine`."""
+        """Protocol parameters for :func:`hushnet.protocols.registry.make_machine`."""
         p = self.protocol
         if p in WALK_SGD:
             out: dict[str, Any] = {"steps": self.steps, "step_size": self.step_size, "sigma": self.sigma,
@@ -165,7 +165,7 @@ class RunSpec:
         if p == "pad-ring-histogram":
             return {"rounds": self.rounds, "gamma": self.gamma}
         if p not in MACHINE_PARAMS and p in ("rw-dpsgd-onion", "anon-walk-sgd", "secagg-sum"):
-            import node.runs.anonymity  # noqa: F401 - registers the anonymity layer's parameter mappings
+            import hushnet.runs.anonymity  # noqa: F401 - registers the anonymity layer's parameter mappings
         if p in MACHINE_PARAMS:  # protocols that register their own parameter mapping (anonymity layer)
             return MACHINE_PARAMS[p](self)
         return {"steps": self.steps, "gamma": self.gamma, "start": self.start}
@@ -181,11 +181,11 @@ class RunSpec:
 
     def validate(self, *, resolve_task: bool = True) -> "RunSpec":
         """Check the spec is complete and consistent; raise :class:`SpecError` with every problem found."""
-        from node.privacy.graphs import GraphSpecError, parse_graph
-        from node.protocols.registry import PROTOCOLS
-        from node.tasks.base import GradientTask, TaskError
-        from node.tasks.registry import resolve_task_class
-        from node.tasks.values import HistogramTask, SumTask
+        from hushnet.privacy.graphs import GraphSpecError, parse_graph
+        from hushnet.protocols.registry import PROTOCOLS
+        from hushnet.tasks.base import GradientTask, TaskError
+        from hushnet.tasks.registry import resolve_task_class
+        from hushnet.tasks.values import HistogramTask, SumTask
 
         errs: list[str] = []
         if self.protocol not in PROTOCOLS:
@@ -408,8 +408,8 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     converted at the best admissible order per target.  ``local-dp-sgd``: every contribution is
     seen in the clear by the next holder, so each target is charged ``N_u·α/(2σ²)`` (no amplification).
     """
-    from node.privacy.randomwalk import alpha_max, rw_pndp_matrix
-    from node.protocols.registry import transition_matrix
+    from hushnet.privacy.randomwalk import alpha_max, rw_pndp_matrix
+    from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol not in WALK_SGD:
         raise SpecError(f"no certified node-side accountant for protocol {spec.protocol!r} yet; the node cannot project its loss")

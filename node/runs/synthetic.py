@@ -3,7 +3,7 @@
 ``ZeroGradientTask`` has a zero gradient, so a walk with it is pure noise — the token is a real
 ``size``-float64 model updated with fresh Gaussian noise at every visit, and every cost measured
 is the protocol's own (validation, serialisation, TLS, acknowledgement, ledger), not the task's.
-Named in a spec as ``task = "node.runs.synthetic:ZeroGradientTask"`` with ``size`` in [task].
+Named in a spec as ``task = "hushnet.runs.synthetic:ZeroGradientTask"`` with ``size`` in [task].
 
 :func:`planted_logistic_shards` is the one small labelled data set the networked tests, benchmarks
 and figures hand their nodes (``local_net.network(..., shards=...)``) when the data only has to be
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.tasks.base import GradientTask
+from hushnet.tasks.base import GradientTask
 
 
 class ZeroGradientTask(GradientTask):
-    name = "node.runs.synthetic:ZeroGradientTask"
+    name = "hushnet.runs.synthetic:ZeroGradientTask"
 
     def __init__(self, X=None, y=None, size: int = 10, clip: float = 1.0) -> None:
         self._dim = int(size)

@@ -1,4 +1,4 @@
 """In-process driver: an in-memory transport and a virtual clock for thousands of machines."""
-from node.sim.simulator import SimResult, Simulator
+from hushnet.sim.simulator import SimResult, Simulator
 
 __all__ = ["SimResult", "Simulator"]

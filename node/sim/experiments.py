@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from node.protocols.registry import build_machines
-from node.protocols.walk import WalkOptions
-from node.sim.simulator import Simulator
-from node.tasks import LogisticRegressionTask, Partition, houses_partition, logistic_metrics
+from hushnet.protocols.registry import build_machines
+from hushnet.protocols.walk import WalkOptions
+from hushnet.sim.simulator import Simulator
+from hushnet.tasks import LogisticRegressionTask, Partition, houses_partition, logistic_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 

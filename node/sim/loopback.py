@@ -1,7 +1,7 @@
 """An asyncio driver with real concurrency: one task and inbox per node, real (random) delays.
 
 This is the shape of the gRPC node driver without gRPC: every node runs its machine in its own
-task, messages travel as :class:`~node.engine.wire.Envelope` bytes with random wall-clock delays
+task, messages travel as :class:`~hushnet.engine.wire.Envelope` bytes with random wall-clock delays
 (so they may be reordered), and timers are real ``loop.call_later`` timers.  The parity test runs
 the same run here and in the simulator and gets the same model bit for bit, which is what makes
 the simulator's numbers stand for the network's.
@@ -14,12 +14,12 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
-from node.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from node.engine.errors import ProtocolError
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.engine.protocol import Protocol
-from node.engine.wire import Envelope
-from node.sim.simulator import SimResult
+from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.errors import ProtocolError
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import Protocol
+from hushnet.engine.wire import Envelope
+from hushnet.sim.simulator import SimResult
 
 
 class LoopbackNetwork:

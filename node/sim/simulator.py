@@ -1,6 +1,6 @@
 """The simulator: runs the same protocol machines as the gRPC node, in one process.
 
-Messages go through the same :class:`~node.engine.wire.Envelope` bytes a network would carry,
+Messages go through the same :class:`~hushnet.engine.wire.Envelope` bytes a network would carry,
 delivered after a virtual latency; timers fire in virtual time; nothing sleeps.  Since every
 machine draws only from its own generator and a single token orders the work, the outcome
 depends on the run seed alone — which is what the simulator/network parity test checks.
@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from node.engine.actions import (
+from hushnet.engine.actions import (
     CancelTimer,
     Deviation,
     Fault,
@@ -29,10 +29,10 @@ from node.engine.actions import (
     Send,
     SetTimer,
 )
-from node.engine.errors import ProtocolError
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.engine.protocol import Protocol
-from node.engine.wire import Envelope
+from hushnet.engine.errors import ProtocolError
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import Protocol
+from hushnet.engine.wire import Envelope
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Tasks: the local computation of a node (sum, mean, histogram, logistic regression, user classes)."""
-from node.tasks.base import GradientTask, Task, TaskError, UnknownTask, ValueTask
-from node.tasks.data import (
+from hushnet.tasks.base import GradientTask, Task, TaskError, UnknownTask, ValueTask
+from hushnet.tasks.data import (
     DataFileMissing,
     DataShapeError,
     Partition,
@@ -9,9 +9,9 @@ from node.tasks.data import (
     partition,
     stratified_split,
 )
-from node.tasks.logistic import LogisticRegressionTask, logistic_metrics
-from node.tasks.registry import BUILTIN_TASKS, make_task, resolve_task_class
-from node.tasks.values import HistogramTask, MeanTask, SumTask
+from hushnet.tasks.logistic import LogisticRegressionTask, logistic_metrics
+from hushnet.tasks.registry import BUILTIN_TASKS, make_task, resolve_task_class
+from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 __all__ = [
     "GradientTask", "Task", "TaskError", "UnknownTask", "ValueTask", "DataFileMissing", "DataShapeError",

@@ -139,7 +139,7 @@ def partition(
 
 def houses_partition(n_nodes: int, per_node: int = 8, *, seed: int = 42, cache_dir=None) -> Partition:
     """The papers' houses setup: standardised, unit-norm rows, y ∈ {−1,+1}, 80/20, ``per_node`` rows per node."""
-    from node.datasets import load_houses
+    from hushnet.datasets import load_houses
 
     X, y = load_houses(cache_dir)
     return partition(X, y, n_nodes, per_node, seed=seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit as _sigmoid  # numerically stable logistic function
 
-from node.tasks.base import GradientTask, TaskError
+from hushnet.tasks.base import GradientTask, TaskError
 
 
 def _log1pexp(z: np.ndarray) -> np.ndarray:

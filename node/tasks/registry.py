@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from node.tasks.base import GradientTask, Task, TaskError, UnknownTask, ValueTask
-from node.tasks.logistic import LogisticRegressionTask
-from node.tasks.values import HistogramTask, MeanTask, SumTask
+from hushnet.tasks.base import GradientTask, Task, TaskError, UnknownTask, ValueTask
+from hushnet.tasks.logistic import LogisticRegressionTask
+from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 BUILTIN_TASKS: dict[str, type[Task]] = {
     "sum": SumTask,
@@ -24,8 +24,8 @@ def resolve_task_class(name: str) -> type[Task]:
     """``"logreg"`` → the built-in class; ``"pkg.mod:Cls"`` or ``"pkg.mod.Cls"`` → the user's class.
 
     A user class must provide ``gradient``, ``loss``, ``evaluate``, ``sensitivity`` and ``dim``
-    (subclassing :class:`~node.tasks.base.GradientTask` is the easy way).  Anything else is
-    :class:`~node.tasks.base.UnknownTask`.
+    (subclassing :class:`~hushnet.tasks.base.GradientTask` is the easy way).  Anything else is
+    :class:`~hushnet.tasks.base.UnknownTask`.
     """
     if name in BUILTIN_TASKS:
         return BUILTIN_TASKS[name]
@@ -45,7 +45,7 @@ def resolve_task_class(name: str) -> type[Task]:
     if not issubclass(cls, (GradientTask, ValueTask)):
         missing = [a for a in _REQUIRED[GradientTask] if not hasattr(cls, a)]
         if missing:
-            raise UnknownTask(f"task {name!r}: class lacks {missing} (subclass node.tasks.GradientTask)")
+            raise UnknownTask(f"task {name!r}: class lacks {missing} (subclass hushnet.tasks.GradientTask)")
     return cls
 
 

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from node.tasks.base import TaskError, ValueTask
+from hushnet.tasks.base import TaskError, ValueTask
 
 
 class SumTask(ValueTask):

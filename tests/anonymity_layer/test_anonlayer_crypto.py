@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.crypto.cells import from_cells, n_cells, to_cells
-from node.crypto.errors import CellError, CryptoError, InconsistentShares, IntegrityError, UnknownEpoch
-from node.crypto.keys import KeyPair, simulation_keypairs
-from node.crypto.masks import FixedPoint, mask_stream, pairwise_seed
-from node.crypto.onion import OnionKeyring, build_packet, packet_length, peel
-from node.crypto.replay import ReplayCache
-from node.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
-from node.crypto.shamir import PRIME, SECRET_LEN, SHARE_LEN, Share, check_encoded, combine, consistent, split, split_many
-from node.engine.errors import ReplayedMessage
+from hushnet.crypto.cells import from_cells, n_cells, to_cells
+from hushnet.crypto.errors import CellError, CryptoError, InconsistentShares, IntegrityError, UnknownEpoch
+from hushnet.crypto.keys import KeyPair, simulation_keypairs
+from hushnet.crypto.masks import FixedPoint, mask_stream, pairwise_seed
+from hushnet.crypto.onion import OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.replay import ReplayCache
+from hushnet.crypto.sealed import open_sealed, seal, seal_token, token_length, try_open_token
+from hushnet.crypto.shamir import PRIME, SECRET_LEN, SHARE_LEN, Share, check_encoded, combine, consistent, split, split_many
+from hushnet.engine.errors import ReplayedMessage
 
 R, P = 8, 600
 

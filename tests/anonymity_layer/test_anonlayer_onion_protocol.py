@@ -2,23 +2,23 @@
 import numpy as np
 import pytest
 
-from node.crypto.cells import to_cells
-from node.crypto.keys import simulation_directory, simulation_keypairs
-from node.crypto.onion import OnionKeyring, build_packet
-from node.engine.actions import Fault, Send
-from node.engine.events import MessageArrived
-from node.engine.protocol import NodeContext, Protocol
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.protocols.onion import (
+from hushnet.crypto.cells import to_cells
+from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+from hushnet.crypto.onion import OnionKeyring, build_packet
+from hushnet.engine.actions import Fault, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.protocols.onion import (
     KIND_PACKET,
     OnionLayer,
     OnionParams,
     accounting_view,
     relay_path,
 )
-from node.protocols.registry import build_machines
-from node.sim.simulator import Simulator
-from node.tasks.logistic import LogisticRegressionTask
+from hushnet.protocols.registry import build_machines
+from hushnet.sim.simulator import Simulator
+from hushnet.tasks.logistic import LogisticRegressionTask
 
 N = 12
 GRAPH = "regular:12:4:3"
@@ -181,8 +181,8 @@ def test_accounting_views_follow_mechanisms():
 
 
 def test_registry_builds_the_anonymity_protocols():
-    from node.protocols.registry import PROTOCOLS
-    from node.tasks.values import SumTask
+    from hushnet.protocols.registry import PROTOCOLS
+    from hushnet.tasks.values import SumTask
 
     assert {"rw-dpsgd-onion", "anon-walk-sgd", "secagg-sum"} <= set(PROTOCOLS)
     W = metropolis_hastings(parse_graph("regular:24:3:1"))

@@ -2,16 +2,16 @@
 import numpy as np
 import pytest
 
-from node.crypto.errors import InconsistentShares
-from node.crypto.shamir import PRIME, SHARE_LEN, Share
-from node.engine.actions import Fault, Send
-from node.engine.events import MessageArrived
-from node.privacy.audit import audit_muffliato
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.privacy.muffliato import muffliato_observer_losses
-from node.protocols import secagg as sa
-from node.protocols.secagg import SecAggParams, build_round
-from node.sim.simulator import Simulator
+from hushnet.crypto.errors import InconsistentShares
+from hushnet.crypto.shamir import PRIME, SHARE_LEN, Share
+from hushnet.engine.actions import Fault, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.privacy.audit import audit_muffliato
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.privacy.muffliato import muffliato_observer_losses
+from hushnet.protocols import secagg as sa
+from hushnet.protocols.secagg import SecAggParams, build_round
+from hushnet.sim.simulator import Simulator
 
 M, D = 16, 2000
 LAT = 1e-3  # one message = 1 ms of virtual time: masked inputs + shares arrive at 1 ms, unmask requests at 2 ms, answers at 3 ms
@@ -232,8 +232,8 @@ def test_sparse_uint32_round_three_dropouts_exact():
                                     ({"bits": 32, "frac_bits": 31}, "frac_bits"),
                                     ({"threshold": 1}, "threshold")])
 def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
-    from node.runs.anonymity import project_secagg
-    from node.runs.spec import Budget, RunSpec
+    from hushnet.runs.anonymity import project_secagg
+    from hushnet.runs.spec import Budget, RunSpec
 
     spec = RunSpec(protocol="secagg-sum", task="sum", graph="complete:16", steps=1, seed=1, budget=Budget(10.0, 1e-5),
                    sigma=1.0, protocol_params=pp)
@@ -249,8 +249,8 @@ def test_static_share_boxes_bind_sender_recipient_and_round():
     the holder opens its own; an envelope of another dealer relabelled, one forged by the leader (who
     knows every public key but neither private key), one of another round, the reverse direction, or
     a flipped bit all fail with IntegrityError; two boxes of the same content differ (random nonce)."""
-    from node.crypto.errors import IntegrityError
-    from node.crypto.sealed import STATIC_OVERHEAD, open_static, seal_static
+    from hushnet.crypto.errors import IntegrityError
+    from hushnet.crypto.sealed import STATIC_OVERHEAD, open_static, seal_static
 
     ms, keys = build_round(_vectors(), _params(), M + 1, run_seed=2)
     info = ms[2].context + b"|shares"
@@ -280,9 +280,9 @@ def test_static_share_boxes_bind_sender_recipient_and_round():
 def test_seal_many_boxes_open_only_for_their_recipient():
     """seal_many (kept for sealers with many recipients) seals with one ephemeral key: each box opens with the
     ordinary open_sealed for its recipient only, and a repeated recipient (nonce reuse) is refused."""
-    from node.crypto.errors import IntegrityError
-    from node.crypto.keys import KeyPair
-    from node.crypto.sealed import open_sealed, seal_many
+    from hushnet.crypto.errors import IntegrityError
+    from hushnet.crypto.keys import KeyPair
+    from hushnet.crypto.sealed import open_sealed, seal_many
 
     keys = [KeyPair.generate() for _ in range(4)]
     boxes = seal_many([k.public for k in keys], [bytes([i]) * 40 for i in range(4)], b"ctx")

@@ -2,19 +2,19 @@
 import numpy as np
 import pytest
 
-from node.crypto.cells import from_cells, to_cells
-from node.crypto.onion import packet_length
-from node.crypto.sealed import seal_token
-from node.engine.actions import Fault, LedgerEntry, Send
-from node.engine.events import MessageArrived
-from node.privacy.anonymity_graph import mean_hitting_times
-from node.privacy.anonymity_setup import onion_path_length_max, public_setup
-from node.privacy.graphs import parse_graph
-from node.protocols.anonymous_walk import HOP_ID, AnonWalkParams, build_walk, iterations, sealing_info
-from node.protocols.onion_walk import KIND_ONION, OnionWalk
-from node.protocols.registry import build_machines
-from node.sim.simulator import Simulator
-from node.tasks.logistic import LogisticRegressionTask
+from hushnet.crypto.cells import from_cells, to_cells
+from hushnet.crypto.onion import packet_length
+from hushnet.crypto.sealed import seal_token
+from hushnet.engine.actions import Fault, LedgerEntry, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.privacy.anonymity_graph import mean_hitting_times
+from hushnet.privacy.anonymity_setup import onion_path_length_max, public_setup
+from hushnet.privacy.graphs import parse_graph
+from hushnet.protocols.anonymous_walk import HOP_ID, AnonWalkParams, build_walk, iterations, sealing_info
+from hushnet.protocols.onion_walk import KIND_ONION, OnionWalk
+from hushnet.protocols.registry import build_machines
+from hushnet.sim.simulator import Simulator
+from hushnet.tasks.logistic import LogisticRegressionTask
 
 N, CELL = 40, 4096
 
@@ -129,8 +129,8 @@ def test_tampered_replayed_misrouted_packets_refused(setup):
     epoch[1 + HOP_ID + 4] ^= 1  # a key epoch this node holds no key for
     assert _codes(ms[dst].handle(MessageArrived(src, to_cells(bytes(epoch), CELL)))) == ["unknown-epoch"]
     # a final layer whose token is sealed to someone else: refused at the final hop, nothing updated
-    from node.crypto.keys import simulation_directory, simulation_keypairs
-    from node.crypto.onion import build_packet
+    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.crypto.onion import build_packet
 
     m0 = ms[0]
     nb = int(setup.adjacency[0].indices[0])

@@ -2,16 +2,16 @@
 import numpy as np
 import pytest
 
-from node.crypto.cells import from_cells, to_cells
-from node.crypto.sealed import seal_token, try_open_token
-from node.engine.actions import Fault, LedgerEntry, Send
-from node.engine.events import MessageArrived
-from node.privacy.anonymity_graph import mean_hitting_times
-from node.privacy.anonymity_setup import public_setup
-from node.privacy.graphs import parse_graph
-from node.protocols.anonymous_walk import HOP_ID, KIND_SEALED, AnonWalkParams, build_walk, iterations, sealing_info
-from node.sim.simulator import Simulator
-from node.tasks.logistic import LogisticRegressionTask
+from hushnet.crypto.cells import from_cells, to_cells
+from hushnet.crypto.sealed import seal_token, try_open_token
+from hushnet.engine.actions import Fault, LedgerEntry, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.privacy.anonymity_graph import mean_hitting_times
+from hushnet.privacy.anonymity_setup import public_setup
+from hushnet.privacy.graphs import parse_graph
+from hushnet.protocols.anonymous_walk import HOP_ID, KIND_SEALED, AnonWalkParams, build_walk, iterations, sealing_info
+from hushnet.sim.simulator import Simulator
+from hushnet.tasks.logistic import LogisticRegressionTask
 
 N = 40
 

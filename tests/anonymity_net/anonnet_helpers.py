@@ -1,13 +1,13 @@
-"""Test-side observer for the in-process network (:mod:`node.runs.local_net`)."""
+"""Test-side observer for the in-process network (:mod:`hushnet.runs.local_net`)."""
 from __future__ import annotations
 
 import contextlib
 import contextvars
 from typing import Any
 
-from node.net.node import Node
-from node.runs import local_net
-from node.runs.service import RUN_PROTOCOL, RunService
+from hushnet.net.node import Node
+from hushnet.runs import local_net
+from hushnet.runs.service import RUN_PROTOCOL, RunService
 
 _PEER: contextvars.ContextVar[str] = contextvars.ContextVar("grpc_peer", default="")
 
@@ -38,7 +38,7 @@ class Spy:
 
 @contextlib.asynccontextmanager
 async def network(*args: Any, **kw: Any):
-    """:func:`node.runs.local_net.network` with a :class:`Spy` on every node (``net.spies[vertex]``)."""
+    """:func:`hushnet.runs.local_net.network` with a :class:`Spy` on every node (``net.spies[vertex]``)."""
     async with local_net.network(*args, observe=Spy, **kw) as net:
         net.spies = net.observers
         yield net

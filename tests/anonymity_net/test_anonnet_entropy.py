@@ -2,7 +2,7 @@
 
 16 real in-process nodes (mutual TLS, own keys) on a random 3-regular graph run the sealed-token walk
 for a few dozen model updates; the (source, destination, hops) samples come from the nodes' own event
-streams (:func:`node.runs.anonymity.walk_iterations`).  They must form one chain (each destination is
+streams (:func:`hushnet.runs.anonymity.walk_iterations`).  They must form one chain (each destination is
 the next source), respect the distance band and ``hops ≥ distance``, and the hop counts must be
 consistent with the simulator's machines on the same public setup: a two-sample KS test with a fixed,
 generous threshold (p > 1e-3; the walk's draws come from the OS CSPRNG, so the sample is random).  A
@@ -18,13 +18,13 @@ import pytest
 import uvloop
 from scipy import stats
 
-from node.runs.synthetic import planted_logistic_shards
-from node.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations
-from node.runs import local_net
-from node.runs.anonymity import walk_iterations
-from node.runs.spec import Budget, RunSpec
-from node.sim.simulator import Simulator
-from node.tasks.logistic import LogisticRegressionTask
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations
+from hushnet.runs import local_net
+from hushnet.runs.anonymity import walk_iterations
+from hushnet.runs.spec import Budget, RunSpec
+from hushnet.sim.simulator import Simulator
+from hushnet.tasks.logistic import LogisticRegressionTask
 
 GRAPH, N, ELL1, ELL2 = "regular:16:3:3", 16, 2, 4
 

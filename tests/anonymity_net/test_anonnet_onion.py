@@ -17,12 +17,12 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
-from node.runs.synthetic import planted_logistic_shards
-from node.client.core import RunRefusedError
-from node.net.node import DeliveryError
-from node.runs.accounting import contribution_cost
-from node.runs.service import RUN_PROTOCOL
-from node.runs.spec import Budget, RunSpec
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.client.core import RunRefusedError
+from hushnet.net.node import DeliveryError
+from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.service import RUN_PROTOCOL
+from hushnet.runs.spec import Budget, RunSpec
 
 GRAPH, N, HOPS = "regular:10:4:1", 10, 3
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.runs.accounting import PROJECTORS
-from node.runs.anonymity import project_anon_walk, project_onion, project_secagg, project_walk
-from node.runs.spec import Budget, RunSpec, evaluate_policy, parse_spec_toml
+from hushnet.runs.accounting import PROJECTORS
+from hushnet.runs.anonymity import project_anon_walk, project_onion, project_secagg, project_walk
+from hushnet.runs.spec import Budget, RunSpec, evaluate_policy, parse_spec_toml
 
 BASE = dict(task="logreg", graph="regular:10:4:1", steps=200, seed=3, budget=Budget(50.0, 1e-5), sigma=3.0, cap=30)
 

@@ -22,11 +22,11 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
-from node.crypto.masks import FixedPoint
-from node.engine.rng import node_generator
-from node.protocols.secagg import MASKED, UNMASK_REQ
-from node.runs.service import RUN_PROTOCOL
-from node.runs.spec import Budget, RunSpec
+from hushnet.crypto.masks import FixedPoint
+from hushnet.engine.rng import node_generator
+from hushnet.protocols.secagg import MASKED, UNMASK_REQ
+from hushnet.runs.service import RUN_PROTOCOL
+from hushnet.runs.spec import Budget, RunSpec
 
 N, D, SIGMA = 16, 40, 0.25
 

@@ -26,13 +26,13 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
-from node.crypto.masks import FixedPoint
-from node.crypto.shamir import PRIME, SHARE_LEN
-from node.engine.rng import node_generator
-from node.net.node import DeliveryError
-from node.runs.service import RUN_PROTOCOL
-from node.protocols import secagg as sa
-from node.runs.spec import Budget, RunSpec
+from hushnet.crypto.masks import FixedPoint
+from hushnet.crypto.shamir import PRIME, SHARE_LEN
+from hushnet.engine.rng import node_generator
+from hushnet.net.node import DeliveryError
+from hushnet.runs.service import RUN_PROTOCOL
+from hushnet.protocols import secagg as sa
+from hushnet.runs.spec import Budget, RunSpec
 
 N, D, SIGMA = 8, 24, 0.25
 MEMBERS, LEADER = tuple(range(7)), 0

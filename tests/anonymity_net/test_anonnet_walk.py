@@ -13,12 +13,12 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
-from node.runs.synthetic import planted_logistic_shards
-from node.crypto.cells import from_cells
-from node.crypto.sealed import try_open_token
-from node.protocols.anonymous_walk import HOP_ID, KIND_SEALED, sealing_info
-from node.runs.anonymity import node_keypair, walk_iterations
-from node.runs.spec import Budget, RunSpec
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.crypto.cells import from_cells
+from hushnet.crypto.sealed import try_open_token
+from hushnet.protocols.anonymous_walk import HOP_ID, KIND_SEALED, sealing_info
+from hushnet.runs.anonymity import node_keypair, walk_iterations
+from hushnet.runs.spec import Budget, RunSpec
 
 GRAPH, N, CELL = "regular:12:3:1", 12, 4096
 

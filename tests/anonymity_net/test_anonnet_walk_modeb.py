@@ -17,17 +17,17 @@ import pytest
 import uvloop
 
 from anonnet_helpers import network
-from node.runs.synthetic import planted_logistic_shards
-from node.crypto.cells import from_cells, to_cells
-from node.crypto.errors import IntegrityError
-from node.crypto.onion import OnionKeyring, peel
-from node.crypto.sealed import try_open_token
-from node.net.node import DeliveryError
-from node.protocols.anonymous_walk import HOP_ID, sealing_info
-from node.protocols.onion_walk import KIND_ONION
-from node.runs.anonymity import node_keypair, walk_iterations
-from node.runs.service import RUN_PROTOCOL
-from node.runs.spec import Budget, RunSpec
+from hushnet.runs.synthetic import planted_logistic_shards
+from hushnet.crypto.cells import from_cells, to_cells
+from hushnet.crypto.errors import IntegrityError
+from hushnet.crypto.onion import OnionKeyring, peel
+from hushnet.crypto.sealed import try_open_token
+from hushnet.net.node import DeliveryError
+from hushnet.protocols.anonymous_walk import HOP_ID, sealing_info
+from hushnet.protocols.onion_walk import KIND_ONION
+from hushnet.runs.anonymity import node_keypair, walk_iterations
+from hushnet.runs.service import RUN_PROTOCOL
+from hushnet.runs.spec import Budget, RunSpec
 
 GRAPH, N, CELL = "regular:12:3:1", 12, 4096
 

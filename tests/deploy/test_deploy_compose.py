@@ -44,7 +44,7 @@ HUSHNET = str(pathlib.Path(sys.executable).parent / "hushnet")
 
 
 def _client(op_dir: pathlib.Path, fn):
-    from node.client import AsyncClient
+    from hushnet.client import AsyncClient
 
     async def go():
         async with await AsyncClient.connect(op_dir) as c:
@@ -77,7 +77,7 @@ def _start_and_stop_mid_run(op_dir: pathlib.Path, spec: pathlib.Path, victim: st
 
 
 def _status(op_dir: pathlib.Path, timeout: float = 3.0) -> dict:
-    from node.net.operator import Operator, OperatorCredentials
+    from hushnet.net.operator import Operator, OperatorCredentials
 
     async def go() -> dict:
         async with Operator(OperatorCredentials.from_state_dir(op_dir)) as op:
@@ -94,7 +94,7 @@ def _all_connected(op_dir: pathlib.Path) -> dict | None:
 
 
 def _control(op_dir: pathlib.Path, node_id: str, command: str, args: dict, timeout: float = 20.0):
-    from node.net.operator import Operator, OperatorCredentials
+    from hushnet.net.operator import Operator, OperatorCredentials
 
     async def go():
         async with Operator(OperatorCredentials.from_state_dir(op_dir)) as op:
@@ -106,7 +106,7 @@ def _control(op_dir: pathlib.Path, node_id: str, command: str, args: dict, timeo
 
 
 def _exchange(op_dir: pathlib.Path, run_id: str) -> dict:
-    from node.demo import exchange_on_every_edge
+    from hushnet.demo import exchange_on_every_edge
 
     return asyncio.run(exchange_on_every_edge(op_dir, run_id=run_id, timeout=20.0))
 

@@ -116,7 +116,7 @@ def write_node_policy(state_dir: pathlib.Path, vertex: int, per_node: int = 20, 
     """What a node's owner does before the first start: data shard + ``runs.toml`` (budget, data)."""
     import numpy as np
 
-    from node.runs.policy import NodePolicy
+    from hushnet.runs.policy import NodePolicy
 
     rng = np.random.default_rng(100 + vertex)
     w = np.random.default_rng(99).standard_normal(d)

@@ -86,7 +86,7 @@ def _wait_ring(stack: str) -> tuple[str, dict]:
 
 def _exchange_inside(boot: str, run_id: str) -> dict:
     """An envelope on every edge, driven by the operator inside the bootstrap task."""
-    script = ("import asyncio, json, pathlib; from node.demo import exchange_on_every_edge; "
+    script = ("import asyncio, json, pathlib; from hushnet.demo import exchange_on_every_edge; "
               "print(json.dumps(asyncio.run(exchange_on_every_edge(pathlib.Path('/var/lib/hushnet'), "
               f"run_id='{run_id}', timeout=20))))")
     return json.loads(docker("exec", boot, "python", "-c", script, timeout=60).stdout.strip().splitlines()[-1])
@@ -143,7 +143,7 @@ def test_multihost_recipe_with_secrets(swarm, hushnet_image):
         # 1. the network's identity, created once in the bootstrap's (pinned) volume
         docker("volume", "create", volume)
         docker("run", "--rm", "-v", f"{volume}:/var/lib/hushnet", "--entrypoint", "/opt/hushnet/bin/python",
-               hushnet_image, "-c", "from bootstrap.authority import load_or_create; "
+               hushnet_image, "-c", "from hushnet.bootstrap.authority import load_or_create; "
                "load_or_create(__import__('pathlib').Path('/var/lib/hushnet'))", timeout=60)
         ca = docker("run", "--rm", "-v", f"{volume}:/s:ro", "--entrypoint", "cat", hushnet_image, "/s/ca.pem").stdout
         token = docker("run", "--rm", "-v", f"{volume}:/s:ro", "--entrypoint", "cat", hushnet_image,

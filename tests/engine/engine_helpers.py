@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.protocols.registry import build_machines, transition_matrix
-from node.protocols.walk import WalkOptions
-from node.sim import Simulator
-from node.tasks import GradientTask, LogisticRegressionTask
+from hushnet.protocols.registry import build_machines, transition_matrix
+from hushnet.protocols.walk import WalkOptions
+from hushnet.sim import Simulator
+from hushnet.tasks import GradientTask, LogisticRegressionTask
 
 
 def synthetic_tasks(n: int, per_node: int = 4, d: int = 3, clip: float = 1.0, seed: int = 0) -> list[LogisticRegressionTask]:

@@ -2,11 +2,11 @@
 import numpy as np
 
 from engine_helpers import synthetic_tasks
-from node.engine import MessageArrived, UnexpectedSender
-from node.engine.actions import Fault
-from node.engine.wire import KIND_GRADIENT_REPLY, encode_token
-from node.protocols.registry import build_machines
-from node.sim import Simulator
+from hushnet.engine import MessageArrived, UnexpectedSender
+from hushnet.engine.actions import Fault
+from hushnet.engine.wire import KIND_GRADIENT_REPLY, encode_token
+from hushnet.protocols.registry import build_machines
+from hushnet.sim import Simulator
 
 
 def test_central_baseline_runs_and_is_labelled():

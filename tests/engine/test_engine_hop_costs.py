@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.engine import MessageArrived, ReplayedMessage
-from node.engine.actions import Fault, LedgerEntry, Send
-from node.engine.rng import node_generator
-from node.engine.wire import KIND_ACK, encode_ack, encode_token
+from hushnet.engine import MessageArrived, ReplayedMessage
+from hushnet.engine.actions import Fault, LedgerEntry, Send
+from hushnet.engine.rng import node_generator
+from hushnet.engine.wire import KIND_ACK, encode_ack, encode_token
 
 from engine_helpers import rw_run, synthetic_tasks
 
@@ -65,7 +65,7 @@ def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_pa
     """The driver's per-hop charge (``report=False``) is the same durable charge, minus the returned totals."""
     import pytest
 
-    from node.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry as PrivacyEntry
+    from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry as PrivacyEntry
 
     orders = np.array([2.0, 4.0, 8.0, 16.0])
     entry = PrivacyEntry.from_row("run-x", "rw-dpsgd", "sender-known", "certified", ["a", "b"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.engine.rng import node_generator
-from node.runs.spec import Budget, RunSpec, SpecError, parse_spec_toml
+from hushnet.engine.rng import node_generator
+from hushnet.runs.spec import Budget, RunSpec, SpecError, parse_spec_toml
 
 BASE = dict(protocol="rw-dpsgd", task="logreg", graph="ring:6", steps=10, seed=3, budget=Budget(10.0, 1e-5), sigma=1.0)
 

@@ -4,11 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from node.privacy.amplification import rr_gamma, rr_gamma_for_batch
-from node.protocols.registry import build_machines
-from node.protocols.walk import WalkOptions
-from node.sim import Simulator
-from node.tasks import HistogramTask, MeanTask, SumTask
+from hushnet.privacy.amplification import rr_gamma, rr_gamma_for_batch
+from hushnet.protocols.registry import build_machines
+from hushnet.protocols.walk import WalkOptions
+from hushnet.sim import Simulator
+from hushnet.tasks import HistogramTask, MeanTask, SumTask
 
 FAST = WalkOptions(reliable=False)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.engine.rng import secret_generator
-from node.protocols.registry import build_machines, transition_matrix
-from node.protocols.walk import WalkOptions
-from node.sim import Simulator
+from hushnet.engine.rng import secret_generator
+from hushnet.protocols.registry import build_machines, transition_matrix
+from hushnet.protocols.walk import WalkOptions
+from hushnet.sim import Simulator
 
 from engine_helpers import ZeroGradTask
 

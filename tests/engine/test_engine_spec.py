@@ -6,7 +6,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from node.runs.spec import (
+from hushnet.runs.spec import (
     Budget,
     SignedRunSpec,
     SpecError,
@@ -155,8 +155,8 @@ def test_node_policy_accepts_and_refuses_by_budget():
 def test_spec_to_machines_runs_and_streams_progress():
     """A verified spec builds the machines (simulator side) and one node's machine (node side) identically."""
     from engine_helpers import synthetic_tasks
-    from node.protocols.registry import build_from_spec, machine_for_spec
-    from node.sim import Simulator
+    from hushnet.protocols.registry import build_from_spec, machine_for_spec
+    from hushnet.sim import Simulator
 
     spec = parse_spec_toml(SPEC)
     tasks = synthetic_tasks(16, d=3, clip=spec.clip)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from engine_helpers import rw_run
-from node.tasks import (
+from hushnet.tasks import (
     DataFileMissing,
     DataShapeError,
     HistogramTask,

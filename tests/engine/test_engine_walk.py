@@ -4,11 +4,11 @@ import pytest
 from scipy import stats
 
 from engine_helpers import rw_run, synthetic_tasks
-from node.engine import MessageArrived, ReplayedMessage, UnexpectedSender, WrongDimension
-from node.engine.actions import Fault, Send
-from node.engine.rng import node_generators
-from node.engine.wire import decode_token, encode_token
-from node.protocols.hops import TransitionRow
+from hushnet.engine import MessageArrived, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.actions import Fault, Send
+from hushnet.engine.rng import node_generators
+from hushnet.engine.wire import decode_token, encode_token
+from hushnet.protocols.hops import TransitionRow
 
 
 def _transitions(visits: np.ndarray, n: int) -> np.ndarray:
@@ -183,10 +183,10 @@ def test_bad_tokens_are_refused_and_ledger_stays_exact():
 
 def test_misbehaving_peers_do_not_change_the_run():
     """Foreign-run envelopes, replayed and mis-sized tokens injected mid-run: typed faults, same model, same ledger."""
-    from node.engine import Envelope, WrongRun
-    from node.protocols.registry import build_machines, transition_matrix
-    from node.protocols.walk import WalkOptions
-    from node.sim import Simulator
+    from hushnet.engine import Envelope, WrongRun
+    from hushnet.protocols.registry import build_machines, transition_matrix
+    from hushnet.protocols.walk import WalkOptions
+    from hushnet.sim import Simulator
 
     tasks = synthetic_tasks(6, d=3)
     W = transition_matrix("ring:6")
@@ -275,10 +275,10 @@ def test_parity_simulator_vs_concurrent_loopback_driver():
     (the node driver's shape) give the same model (to 1e-12 — here bit for bit) and the same ledgers."""
     import asyncio
 
-    from node.protocols.registry import build_machines, transition_matrix
-    from node.protocols.walk import WalkOptions
-    from node.sim import Simulator
-    from node.sim.loopback import LoopbackNetwork
+    from hushnet.protocols.registry import build_machines, transition_matrix
+    from hushnet.protocols.walk import WalkOptions
+    from hushnet.sim import Simulator
+    from hushnet.sim.loopback import LoopbackNetwork
 
     tasks = synthetic_tasks(8, d=3)
     W = transition_matrix("er:8:0.5:2")

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from node.engine import Envelope, MalformedMessage, WrongDimension, WrongRun
-from node.engine.rng import node_generator, node_generators
-from node.engine.wire import decode_ack, decode_token, encode_ack, encode_token
+from hushnet.engine import Envelope, MalformedMessage, WrongDimension, WrongRun
+from hushnet.engine.rng import node_generator, node_generators
+from hushnet.engine.wire import decode_ack, decode_token, encode_ack, encode_token
 
 
 def test_envelope_roundtrip_and_wrong_run():
@@ -61,7 +61,7 @@ import functools  # noqa: E402
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from node.engine import MessageArrived  # noqa: E402
+from hushnet.engine import MessageArrived  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)

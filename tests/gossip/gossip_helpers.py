@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.engine.rng import node_generators
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.tasks import SumTask
+from hushnet.engine.rng import node_generators
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.tasks import SumTask
 
 
 def value_tasks(n: int, d: int = 2, seed: int = 0) -> tuple[list[SumTask], np.ndarray]:

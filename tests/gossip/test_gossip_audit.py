@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.privacy import audit
-from node.privacy import muffliato as mf
-from node.privacy.linear_gaussian import epsilon_of
-from node.protocols.gossip_accounting import averaging_sensitivities, averaging_thm1, schedule_from_ledgers
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.tasks import SumTask
+from hushnet.privacy import audit
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.linear_gaussian import epsilon_of
+from hushnet.protocols.gossip_accounting import averaging_sensitivities, averaging_thm1, schedule_from_ledgers
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.tasks import SumTask
 from gossip_helpers import gossip_matrix
 
 

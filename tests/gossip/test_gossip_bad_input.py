@@ -8,9 +8,9 @@ import pytest
 import scipy.sparse as sp
 
 from gossip_helpers import gossip_matrix, value_tasks
-from node.engine.actions import Fault, LedgerEntry, Send, SetTimer
-from node.engine.events import MessageArrived, RunStarted, TimerFired
-from node.protocols.gossip import (
+from hushnet.engine.actions import Fault, LedgerEntry, Send, SetTimer
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.protocols.gossip import (
     KIND_AVAIL,
     KIND_HEARTBEAT,
     KIND_SKIP,
@@ -19,8 +19,8 @@ from node.protocols.gossip import (
     StaleRound,
     encode_round,
 )
-from node.protocols.gossip_sim import build_gossip_machines
-from node.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.protocols.gossip_sim import build_gossip_machines
+from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
 
 W = gossip_matrix("er:12:0.4:3")
 NB = sorted(int(j) for j in sp.csr_matrix(W)[0].indices if j != 0)
@@ -143,7 +143,7 @@ def test_a_node_whose_neighbours_never_answer_still_finishes():
 
 
 def test_randomized_bad_input():
-    from node.protocols.gossip_randomized import RandomizedMuffliato
+    from hushnet.protocols.gossip_randomized import RandomizedMuffliato
 
     tasks, _ = value_tasks(12)
     ms = build_gossip_machines("muffliato-randomized", tasks, run_seed=5,

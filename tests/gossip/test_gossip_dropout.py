@@ -6,9 +6,9 @@ import pytest
 import scipy.sparse as sp
 
 from gossip_helpers import gossip_matrix, noisy_inputs, run, value_tasks
-from node.privacy import koskela as ks
-from node.privacy import muffliato as mf
-from node.protocols.gossip_accounting import (
+from hushnet.privacy import koskela as ks
+from hushnet.privacy import muffliato as mf
+from hushnet.protocols.gossip_accounting import (
     averaging_sensitivities,
     certified_report,
     averaging_thm1,
@@ -17,7 +17,7 @@ from node.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
-from node.privacy.ledger import Budget, BudgetExceeded, Ledger
+from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger
 
 N = 12
 
@@ -159,7 +159,7 @@ def test_node_that_leaves_mid_run():
 
 
 def test_randomized_muffliato_schedule_replay_and_accounting():
-    from node.protocols.gossip_accounting import pairwise_schedule_from_ledgers, pairwise_sensitivities, replay_pairwise
+    from hushnet.protocols.gossip_accounting import pairwise_schedule_from_ledgers, pairwise_sensitivities, replay_pairwise
 
     W = gossip_matrix("er:12:0.4:3")
     tasks, vals = value_tasks(N)

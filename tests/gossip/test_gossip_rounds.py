@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from gossip_helpers import gossip_matrix, noisy_inputs, run, value_tasks
-from node.privacy import muffliato as mf
-from node.privacy.graphs import chebyshev_gamma
-from node.protocols.gossip_accounting import replay_stream, schedule_from_ledgers
-from node.protocols.gossip_sim import build_gossip_machines, code_gap, resolve_params
-from node.protocols.registry import PROTOCOLS, make_machine
-from node.engine.rng import node_generators
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.graphs import chebyshev_gamma
+from hushnet.protocols.gossip_accounting import replay_stream, schedule_from_ledgers
+from hushnet.protocols.gossip_sim import build_gossip_machines, code_gap, resolve_params
+from hushnet.protocols.registry import PROTOCOLS, make_machine
+from hushnet.engine.rng import node_generators
 
 
 @pytest.mark.parametrize("cheb", [False, True])
@@ -59,7 +59,7 @@ def test_chebyshev_faster_than_plain():
     def rounds_needed(cheb: bool) -> int:
         ms = build_gossip_machines("muffliato", tasks, run_seed=5, params=dict(rounds=250, sigma=0.0, chebyshev=cheb,
                                                                                record_states=True), W=W)
-        from node.protocols.gossip_sim import run_gossip
+        from hushnet.protocols.gossip_sim import run_gossip
         r = run_gossip(ms)
         states = {}
         for m in r.sim.metrics:
@@ -114,7 +114,7 @@ def test_streaming_gossip_matches_recursion():
 
 def test_muffliato_gd_learns_and_er_per_step_graphs(tmp_path):
     """Alg. 3 on a planted logistic problem: loss decreases; a fresh public ER graph per step is used."""
-    from node.tasks import LogisticRegressionTask
+    from hushnet.tasks import LogisticRegressionTask
 
     rng = np.random.default_rng(0)
     w_true = np.array([2.0, -1.0])
@@ -125,7 +125,7 @@ def test_muffliato_gd_learns_and_er_per_step_graphs(tmp_path):
         tasks.append(LogisticRegressionTask(X, np.where(X @ w_true > 0, 1.0, -1.0), clip=1.0))
     params = dict(steps=8, K=4, step_size=0.7, sigma=0.05, graph="er-per-step", q=0.35, graph_seed=3)
     ms = build_gossip_machines("muffliato-gd", tasks, run_seed=2, params=params)
-    from node.protocols.gossip_sim import run_gossip
+    from hushnet.protocols.gossip_sim import run_gossip
     r = run_gossip(ms)
     assert r.status == "finished" and not r.sim.faults
     loss0 = np.mean([t.loss(np.zeros(3)) for t in tasks])

@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 
 from gossip_helpers import gossip_matrix, noisy_inputs, value_tasks
-from node.crypto.masks import FixedPoint
-from node.engine.actions import Metric, Send
-from node.engine.events import MessageArrived
-from node.engine.protocol import Protocol
-from node.privacy import audit
-from node.protocols.gossip import KIND_JOIN, mh_weight
-from node.protocols.gossip_accounting import averaging_sensitivities, replay_averaging, schedule_from_ledgers
-from node.protocols.gossip_secure import KIND_SECAGG
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.protocols.secagg import MASKED
+from hushnet.crypto.masks import FixedPoint
+from hushnet.engine.actions import Metric, Send
+from hushnet.engine.events import MessageArrived
+from hushnet.engine.protocol import Protocol
+from hushnet.privacy import audit
+from hushnet.protocols.gossip import KIND_JOIN, mh_weight
+from hushnet.protocols.gossip_accounting import averaging_sensitivities, replay_averaging, schedule_from_ledgers
+from hushnet.protocols.gossip_secure import KIND_SECAGG
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.protocols.secagg import MASKED
 
 HDR = struct.Struct("<BQII")
 F = 24
@@ -268,10 +268,10 @@ def test_below_threshold_releases_nothing_and_keeps_own_value():
 
 
 def test_secure_bad_input_refused_and_dropouts_replay():
-    from node.engine.actions import Fault
-    from node.engine.events import RunStarted
-    from node.protocols.gossip import KIND_AVAIL, KIND_VALUE, encode_round
-    from node.protocols.gossip_secure import encode_invite, encode_secagg
+    from hushnet.engine.actions import Fault
+    from hushnet.engine.events import RunStarted
+    from hushnet.protocols.gossip import KIND_AVAIL, KIND_VALUE, encode_round
+    from hushnet.protocols.gossip_secure import encode_invite, encode_secagg
 
     n = 4
     W = gossip_matrix("ring:4")
@@ -311,7 +311,7 @@ def test_secure_bad_input_refused_and_dropouts_replay():
 
 
 def _logistic_tasks(n: int):
-    from node.tasks import LogisticRegressionTask
+    from hushnet.tasks import LogisticRegressionTask
 
     rng = np.random.default_rng(3)
     w = np.array([1.5, -1.0])

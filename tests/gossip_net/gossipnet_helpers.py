@@ -5,12 +5,12 @@ from typing import Any
 
 import numpy as np
 
-from node.engine.rng import node_generators
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip
-from node.protocols.registry import transition_matrix
-from node.runs.gossip_runs import gossip_params, realised_curves, schedule_records
-from node.runs.spec import Budget, RunSpec
-from node.tasks.registry import make_task
+from hushnet.engine.rng import node_generators
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.protocols.registry import transition_matrix
+from hushnet.runs.gossip_runs import gossip_params, realised_curves, schedule_records
+from hushnet.runs.spec import Budget, RunSpec
+from hushnet.tasks.registry import make_task
 
 
 def spec(protocol: str, graph: str, steps: int, seed: int, *, sigma: float = 1.0, epsilon: float = 1e6,
@@ -35,7 +35,7 @@ def simulate(sp: RunSpec, values, kill=()):
 
 
 def sim_records(machines) -> dict[int, list[dict]]:
-    from node.engine.actions import LedgerEntry
+    from hushnet.engine.actions import LedgerEntry
 
     return {m.ctx.node: schedule_records([LedgerEntry(m.ctx.node, r["round"], "schedule", "sender-known", 0, 0, 0,
                                                       "gossip", "", r) for r in m.schedule]) for m in machines}

@@ -21,13 +21,13 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import noisy_inputs, spec  # noqa: E402
 
-from node.client.core import RunRefusedError  # noqa: E402
-from node.net.node import DeliveryError  # noqa: E402
-from node.protocols.gossip import KIND_AVAIL, KIND_HEARTBEAT, KIND_SKIP, KIND_VALUE, encode_round  # noqa: E402
-from node.protocols.gossip_accounting import replay_averaging  # noqa: E402
-from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import realised_schedule, schedule_records  # noqa: E402
-from node.runs.service import RUN_PROTOCOL  # noqa: E402
+from hushnet.client.core import RunRefusedError  # noqa: E402
+from hushnet.net.node import DeliveryError  # noqa: E402
+from hushnet.protocols.gossip import KIND_AVAIL, KIND_HEARTBEAT, KIND_SKIP, KIND_VALUE, encode_round  # noqa: E402
+from hushnet.protocols.gossip_accounting import replay_averaging  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.runs.gossip_runs import realised_schedule, schedule_records  # noqa: E402
+from hushnet.runs.service import RUN_PROTOCOL  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,6 +1,6 @@
 """A gossip node process SIGKILLed mid-run and restarted: its schedule records survive, settlement succeeds.
 
-Real node processes (``hushnet node serve`` children of a :class:`~node.net.cluster.LocalCluster`,
+Real node processes (``hushnet node serve`` children of a :class:`~hushnet.net.cluster.LocalCluster`,
 mutual TLS on 127.0.0.x).  Node 2 is killed with SIGKILL once it has closed a few rounds, then
 restarted on the same state directory.  Checks: the restarted node answers ``run.schedule`` from its
 durable store (a prefix of the run's rounds), the live nodes finish around the hole, every node —
@@ -25,20 +25,20 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import spec  # noqa: E402
 
-from node.client.core import AsyncClient, ClientError  # noqa: E402
-from node.net.cluster import LocalCluster  # noqa: E402
-from node.privacy.ledger import Ledger  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs.gossip_runs import (  # noqa: E402
+from hushnet.client.core import AsyncClient, ClientError  # noqa: E402
+from hushnet.net.cluster import LocalCluster  # noqa: E402
+from hushnet.privacy.ledger import Ledger  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs.gossip_runs import (  # noqa: E402
     certified_sensitivities,
     realised_curves,
     realised_schedule,
     rdp_curves,
     settle_run,
 )
-from node.runs.gossip_store import STORE_FILE  # noqa: E402
-from node.runs.local_net import write_policy  # noqa: E402
-from node.runs.service import LEDGER_FILE  # noqa: E402
+from hushnet.runs.gossip_store import STORE_FILE  # noqa: E402
+from hushnet.runs.local_net import write_policy  # noqa: E402
+from hushnet.runs.service import LEDGER_FILE  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,10 +20,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, replay_curves, sim_records, spec  # noqa: E402
 
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import (  # noqa: E402
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.runs.gossip_runs import (  # noqa: E402
     GossipCost,
     certified_sensitivities,
     check_network_spec,
@@ -34,8 +34,8 @@ from node.runs.gossip_runs import (  # noqa: E402
     settle_run,
     topology,
 )
-from node.protocols.gossip_accounting import gd_sensitivity  # noqa: E402
-from node.tasks.registry import make_task  # noqa: E402
+from hushnet.protocols.gossip_accounting import gd_sensitivity  # noqa: E402
+from hushnet.tasks.registry import make_task  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -24,10 +24,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, sim_records, spec  # noqa: E402
 
-from node.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import (  # noqa: E402
+from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.runs.gossip_runs import (  # noqa: E402
     PAPER_LABELS,
     GossipCost,
     gossip_params,
@@ -35,7 +35,7 @@ from node.runs.gossip_runs import (  # noqa: E402
     schedule_records,
     settle_run,
 )
-from node.tasks.registry import make_task  # noqa: E402
+from hushnet.tasks.registry import make_task  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,12 +16,12 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import spec  # noqa: E402
 
-from node.privacy.graphs import chebyshev_gamma  # noqa: E402
-from node.privacy.koskela import gossip_stream_loss_matrix  # noqa: E402
-from node.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
-from node.protocols.gossip_sim import code_gap  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs.gossip_runs import certified_sensitivities, gossip_cost, project_gossip  # noqa: E402
+from hushnet.privacy.graphs import chebyshev_gamma  # noqa: E402
+from hushnet.privacy.koskela import gossip_stream_loss_matrix  # noqa: E402
+from hushnet.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
+from hushnet.protocols.gossip_sim import code_gap  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs.gossip_runs import certified_sensitivities, gossip_cost, project_gossip  # noqa: E402
 
 ALPHA, SIGMA = 4.0, 1.5
 

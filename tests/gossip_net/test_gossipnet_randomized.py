@@ -23,9 +23,9 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, noisy_inputs, replay_curves, simulate, spec  # noqa: E402
 
-from node.runs import local_net  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs.gossip_runs import (  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs.gossip_runs import (  # noqa: E402
     GossipCost,
     activation_schedule,
     check_network_spec,

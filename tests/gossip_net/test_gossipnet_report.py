@@ -1,7 +1,7 @@
 """The gossip run report's "paper" values: which theorem, computed by the privacy core's own functions.
 
 The node report (``RunDriver.report``) shows the certified row and, labelled "paper", the published
-bound through :func:`node.runs.accounting.paper_bound` — the same path as the random walk's Thm 3.
+bound through :func:`hushnet.runs.accounting.paper_bound` — the same path as the random walk's Thm 3.
 Here the gossip paper rows are checked against the privacy modules' independent implementations
 ([M] Thm 1 all-pairs matrix, [M] Thm 6 via ``muffliato_gd_loss(bound="paper")``, [K] Thm 15 from the
 spectrum), and the labels carry the spec's warning.  The networked report is checked in
@@ -19,11 +19,11 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import spec  # noqa: E402
 
-from node.client.report import RunReport  # noqa: E402
-from node.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs.accounting import RW_PAPER_LABEL, paper_bound  # noqa: E402
-from node.runs.gossip_runs import paper_sensitivities  # noqa: E402
+from hushnet.client.report import RunReport  # noqa: E402
+from hushnet.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs.accounting import RW_PAPER_LABEL, paper_bound  # noqa: E402
+from hushnet.runs.gossip_runs import paper_sensitivities  # noqa: E402
 
 GRAPH = "grid:3x4"
 ALPHA, SIGMA = 3.0, 2.0

@@ -23,10 +23,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, sim_records, simulate, spec  # noqa: E402
 
-from node.crypto.masks import FixedPoint  # noqa: E402
-from node.protocols.registry import transition_matrix  # noqa: E402
-from node.runs import local_net  # noqa: E402
-from node.runs.gossip_runs import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
+from hushnet.crypto.masks import FixedPoint  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
+from hushnet.runs.gossip_runs import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

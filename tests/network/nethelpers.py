@@ -15,7 +15,7 @@ import time
 import grpc
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HUSHNET = [sys.executable, "-m", "node.cli"]
+HUSHNET = [sys.executable, "-m", "hushnet.cli"]
 
 
 def cli(*args: str, timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess:
@@ -79,7 +79,7 @@ def _recorded_children(state_dir: pathlib.Path) -> list[dict]:
 
 
 def _kill_if_alive(child: dict) -> None:
-    from node.net.cluster import _proc_start
+    from hushnet.net.cluster import _proc_start
 
     pid = child.get("pid")
     if pid and child.get("start") and _proc_start(pid) == child["start"]:
@@ -90,7 +90,7 @@ def _kill_if_alive(child: dict) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    from node.net.cluster import _pid_alive
+    from hushnet.net.cluster import _pid_alive
 
     return _pid_alive(pid)
 
@@ -114,7 +114,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.3, what: str = "cond
 
 def secure_channel(address: str, target_id: str, ca_pem: bytes, key_pem: bytes | None, cert_pem: bytes | None,
                    max_bytes: int = 256 * 1024 * 1024) -> grpc.Channel:
-    from node.net import pki
+    from hushnet.net import pki
 
     return grpc.secure_channel(
         address, pki.channel_credentials(ca_pem, key_pem, cert_pem),

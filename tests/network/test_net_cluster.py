@@ -17,12 +17,12 @@ import uvloop
 
 from nethelpers import (UpProcess, cli, log_text, node_creds, pid_alive, raw_deliver, secure_channel,
                         wait_for)
-from node.net import pki
-from proto.hushnet.v1 import bootstrap_pb2 as bpb
-from proto.hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
-from proto.hushnet.v1 import envelope_pb2 as epb
-from proto.hushnet.v1 import peer_pb2 as ppb
-from proto.hushnet.v1 import peer_pb2_grpc as ppb_grpc
+from hushnet.net import pki
+from hushnet.v1 import bootstrap_pb2 as bpb
+from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
+from hushnet.v1 import envelope_pb2 as epb
+from hushnet.v1 import peer_pb2 as ppb
+from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 
 pytestmark = [pytest.mark.integration]
 
@@ -53,7 +53,7 @@ def all_connected(doc: dict) -> bool:
 
 
 def operator_control(net: UpProcess, node: str, command: str, args: dict, timeout: float = 120.0):
-    from node.net.operator import Operator, OperatorCredentials
+    from hushnet.net.operator import Operator, OperatorCredentials
 
     async def go():
         async with Operator(OperatorCredentials.from_state_dir(net.state_dir)) as op:
@@ -65,7 +65,7 @@ def operator_control(net: UpProcess, node: str, command: str, args: dict, timeou
 
 
 def graph_neighbours() -> dict[str, set[str]]:
-    from node.privacy.graphs import parse_graph
+    from hushnet.privacy.graphs import parse_graph
 
     g = parse_graph(TOPOLOGY)
     return {f"n{i}": {f"n{int(j)}" for j in g.neighbors(i)} for i in range(g.n)}
@@ -92,7 +92,7 @@ def test_up_status_every_node_reaches_every_neighbour(net: UpProcess) -> None:
 
 @pytest.mark.timeout(200)
 def test_envelope_along_each_edge_arrives_exactly_once(net: UpProcess) -> None:
-    from node.demo import exchange_on_every_edge
+    from hushnet.demo import exchange_on_every_edge
 
     result = uvloop.run(exchange_on_every_edge(net.state_dir, run_id="edge-test", size=2048))
     assert result["edges"] == 12 and result["directed_edges"] == 24
@@ -151,7 +151,7 @@ def test_foreign_ca_and_plaintext_clients_are_refused(net: UpProcess) -> None:
 
 @pytest.mark.timeout(120)
 def test_expired_certificate_is_refused(net: UpProcess) -> None:
-    from bootstrap.authority import load_or_create
+    from hushnet.bootstrap.authority import load_or_create
 
     addr = {n["id"]: n["address"] for n in net.cluster()["nodes"]}["n0"]
     auth = load_or_create(net.state_dir / "bootstrap")
@@ -250,7 +250,7 @@ def test_join_refusals_wrong_token_duplicate_id_full(net: UpProcess) -> None:
 @pytest.mark.timeout(60)
 def test_directory_publishes_graph_and_metropolis_hastings_weights(net: UpProcess) -> None:
     import numpy as np
-    from node.privacy.graphs import metropolis_hastings, parse_graph
+    from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 
     d = _bootstrap_stub(net).GetDirectory(bpb.DirectoryRequest(), timeout=10)
     assert d.topology == TOPOLOGY and d.n_vertices == N and d.weight_rule == "hamilton"

@@ -10,11 +10,11 @@ import grpc
 import pytest
 import uvloop
 
-from bootstrap.service import BootstrapConfig, serve as serve_bootstrap
-from node.net import pki
-from node.net.handlers import OutgoingEnvelope
-from node.net.node import Node, NodeConfig, PayloadTooLarge, NotANeighbour, DeliveryError
-from proto.hushnet.v1 import envelope_pb2 as epb
+from hushnet.bootstrap.service import BootstrapConfig, serve as serve_bootstrap
+from hushnet.net import pki
+from hushnet.net.handlers import OutgoingEnvelope
+from hushnet.net.node import Node, NodeConfig, PayloadTooLarge, NotANeighbour, DeliveryError
+from hushnet.v1 import envelope_pb2 as epb
 
 MiB = 1024 * 1024
 
@@ -210,7 +210,7 @@ def test_pki_identities_and_grpc_accepts_p256_not_ed25519(tmp_path: pathlib.Path
 @pytest.mark.timeout(120)
 def test_membership_leave_and_lease_expiry(tmp_path: pathlib.Path) -> None:
     """Leave marks a member not alive at once; a silent member expires with its lease."""
-    from node.net.operator import Operator, OperatorCredentials
+    from hushnet.net.operator import Operator, OperatorCredentials
 
     async def alive() -> dict[str, bool]:
         async with Operator(OperatorCredentials.from_state_dir(tmp_path / "b")) as op:

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from bootstrap.authority import load_or_create
+from hushnet.bootstrap.authority import load_or_create
 from nethelpers import HUSHNET, REPO, cli, wait_for
-from node.net.cluster import pick_port
+from hushnet.net.cluster import pick_port
 
 
 def _spawn(args: list[str], out: pathlib.Path) -> tuple[subprocess.Popen, object]:

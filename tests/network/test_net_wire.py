@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from node.net.wire import encode_envelope, tune_allocator
-from proto.hushnet.v1 import envelope_pb2 as epb
+from hushnet.net.wire import encode_envelope, tune_allocator
+from hushnet.v1 import envelope_pb2 as epb
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import comb
 
-from node.privacy import calibration as C
-from node.privacy.conversions import DEFAULT_ORDERS, gdp_delta, rdp_to_dp
+from hushnet.privacy import calibration as C
+from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_delta, rdp_to_dp
 
 N, T, DELTA = 2048, 20000, 1e-6
 K_CONSTRAINT = {"strict": 2.0, "proof": 0.5, "none": 0.0}

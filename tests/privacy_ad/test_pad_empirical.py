@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.privacy import amplification as A
+from hushnet.privacy import amplification as A
 
 # spec A.6.2 [COMPUTED] table: (eps0, n) -> (NDP mean, LDP mean), 10 runs; means within 5%
 TABLE = {

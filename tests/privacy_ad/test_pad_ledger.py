@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from node.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
-from node.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry, LedgerError
+from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
+from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry, LedgerError
 
 O = DEFAULT_ORDERS
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.privacy import amplification as A
-from node.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
-from node.privacy.ledger import Ledger, LedgerEntry
+from hushnet.privacy import amplification as A
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.ledger import Ledger, LedgerEntry
 
 
 @settings(max_examples=40, deadline=None)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from node.privacy import amplification as A
+from hushnet.privacy import amplification as A
 
 
 # --- Theorem 2 with the corrected gamma (erratum 14) ------------------------------------------

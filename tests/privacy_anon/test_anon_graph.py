@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.privacy.anonymity import RRGModel, p_star
-from node.privacy.anonymity_graph import (
+from hushnet.privacy.anonymity import RRGModel, p_star
+from hushnet.privacy.anonymity_graph import (
     as_adjacency,
     chain_of_custody_probability,
     definition1_entropies,
@@ -87,8 +87,8 @@ def _g(request, c: int) -> RefGraph:
 
 
 def test_anon_graph_matches_hushnet_graph_spec(g3: RefGraph) -> None:
-    """``regular:300:3:1`` of node.privacy.graphs is the same graph as the spec's reference."""
-    from node.privacy.graphs import parse_graph
+    """``regular:300:3:1`` of hushnet.privacy.graphs is the same graph as the spec's reference."""
+    from hushnet.privacy.graphs import parse_graph
 
     assert (parse_graph("regular:300:3:1").adjacency != g3.adj).nnz == 0
 
@@ -219,7 +219,7 @@ def test_anon_strong_adversary_c4(strong4) -> None:
 def test_anon_timing_leak_alert(g3: RefGraph, strong3) -> None:
     """§5.4 item 22: the deployed p* stays within +20 % of the 0.056-nat baseline; dropping the
     countermeasure (uniform p) doubles the timing leak (0.102 nats) and fires the alert."""
-    from node.privacy.anonymity_setup import timing_leak_alert
+    from hushnet.privacy.anonymity_setup import timing_leak_alert
 
     assert not timing_leak_alert(strong3.mutual_information, 0.056)
     uni = strong_adversary(g3.adj, g3.M["uniform"], t_max=1000, record_t=(), le_ks=())

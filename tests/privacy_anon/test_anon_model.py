@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from node.privacy.anonymity import (
+from hushnet.privacy.anonymity import (
     MODES,
     RRGModel,
     entropy,

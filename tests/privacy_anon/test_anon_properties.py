@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.privacy.anonymity import (
+from hushnet.privacy.anonymity import (
     RRGModel,
     corollary1_alpha,
     design_kappa,
@@ -22,7 +22,7 @@ from node.privacy.anonymity import (
     theorem3_alpha,
     tv_distance,
 )
-from node.privacy.anonymity_graph import (
+from hushnet.privacy.anonymity_graph import (
     as_adjacency,
     definition1_entropies,
     destination_matrix,

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from node.privacy.anonymity import RRGModel, p_star
-from node.privacy.anonymity_graph import (
+from hushnet.privacy.anonymity import RRGModel, p_star
+from hushnet.privacy.anonymity_graph import (
     chain_of_custody_probability,
     mean_hitting_times,
     protocol_mean_iteration_time,
     stationary_distribution,
     strong_adversary,
 )
-from node.privacy.anonymity_setup import (
+from hushnet.privacy.anonymity_setup import (
     AnonymitySetup,
     anonymity_report,
     exact_graph_alpha,
@@ -232,7 +232,7 @@ def test_anon_onion_truncation_mass(setup_ref: AnonymitySetup) -> None:
     On the exact graph the mean over destination pairs is 0.97e-3 (0.75e-3 at ℓ=2 … 1.02e-3 at
     ℓ=6) but the slowest pair reaches 5e-3: the spec's "< 1e-3" holds on average, not per pair.
     """
-    from node.privacy.anonymity_graph import first_passage_stream, transition_matrix
+    from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix
 
     L = onion_path_length_max(N, 3, 6)
     assert L == 4151
@@ -246,7 +246,7 @@ def test_anon_onion_truncation_mass(setup_ref: AnonymitySetup) -> None:
 
 
 def test_anon_source_simulated_walk(setup_ref: AnonymitySetup) -> None:
-    from node.privacy.anonymity_graph import first_passage_stream, transition_matrix
+    from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix
 
     rng = np.random.default_rng(21)
     adj = setup_ref.adjacency.toarray()

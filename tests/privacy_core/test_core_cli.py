@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from node.cli import main
+from hushnet.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.stats import norm
 
-from node.privacy.conversions import (
+from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
     gaussian_rdp,
     gaussian_sigma_classic,

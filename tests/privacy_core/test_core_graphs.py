@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.privacy.graphs import (
+from hushnet.privacy.graphs import (
     GraphSpecError,
     chebyshev_gamma,
     graph_from_edges,

@@ -5,8 +5,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from node.privacy import koskela as ks
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.privacy import koskela as ks
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 
 def _nx_W(g: nx.Graph):
@@ -159,7 +159,7 @@ def test_all_sources_vectorised_and_matrix_api():
 
 def test_muffliato_is_first_block_column():
     """§3: Muffliato averaging = streaming gossip with contributions/noise only at t = 0."""
-    from node.privacy import muffliato as mf
+    from hushnet.privacy import muffliato as mf
 
     g = parse_graph("er:20:0.25:3").largest_component()
     W = metropolis_hastings(g)

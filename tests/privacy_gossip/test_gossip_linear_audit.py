@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.privacy import audit, koskela as ks, muffliato as mf
-from node.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
-from node.privacy.linear_gaussian import (
+from hushnet.privacy import audit, koskela as ks, muffliato as mf
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.privacy.linear_gaussian import (
     LinearGaussianView,
     box_quadratic_max,
     brute_force_sensitivity_sq,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from node.privacy.graphs import metropolis_hastings, parse_graph
-from node.privacy import muffliato as mf
-from node.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.matrix import PrivacyMatrix
 
 HC11_THM1 = [2.507378, 2.252921, 0.6337308, 0.2385205, 0.1180818, 0.06995213, 0.04535872, 0.03172148,
              0.02254799, 0.01682425, 0.01231967, 0.009453986]
@@ -168,7 +168,7 @@ def test_time_varying_uses_row_w_column_u():
         A0[a, b] = A0[b, a] = 1
     for a, b in [(0, 2), (2, 4), (1, 3), (3, 5), (0, 5)]:
         A1[a, b] = A1[b, a] = 1
-    from node.privacy.graphs import graph_from_edges
+    from hushnet.privacy.graphs import graph_from_edges
     W0 = metropolis_hastings(graph_from_edges(n, np.argwhere(np.triu(A0)))).toarray()
     W1 = metropolis_hastings(graph_from_edges(n, np.argwhere(np.triu(A1)))).toarray()
     assert not np.allclose(W0 @ W1, W1 @ W0)

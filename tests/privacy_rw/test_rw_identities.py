@@ -9,8 +9,8 @@ import pytest
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from node.privacy import randomwalk as rw
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 
 def W_of(spec: str) -> sp.csr_matrix:

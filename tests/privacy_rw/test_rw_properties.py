@@ -5,8 +5,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.privacy import randomwalk as rw
-from node.privacy.graphs import graph_from_edges, metropolis_hastings
+from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings
 
 
 @st.composite

@@ -9,8 +9,8 @@ import pytest
 from scipy.linalg import expm
 from scipy.stats import spearmanr
 
-from node.privacy import randomwalk as rw
-from node.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
+from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from node.net.cluster import LocalCluster
-from node.runs.policy import NodePolicy
+from hushnet.net.cluster import LocalCluster
+from hushnet.runs.policy import NodePolicy
 
 
 def write_node_data(state_dir: pathlib.Path, shards: Sequence[tuple[np.ndarray, np.ndarray] | None], *,

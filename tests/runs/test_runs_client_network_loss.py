@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from node.client import Client
-from node.client.core import ClientError
-from node.runs.spec import Budget, RunSpec
+from hushnet.client import Client
+from hushnet.client.core import ClientError
+from hushnet.runs.spec import Budget, RunSpec
 
 from runs_helpers import cluster, synthetic_shards, wait_for
 

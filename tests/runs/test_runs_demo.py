@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from node.runs import demo
-from node.runs.spec import Budget, evaluate_policy
+from hushnet.runs import demo
+from hushnet.runs.spec import Budget, evaluate_policy
 
 LAST_LINE = re.compile(
     r"^demo: accuracy=(?P<acc>[0-9.]+) nonprivate=(?P<nonpriv>[0-9.]+) localdp=(?P<ldp>[0-9.]+) "
@@ -75,7 +75,7 @@ def test_houses_stays_selectable(capsys):
 def test_example_spec_is_the_demo_configuration(breast_cancer):
     from pathlib import Path
 
-    from node.runs.spec import parse_spec_toml
+    from hushnet.runs.spec import parse_spec_toml
 
     _, _, _, spec = breast_cancer
     path = Path(__file__).resolve().parents[2] / "examples" / "rw_breast_cancer.toml"

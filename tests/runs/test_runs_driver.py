@@ -11,14 +11,14 @@ import asyncio
 import numpy as np
 import pytest
 
-from node.engine.wire import encode_token
-from node.privacy.ledger import Ledger
-from node.protocols.registry import make_machine, transition_matrix
-from node.runs.accounting import contribution_cost
-from node.runs.driver import RunDriver, RunRefused
-from node.runs.service import network_walk_options
-from node.runs.spec import Budget, RunSpec
-from node.tasks import LogisticRegressionTask
+from hushnet.engine.wire import encode_token
+from hushnet.privacy.ledger import Ledger
+from hushnet.protocols.registry import make_machine, transition_matrix
+from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.driver import RunDriver, RunRefused
+from hushnet.runs.service import network_walk_options
+from hushnet.runs.spec import Budget, RunSpec
+from hushnet.tasks import LogisticRegressionTask
 
 N = 4
 GRAPH = "ring:4"
@@ -38,7 +38,7 @@ def _drivers(tmp_path, spec, ledger_budget=None):
                          W=W, options=network_walk_options(spec, progress_every=1))
         led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
         if ledger_budget is not None:
-            from node.privacy.ledger import Budget as LB
+            from hushnet.privacy.ledger import Budget as LB
 
             led.set_budget(LB(ledger_budget, spec.budget.delta))
 

@@ -20,13 +20,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from runs_helpers import cluster, synthetic_shards, wait_for  # noqa: E402
 
-from node.client import Client, ClientError, RunRefusedError  # noqa: E402
-from node.protocols.registry import build_from_spec  # noqa: E402
-from node.runs.accounting import contribution_cost, dp_from_rdp  # noqa: E402
-from node.runs.policy import NodePolicy  # noqa: E402
-from node.runs.spec import Budget, RunSpec, sign_spec  # noqa: E402
-from node.sim import Simulator  # noqa: E402
-from node.tasks import LogisticRegressionTask  # noqa: E402
+from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
+from hushnet.protocols.registry import build_from_spec  # noqa: E402
+from hushnet.runs.accounting import contribution_cost, dp_from_rdp  # noqa: E402
+from hushnet.runs.policy import NodePolicy  # noqa: E402
+from hushnet.runs.spec import Budget, RunSpec, sign_spec  # noqa: E402
+from hushnet.sim import Simulator  # noqa: E402
+from hushnet.tasks import LogisticRegressionTask  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -150,7 +150,7 @@ def test_bad_specs_and_data_are_refused_with_reasons(net):
     good = sign_spec(spec, ec.generate_private_key(ec.SECP256R1()), aio.creds.cert_pem)  # wrong key
     unsigned = json.loads(good.to_bytes())
     unsigned["signature"] = ""
-    from node.net import pki
+    from hushnet.net import pki
 
     ca_key, ca_cert = pki.create_ca("rogue CA")
     rogue = sign_spec(spec, ca_key, pki.cert_to_pem(ca_cert))
@@ -195,7 +195,7 @@ delta = 1e-5
     py = sys.executable
 
     def hush(*a, timeout=120):
-        return subprocess.run([py, "-m", "node.cli", *a], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run([py, "-m", "hushnet.cli", *a], capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
     r = hush("run", "start", str(spec_path), "--state-dir", state, "--json")
     assert r.returncode == 0, r.stderr
@@ -219,9 +219,9 @@ def _forge(state: pathlib.Path, as_node: str, to_node: str, address: str, run_id
 
     import grpc
 
-    from node.net import pki
-    from node.net.wire import encode_envelope
-    from proto.hushnet.v1 import envelope_pb2 as epb
+    from hushnet.net import pki
+    from hushnet.net.wire import encode_envelope
+    from hushnet.v1 import envelope_pb2 as epb
 
     nd = state / "nodes" / as_node
     creds = pki.channel_credentials((nd / "ca.pem").read_bytes(), (nd / "node.key").read_bytes(),
@@ -243,7 +243,7 @@ def _forge(state: pathlib.Path, as_node: str, to_node: str, address: str, run_id
 
 
 def test_forged_tokens_from_a_real_neighbour_are_refused(net):
-    from node.engine.wire import encode_token
+    from hushnet.engine.wire import encode_token
 
     c: Client = net["client"]
     spec = spec_for(seed=41, steps=3000, sigma=0.5)

@@ -19,14 +19,14 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from runs_helpers import cluster, synthetic_shards  # noqa: E402
 
-from node.client import Client, ClientError, RunRefusedError  # noqa: E402
-from node.protocols.registry import build_from_spec  # noqa: E402
-from node.runs.accounting import dp_from_rdp  # noqa: E402
-from node.runs.central_runs import LABEL, central_cost, central_projector  # noqa: E402
-from node.runs.pad_runs import contributions, pad_cost, pad_projector  # noqa: E402
-from node.runs.policy import NodePolicy, load_task  # noqa: E402
-from node.runs.spec import Budget, RunSpec  # noqa: E402
-from node.sim import Simulator  # noqa: E402
+from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
+from hushnet.protocols.registry import build_from_spec  # noqa: E402
+from hushnet.runs.accounting import dp_from_rdp  # noqa: E402
+from hushnet.runs.central_runs import LABEL, central_cost, central_projector  # noqa: E402
+from hushnet.runs.pad_runs import contributions, pad_cost, pad_projector  # noqa: E402
+from hushnet.runs.policy import NodePolicy, load_task  # noqa: E402
+from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
+from hushnet.sim import Simulator  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -199,7 +199,7 @@ epsilon = 1000.0
 delta = 1e-5
 """)
         out_npy = tmp_path / "central.npy"
-        r = subprocess.run([sys.executable, "-m", "node.cli", "run", "start", str(spec_path), "--state-dir", str(state),
+        r = subprocess.run([sys.executable, "-m", "hushnet.cli", "run", "start", str(spec_path), "--state-dir", str(state),
                             "--model-out", str(out_npy)], capture_output=True, text=True, timeout=120, cwd=REPO)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "NOT decentralized" in r.stdout and "finished at step 20/20" in r.stdout, r.stdout
@@ -220,8 +220,8 @@ def test_central_projector_refuses_over_budget_and_names_the_baseline():
 
 @pytest.mark.parametrize("name", ["pad_ring_sum.toml", "central_baseline.toml"])
 def test_examples_parse_and_fit_their_budget(name):
-    from node.runs.accounting import PROJECTORS
-    from node.runs.spec import parse_spec_toml
+    from hushnet.runs.accounting import PROJECTORS
+    from hushnet.runs.spec import parse_spec_toml
 
     spec = parse_spec_toml((REPO / "examples" / name).read_text())
     dec = PROJECTORS[spec.protocol](spec, 0, None)
@@ -233,7 +233,7 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
     """The node side of the baseline alone: the operator's control channel, one real request, then bad ones."""
     import base64
 
-    from node.engine.wire import KIND_GRADIENT_REQUEST, encode_token
+    from hushnet.engine.wire import KIND_GRADIENT_REQUEST, encode_token
 
     c: Client = net["client"]
     state = net["state"]
@@ -274,7 +274,7 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
 
 def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
     """Thm 1's argument in Rényi form vs the printed (ε, δ) advanced composition, at the same δ."""
-    from node.privacy.amplification import gaussian_sigma_local, ring_sum_guarantee
+    from hushnet.privacy.amplification import gaussian_sigma_local, ring_sum_guarantee
 
     for K, eps0 in ((3, 0.5), (10, 0.2), (1, 0.9)):
         d0, dp = 1e-6, 1e-6
@@ -287,7 +287,7 @@ def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
 
 
 def test_paper_values_are_labelled_and_only_where_the_theorem_applies():
-    from node.runs.pad_runs import pad_paper_bound
+    from hushnet.runs.pad_runs import pad_paper_bound
 
     ring = spec_for("pad-ring-sum", sigma=60.0)  # per-visit ε < 1: Thm 1's calibration applies
     row, label = pad_paper_bound(ring, 0)

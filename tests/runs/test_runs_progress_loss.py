@@ -1,6 +1,6 @@
 """Progress events carry the final model's loss on public evaluation data, over a real network.
 
-Real nodes (in one process: :mod:`node.runs.local_net`, real mutual TLS on 127.0.0.x, the real
+Real nodes (in one process: :mod:`hushnet.runs.local_net`, real mutual TLS on 127.0.0.x, the real
 operator client).  The loss is reported only for the final model (released to the operator anyway)
 on a file the node owner put in its ``public/`` directory; a spec cannot make a node score a model
 on its private data.
@@ -12,11 +12,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from node.client.core import RunRefusedError
-from node.runs.local_net import network
-from node.runs.spec import Budget, RunSpec
-from node.tasks import LogisticRegressionTask
-from node.tasks.data import PUBLIC_DIR
+from hushnet.client.core import RunRefusedError
+from hushnet.runs.local_net import network
+from hushnet.runs.spec import Budget, RunSpec
+from hushnet.tasks import LogisticRegressionTask
+from hushnet.tasks.data import PUBLIC_DIR
 
 from runs_helpers import synthetic_shards
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto.hushnet.v1 import bootstrap_pb2 as hushnet_dot_v1_dot_bootstrap__pb2
+from hushnet.v1 import bootstrap_pb2 as hushnet_dot_v1_dot_bootstrap__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

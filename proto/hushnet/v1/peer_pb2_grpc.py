@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from proto.hushnet.v1 import envelope_pb2 as hushnet_dot_v1_dot_envelope__pb2
-from proto.hushnet.v1 import peer_pb2 as hushnet_dot_v1_dot_peer__pb2
+from hushnet.v1 import envelope_pb2 as hushnet_dot_v1_dot_envelope__pb2
+from hushnet.v1 import peer_pb2 as hushnet_dot_v1_dot_peer__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,0 +1,127 @@
+"""The privacy library's entry points for a researcher: one call per question.
+
+``privacy_matrix`` answers "how much does every node leak to every other node" for one protocol on
+one graph; ``privacy_pair`` the same for one (contributor, observer) pair, with the extra detail an
+accountant has for a single pair.  Both take a :class:`Query` (typed options, parsed once) or
+keyword arguments, and dispatch to the accountant that owns the protocol.  The command line
+(``hushnet privacy``) is a thin layer over these two functions, so the CLI and a notebook get the
+same certified value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from hushnet.privacy.graphs import Graph, metropolis_hastings, parse_graph
+from hushnet.privacy.matrix import PrivacyMatrix
+
+PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
+
+
+@dataclass(frozen=True)
+class Query:
+    """Everything a pairwise-loss computation needs, parsed from the command line."""
+
+    graph: Graph
+    W: Any
+    protocol: str
+    alpha: float
+    sigma: float
+    steps: int
+    bound: str
+    horizon: str | None
+    contributions: float | None
+    constraint: str
+    chebyshev: bool
+    weights: str
+
+
+def matrix_fn(q: Query) -> Callable[[], Any]:
+    """Dispatch to the accountant that owns the protocol; returns a zero-argument callable."""
+    if q.protocol in ("rw", "rw-sender-known"):
+        from hushnet.privacy import randomwalk
+
+        kwargs: dict[str, Any] = dict(
+            bound=q.bound,
+            contributions=q.contributions,
+            sender_known=q.protocol == "rw-sender-known",
+            constraint=q.constraint,
+        )
+        if q.horizon is not None:
+            kwargs["horizon"] = q.horizon
+        return lambda: randomwalk.rw_pndp_matrix(q.W, q.steps, q.alpha, q.sigma, **kwargs)
+    if q.protocol in ("muffliato", "muffliato-aggregate"):
+        from hushnet.privacy import muffliato
+
+        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
+        return lambda: muffliato.muffliato_loss_matrix(
+            q.W, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev, graph=q.graph
+        )
+    if q.protocol == "gossip-stream":
+        from hushnet.privacy import koskela
+
+        if q.bound != "certified":
+            raise ValueError("gossip-stream has only the exact (certified) accountant; drop --bound paper")
+        return lambda: koskela.gossip_stream_loss_matrix(q.W, q.steps, q.alpha, q.sigma, view="neighbourhood")
+    raise ValueError(f"unknown protocol {q.protocol!r}; choose from {', '.join(PROTOCOLS)}")
+
+
+
+def make_query(
+    graph: str | Graph,
+    protocol: str,
+    *,
+    alpha: float,
+    sigma: float,
+    steps: int,
+    bound: str = "certified",
+    horizon: str | None = None,
+    contributions: float | None = None,
+    constraint: str = "strict",
+    chebyshev: bool = False,
+    weights: str = "hamilton",
+) -> Query:
+    """Validate the options and build the :class:`Query` (raises ``ValueError`` with the reason)."""
+    g = parse_graph(graph) if isinstance(graph, str) else graph
+    if not g.is_connected():
+        raise ValueError(f"graph {g.spec} is not connected; the accountants need a connected graph")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
+    if not sigma > 0:
+        raise ValueError("sigma must be positive")
+    if not alpha > 1:
+        raise ValueError("alpha is a Rényi order and must be > 1")
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    W = metropolis_hastings(g, "hamilton" if weights == "hamilton" else "paper")
+    return Query(g, W, protocol, float(alpha), float(sigma), int(steps), bound, horizon, contributions, constraint,
+                 chebyshev, weights)
+
+
+def privacy_matrix(graph: str | Graph | Query, protocol: str | None = None, **options: Any) -> PrivacyMatrix:
+    """All-pairs Rényi losses ``eps[u -> v]`` (row = contributor, column = observer)."""
+    q = graph if isinstance(graph, Query) else make_query(graph, protocol or "", **options)
+    return matrix_fn(q)()
+
+
+def privacy_pair(graph: str | Graph | Query, protocol: str | None = None, *, source: int, observer: int,
+                 **options: Any) -> dict[str, Any]:
+    """The loss of one pair (``rdp``, ``bound``, ``view`` and what the accountant adds)."""
+    q = graph if isinstance(graph, Query) else make_query(graph, protocol or "", **options)
+    return pair(q, source, observer)
+
+
+def pair(q: Query, u: int, v: int) -> dict[str, Any]:
+    if q.protocol in ("muffliato", "muffliato-aggregate"):
+        from hushnet.privacy import muffliato
+
+        view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
+        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev))
+    if q.protocol == "gossip-stream":
+        from hushnet.privacy import koskela
+
+        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
+    pm = matrix_fn(q)()
+    return {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
+
+

@@ -1,1 +1,0 @@
-"""Namespace for the hushnet wire contract (see :mod:`proto`)."""
