@@ -95,16 +95,23 @@ def facebook_ego_graph(ego: int, cache_dir=None, download: bool = False) -> Grap
 
 
 def load_houses(cache_dir=None, download: bool = False, *, normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """California housing as the binary "houses" task of the papers (OpenML 823).
+    """California housing as the binary "houses" task of the papers (OpenML 823, version 2).
 
-    Label: medianHouseValue above its mean → +1, else −1.  Features (the other 8 columns) are
-    standardised and, with ``normalize``, each row scaled to unit L2 norm (the papers' setup,
-    which bounds per-example gradients for logistic regression).
+    Label, as OpenML binarised it (the papers load it with ``fetch_openml('houses', version=2)`` and
+    map N → −1, P → +1): **+1 exactly when longitude < mean(longitude)** (the western part of the
+    state), −1 otherwise — 8 914 / 11 726 rows.  Features: the 8 other columns in OpenML's order
+    (medianHouseValue, medianIncome, housingMedianAge, totalRooms, totalBedrooms, population,
+    households, latitude); longitude is not a feature.  They are standardised and, with
+    ``normalize``, each row scaled to unit L2 norm (the papers' setup, which bounds per-example
+    gradients for logistic regression).  Non-private logistic regression reaches ≈ 0.96 on it.
+    (An earlier version labelled "house value above its mean", which tops out near 0.85.)
     """
     with _open_text("cal_housing.data.gz", cache_dir, download) as fh:
         data = np.loadtxt(fh, delimiter=",", dtype=np.float64)
-    X, value = data[:, :8], data[:, 8]
-    y = np.where(value > value.mean(), 1.0, -1.0)
+    longitude = data[:, 0]
+    y = np.where(longitude < longitude.mean(), 1.0, -1.0)
+    # OpenML's column order: value, income, age, rooms, bedrooms, population, households, latitude
+    X = data[:, [8, 7, 2, 3, 4, 5, 6, 1]]
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     if normalize:
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
