@@ -1,0 +1,54 @@
+"""The distribution installs one namespace, ``hushnet``, mapped from the repository's design folders.
+
+``pyproject.toml`` lists the packages explicitly (setuptools cannot discover packages through a
+``package-dir`` rename), so a new sub-package under ``node/`` that is not listed would be missing from
+an installed wheel (a Docker image) while the editable install used by the tests still finds it.
+These tests catch that, and that nothing generic (``node``, ``proto``, ``bootstrap``) is installed.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_source_package_is_listed() -> None:
+    cfg = _config()
+    listed = set(cfg["packages"])
+    found = set()
+    for name, folder in cfg["package-dir"].items():
+        root = REPO / folder
+        for init in root.rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            rel = init.parent.relative_to(root)
+            found.add(".".join([name, *rel.parts]) if rel.parts else name)
+    assert found <= listed, f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    assert listed <= found, f"listed packages without an __init__.py: {sorted(listed - found)}"
+
+
+def test_wheel_holds_only_the_hushnet_namespace(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    wheel = next(tmp_path.glob("hushnet-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"hushnet", f"hushnet-{wheel.name.split('-')[1]}.dist-info"}, tops
+    for module in ("hushnet/__init__.py", "hushnet/v1/peer_pb2_grpc.py", "hushnet/bootstrap/service.py",
+                   "hushnet/net/node.py", "hushnet/privacy/api.py"):
+        assert module in names, module
+
+
+def test_public_api_imports_without_the_repository_on_the_path(tmp_path: Path) -> None:
+    code = ("import sys, hushnet; hushnet.Client; hushnet.RunSpec; hushnet.Budget; hushnet.Simulator; "
+            "hushnet.privacy_matrix; "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('node', 'proto', 'bootstrap')]")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
