@@ -7,6 +7,7 @@ These tests catch that, and that nothing generic (``node``, ``proto``, ``bootstr
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -36,8 +37,14 @@ def test_every_source_package_is_listed() -> None:
 
 
 def test_wheel_holds_only_the_hushnet_namespace(tmp_path: Path) -> None:
+    src = tmp_path / "src"  # a copy: setuptools builds in the source tree and would leave build/ in the repo
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for folder in ("node", "bootstrap", "proto"):
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+                    str(tmp_path), str(src)], check=True, capture_output=True, cwd=tmp_path)
     wheel = next(tmp_path.glob("hushnet-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
