@@ -240,7 +240,7 @@ class RunSpec:
             except TaskError as exc:
                 errs.append(str(exc))
             else:
-                if self.protocol in GRADIENT_PROTOCOLS and not issubclass(cls, GradientTask) and cls.__module__.startswith("node."):
+                if self.protocol in GRADIENT_PROTOCOLS and not issubclass(cls, GradientTask) and cls.__module__.startswith("hushnet."):
                     errs.append(f"{self.protocol} needs a gradient task, {self.task!r} is not one")
                 if self.protocol in SUM_PROTOCOLS and not issubclass(cls, SumTask):
                     errs.append(f"{self.protocol} needs a 'sum' or 'mean' task, got {self.task!r}")

@@ -68,6 +68,7 @@ def test_parse_and_machine_params():
         (("steps = 400\n", ""), "missing steps"),
         (("steps = 400\n", "steps = 0\n"), "steps must be"),
         (('[run]\nprotocol = "rw-dpsgd"', '[run]\nprotocol = "pad-ring-sum"'), "rounds"),
+        (('name = "logreg"', 'name = "sum"'), "needs a gradient task"),  # a built-in task of the wrong kind
     ],
 )
 def test_invalid_specs_are_refused_with_reasons(edit, message):
