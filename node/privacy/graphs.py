@@ -24,10 +24,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
+
+if TYPE_CHECKING:  # networkx is imported where a random graph is generated: a node process rarely needs it
+    import networkx as nx
 
 __all__ = [
     "Graph",
@@ -77,7 +81,9 @@ class Graph:
         order = np.lexsort((e[:, 1], e[:, 0]))
         return e[order]
 
-    def to_networkx(self) -> nx.Graph:
+    def to_networkx(self) -> "nx.Graph":
+        import networkx as nx
+
         g = nx.Graph()
         g.add_nodes_from(range(self.n))
         g.add_edges_from(map(tuple, self.edges().tolist()))
@@ -121,7 +127,14 @@ def graph_from_edges(n: int, edges: np.ndarray | list, spec: str = "", positions
     return Graph(a, spec=spec, positions=positions)
 
 
-def _from_networkx(g: nx.Graph, spec: str, positions: np.ndarray | None = None) -> Graph:
+def _nx():
+    """networkx, imported on first use (random graph families only)."""
+    import networkx
+
+    return networkx
+
+
+def _from_networkx(g: "nx.Graph", spec: str, positions: np.ndarray | None = None) -> Graph:
     mapping = {v: i for i, v in enumerate(sorted(g.nodes()))}
     edges = [(mapping[u], mapping[v]) for u, v in g.edges()]
     return graph_from_edges(len(mapping), edges, spec=spec, positions=positions)
@@ -216,17 +229,17 @@ def parse_graph(spec: str) -> Graph:
         n, p, seed = _int(args[0], "N", spec), _float(args[1], "P", spec), _int(args[2], "SEED", spec, 0)
         if not 0.0 <= p <= 1.0:
             raise GraphSpecError(f"{spec!r}: P must be in [0, 1]")
-        return _from_networkx(nx.gnp_random_graph(n, p, seed=seed), spec)
+        return _from_networkx(_nx().gnp_random_graph(n, p, seed=seed), spec)
     if family == "regular":
         _need(args, 3, spec, "regular:N:K:SEED")
         n, k, seed = _int(args[0], "N", spec), _int(args[1], "K", spec, 0), _int(args[2], "SEED", spec, 0)
         if k >= n or (n * k) % 2:
             raise GraphSpecError(f"{spec!r}: need K < N and N*K even")
-        return _from_networkx(nx.random_regular_graph(k, n, seed=seed), spec)
+        return _from_networkx(_nx().random_regular_graph(k, n, seed=seed), spec)
     if family == "geometric":
         _need(args, 3, spec, "geometric:N:R:SEED")
         n, r, seed = _int(args[0], "N", spec), _float(args[1], "R", spec), _int(args[2], "SEED", spec, 0)
-        g = nx.random_geometric_graph(n, r, seed=seed)
+        g = _nx().random_geometric_graph(n, r, seed=seed)
         pos = np.array([g.nodes[i]["pos"] for i in range(n)])
         return _from_networkx(g, spec, positions=pos)
     if family == "sbm":
@@ -234,7 +247,7 @@ def parse_graph(spec: str) -> Graph:
         sizes = [_int(s, "block size", spec) for s in args[0].split(",")]
         pin, pout, seed = _float(args[1], "PIN", spec), _float(args[2], "POUT", spec), _int(args[3], "SEED", spec, 0)
         probs = [[pin if i == j else pout for j in range(len(sizes))] for i in range(len(sizes))]
-        return _from_networkx(nx.stochastic_block_model(sizes, probs, seed=seed), spec)
+        return _from_networkx(_nx().stochastic_block_model(sizes, probs, seed=seed), spec)
     raise GraphSpecError(
         f"unknown graph family {family!r} in {spec!r}; known: complete, ring, hypercube, grid, er, regular, "
         "geometric, sbm, edgelist"

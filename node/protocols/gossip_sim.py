@@ -27,6 +27,7 @@ from hushnet.engine.actions import Action, Finish, Metric
 from hushnet.engine.events import Event
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
+from hushnet.families.gossip import FAMILY as GOSSIP
 from hushnet.privacy.graphs import chebyshev_gamma
 from hushnet.privacy.muffliato import randomized_schedule
 from hushnet.protocols.gossip import (
@@ -46,12 +47,8 @@ from hushnet.tasks.base import Task
 __all__ = ["GOSSIP_PROTOCOLS", "code_gap", "mh_matrix", "resolve_params", "make_gossip_machine",
            "build_gossip_machines", "GossipRun", "run_gossip"]
 
-GOSSIP_PROTOCOLS: dict[str, str] = {
-    "muffliato": "Muffliato averaging ([M] Alg. 1): noise once, synchronous gossip rounds, optional Chebyshev",
-    "muffliato-randomized": "randomized Muffliato ([M] Alg. 2): pairwise averaging on a seeded public activation schedule",
-    "muffliato-gd": "Muffliato-GD ([M] Alg. 3): noisy local gradient step then K gossip rounds (optional fresh ER graph per step)",
-    "gossip-stream": "streaming gossip DP-GD (Koskela-Kulkarni §5): fresh noise every round, theta <- W(theta + x + u)",
-}
+#: the gossip family's protocols (their one list is :mod:`hushnet.families.gossip`)
+GOSSIP_PROTOCOLS: dict[str, str] = dict(GOSSIP.protocols)
 
 _OPTION_KEYS = ("timeout", "max_ahead", "give_up_after", "dropout", "record_states", "ticks", "record_steps")
 

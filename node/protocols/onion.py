@@ -360,14 +360,6 @@ def wrap_machines(
 
 # ---- registry entry points -----------------------------------------------------------------------
 
-#: protocols of the anonymity layer (merged into :data:`hushnet.protocols.registry.PROTOCOLS`)
-ANONYMITY_PROTOCOLS: dict[str, str] = {
-    "rw-dpsgd-onion": "RW DP-SGD with onion relaying along graph edges (anonymous-sender view)",
-    "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination; "
-                     "mode 'A' walks the sealed token, mode 'B' sends it as an onion along a source-sampled walk",
-    "secagg-sum": "secure summation with pairwise masks, Shamir dropout recovery and a threshold (aggregate view)",
-}
-
 _SETUP_CACHE: dict[tuple, Any] = {}
 
 

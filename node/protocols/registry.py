@@ -6,40 +6,20 @@ per-node generator (``SeedSequence(run_seed).spawn(n)[v]``), which is the parity
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
+from hushnet.families import UnknownProtocol, family_of, protocols
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.central import CentralAggregator, CentralClient, CentralParams
-from hushnet.protocols.gossip_sim import GOSSIP_PROTOCOLS, make_gossip_machine
-from hushnet.protocols.hops import TransitionRow, UniformHop
-from hushnet.protocols.onion import ANONYMITY_PROTOCOLS, make_anonymity_machine
-from hushnet.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
-from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
 from hushnet.protocols.walk import WalkOptions
-from hushnet.tasks.base import GradientTask, Task, TaskError
+from hushnet.tasks.base import Task
 
 #: protocol name -> what it is (shown by CLIs; the node driver refuses any other name)
-PROTOCOLS: dict[str, str] = {
-    "rw-dpsgd": "RW DP-SGD on the graph's public transition matrix (random-walk paper, Alg. 1)",
-    "pad-complete-sgd": "P-AD Alg. 4: token SGD on the complete graph, uniform next holder (W = J/n)",
-    "local-dp-sgd": "baseline: local-DP SGD (walk, LDP-calibrated noise, over-cap visits add nothing)",
-    "central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)",
-    "pad-ring-sum": "P-AD Alg. 1: private real summation on the directed ring",
-    "pad-ring-histogram": "P-AD Alg. 2: private histogram on the directed ring (corrected γ and debiasing)",
-    "pad-complete-sum": "P-AD Alg. 3: private real summation on the complete graph",
-    "pad-complete-histogram": "P-AD Alg. 5: private histogram on the complete graph",
-}
-PROTOCOLS.update(GOSSIP_PROTOCOLS)  # gossip family (node/protocols/gossip*.py)
-PROTOCOLS.update(ANONYMITY_PROTOCOLS)  # anonymity layer (node/protocols/onion.py, anonymous_walk.py, secagg.py)
-
-
-class UnknownProtocol(ValueError):
-    """The run names a protocol hushnet does not implement."""
+PROTOCOLS: dict[str, str] = protocols()
 
 
 def transition_matrix(graph: str, weights: str = "hamilton") -> sp.csr_matrix:
@@ -61,7 +41,8 @@ def make_machine(
     options: WalkOptions | None = None,
     rng: np.random.Generator | None = None,
 ) -> Protocol:
-    """The machine of one node.  ``params`` are the protocol's public parameters:
+    """The machine of one node, built by the protocol's family.  ``params`` are the protocol's public
+    parameters (what :meth:`hushnet.runs.spec.RunSpec.machine_params` gives), for example:
 
     * walk SGD (``rw-dpsgd``, ``pad-complete-sgd``, ``local-dp-sgd``): ``steps, step_size, sigma``
       (noise multiplier), optional ``cap, start, x0, clip_after_noise, record_view``;
@@ -69,49 +50,12 @@ def make_machine(
     * ``pad-ring-sum``: ``rounds, sigma_loc`` (+ ``distributed_noise``); ``pad-complete-sum``: ``steps, sigma_loc``;
     * ``pad-ring-histogram``: ``rounds, gamma``; ``pad-complete-histogram``: ``steps, gamma``.
     """
-    if protocol not in PROTOCOLS:
-        raise UnknownProtocol(f"unknown protocol {protocol!r}; available: {sorted(PROTOCOLS)}")
-    n_ctx = n + 1 if protocol == "central-dpsgd" else n
+    family = family_of(protocol)
+    n_ctx = family.contexts(protocol, n)
     if rng is None:
         rng = node_generator(run_seed, n_ctx, node)
     ctx = NodeContext(node, n_ctx, run_id, rng, view_model)
-    p = dict(params)
-    if protocol in GOSSIP_PROTOCOLS:
-        return make_gossip_machine(protocol, ctx, task, p, W, options)  # type: ignore[arg-type]
-    if protocol in ANONYMITY_PROTOCOLS:
-        return make_anonymity_machine(protocol, node, n, task, run_seed=run_seed, run_id=run_id, params=p, W=W,
-                                      view_model=view_model, options=options, rng=rng)
-    if protocol in ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd"):
-        if not isinstance(task, GradientTask):
-            raise TaskError(f"{protocol} needs a gradient task (got {type(task).__name__})")
-        if protocol == "local-dp-sgd":  # "contribute then nothing" is what makes it the local-DP baseline
-            if p.setdefault("over_cap", "nothing") != "nothing":
-                raise ValueError("local-dp-sgd adds nothing on over-cap visits (over_cap='nothing')")
-        rp = RWParams(**p)
-        if protocol == "pad-complete-sgd" or (protocol == "local-dp-sgd" and W is None):
-            hop = UniformHop(node, n)  # W = J/n (the local-DP baseline walks the complete graph unless told otherwise)
-        else:
-            if W is None:
-                raise ValueError(f"{protocol} needs the public transition matrix W")
-            hop = TransitionRow.from_matrix(W, node)
-        m = RWDPSGD(ctx, hop, task, rp, options)
-        m.name = protocol  # type: ignore[misc]
-        return m
-    if protocol == "central-dpsgd":
-        cp = CentralParams(**p)
-        if node == n:
-            if task is None:
-                raise ValueError("the aggregator needs the model dimension: pass any node's task")
-            return CentralAggregator(ctx, n, task.dim, cp)
-        return CentralClient(ctx, task, aggregator=n, clip_after_noise=cp.clip_after_noise)  # type: ignore[arg-type]
-    if protocol == "pad-ring-sum":
-        return RingSum(ctx, task, int(p["rounds"]), float(p["sigma_loc"]),  # type: ignore[arg-type]
-                       distributed_noise=bool(p.get("distributed_noise", False)), options=options)
-    if protocol == "pad-complete-sum":
-        return CompleteSum(ctx, task, int(p["steps"]), float(p["sigma_loc"]), start=int(p.get("start", 0)), options=options)  # type: ignore[arg-type]
-    if protocol == "pad-ring-histogram":
-        return RingHistogram(ctx, task, int(p["rounds"]), float(p["gamma"]), options=options)  # type: ignore[arg-type]
-    return CompleteHistogram(ctx, task, int(p["steps"]), float(p["gamma"]), start=int(p.get("start", 0)), options=options)  # type: ignore[arg-type]
+    return family.make_machine(protocol, ctx, task, dict(params), W=W, options=options, run_seed=run_seed)
 
 
 def build_machines(
@@ -129,16 +73,16 @@ def build_machines(
     n = len(tasks)
     if W is not None and W.shape != (n, n):
         raise ValueError(f"W is {W.shape}, but there are {n} tasks")
-    n_ctx = n + 1 if protocol == "central-dpsgd" else n
+    n_ctx = family_of(protocol).contexts(protocol, n)
     rngs = node_generators(run_seed, n_ctx)
     ms = [
         make_machine(protocol, v, n, tasks[v], run_seed=run_seed, run_id=run_id, params=params, W=W,
                      view_model=view_model, options=options, rng=rngs[v])
         for v in range(n)
     ]
-    if protocol == "central-dpsgd":
-        ms.append(make_machine(protocol, n, n, tasks[0], run_seed=run_seed, run_id=run_id, params=params,
-                               view_model=view_model, options=options, rng=rngs[n]))
+    for extra in range(n, n_ctx):  # machines that hold no data (the central baseline's aggregator)
+        ms.append(make_machine(protocol, extra, n, tasks[0], run_seed=run_seed, run_id=run_id, params=params,
+                               view_model=view_model, options=options, rng=rngs[extra]))
     return ms
 
 
@@ -151,7 +95,7 @@ def machine_for_spec(spec: Any, node: int, task: Task | None, *, W: Any = None, 
                      progress_every: int = 0) -> Protocol:
     """What a networked node runs for a verified spec: its own machine, its own generator."""
     n = transition_matrix(spec.graph, spec.weights).shape[0] if W is None else W.shape[0]
-    if W is None and spec.protocol in ("rw-dpsgd", "local-dp-sgd"):
+    if W is None and family_of(spec.protocol).needs_transition_matrix(spec.protocol):
         W = transition_matrix(spec.graph, spec.weights)
     return make_machine(spec.protocol, node, n, task, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(),
                         W=W, view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
@@ -160,9 +104,13 @@ def machine_for_spec(spec: Any, node: int, task: Task | None, *, W: Any = None, 
 
 def build_from_spec(spec: Any, tasks: Sequence[Task], *, reliable: bool = True, progress_every: int = 0) -> list[Protocol]:
     """All machines of a spec's run (simulator side of the parity with :func:`machine_for_spec`)."""
-    W = transition_matrix(spec.graph, spec.weights) if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None
+    W = transition_matrix(spec.graph, spec.weights) if family_of(spec.protocol).needs_transition_matrix(spec.protocol) else None
     if W is not None and W.shape[0] != len(tasks):
         raise ValueError(f"the spec's graph has {W.shape[0]} nodes, {len(tasks)} tasks were given")
     return build_machines(spec.protocol, tasks, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(), W=W,
                           view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
                                                                                progress_every=progress_every))
+
+
+__all__ = ["PROTOCOLS", "UnknownProtocol", "transition_matrix", "make_machine", "build_machines", "options_for_spec",
+           "machine_for_spec", "build_from_spec"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 
@@ -60,24 +59,35 @@ class ContributionCost:
                                      note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
 
 
-def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
-    """The certified per-contribution cost of node ``vertex`` in ``spec``'s run; ``ids[v]`` names vertex v."""
+def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None):
+    """The certified per-data-action cost of node ``vertex`` in ``spec``'s run (a :class:`RunCost`, built by
+    the protocol's family); ``ids[v]`` names vertex v."""
+    from hushnet.families import family_of
+
+    return family_of(spec.protocol).cost(spec, vertex, ids, W, orders)
+
+
+def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
+    """Random-walk bound (exact horizon, the spec's view model and noise condition) ∧ local DP, per contribution."""
     from hushnet.privacy.randomwalk import alpha_max, rw_single_loss_matrix
     from hushnet.protocols.registry import transition_matrix
 
-    if spec.protocol in COST_BUILDERS:  # protocols that charge their own certified cost (gossip)
-        return COST_BUILDERS[spec.protocol](spec, vertex, ids, W, orders)
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
-    if spec.protocol in WALK_ACCOUNTED:
-        if W is None:
-            W = transition_matrix(spec.graph, spec.weights)
-        S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact",
-                                  sender_known=spec.view_model == "sender-known")
-        row = np.delete(S[vertex], vertex)
-        amax = alpha_max(spec.sigma, spec.constraint)
-        name = f"random-walk bound ({spec.view_model}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
-        return ContributionCost(targets, o, row, amax, name)
+    if W is None:
+        W = transition_matrix(spec.graph, spec.weights)
+    S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact",
+                              sender_known=spec.view_model == "sender-known")
+    row = np.delete(S[vertex], vertex)
+    amax = alpha_max(spec.sigma, spec.constraint)
+    name = f"random-walk bound ({spec.view_model}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
+    return ContributionCost(targets, o, row, amax, name)
+
+
+def local_dp_cost(vertex: int, ids: list[str], orders=None) -> ContributionCost:
+    """The contribution seen in the clear (Gaussian RDP α/(2σ²)): sound for every protocol."""
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    targets = [ids[v] for v in range(len(ids)) if v != vertex]
     return ContributionCost(targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)")
 
 
@@ -111,77 +121,14 @@ def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.nd
 RW_PAPER_LABEL = ("paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); "
                   "not a guarantee")
 
-#: protocol → ``fn(spec, vertex, W) -> (ε row, label) | None``: the published bound of a protocol that is
-#: not a walk (the gossip family registers [M] Thm 1 / Thm 6 and [K] Thm 15), shown labelled "paper"
-PAPER_BOUNDS: dict[str, Callable[..., Any]] = {}
-
-
-def register_paper_bound(protocol: str, fn: Callable[..., Any]) -> None:
-    PAPER_BOUNDS[protocol] = fn
-
 
 def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tuple[np.ndarray, str] | None:
     """The paper's value of this node's row, best order, and the label that says which bound it is
     ("paper": a labelled reproduction, never a guarantee); None when the protocol has none."""
-    fn = PAPER_BOUNDS.get(spec.protocol)
-    if fn is not None:
-        return fn(spec, vertex, W)
-    row = paper_row(spec, vertex, contributions, W)
-    return None if row is None else (row, RW_PAPER_LABEL)
+    from hushnet.families import family_of
+
+    return family_of(spec.protocol).paper_bound(spec, vertex, contributions, W)
 
 
-#: protocol → ``fn(spec, vertex, local_budget, W) -> PolicyDecision``: how a node projects its loss
-#: before accepting a run.  Walk protocols use :func:`hushnet.runs.spec.evaluate_policy` (the default);
-#: the gossip / anonymity owners register theirs here, and until then the node refuses those runs
-#: with the reason "cannot project this node's privacy loss".
-PROJECTORS: dict[str, Callable[..., Any]] = {}
-
-
-def register_projector(protocol: str, fn: Callable[..., Any]) -> None:
-    PROJECTORS[protocol] = fn
-
-
-#: protocol → ``fn(node, spec, vertex, ids, task, W, options) -> Protocol``: builds the machine of a
-#: protocol that needs node-local material (e.g. the node's own long-term X25519 key and the
-#: directory's public keys for the anonymity layer); other protocols use ``make_machine``.
-MACHINE_BUILDERS: dict[str, Callable[..., Any]] = {}
-
-
-def register_machine_builder(protocol: str, fn: Callable[..., Any]) -> None:
-    MACHINE_BUILDERS[protocol] = fn
-
-
-#: protocol → ``fn(spec, vertex, ids, W, orders) -> cost``: what the driver charges per data action, for
-#: protocols whose certified charge is not the walk / local-DP contribution cost (the gossip family:
-#: :mod:`hushnet.runs.gossip_runs`).  The cost duck-types :class:`ContributionCost`.
-COST_BUILDERS: dict[str, Callable[..., Any]] = {}
-
-
-def register_cost(protocol: str, fn: Callable[..., Any]) -> None:
-    COST_BUILDERS[protocol] = fn
-
-
-#: extra operator commands of the run service: name → ``async fn(service, payload) -> bytes``
-#: (e.g. the gossip settlement, ``run.schedule`` / ``run.settle``)
-COMMANDS: dict[str, Callable[..., Any]] = {}
-
-
-def register_command(name: str, fn: Callable[..., Any]) -> None:
-    COMMANDS[name] = fn
-
-
-#: protocol → ``fn(service, spec, vertex, ids) -> journal``: a durable journal of the run's engine ledger
-#: entries.  The driver calls ``journal(entry)`` for every entry *before* the actions after it (so a
-#: gossip round's schedule record is on disk before the next round's value leaves); if it raises, the run
-#: stops there.  Gossip registers one (:mod:`hushnet.runs.gossip_store`); other protocols have none.
-JOURNALS: dict[str, Callable[..., Any]] = {}
-
-
-def register_journal(protocol: str, fn: Callable[..., Any]) -> None:
-    JOURNALS[protocol] = fn
-
-
-__all__ = ["COST_BUILDERS", "register_cost", "COMMANDS", "register_command", "JOURNALS", "register_journal", "PAPER_BOUNDS",
-           "register_paper_bound", "paper_bound", "RW_PAPER_LABEL", "ContributionCost", "contribution_cost", "dp_from_rdp", "paper_row", "register_projector", "PROJECTORS",
-           "register_machine_builder", "MACHINE_BUILDERS",
-           "WALK_ACCOUNTED", "WALK_SGD"]
+__all__ = ["paper_bound", "RW_PAPER_LABEL", "ContributionCost", "contribution_cost", "walk_cost", "local_dp_cost",
+           "dp_from_rdp", "paper_row", "WALK_ACCOUNTED", "WALK_SGD"]

@@ -10,10 +10,10 @@ draws are left to the machines' default: the OS CSPRNG, never the public seed.
 
 Each protocol registers, on import (``hushnet.runs.service`` imports this module):
 
-* a machine-parameter mapping (:data:`hushnet.runs.spec.MACHINE_PARAMS`) from the spec's public
+* a machine-parameter mapping (used by :mod:`hushnet.families.anonymity` / :mod:`~hushnet.families.secagg`) from the spec's public
   fields and ``protocol_params``;
-* a machine builder (:data:`hushnet.runs.accounting.MACHINE_BUILDERS`) that adds the node's keys;
-* a projector (:func:`hushnet.runs.accounting.register_projector`) — how the node projects its own
+* a machine builder (the family's ``node_machine``) that adds the node's keys;
+* a projector (the family's ``project``) — how the node projects its own
   certified loss before accepting, with the **view model that the mechanism really licenses**:
 
   ============== ===================================================================================
@@ -51,8 +51,7 @@ from hushnet.crypto.keys import KeyDirectory, KeyPair, public_bytes
 from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric
 from hushnet.engine.protocol import Protocol
 from hushnet.protocols.onion import VIEWS
-from hushnet.runs.accounting import register_machine_builder, register_projector
-from hushnet.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, evaluate_policy
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, evaluate_policy
 
 #: network defaults for the anonymity machines' hop-level reliability (the sans-IO defaults are
 #: simulator timings: 50 ms acks)
@@ -143,10 +142,6 @@ def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
             out[k] = pp[k]
     out["mode"] = str(pp.get("mode", "A")).upper()  # "A": the sealed token walks; "B": onion random walk
     return out
-
-
-MACHINE_PARAMS.update({"rw-dpsgd-onion": _onion_params, "secagg-sum": _secagg_params,
-                       "anon-walk-sgd": _anon_walk_params})
 
 
 # ---- projectors --------------------------------------------------------------------------------
@@ -344,13 +339,6 @@ def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> di
                   if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")),
                  key=lambda e: (e["t"], e["seq"]))
     return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
-
-
-for _proto, _fn in (("rw-dpsgd", project_walk), ("pad-complete-sgd", project_walk), ("rw-dpsgd-onion", project_onion),
-                    ("secagg-sum", project_secagg), ("anon-walk-sgd", project_anon_walk)):
-    register_projector(_proto, _fn)
-for _proto, _fn in (("rw-dpsgd-onion", build_onion), ("anon-walk-sgd", build_anon_walk), ("secagg-sum", build_secagg)):
-    register_machine_builder(_proto, _fn)
 
 
 __all__ = ["node_keypair", "node_key_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",

@@ -33,7 +33,7 @@ from hushnet.engine.events import MessageArrived
 from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
-from hushnet.runs.accounting import ContributionCost, dp_from_rdp, register_command, register_cost, register_projector
+from hushnet.runs.accounting import ContributionCost, dp_from_rdp
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 PROTOCOL = "central-dpsgd"
@@ -140,8 +140,3 @@ class RunRefused(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
-
-
-register_projector(PROTOCOL, central_projector)
-register_cost(PROTOCOL, central_cost)
-register_command(GRADIENT_COMMAND, c_gradient)

@@ -3,16 +3,16 @@
 The sans-IO gossip machines (:mod:`hushnet.protocols.gossip`) already run the two-phase round
 (availability, then values), buffer early messages, time out silent neighbours and record every
 round's realised row of ``W_t`` as a ``schedule`` ledger action.  This module plugs them into a
-node's run service (``hushnet.runs.service`` imports it, which registers everything below):
+node's run service (through :mod:`hushnet.families.gossip`, which the run service asks):
 
-* **machine parameters** (:data:`hushnet.runs.spec.MACHINE_PARAMS`) from the spec's public fields and
+* **machine parameters** (:func:`gossip_params`) from the spec's public fields and
   ``[run.protocol_params]``, with *network* round timeouts (seconds, not the simulator's 50 ms);
-* a **machine builder** (:data:`hushnet.runs.accounting.MACHINE_BUILDERS`) that hands the machine the
+* a **machine builder** (:func:`build_gossip`) that hands the machine the
   public gossip matrix of the spec's graph;
-* a **projector** (:func:`hushnet.runs.accounting.register_projector`): before accepting, the node
+* a **projector** (:func:`project_gossip`): before accepting, the node
   computes its certified row with the *exact* accountant of the recorded-schedule module
   (:mod:`hushnet.protocols.gossip_accounting`) on the public schedule (every node up every round);
-* a **cost** (:data:`hushnet.runs.accounting.COST_BUILDERS`): what the node's persistent ledger is
+* a **cost** (:func:`gossip_cost`): what the node's persistent ledger is
   charged when its noisy data first leaves (the projected certified curves — the whole run for
   averaging and streaming, one step at a time for Muffliato-GD);
 * a **settlement** (``run.settle``): dropouts change ``W_t``, and the certified loss on the
@@ -86,7 +86,7 @@ from hushnet.protocols.gossip_accounting import (
     stream_sensitivity,
 )
 from hushnet.protocols.onion import VIEWS as ANON_VIEWS
-from hushnet.runs.spec import MACHINE_PARAMS, Budget, PolicyDecision, RunSpec, _best_order_dp
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
 
 #: gossip protocols a networked node runs
 NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized")
@@ -875,27 +875,6 @@ def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
     st.open_run(spec, vertex, ids)
     return st.journal(spec.run_id)
 
-
-# ---- registration -------------------------------------------------------------------------------
-
-
-def _register() -> None:
-    from hushnet.runs import accounting
-
-    for proto in ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized"):
-        MACHINE_PARAMS[proto] = gossip_params
-        accounting.register_projector(proto, project_gossip)
-        accounting.register_machine_builder(proto, build_gossip)
-        accounting.register_cost(proto, gossip_cost)
-    for proto in NET_GOSSIP:
-        accounting.register_paper_bound(proto, paper_gossip)
-    for proto in NET_GOSSIP:
-        accounting.register_journal(proto, gossip_journal)
-    accounting.register_command("run.schedule", c_schedule)
-    accounting.register_command("run.settle", c_settle)
-
-
-_register()
 
 __all__ = ["NET_GOSSIP", "PAIRWISE", "fresh_er", "topology", "round_matrices", "activation_schedule",
            "public_activations", "realised_activations", "pairwise_row", "gossip_params", "view_of", "public_schedule", "round_plan", "certified_sensitivities",

@@ -3,7 +3,7 @@
 The sans-IO machines (:mod:`hushnet.protocols.pad`) run unchanged in the node driver; the ring
 direction is the graph's vertex order (vertex v hands the token to v+1 mod n, as in the
 simulator).  What this module adds is the *accounting*, registered with
-:func:`hushnet.runs.accounting.register_projector` / :func:`~hushnet.runs.accounting.register_cost`
+:mod:`hushnet.families.pad` (projector / cost)
 (``hushnet.runs.service`` imports it), and a machine builder that refuses a node whose data would
 have a larger sensitivity than the public spec declares.
 
@@ -71,13 +71,7 @@ from hushnet.privacy.amplification import (
 )
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
-from hushnet.runs.accounting import (
-    dp_from_rdp,
-    register_cost,
-    register_machine_builder,
-    register_paper_bound,
-    register_projector,
-)
+from hushnet.runs.accounting import dp_from_rdp
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 PAD_SUMS = ("pad-ring-sum", "pad-complete-sum")
@@ -297,10 +291,3 @@ def build_machine(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opt
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
                         params=spec.machine_params(), view_model=spec.view_model, options=options,
                         rng=spec.node_rng(vertex, len(ids)))
-
-
-for _p in PAD_NET:
-    register_projector(_p, pad_projector)
-    register_cost(_p, pad_cost)
-    register_machine_builder(_p, build_machine)
-    register_paper_bound(_p, pad_paper_bound)

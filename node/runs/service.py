@@ -37,12 +37,13 @@ from hushnet.engine.errors import ProtocolError
 from hushnet.net import pki
 from hushnet.privacy.ledger import Budget as LedgerBudget
 from hushnet.privacy.ledger import Ledger
-from hushnet.protocols.registry import make_machine, transition_matrix
+from hushnet.protocols.registry import transition_matrix
 from hushnet.protocols.walk import WalkOptions
-from hushnet.runs.accounting import COMMANDS, JOURNALS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
+from hushnet.families import FAMILIES, family_of
+from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
-from hushnet.runs.spec import SignedRunSpec, SpecError, evaluate_policy, verify_spec
+from hushnet.runs.spec import SignedRunSpec, SpecError, verify_spec
 from hushnet.tasks.base import TaskError
 from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
@@ -81,7 +82,7 @@ class RunService:
                 "run.status": self.c_status, "run.list": self.c_list, "run.report": self.c_report,
                 "run.model": self.c_model, "run.cancel": self.c_cancel, "run.close": self.c_close,
                 "run.ledger": self.c_ledger,
-                **{name: functools.partial(fn, self) for name, fn in COMMANDS.items()}}
+                **{name: functools.partial(fn, self) for f in FAMILIES for name, fn in f.commands().items()}}
 
     @property
     def ledger(self) -> Ledger:
@@ -148,11 +149,10 @@ class RunService:
         async def send(dst: str, data: bytes):
             return await node.send(dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0)
 
-        journal = JOURNALS.get(spec.protocol)  # durable per-entry record (gossip schedule rows), if any
+        # durable per-entry record (gossip schedule rows), if the family keeps one
+        journal = family_of(spec.protocol).journal(self, spec, decision["vertex"], self._ids())
         self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
-                                           cost=cost, W=W, decision=out, public_eval=public_eval,
-                                           journal=None if journal is None else journal(self, spec, decision["vertex"],
-                                                                                        self._ids()))
+                                           cost=cost, W=W, decision=out, public_eval=public_eval, journal=journal)
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
         return _json(out)
 
@@ -183,7 +183,8 @@ class RunService:
             return {**base, "reason": str(exc)}
         W = transition_matrix(spec.graph, spec.weights)
         local = policy.budget
-        dec = PROJECTORS.get(spec.protocol, evaluate_policy)(spec, vertex, local, W)
+        family = family_of(spec.protocol)
+        dec = family.project(spec, vertex, local, W)
         row = None if dec.epsilon_row is None else {ids[v]: float(dec.epsilon_row[v]) for v in range(len(ids)) if v != vertex}
         base.update(row=row, worst_epsilon=dec.worst_epsilon if dec.epsilon_row is not None else None, bound=dec.bound,
                     budget={"epsilon": (local or spec.budget).epsilon, "delta": (local or spec.budget).delta})
@@ -216,14 +217,7 @@ class RunService:
         except (DataFileMissing, DataShapeError, TaskError, ValueError) as exc:
             return {**base, "reason": f"local data/task: {exc}"}
         try:
-            builder = MACHINE_BUILDERS.get(spec.protocol)
-            if builder is not None:  # needs node-local material (own keys, the directory's public keys)
-                machine = builder(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
-            else:
-                machine = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                                       params=spec.machine_params(), W=W if spec.protocol in ("rw-dpsgd", "local-dp-sgd") else None,
-                                       view_model=spec.view_model, options=network_walk_options(spec),
-                                       rng=spec.node_rng(vertex, len(ids)))
+            machine = family.node_machine(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
         except (ValueError, TypeError, TaskError) as exc:
             return {**base, "reason": f"cannot build the {spec.protocol} machine: {exc}"}
         return {**base, "accept": True, "reason": dec.reason, "model_dim": getattr(task, "dim", None),
@@ -315,9 +309,3 @@ def _default(x: Any) -> Any:
     if isinstance(x, ProtocolError):
         return str(x)
     return str(x)
-
-
-import hushnet.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer's projectors and machine builders
-import hushnet.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
-import hushnet.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders
-import hushnet.runs.central_runs  # noqa: E402,F401 - registers the central baseline's projector, cost and run.gradient

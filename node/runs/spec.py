@@ -40,10 +40,6 @@ CONSTRAINTS = ("strict", "proof")
 NOISE_SOURCES = ("secret", "public-seed")
 
 
-#: protocol -> ``fn(spec) -> dict``: machine parameters of protocols whose owners map them themselves
-MACHINE_PARAMS: dict[str, Any] = {}
-
-
 class SpecError(ValueError):
     """A run spec that is malformed or inconsistent (the node refuses it with this message)."""
 
@@ -150,25 +146,10 @@ class RunSpec:
         return "secret: node-local OS entropy (PCG64 seeded with 128 bits from the OS pool)"
 
     def machine_params(self) -> dict[str, Any]:
-        """Protocol parameters for :func:`hushnet.protocols.registry.make_machine`."""
-        p = self.protocol
-        if p in WALK_SGD:
-            out: dict[str, Any] = {"steps": self.steps, "step_size": self.step_size, "sigma": self.sigma,
-                                   "cap": self.cap, "start": self.start}
-            return out
-        if p == "central-dpsgd":
-            return {"steps": self.steps, "step_size": self.step_size, "noise_std": 2.0 * self.clip * self.sigma}
-        if p == "pad-ring-sum":
-            return {"rounds": self.rounds, "sigma_loc": self.sigma}
-        if p == "pad-complete-sum":
-            return {"steps": self.steps, "sigma_loc": self.sigma, "start": self.start}
-        if p == "pad-ring-histogram":
-            return {"rounds": self.rounds, "gamma": self.gamma}
-        if p not in MACHINE_PARAMS and p in ("rw-dpsgd-onion", "anon-walk-sgd", "secagg-sum"):
-            import hushnet.runs.anonymity  # noqa: F401 - registers the anonymity layer's parameter mappings
-        if p in MACHINE_PARAMS:  # protocols that register their own parameter mapping (anonymity layer)
-            return MACHINE_PARAMS[p](self)
-        return {"steps": self.steps, "gamma": self.gamma, "start": self.start}
+        """Protocol parameters for :func:`hushnet.protocols.registry.make_machine` (the family maps them)."""
+        from hushnet.families import family_of
+
+        return family_of(self.protocol).machine_params(self)
 
     def task_kwargs(self) -> dict[str, Any]:
         """Public task parameters, with ``clip`` added for gradient protocols."""
@@ -182,14 +163,14 @@ class RunSpec:
     def validate(self, *, resolve_task: bool = True) -> "RunSpec":
         """Check the spec is complete and consistent; raise :class:`SpecError` with every problem found."""
         from hushnet.privacy.graphs import GraphSpecError, parse_graph
-        from hushnet.protocols.registry import PROTOCOLS
+        from hushnet.families import protocols
         from hushnet.tasks.base import GradientTask, TaskError
         from hushnet.tasks.registry import resolve_task_class
         from hushnet.tasks.values import HistogramTask, SumTask
 
         errs: list[str] = []
-        if self.protocol not in PROTOCOLS:
-            errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(PROTOCOLS))})")
+        if self.protocol not in protocols():
+            errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(protocols()))})")
         n = 0
         try:
             n = parse_graph(self.graph).n

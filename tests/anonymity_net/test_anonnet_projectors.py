@@ -3,16 +3,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from hushnet.runs.accounting import PROJECTORS
+from hushnet.families import family_of
 from hushnet.runs.anonymity import project_anon_walk, project_onion, project_secagg, project_walk
 from hushnet.runs.spec import Budget, RunSpec, evaluate_policy, parse_spec_toml
 
 BASE = dict(task="logreg", graph="regular:10:4:1", steps=200, seed=3, budget=Budget(50.0, 1e-5), sigma=3.0, cap=30)
 
 
-def test_registered_for_every_anonymity_protocol_and_plain_walks() -> None:
-    for p in ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion", "secagg-sum", "anon-walk-sgd"):
-        assert p in PROJECTORS
+def test_every_anonymity_protocol_and_plain_walk_projects_through_its_family() -> None:
+    """The run service asks the protocol's family: plain walks refuse the anonymous view, onion walks
+    and the secure sum use their own projectors (not the generic walk policy)."""
+    plain_anon = RunSpec(protocol="rw-dpsgd", view_model="anonymous", **BASE).with_run_id()
+    for p in ("rw-dpsgd", "pad-complete-sgd"):
+        d = family_of(p).project(RunSpec(**{**plain_anon.__dict__, "protocol": p, "run_id": ""}).with_run_id(), 0, None, None)
+        assert not d.accept and "needs onion relaying" in d.reason
+    for p in ("rw-dpsgd-onion", "secagg-sum", "anon-walk-sgd"):
+        spec = RunSpec(protocol=p, view_model="anonymous", **BASE).with_run_id()
+        got = family_of(p).project(spec, 0, None, None)
+        want = {"rw-dpsgd-onion": project_onion, "secagg-sum": project_secagg, "anon-walk-sgd": project_anon_walk}[p]
+        ref = want(spec, 0, None, None)
+        assert (got.accept, got.reason, got.bound, got.details) == (ref.accept, ref.reason, ref.bound, ref.details)
+        np.testing.assert_array_equal(got.epsilon_row, ref.epsilon_row)
 
 
 def test_anonymous_view_only_with_onion_relaying() -> None:

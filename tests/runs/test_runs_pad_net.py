@@ -220,11 +220,11 @@ def test_central_projector_refuses_over_budget_and_names_the_baseline():
 
 @pytest.mark.parametrize("name", ["pad_ring_sum.toml", "central_baseline.toml"])
 def test_examples_parse_and_fit_their_budget(name):
-    from hushnet.runs.accounting import PROJECTORS
+    from hushnet.families import family_of
     from hushnet.runs.spec import parse_spec_toml
 
     spec = parse_spec_toml((REPO / "examples" / name).read_text())
-    dec = PROJECTORS[spec.protocol](spec, 0, None)
+    dec = family_of(spec.protocol).project(spec, 0, None, None)
     assert dec.accept, dec.reason
     assert spec.noise == "secret"  # examples are private runs
 

@@ -1,0 +1,47 @@
+"""The central DP-SGD baseline: a trusted aggregator (the operator) — NOT decentralized; shown beside
+the decentralized protocols so their utility and privacy can be compared with it."""
+from __future__ import annotations
+
+from typing import Any
+
+from hushnet.families.base import Family
+
+
+class CentralFamily(Family):
+    name = "central"
+    protocols = {"central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"}
+
+    def machine_params(self, spec) -> dict[str, Any]:
+        return {"steps": spec.steps, "step_size": spec.step_size, "noise_std": 2.0 * spec.clip * spec.sigma}
+
+    def contexts(self, protocol: str, n: int) -> int:
+        return n + 1  # machine n is the aggregator
+
+    def make_machine(self, protocol, ctx, task, params, *, W, options, run_seed):
+        from hushnet.protocols.central import CentralAggregator, CentralClient, CentralParams
+
+        cp = CentralParams(**params)
+        n = ctx.n - 1
+        if ctx.node == n:
+            if task is None:
+                raise ValueError("the aggregator needs the model dimension: pass any node's task")
+            return CentralAggregator(ctx, n, task.dim, cp)
+        return CentralClient(ctx, task, aggregator=n, clip_after_noise=cp.clip_after_noise)
+
+    def project(self, spec, vertex, local, W):
+        from hushnet.runs.central_runs import central_projector
+
+        return central_projector(spec, vertex, local, W)
+
+    def cost(self, spec, vertex, ids, W, orders):
+        from hushnet.runs.central_runs import central_cost
+
+        return central_cost(spec, vertex, ids, W, orders)
+
+    def commands(self):
+        from hushnet.runs.central_runs import GRADIENT_COMMAND, c_gradient
+
+        return {GRADIENT_COMMAND: c_gradient}
+
+
+FAMILY = CentralFamily()
