@@ -38,7 +38,7 @@ PROTOCOLS.update(GOSSIP_PROTOCOLS)  # gossip family (node/protocols/gossip*.py)
 PROTOCOLS.update(ANONYMITY_PROTOCOLS)  # anonymity layer (node/protocols/onion.py, anonymous_walk.py, secagg.py)
 
 
-class UnknownProtocol(ValueError):
+class UnknownRunProtocol(ValueError):
     """The run names a protocol hushnet does not implement."""
 
 
@@ -70,7 +70,7 @@ def make_machine(
     * ``pad-ring-histogram``: ``rounds, gamma``; ``pad-complete-histogram``: ``steps, gamma``.
     """
     if protocol not in PROTOCOLS:
-        raise UnknownProtocol(f"unknown protocol {protocol!r}; available: {sorted(PROTOCOLS)}")
+        raise UnknownRunProtocol(f"unknown protocol {protocol!r}; available: {sorted(PROTOCOLS)}")
     n_ctx = n + 1 if protocol == "central-dpsgd" else n
     if rng is None:
         rng = node_generator(run_seed, n_ctx, node)

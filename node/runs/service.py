@@ -35,8 +35,7 @@ from cryptography import x509
 
 from hushnet.engine.errors import ProtocolError
 from hushnet.net import pki
-from hushnet.privacy.ledger import Budget as LedgerBudget
-from hushnet.privacy.ledger import Ledger
+from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import make_machine, transition_matrix
 from hushnet.protocols.walk import WalkOptions
 from hushnet.runs.accounting import COMMANDS, JOURNALS, MACHINE_BUILDERS, PROJECTORS, contribution_cost
@@ -199,7 +198,7 @@ class RunService:
         cost = contribution_cost(spec, vertex, ids, W, ledger.orders)
         n_u = dec.details.get("N_u", 0.0)
         if ledger.budget is not None and n_u > 0:
-            from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+            from hushnet.privacy.ledger import PrivacyEntry
 
             proj = PrivacyEntry.from_row(spec.run_id, spec.protocol, spec.view_model, "certified", cost.targets,
                                          cost.curves(spec.sigma) * float(np.ceil(n_u)))
