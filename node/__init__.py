@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "ClientError": "hushnet.client.core",
     "RunRefusedError": "hushnet.client.core",
     "RunOutcome": "hushnet.client.core",
+    "RunResult": "hushnet.client.core",
     "RunReport": "hushnet.client.report",
     # run specifications
     "RunSpec": "hushnet.runs.spec",

@@ -265,9 +265,13 @@ class RunService:
     async def c_model(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
         m = run.model
+        # state, reason and the finish record ride along so the operator learns *why* there is no
+        # model here (not finished, stopped, a secure sum that aborted) in the same round trip
         return _json({"node": self.node.node_id, "run_id": run.run_id, "step": run.finish_step,
                       "model_b64": None if m is None else base64.b64encode(m.astype("<f8").tobytes()).decode(),
-                      "dim": None if m is None else int(m.shape[0])})
+                      "dim": None if m is None else int(m.shape[0]), "protocol": run.spec.protocol,
+                      "state": run.state, "reason": run.reason, "last_step": run.last_step,
+                      "steps": run.spec.total_steps(), "result": run.finish_result})
 
     async def c_cancel(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
@@ -283,9 +287,16 @@ class RunService:
         args = json.loads(payload or b"{}")
         delta = args.get("delta")
         spent = self.ledger.spent(delta=delta)
+        entries = self.ledger.entries()
+        runs: dict[str, dict[str, Any]] = {}
+        for e in entries:  # which runs the lifetime totals come from
+            r = runs.setdefault(e["run_id"], {"protocol": e["protocol"], "entries": 0})
+            r["entries"] += 1
+        b = self.ledger.budget
         return _json({"node": self.node.node_id, "spent": {t: {"epsilon": s.epsilon, "delta": s.delta, "bound": s.bound,
                                                              "entries": s.entries} for t, s in spent.items()},
-                      "entries": len(self.ledger.entries())})
+                      "entries": len(entries), "runs": runs,
+                      "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta}})
 
     def close(self) -> None:
         for r in self.runs.values():
