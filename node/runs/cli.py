@@ -35,7 +35,8 @@ def register(subparsers) -> None:
                                      "The run starts only if all accept. Prints the run id.")
     st.add_argument("spec", type=pathlib.Path, help="run spec (TOML; see examples/)")
     st.add_argument("--watch", action="store_true", help="then watch it like 'hushnet run watch'")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true",
+                    help="print {run_id} as JSON; with --watch only the final outcome (as 'run watch --json')")
     st.add_argument("--model-out", type=pathlib.Path,
                     help="central-dpsgd (the operator is the trusted aggregator): save the final model here (.npy)")
     _state(st)
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     wa.add_argument("run_id")
     wa.add_argument("--timeout", type=float, default=600.0)
     wa.add_argument("--pause-timeout", type=float, default=15.0, help="give up after the run stays paused this long")
-    wa.add_argument("--json", action="store_true")
+    wa.add_argument("--json", action="store_true", help="no progress bar; print the final outcome as JSON")
     _state(wa)
     wa.set_defaults(handler=cmd_watch)
 
@@ -57,7 +58,7 @@ def register(subparsers) -> None:
     re_.set_defaults(handler=cmd_report)
 
     li = rsub.add_parser("list", help="runs known to the nodes")
-    li.add_argument("--json", action="store_true")
+    li.add_argument("--json", action="store_true", help="print a JSON list of runs")
     _state(li)
     li.set_defaults(handler=cmd_list)
 
@@ -127,7 +128,8 @@ def cmd_start(args) -> int:
         if _protocol_of(args.spec) == "central-dpsgd":
             return await _central(c, args)
         run_id = await c.start_run(args.spec)
-        print(json.dumps({"run_id": run_id}) if args.json else f"run {run_id} started")
+        if not (args.json and args.watch):  # --json --watch: one document, the final outcome (it has the run id)
+            print(json.dumps({"run_id": run_id}) if args.json else f"run {run_id} started")
         if args.watch:
             return await _watch(c, run_id, args)
         return 0

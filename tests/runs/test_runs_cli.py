@@ -172,6 +172,10 @@ def test_status_list_report_json(net):
     assert r.returncode == 0 and all(i in r.stdout for i in IDS) and "24/24" in r.stdout, r.stdout + r.stderr
     runs = {row["run_id"]: row for row in ok_json(hush(state, "run", "list", "--json"))}
     assert {walk, net["pad"].run_id, net["sec"].run_id} <= set(runs) and runs[walk]["protocol"] == "rw-dpsgd"
+    spec_path = state / "walk2.toml"
+    spec_path.write_text(WALK_SPEC.replace("seed = 11", "seed = 13"))
+    final = ok_json(hush(state, "run", "start", str(spec_path), "--watch", "--json"))  # one JSON document
+    assert final["state"] == "finished" and final["run_id"].startswith("run-") and final["step"] == 24
     rep = ok_json(hush(state, "run", "report", net["pad"].run_id, "--json"))
     mine = c.report(net["pad"].run_id).per_node
     assert sorted(rep["nodes"]) == IDS and "summary" in rep
