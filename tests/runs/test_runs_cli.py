@@ -7,7 +7,8 @@ finish record; ``--out`` in every format), ``run status``, ``run ledger`` and ``
 command a script parses; the values are checked against the client and, independently, against
 the simulator (P-AD) and the plain noisy sum (secure sum).  Expected failures — unknown run, run
 not finished, cancelled, a certificate that is not the operator's, a bad ``--out`` — end with one
-line on stderr and exit 1.
+line on stderr and exit 1; so does central-dpsgd's model asked from another process (the
+aggregating client holds it).
 """
 from __future__ import annotations
 
@@ -223,6 +224,16 @@ def test_clear_errors(net, tmp_path):
     assert res == {i: "cancelled" for i in IDS}
     err = one_line_error(hush(state, "run", "model", spec.run_id))
     assert f"run {spec.run_id} was cancelled" in err, err
+
+    # central-dpsgd: the operator process that aggregated holds the model; another process cannot fetch it
+    cen = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=6, seed=7,
+                  budget=Budget(1e4, 1e-5), sigma=0.05, clip=1.0, step_size=0.5, noise="public-seed").with_run_id()
+    o = c.run_central(cen, progress=False)
+    assert o.state == "finished", o
+    r = c.result(cen.run_id)
+    assert r.holder == "operator" and r.protocol == "central-dpsgd" and np.array_equal(r.values, o.model)
+    err = one_line_error(hush(state, "run", "model", cen.run_id))
+    assert "central-dpsgd" in err and "--model-out" in err, err
 
     # a node's own identity is not the operator's: the nodes refuse it, the CLI says so in one line
     fake = tmp_path / "not-operator"
