@@ -23,7 +23,7 @@ import grpc
 
 from hushnet.bootstrap.authority import Authority, load_or_create
 from hushnet.bootstrap.store import BootstrapStore, MemberRow
-from hushnet.bootstrap.topology import WEIGHT_RULE, Topology, build_topology
+from hushnet.bootstrap.topology import WEIGHT_RULE, PublishedTopology, build_topology
 from hushnet.net import pki
 from hushnet.net.logs import ContextLog
 from hushnet.v1 import bootstrap_pb2 as pb
@@ -50,7 +50,7 @@ class BootstrapConfig:
 
 
 class BootstrapService(pb_grpc.BootstrapServicer):
-    def __init__(self, authority: Authority, store: BootstrapStore, topology: Topology, lease_seconds: float) -> None:
+    def __init__(self, authority: Authority, store: BootstrapStore, topology: PublishedTopology, lease_seconds: float) -> None:
         self.authority = authority
         self.store = store
         self.topology = topology

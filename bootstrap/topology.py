@@ -17,7 +17,13 @@ WEIGHT_RULE = "hamilton"
 
 
 @dataclass
-class Topology:
+class PublishedTopology:
+    """The graph as the bootstrap publishes it in the directory: spec, edges and weights.
+
+    Named apart from :class:`hushnet.protocols.gossip.Topology` (a gossip machine's per-round view
+    of its neighbours), which is a different thing.
+    """
+
     spec: str
     graph: Graph
     edges: np.ndarray  # (m, 2), u < v
@@ -31,10 +37,10 @@ class Topology:
         return [int(v) for v in self.graph.neighbors(vertex)]
 
 
-def build_topology(spec: str) -> Topology:
+def build_topology(spec: str) -> PublishedTopology:
     """Parse ``spec`` (e.g. ``ring:8``) and compute its published weights; ValueError on bad spec."""
     graph = parse_graph(spec)
     W = metropolis_hastings(graph, variant=WEIGHT_RULE).tocoo()
     weights = [(int(u), int(v), float(w)) for u, v, w in zip(W.row, W.col, W.data) if w != 0.0]
     weights.sort()
-    return Topology(spec=spec, graph=graph, edges=np.asarray(graph.edges(), dtype=np.int64), weights=weights)
+    return PublishedTopology(spec=spec, graph=graph, edges=np.asarray(graph.edges(), dtype=np.int64), weights=weights)

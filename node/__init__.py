@@ -5,7 +5,7 @@ The public API, importable from the top-level package::
     import hushnet
 
     c = hushnet.Client("state/net")                     # operator client (sync facade, works in Jupyter)
-    spec = hushnet.RunSpec.from_toml(open("examples/rw_breast_cancer.toml").read())
+    spec = hushnet.parse_spec_toml(open("examples/rw_breast_cancer.toml").read())
     m = hushnet.privacy_matrix("hypercube:6", "rw", alpha=2, sigma=2, steps=200)
     result = hushnet.Simulator(machines).run()          # the same machines the nodes run
 
@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "ClientError": "hushnet.client.core",
     "RunRefusedError": "hushnet.client.core",
     "RunOutcome": "hushnet.client.core",
+    "RunResult": "hushnet.client.core",
     "RunReport": "hushnet.client.report",
     # run specifications
     "RunSpec": "hushnet.runs.spec",

@@ -56,6 +56,32 @@ class RunOutcome:
     loss_data: str | None = None
 
 
+@dataclass
+class RunResult:
+    """What a run released to the operator (:meth:`AsyncClient.result`): a walk's or a gossip node's final
+    model, a P-AD or secure sum / histogram, or the central baseline's model (held by this client).
+
+    ``values`` is the vector itself; ``info`` is the protocol's finish record as the holder reported it
+    (e.g. a secure sum's ``status``, ``survivors`` and fixed-point ``error_bound``, a P-AD ``estimate``).
+    ``holders`` lists every node that holds a final model (one for a walk, every node for gossip, the
+    leader and the members a secure sum was broadcast to); ``holder`` is the one ``values`` came from.
+    """
+
+    run_id: str
+    protocol: str
+    holder: str
+    step: int | None
+    values: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+    holders: list[str] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, Any]:
+        """Everything but the values, JSON-ready (what ``hushnet run model --json`` prints)."""
+        return {"run_id": self.run_id, "protocol": self.protocol, "holder": self.holder, "holders": self.holders,
+                "step": self.step, "dim": int(self.values.shape[0]), "dtype": "float64",
+                "info": json.loads(json.dumps(self.info, default=str))}
+
+
 def _load_spec(spec: RunSpec | str | pathlib.Path) -> RunSpec:
     if isinstance(spec, RunSpec):
         return spec.with_run_id().validate()
@@ -373,21 +399,83 @@ class AsyncClient:
         graph = await self.graph()
         return RunReport(run_id, per, graph)
 
-    async def model(self, run_id: str) -> np.ndarray:
-        """The final model, from the node that holds it (central-dpsgd: from this client, the aggregator)."""
-        if run_id in self._central_models:
-            return self._central_models[run_id].copy()
-        await self.refresh()
-        res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0))
-        for i, r in res.items():
-            if isinstance(r, dict) and r.get("model_b64"):
-                return np.frombuffer(base64.b64decode(r["model_b64"]), dtype="<f8").copy()
-        raise ClientError(f"no node holds a final model of run {run_id} (has it finished?)")
+    async def model(self, run_id: str, *, node: str | None = None) -> np.ndarray:
+        """The final model or released result (a sum, a histogram) of the run; see :meth:`result`."""
+        return (await self.result(run_id, node=node)).values
 
-    async def ledgers(self) -> dict[str, Any]:
-        """Each node's lifetime privacy ledger (certified totals toward every other node)."""
+    async def result(self, run_id: str, *, node: str | None = None) -> RunResult:
+        """What the run released to the operator, with where it came from (:class:`RunResult`).
+
+        Asks every node (or only ``node``, e.g. one gossip node's own model) and takes the first
+        holder in vertex order; central-dpsgd's model is held by this client, the aggregator.  When
+        there is nothing to return the :class:`ClientError` says why: no such run, refused, not
+        finished yet, stopped or cancelled, a secure sum that aborted, or a certificate the nodes
+        refuse.
+        """
+        if run_id in self._central_models and node is None:
+            spec = self._specs.get(run_id)
+            return RunResult(run_id, "central-dpsgd", "operator", spec.steps if spec else None,
+                             self._central_models[run_id].copy(), {"baseline": "central (trusted aggregator)"},
+                             ["operator"])
         await self.refresh()
-        return await self._all("run.ledger")
+        if node is not None and node not in self._members:
+            raise ClientError(f"no node {node!r} in the directory (nodes: {', '.join(sorted(self._members))})")
+        res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0),
+                              nodes=None if node is None else [node])
+        ok = {i: r for i, r in res.items() if isinstance(r, dict)}
+        if not ok:
+            raise ClientError(why_no_run(run_id, {i: str(r) for i, r in res.items()}))
+        holders = [i for i, r in ok.items() if r.get("model_b64")]
+        if holders:
+            r = ok[holders[0]]
+            values = np.frombuffer(base64.b64decode(r["model_b64"]), dtype="<f8").copy()
+            return RunResult(run_id, str(r.get("protocol", "?")), holders[0], r.get("step"), values,
+                             dict(r.get("result") or {}), holders)
+        raise ClientError(_why_no_model(run_id, list(ok.values()), node))
+
+    async def ledgers(self, *, delta: float | None = None) -> dict[str, Any]:
+        """Each node's lifetime privacy ledger: (ε, δ) spent toward every other node (certified
+        totals; at ``delta``, default the node's budget δ), entries by run, and the node's budget.
+        A node that cannot be asked maps to its :class:`ClientError`."""
+        await self.refresh()
+        return await self._all("run.ledger", None if delta is None else {"delta": float(delta)})
+
+
+def why_no_run(run_id: str, errors: dict[str, str]) -> str:
+    """One line for "no node answered about this run": unknown, refused, or refused *us*."""
+    msgs = list(errors.values())
+    if msgs and all("refused our certificate" in m for m in msgs):
+        return f"not allowed: {msgs[0]} (run commands need the network's operator identity)"
+    refused = [m for m in msgs if "refused here" in m]
+    if refused:
+        return f"run {run_id} was refused, it never ran ({refused[0]})"
+    if msgs and all("no run" in m for m in msgs):
+        return f"no run {run_id} on this network"
+    return f"cannot fetch run {run_id}: " + "; ".join(f"{i}: {m}" for i, m in sorted(errors.items())[:3])
+
+
+def _why_no_model(run_id: str, replies: list[dict[str, Any]], node: str | None) -> str:
+    """One line for "the run exists but no node holds a result", from the nodes' states."""
+    where = f" at {node}" if node else ""
+    protocol = replies[0].get("protocol", "?")
+    if protocol == "central-dpsgd":
+        return (f"run {run_id} is central-dpsgd: its model stays with the operator process that aggregated it "
+                "(save it with 'hushnet run start SPEC --model-out FILE', or use the outcome of run_central)")
+    states = [r.get("state", "?") for r in replies]
+    for live in ("running", "paused", "accepted"):
+        if live in states:
+            step = max(int(r.get("last_step", -1)) for r in replies)
+            total = replies[0].get("steps", "?")
+            return f"run {run_id} has not finished ({live} at step {max(step, 0)}/{total}): no final model yet"
+    for over in ("stopped", "cancelled"):
+        for r in replies:
+            if r.get("state") == over:
+                return f"run {run_id} was {over} ({r.get('node')}: {r.get('reason') or 'no reason given'}): no final model"
+    for r in replies:
+        info = r.get("result") or {}
+        if info.get("status") == "aborted":
+            return f"run {run_id} finished without releasing a result{where}: {info.get('reason', 'aborted')}"
+    return f"run {run_id} finished but no node{where} holds a final model ({protocol})"
 
 
 def outcome_dict(o: RunOutcome) -> dict[str, Any]:

@@ -84,11 +84,14 @@ class Client:
     def report(self, run_id: str):
         return self._call(self._async.report(run_id))
 
-    def model(self, run_id: str):
-        return self._call(self._async.model(run_id))
+    def model(self, run_id: str, *, node: str | None = None):
+        return self._call(self._async.model(run_id, node=node))
 
-    def ledgers(self):
-        return self._call(self._async.ledgers())
+    def result(self, run_id: str, *, node: str | None = None):
+        return self._call(self._async.result(run_id, node=node))
+
+    def ledgers(self, *, delta: float | None = None):
+        return self._call(self._async.ledgers(delta=delta))
 
     def run_central(self, spec, **kwargs: Any):
         """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized); see AsyncClient.run_central."""

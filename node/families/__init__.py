@@ -26,7 +26,7 @@ for _family in FAMILIES:
         _BY_PROTOCOL[_protocol] = _family
 
 
-class UnknownProtocol(ValueError):
+class UnknownRunProtocol(ValueError):
     """The run names a protocol hushnet does not implement."""
 
 
@@ -36,12 +36,12 @@ def protocols() -> dict[str, str]:
 
 
 def family_of(protocol: str) -> Family:
-    """The family that runs ``protocol`` (:class:`UnknownProtocol` with the available names otherwise)."""
+    """The family that runs ``protocol`` (:class:`UnknownRunProtocol` with the available names otherwise)."""
     try:
         return _BY_PROTOCOL[protocol]
     except KeyError:
-        raise UnknownProtocol(f"unknown protocol {protocol!r}; available: {sorted(_BY_PROTOCOL)}") from None
+        raise UnknownRunProtocol(f"unknown protocol {protocol!r}; available: {sorted(_BY_PROTOCOL)}") from None
 
 
-__all__ = ["FAMILIES", "Family", "RunCost", "UnknownProtocol", "family_of", "protocols",
+__all__ = ["FAMILIES", "Family", "RunCost", "UnknownRunProtocol", "family_of", "protocols",
            "WALK", "PAD", "GOSSIP", "ANONYMITY", "SECAGG", "CENTRAL"]

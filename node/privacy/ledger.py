@@ -2,7 +2,7 @@
 
 Pairwise network DP gives every (contributor, observer) pair its own loss, so a node cannot
 keep one ε: it keeps one **per observer**.  Each contribution (or accounted release) becomes a
-:class:`LedgerEntry` whose cost toward each target is an RDP curve on a fixed grid of orders
+:class:`PrivacyEntry` whose cost toward each target is an RDP curve on a fixed grid of orders
 (and, for linear-Gaussian views where it is exact, a μ-GDP value).  The ledger composes them
 (RDP adds per order; GDP adds in quadrature), converts to (ε, δ) on demand, and refuses any
 charge that would push the loss toward **any** target over the configured budget — the
@@ -34,8 +34,8 @@ __all__ = [
     "BOUND_LABELS",
     "LedgerError",
     "BudgetExceeded",
-    "LedgerEntry",
-    "Budget",
+    "PrivacyEntry",
+    "LedgerBudget",
     "Spent",
     "Ledger",
 ]
@@ -76,7 +76,7 @@ def _as_key(t) -> str:
 
 
 @dataclass(frozen=True)
-class LedgerEntry:
+class PrivacyEntry:
     """One contribution or accounted release of this node.
 
     ``rdp`` maps each target node id to its RDP curve on the ledger's orders (a vector of
@@ -96,7 +96,7 @@ class LedgerEntry:
 
     @classmethod
     def from_row(cls, run_id: str, protocol: str, view_model: str, bound: str, targets: Iterable,
-                 rdp: np.ndarray, gdp_mu: Iterable[float] | None = None, note: str = "") -> "LedgerEntry":
+                 rdp: np.ndarray, gdp_mu: Iterable[float] | None = None, note: str = "") -> "PrivacyEntry":
         """Build an entry from a contributor's row: ``rdp`` of shape (len(targets), len(orders))."""
         keys = [_as_key(t) for t in targets]
         arr = np.asarray(rdp, dtype=float)
@@ -107,7 +107,7 @@ class LedgerEntry:
 
     @classmethod
     def gaussian(cls, run_id: str, protocol: str, view_model: str, bound: str, mu: Mapping,
-                 orders=None, note: str = "") -> "LedgerEntry":
+                 orders=None, note: str = "") -> "PrivacyEntry":
         """Entry for a Gaussian view with sensitivity-to-noise ratio μ per target:
         RDP ``α μ²/2`` on the orders, and μ-GDP."""
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
@@ -116,7 +116,7 @@ class LedgerEntry:
 
 
 @dataclass(frozen=True)
-class Budget:
+class LedgerBudget:
     """A budget: (ε, δ) toward every node, optionally overridden per node, and optionally RDP
     curves (on the ledger's orders; uniform and/or per node) that the composed RDP must stay
     under at **every** order (the conservative reading of an RDP budget)."""
@@ -155,7 +155,7 @@ class Ledger:
     A ``budget`` given here replaces the stored one; otherwise the stored one (if any) is used.
     """
 
-    def __init__(self, path: str | Path, *, orders=None, budget: Budget | None = None, node_id: str = ""):
+    def __init__(self, path: str | Path, *, orders=None, budget: LedgerBudget | None = None, node_id: str = ""):
         self._lock = threading.RLock()
         self._path = str(path)
         self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
@@ -224,7 +224,7 @@ class Ledger:
         if bound != "certified":
             self._paper[target] = self._paper.get(target, 0) + 1
 
-    def _read_budget(self) -> Budget | None:
+    def _read_budget(self) -> LedgerBudget | None:
         rows = self._db.execute("SELECT target, epsilon, delta, rdp_curve FROM budget").fetchall()
         if not rows:
             return None
@@ -238,14 +238,14 @@ class Ledger:
                     per[target] = (e, d)
                 if c is not None:
                     per_curve[target] = c
-        return Budget(uni[0], uni[1], per, curve, per_curve)
+        return LedgerBudget(uni[0], uni[1], per, curve, per_curve)
 
     # ---------------------------------------------------------------- budget
     @property
-    def budget(self) -> Budget | None:
+    def budget(self) -> LedgerBudget | None:
         return self._budget
 
-    def set_budget(self, budget: Budget) -> None:
+    def set_budget(self, budget: LedgerBudget) -> None:
         """Replace the stored budget (persisted).  Existing spending is not re-checked."""
         if not 0.0 < budget.delta < 1.0 or budget.epsilon < 0:
             raise LedgerError("budget needs epsilon >= 0 and delta in (0, 1)")
@@ -284,7 +284,7 @@ class Ledger:
                 return g, "gdp", None
         return eps, "rdp", order
 
-    def _validate(self, entry: LedgerEntry) -> dict[str, tuple[np.ndarray, float | None]]:
+    def _validate(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
         if entry.bound not in BOUND_LABELS:
             raise LedgerError(f"bound must be one of {BOUND_LABELS}, got {entry.bound!r}")
         if not entry.rdp:
@@ -325,13 +325,13 @@ class Ledger:
         return res
 
     # ---------------------------------------------------------------- public API
-    def would_exceed(self, entry: LedgerEntry) -> dict[str, float]:
+    def would_exceed(self, entry: PrivacyEntry) -> dict[str, float]:
         """Targets whose budget the entry would break, mapped to the would-be ε (empty: it fits)."""
         with self._lock:
             proj = self._projection(self._validate(entry))
         return {t: p[0] for t, p in proj.items() if p[0] > p[3] * (1 + 1e-12) or p[5]}
 
-    def charge(self, entry: LedgerEntry, *, enforce_budget: bool = True, report: bool = True) -> dict[str, Spent]:
+    def charge(self, entry: PrivacyEntry, *, enforce_budget: bool = True, report: bool = True) -> dict[str, Spent]:
         """Record the entry, or raise :class:`BudgetExceeded` (recording nothing) if it would exceed
         the budget toward any node.  Returns the new loss toward every target it touched (``report=False``:
         an empty dict — a run's per-hop charge skips converting every target's curve a second time).

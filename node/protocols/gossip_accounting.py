@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
 from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights
-from hushnet.privacy.ledger import LedgerEntry as PrivacyLedgerEntry
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.privacy.linear_gaussian import rdp_of
 
 __all__ = [
@@ -411,7 +411,7 @@ def pairwise_sensitivities(rec, T: int, n: int) -> np.ndarray:
 
 
 def privacy_ledger_entries(S: np.ndarray, sigma: float, *, run_id: str, protocol: str, view: str,
-                           sources: Iterable[int] | None = None) -> dict[int, PrivacyLedgerEntry]:
+                           sources: Iterable[int] | None = None) -> dict[int, PrivacyEntry]:
     """One certified Gaussian entry per contributor u: μ toward v = ``sqrt(S[u, v])/σ`` (σ = noise
     multiplier, S in units of Δ²) — what the node's ledger charges and its budget checks."""
     n = S.shape[0]
@@ -419,7 +419,7 @@ def privacy_ledger_entries(S: np.ndarray, sigma: float, *, run_id: str, protocol
     for u in (range(n) if sources is None else sources):
         mu = {str(v): float(np.sqrt(S[u, v]) / sigma) for v in range(n) if v != u and S[u, v] > 0}
         if mu:
-            out[int(u)] = PrivacyLedgerEntry.gaussian(run_id, protocol, view, "certified", mu,
+            out[int(u)] = PrivacyEntry.gaussian(run_id, protocol, view, "certified", mu,
                                                       note=f"{protocol}: exact view divergence on the recorded schedule")
     return out
 

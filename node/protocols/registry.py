@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
-from hushnet.families import UnknownProtocol, family_of, protocols
+from hushnet.families import UnknownRunProtocol, family_of, protocols
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.protocols.walk import WalkOptions
 from hushnet.tasks.base import Task
@@ -112,5 +112,5 @@ def build_from_spec(spec: Any, tasks: Sequence[Task], *, reliable: bool = True, 
                                                                                progress_every=progress_every))
 
 
-__all__ = ["PROTOCOLS", "UnknownProtocol", "transition_matrix", "make_machine", "build_machines", "options_for_spec",
+__all__ = ["PROTOCOLS", "UnknownRunProtocol", "transition_matrix", "make_machine", "build_machines", "options_for_spec",
            "machine_for_spec", "build_from_spec"]

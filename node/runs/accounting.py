@@ -21,7 +21,7 @@ import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
-from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.spec import WALK_SGD, RunSpec
 
 #: protocols whose contributions are charged with the walk bound; others use the local-DP bound

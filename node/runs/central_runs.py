@@ -32,8 +32,9 @@ from hushnet.engine.actions import Finish, LedgerEntry, Send
 from hushnet.engine.events import MessageArrived
 from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
-from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp
+from hushnet.runs.driver import RunRefused
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 PROTOCOL = "central-dpsgd"
@@ -132,11 +133,3 @@ async def c_gradient(service, payload: bytes) -> bytes:
     run.last_step = max(run.last_step, int(run.machine.last_step))
     run._emit("progress", step=run.last_step, contributions=run.contributions)
     return json.dumps({"node": run.node_id, "reply_b64": base64.b64encode(reply).decode()}).encode()
-
-
-class RunRefused(ValueError):
-    """An expected refusal of a gradient request: the operator sees ``code: message`` (no traceback)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code

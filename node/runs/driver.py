@@ -43,8 +43,10 @@ STATES = ("accepted", "running", "paused", "finished", "closed", "stopped", "can
 TERMINAL = ("finished", "closed", "stopped", "cancelled")
 
 
-class RunRefused(Exception):
-    """A message the run refuses (the machine's Fault, or a run that is over); the sender is told why."""
+class RunRefused(ValueError):
+    """Something a run refuses, with a code: a peer's message (the machine's Fault, a run that is over)
+    or an operator's request (e.g. ``run.gradient``).  A ``ValueError`` so the node's control channel
+    reports it as an expected refusal (``code: message``, no traceback); the sender is told why."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
@@ -356,7 +358,7 @@ class RunDriver:
             self.shutdown()
 
     def _top_up(self) -> None:
-        from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+        from hushnet.privacy.ledger import PrivacyEntry
 
         self.topped_up = True
         used = [e for e in self.engine_entries if e.uses_data]

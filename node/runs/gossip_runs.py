@@ -76,7 +76,7 @@ import scipy.sparse as sp
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import BudgetExceeded
-from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.protocols.gossip_accounting import (
     RealisedSchedule,
     averaging_sensitivities,

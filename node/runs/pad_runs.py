@@ -70,7 +70,7 @@ from hushnet.privacy.amplification import (
     rr_epsilon,
 )
 from hushnet.privacy.conversions import DEFAULT_ORDERS
-from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import dp_from_rdp
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 

@@ -35,8 +35,7 @@ from cryptography import x509
 
 from hushnet.engine.errors import ProtocolError
 from hushnet.net import pki
-from hushnet.privacy.ledger import Budget as LedgerBudget
-from hushnet.privacy.ledger import Ledger
+from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import transition_matrix
 from hushnet.protocols.walk import WalkOptions
 from hushnet.families import FAMILIES, family_of
@@ -200,7 +199,7 @@ class RunService:
         cost = contribution_cost(spec, vertex, ids, W, ledger.orders)
         n_u = dec.details.get("N_u", 0.0)
         if ledger.budget is not None and n_u > 0:
-            from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
+            from hushnet.privacy.ledger import PrivacyEntry
 
             proj = PrivacyEntry.from_row(spec.run_id, spec.protocol, spec.view_model, "certified", cost.targets,
                                          cost.curves(spec.sigma) * float(np.ceil(n_u)))
@@ -260,9 +259,13 @@ class RunService:
     async def c_model(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
         m = run.model
+        # state, reason and the finish record ride along so the operator learns *why* there is no
+        # model here (not finished, stopped, a secure sum that aborted) in the same round trip
         return _json({"node": self.node.node_id, "run_id": run.run_id, "step": run.finish_step,
                       "model_b64": None if m is None else base64.b64encode(m.astype("<f8").tobytes()).decode(),
-                      "dim": None if m is None else int(m.shape[0])})
+                      "dim": None if m is None else int(m.shape[0]), "protocol": run.spec.protocol,
+                      "state": run.state, "reason": run.reason, "last_step": run.last_step,
+                      "steps": run.spec.total_steps(), "result": run.finish_result})
 
     async def c_cancel(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
@@ -278,9 +281,16 @@ class RunService:
         args = json.loads(payload or b"{}")
         delta = args.get("delta")
         spent = self.ledger.spent(delta=delta)
+        entries = self.ledger.entries()
+        runs: dict[str, dict[str, Any]] = {}
+        for e in entries:  # which runs the lifetime totals come from
+            r = runs.setdefault(e["run_id"], {"protocol": e["protocol"], "entries": 0})
+            r["entries"] += 1
+        b = self.ledger.budget
         return _json({"node": self.node.node_id, "spent": {t: {"epsilon": s.epsilon, "delta": s.delta, "bound": s.bound,
                                                              "entries": s.entries} for t, s in spent.items()},
-                      "entries": len(self.ledger.entries())})
+                      "entries": len(entries), "runs": runs,
+                      "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta}})
 
     def close(self) -> None:
         for r in self.runs.values():

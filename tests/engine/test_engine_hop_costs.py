@@ -65,13 +65,13 @@ def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_pa
     """The driver's per-hop charge (``report=False``) is the same durable charge, minus the returned totals."""
     import pytest
 
-    from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry as PrivacyEntry
+    from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget, PrivacyEntry
 
     orders = np.array([2.0, 4.0, 8.0, 16.0])
     entry = PrivacyEntry.from_row("run-x", "rw-dpsgd", "sender-known", "certified", ["a", "b"],
                                   np.array([[0.1, 0.2, 0.4, 0.8], [0.05, 0.1, 0.2, 0.4]]))
-    quiet = Ledger(tmp_path / "quiet.sqlite", orders=orders, budget=Budget(3.0, 1e-5))
-    loud = Ledger(tmp_path / "loud.sqlite", orders=orders, budget=Budget(3.0, 1e-5))
+    quiet = Ledger(tmp_path / "quiet.sqlite", orders=orders, budget=LedgerBudget(3.0, 1e-5))
+    loud = Ledger(tmp_path / "loud.sqlite", orders=orders, budget=LedgerBudget(3.0, 1e-5))
     charged = 0
     while True:
         try:

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from hushnet.families import FAMILIES, Family, RunCost, UnknownProtocol, family_of, protocols
+from hushnet.families import FAMILIES, Family, RunCost, UnknownRunProtocol, family_of, protocols
 from hushnet.protocols.registry import PROTOCOLS
 
 
@@ -25,7 +25,7 @@ def test_every_protocol_in_exactly_one_family() -> None:
 
 
 def test_unknown_protocol_names_the_available_ones() -> None:
-    with pytest.raises(UnknownProtocol, match="unknown protocol 'gossip-magic'.*rw-dpsgd"):
+    with pytest.raises(UnknownRunProtocol, match="unknown protocol 'gossip-magic'.*rw-dpsgd"):
         family_of("gossip-magic")
 
 

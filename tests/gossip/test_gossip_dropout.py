@@ -17,7 +17,7 @@ from hushnet.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
-from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger
+from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget
 
 N = 12
 
@@ -84,7 +84,7 @@ def test_dropout_certified_values_are_replayed_and_charged(tmp_path):
     spent = led.charge(entries[0])
     worst = max(spent.values(), key=lambda s: s.epsilon)
     assert worst.bound == "certified" and worst.method == "gdp"
-    tight = Ledger(":memory:", node_id="0", budget=Budget(epsilon=worst.epsilon * 0.5, delta=1e-6))
+    tight = Ledger(":memory:", node_id="0", budget=LedgerBudget(epsilon=worst.epsilon * 0.5, delta=1e-6))
     with pytest.raises(BudgetExceeded):
         tight.charge(entries[0])
     rep = certified_report(S, 2.0, 2.0, view="neighbourhood", protocol="muffliato", paper=averaging_thm1(sched))

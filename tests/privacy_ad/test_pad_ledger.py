@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
-from hushnet.privacy.ledger import Budget, BudgetExceeded, Ledger, LedgerEntry, LedgerError
+from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget, LedgerError, PrivacyEntry
 
 O = DEFAULT_ORDERS
 
 
-def gauss(run: str, mu: dict, bound: str = "certified") -> LedgerEntry:
-    return LedgerEntry.gaussian(run, "muffliato", "neighbourhood", bound, mu)
+def gauss(run: str, mu: dict, bound: str = "certified") -> PrivacyEntry:
+    return PrivacyEntry.gaussian(run, "muffliato", "neighbourhood", bound, mu)
 
 
 def test_rdp_adds_and_gdp_composes_in_quadrature():
@@ -34,7 +34,7 @@ def test_rdp_adds_and_gdp_composes_in_quadrature():
 def test_one_non_gdp_entry_falls_back_to_rdp_conversion_and_paper_label_propagates():
     with Ledger(":memory:") as led:
         led.charge(gauss("r1", {"a": 0.3}))
-        rw = LedgerEntry("r2", "rw", "anonymous", "paper", {"a": O * 0.01})
+        rw = PrivacyEntry("r2", "rw", "anonymous", "paper", {"a": O * 0.01})
         led.charge(rw)
         s = led.spent("a", delta=1e-5)
         eps, order = rdp_to_dp(O, O * 0.3 ** 2 / 2 + O * 0.01, 1e-5)
@@ -44,7 +44,7 @@ def test_one_non_gdp_entry_falls_back_to_rdp_conversion_and_paper_label_propagat
 
 def test_refused_charge_leaves_no_trace_and_names_worst_node(tmp_path):
     path = tmp_path / "ledger.sqlite"
-    budget = Budget(epsilon=3.0, delta=1e-6, per_target={"b": (0.5, 1e-6)})
+    budget = LedgerBudget(epsilon=3.0, delta=1e-6, per_target={"b": (0.5, 1e-6)})
     with Ledger(path, budget=budget) as led:
         led.charge(gauss("r1", {"a": 0.2, "b": 0.1, "c": 0.2}))
         before = (led.rdp("a"), led.rdp("b"), led.rdp("c"), len(led.entries()))
@@ -65,7 +65,7 @@ def test_refused_charge_leaves_no_trace_and_names_worst_node(tmp_path):
 
 
 def test_worst_node_is_the_largest_excess():
-    with Ledger(":memory:", budget=Budget(1.0, 1e-6, per_target={"x": (0.3, 1e-6)})) as led:
+    with Ledger(":memory:", budget=LedgerBudget(1.0, 1e-6, per_target={"x": (0.3, 1e-6)})) as led:
         with pytest.raises(BudgetExceeded) as err:
             led.charge(gauss("r", {"x": 0.2, "y": 2.0}))
         assert err.value.target == "y" and set(err.value.violations) == {"x", "y"}
@@ -73,10 +73,10 @@ def test_worst_node_is_the_largest_excess():
 
 def test_persistence_across_reopen(tmp_path):
     path = tmp_path / "l.sqlite"
-    with Ledger(path, budget=Budget(3.0, 1e-5, per_target={"n7": (1.0, 1e-6)}, per_target_rdp={"n9": O * 0.5}),
+    with Ledger(path, budget=LedgerBudget(3.0, 1e-5, per_target={"n7": (1.0, 1e-6)}, per_target_rdp={"n9": O * 0.5}),
                 node_id="n0") as led:
         led.charge(gauss("r1", {"n1": 0.2, "n7": 0.1}))
-        led.charge(LedgerEntry.from_row("r2", "rw", "sender-known", "certified", ["n1", "n2"],
+        led.charge(PrivacyEntry.from_row("r2", "rw", "sender-known", "certified", ["n1", "n2"],
                                         np.vstack([O * 0.001, O * 0.002])))
         spent = led.spent()
         remaining = led.remaining()
@@ -97,18 +97,18 @@ def test_persistence_across_reopen(tmp_path):
 
 def test_remaining_and_budget_rdp_curve():
     curve = O * 0.05  # allow a Gaussian with mu^2/2 <= 0.05, i.e. mu <= sqrt(0.1)
-    with Ledger(":memory:", budget=Budget(math.inf, 1e-6, rdp_curve=curve)) as led:
+    with Ledger(":memory:", budget=LedgerBudget(math.inf, 1e-6, rdp_curve=curve)) as led:
         led.charge(gauss("r1", {"a": 0.2}))
         assert led.would_exceed(gauss("r2", {"a": 0.2})) == {}
         assert "a" in led.would_exceed(gauss("r2", {"a": 0.3}))
         with pytest.raises(BudgetExceeded):
             led.charge(gauss("r2", {"a": 0.3}))
-    with Ledger(":memory:", budget=Budget(math.inf, 1e-6, per_target_rdp={"b": O * 0.01})) as led:
+    with Ledger(":memory:", budget=LedgerBudget(math.inf, 1e-6, per_target_rdp={"b": O * 0.01})) as led:
         led.charge(gauss("r1", {"a": 1.0}))  # no curve toward a
         with pytest.raises(BudgetExceeded) as err:
             led.charge(gauss("r2", {"a": 0.1, "b": 0.2}))  # 0.2^2/2 = 0.02 > 0.01 toward b
         assert err.value.target == "b"
-    with Ledger(":memory:", budget=Budget(1.0, 1e-6)) as led:
+    with Ledger(":memory:", budget=LedgerBudget(1.0, 1e-6)) as led:
         led.charge(gauss("r1", {"a": 0.1}))
         rem = led.remaining(targets=["b"])
         assert rem["a"] == pytest.approx(1.0 - gdp_epsilon(0.1, 1e-6))
@@ -118,17 +118,17 @@ def test_remaining_and_budget_rdp_curve():
 def test_invalid_entries_rejected():
     with Ledger(":memory:") as led:
         with pytest.raises(LedgerError, match="bound"):
-            led.charge(LedgerEntry("r", "p", "v", "guess", {"a": O}))
+            led.charge(PrivacyEntry("r", "p", "v", "guess", {"a": O}))
         with pytest.raises(LedgerError, match="shape"):
-            led.charge(LedgerEntry("r", "p", "v", "certified", {"a": np.ones(3)}))
+            led.charge(PrivacyEntry("r", "p", "v", "certified", {"a": np.ones(3)}))
         with pytest.raises(LedgerError, match="non-negative"):
-            led.charge(LedgerEntry("r", "p", "v", "certified", {"a": -O}))
+            led.charge(PrivacyEntry("r", "p", "v", "certified", {"a": -O}))
         assert led.entries() == []
 
 
 def test_concurrent_charges_never_overspend(tmp_path):
     mu = 0.1
-    with Ledger(tmp_path / "c.sqlite", budget=Budget(gdp_epsilon(mu * math.sqrt(10), 1e-6) * (1 + 1e-9), 1e-6)) as led:
+    with Ledger(tmp_path / "c.sqlite", budget=LedgerBudget(gdp_epsilon(mu * math.sqrt(10), 1e-6) * (1 + 1e-9), 1e-6)) as led:
         ok, refused = [], []
 
         def worker(i):
@@ -150,7 +150,7 @@ def test_concurrent_charges_never_overspend(tmp_path):
 def test_spending_that_already_happened_is_recorded_past_the_budget(tmp_path):
     """A deviation top-up records data already used: it must land even over budget, and then block new charges."""
     path = tmp_path / "ledger.sqlite"
-    with Ledger(path, budget=Budget(epsilon=1.0, delta=1e-6)) as led:
+    with Ledger(path, budget=LedgerBudget(epsilon=1.0, delta=1e-6)) as led:
         big = gauss("r1", {"a": 2.0})
         with pytest.raises(BudgetExceeded):
             led.charge(big)

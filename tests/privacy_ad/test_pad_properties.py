@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hushnet.privacy import amplification as A
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
-from hushnet.privacy.ledger import Ledger, LedgerEntry
+from hushnet.privacy.ledger import Ledger, PrivacyEntry
 
 
 @settings(max_examples=40, deadline=None)
@@ -56,7 +56,7 @@ def test_sgd_rdp_curve_is_inf_beyond_validity_and_feeds_the_ledger():
     a_max = A.sgd_alpha_max(sigma, L)
     assert np.all(np.isinf(curve[DEFAULT_ORDERS > a_max])) and np.all(np.isfinite(curve[DEFAULT_ORDERS <= a_max]))
     with Ledger(":memory:") as led:
-        led.charge(LedgerEntry("run", "pad-sgd", "anonymous", "certified", {v: curve for v in ("1", "2")}))
+        led.charge(PrivacyEntry("run", "pad-sgd", "anonymous", "certified", {v: curve for v in ("1", "2")}))
         s = led.spent("1", delta=1e-6)
         assert s.method == "rdp" and s.best_order <= a_max
         exact = A.sgd_epsilon(n, N_u, L, sigma, 1e-6).epsilon

@@ -38,7 +38,7 @@ def _drivers(tmp_path, spec, ledger_budget=None):
                          W=W, options=network_walk_options(spec, progress_every=1))
         led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
         if ledger_budget is not None:
-            from hushnet.privacy.ledger import Budget as LB
+            from hushnet.privacy.ledger import LedgerBudget as LB
 
             led.set_budget(LB(ledger_budget, spec.budget.delta))
 
