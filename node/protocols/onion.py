@@ -402,7 +402,7 @@ def make_anonymity_machine(
 
     Keys: a deployed node passes its own private key and the directory of public keys in
     ``params`` (``onion_key``/``onion_directory``, ``dest_key``/``dest_directory``,
-    ``share_key``/``share_directory``).  Without them, *simulation* keys are derived from the run
+    ``share_key``/``share_directory``, and for secure sums ``sign_key``/``sign_directory``).  Without them, *simulation* keys are derived from the run
     seed — reproducible, and therefore only for the in-process simulator.  Likewise ``secret_seed``
     (reproducible relay paths / destinations / forwarding) is for tests only: in a deployment
     those draws must stay secret, so they come from the OS CSPRNG when it is absent.
@@ -469,7 +469,13 @@ def make_anonymity_machine(
             raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
         p.setdefault("dim", int(task.dim))
         p.setdefault("sensitivity", float(task.sensitivity()))
+        signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), p.pop("nonce_cache", None)
+        if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
+            from hushnet.crypto.signing import signer_directory, simulation_signers
+
+            signers = simulation_signers(run_seed, n)
+            signer, sdir = signers[node], signer_directory(signers)
         sp_ = SecAggParams(**p)
         vec = task.value(0) if node in sp_.members else None
-        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory)
+        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory, signer, sdir, nonces)
     raise ValueError(f"{protocol!r} is not an anonymity-layer protocol")

@@ -40,6 +40,7 @@ aborts below the threshold released nothing, but the charges of the members whos
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import replace
@@ -85,6 +86,27 @@ def node_key_directory(node, epoch: int = 0) -> KeyDirectory:
     return KeyDirectory(int(epoch), keys)
 
 
+def node_signer(node):
+    """The node's ECDSA P-256 identity key as a protocol signer (its public half is bound to its vertex by the
+    directory's ``key_sha256``)."""
+    from hushnet.crypto.signing import Signer
+
+    ident = getattr(node, "identity", None)
+    if ident is None or ident.key is None:
+        raise ValueError("this node has no identity key yet (not started)")
+    return Signer.from_key(ident.key)
+
+
+def node_signer_directory(node):
+    """vertex → SHA-256 of each member's signing key (SubjectPublicKeyInfo), as the bootstrap publishes it."""
+    from hushnet.crypto.signing import SignerDirectory
+
+    d = getattr(node, "directory", None)
+    if d is None:
+        raise ValueError("this node has no membership directory yet")
+    return SignerDirectory({int(m.vertex): bytes.fromhex(m.key_sha256) for m in d.members if len(m.key_sha256) == 64})
+
+
 def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
     kp = node_keypair(node)
     directory = node_key_directory(node, epoch)
@@ -127,6 +149,8 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
     for k in ("frac_bits", "bits", "mask_degree"):
         if k in pp:
             out[k] = int(pp[k])
+    if "consistency_check" in pp:  # off only with threshold > n/2 (SecAggParams refuses otherwise)
+        out["consistency_check"] = bool(pp["consistency_check"])
     return out
 
 
@@ -260,7 +284,11 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     from hushnet.protocols.registry import make_machine
 
     kp, directory = _keys(node, ids, vertex, 0)
-    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory}
+    signer, sdir = node_signer(node), node_signer_directory(node)
+    if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
+        raise ValueError("the directory's signing key for this node is not the key in its state directory")
+    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
+              "sign_directory": sdir}
     if task is not None:
         params["noise_std"] = float(spec.sigma) * float(task.sensitivity())
     inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
@@ -353,5 +381,5 @@ for _proto, _fn in (("rw-dpsgd-onion", build_onion), ("anon-walk-sgd", build_ano
     register_machine_builder(_proto, _fn)
 
 
-__all__ = ["node_keypair", "node_key_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
+__all__ = ["node_keypair", "node_key_directory", "node_signer", "node_signer_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
            "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "walk_iterations", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]
