@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from hushnet.crypto.keys import KeyDirectory
-from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, onion_ad, packet_length, peel
 from hushnet.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
@@ -221,6 +221,7 @@ class OnionLayer(Protocol):
         lo, hi = self.adj.indptr[ctx.node], self.adj.indptr[ctx.node + 1]
         self.neighbours = frozenset(int(x) for x in self.adj.indices[lo:hi])
         self.keyring = keyring
+        self._ad = onion_ad(ctx.run_id)  # every layer is bound to this run (issue 11, finding 4)
         self.directory = directory
         self.p = params or OnionParams()
         self.path_rng = path_rng if path_rng is not None else secret_generator()
@@ -276,7 +277,7 @@ class OnionLayer(Protocol):
         packet = from_cells(payload[1:], self.p.cell_body, expected_cells=self.p.cells)
         ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable else []
         try:
-            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len)
+            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len, ad=self._ad)
         except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
             return ack + [Fault(self.ctx.node, err)]
         if res.final:
@@ -314,7 +315,8 @@ class OnionLayer(Protocol):
             raise ValueError(f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}")
         path = relays + [int(dst)]
         hops = [(v, self.directory.public(v)) for v in path]
-        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len)
+        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len,
+                              ad=self._ad)
         self.paths.append(path)
         return path, [Metric("onion-path-length", len(relays), -1, self.ctx.node)] + self._send_packet(path[0], packet)
 

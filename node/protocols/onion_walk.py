@@ -48,7 +48,7 @@ from typing import ClassVar
 import numpy as np
 
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.crypto.onion import OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.onion import OnionKeyring, build_packet, onion_ad, packet_length, peel
 from hushnet.crypto.sealed import try_open_token
 from hushnet.engine.actions import Action, Fault, Metric
 from hushnet.engine.errors import UnexpectedSender
@@ -106,7 +106,7 @@ class OnionWalk(AnonymousWalk):
 
     def _receive(self, hop_id: bytes, packet: bytes) -> list[Action]:
         """Peel one layer (MAC, then replay tag, then shift): deliver if final, else forward."""
-        res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len)
+        res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len, ad=onion_ad(self.ctx.run_id))
         if res.final:
             body = try_open_token(self.key, res.message, self.info)
             if body is None:
@@ -122,7 +122,8 @@ class OnionWalk(AnonymousWalk):
         before = self.resampled
         path = self._walk_to(j)
         hops = [(v, self.onion_directory.public(v)) for v in path]
-        packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len)
+        packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len,
+                              ad=onion_ad(self.ctx.run_id))
         self.paths.append(path)
         acts: list[Action] = []
         if self.resampled > before:  # the truncation is visible in the run's events, not only in the law
