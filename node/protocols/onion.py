@@ -423,6 +423,7 @@ def make_anonymity_machine(
             return pairs[node], simulation_directory(pairs, int(p.get("epoch", p.get("onion_epoch", 0))))
         return k, d
 
+    replay = p.pop("replay_cache", None)  # the node's persistent cache (deployed); None: one per machine
     secret_seed = p.pop("secret_seed", None)
     srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
     if protocol == "rw-dpsgd-onion":
@@ -445,7 +446,8 @@ def make_anonymity_machine(
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
                           epoch=directory.epoch, reliable=base.reliable, **op)
-        return OnionLayer(ctx, inner, W, OnionKeyring.single(key, directory.epoch), directory, par, path_rng=srng)
+        keyring = OnionKeyring.single(key, directory.epoch, replay=replay)
+        return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
         from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
 
@@ -459,7 +461,7 @@ def make_anonymity_machine(
         p.pop("onion_key", None), p.pop("onion_directory", None)  # Mode A has no onion layers
         ctx = NodeContext(node, n, run_id, rng, view_model)
         return walk_machine(ctx, setup, task, AnonWalkParams(**p), key, directory, onion_key=okey, onion_directory=odir,
-                            secret_rng=srng)
+                            secret_rng=srng, replay=replay)
     if protocol == "secagg-sum":
         from hushnet.protocols.secagg import SecAggMachine, SecAggParams
 
@@ -471,7 +473,7 @@ def make_anonymity_machine(
             raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
         p.setdefault("dim", int(task.dim))
         p.setdefault("sensitivity", float(task.sensitivity()))
-        signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), p.pop("nonce_cache", None)
+        signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), replay
         if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
             from hushnet.crypto.signing import signer_directory, simulation_signers
 

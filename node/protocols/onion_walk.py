@@ -49,6 +49,7 @@ import numpy as np
 
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.onion import OnionKeyring, build_packet, onion_ad, packet_length, peel
+from hushnet.crypto.replay import ReplayCache
 from hushnet.crypto.sealed import try_open_token
 from hushnet.engine.actions import Action, Fault, Metric
 from hushnet.engine.errors import UnexpectedSender
@@ -86,14 +87,15 @@ class OnionWalk(AnonymousWalk):
         onion_directory: KeyDirectory,
         *,
         secret_rng: np.random.Generator | None = None,
+        replay: ReplayCache | None = None,
     ) -> None:
         if onion_directory.epoch != params.epoch:
             raise ValueError(f"onion directory is for epoch {onion_directory.epoch}, run uses epoch {params.epoch}")
-        self.keyring = OnionKeyring.single(onion_key, params.epoch)
+        self.keyring = OnionKeyring.single(onion_key, params.epoch, replay=replay)
         self.onion_directory = onion_directory
         self.paths: list[list[int]] = []  # own trajectories (source side; never sent anywhere)
         self.resampled = 0  # walks rejected for exceeding l_max
-        super().__init__(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng)
+        super().__init__(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay)
 
     def _init_mode(self) -> None:
         self.l_max = int(self.p.l_max) or default_l_max(self.setup)

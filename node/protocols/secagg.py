@@ -297,6 +297,8 @@ class SecAggMachine(Protocol):
         # nonces this member has masked under (a ReplayCache, persistent on a deployed node): a leader that
         # replays its nonce in a re-run of the same spec is refused instead of getting the same masks again
         self.nonce_cache = nonce_cache
+        if nonce_cache is not None and ctx.node in p.members:
+            nonce_cache.open_epoch(directory.epoch)
         self.p = p
         self.fp = p.fixed_point
         self.is_leader = ctx.node == p.leader
