@@ -70,20 +70,33 @@ def _derive(shared: bytes, epk: bytes, pk: bytes) -> HopKeys:
     return HopKeys(okm[0:32], okm[32:64], okm[64:96], okm[96:112])
 
 
-def _mac(mu: bytes, prefix: bytes, beta: bytes, payload: bytes) -> bytes:
+def _mac(mu: bytes, prefix: bytes, beta: bytes, payload: bytes, ad: bytes = b"") -> bytes:
     p = Poly1305(mu)
     p.update(prefix)
     p.update(beta)
     p.update(payload)
+    p.update(_ad(ad))
     return p.finalize()
 
 
+def onion_ad(run_id: str) -> bytes:
+    """The associated data of a run's onion layers: a layer of run A fails its MAC in run B."""
+    return b"hushnet-onion-run|" + run_id.encode()
+
+
+def _ad(ad: bytes) -> bytes:
+    """Associated data as the MAC's tail: ``ad ‖ len(ad)`` (β and the payload have fixed lengths, so the
+    encoding is unambiguous).  The run id goes here: a layer made for one run fails the MAC in any other."""
+    return bytes(ad) + len(ad).to_bytes(8, "big")
+
+
 def build_packet(
-    path: list[tuple[int, bytes]], message: bytes, *, epoch: int, slots: int, payload_len: int
+    path: list[tuple[int, bytes]], message: bytes, *, epoch: int, slots: int, payload_len: int, ad: bytes = b""
 ) -> bytes:
     """The packet for hop 1 of ``path = [(node, onion_public_key), …]`` (the last entry is the recipient).
 
-    ``message`` is padded to ``payload_len − 4`` bytes; ``len(path) ≤ slots``.
+    ``message`` is padded to ``payload_len − 4`` bytes; ``len(path) ≤ slots``.  ``ad`` (the run id) is
+    authenticated by every layer's MAC and must be passed to :func:`peel` again.
     """
     T = len(path)
     if not 1 <= T <= slots:
@@ -109,25 +122,32 @@ def build_packet(
     payload = _stream(keys[T - 1].pi, plain)
     final_slot = _SLOT.pack(FINAL, 0, bytes(32), bytes(16))
     beta = _stream(keys[T - 1].rho, final_slot + bytes((R - T) * S)) + phi
-    gamma = _mac(keys[T - 1].mu, prefix, beta, payload)
+    gamma = _mac(keys[T - 1].mu, prefix, beta, payload, ad)
     for k in range(T - 2, -1, -1):
         slot = _SLOT.pack(RELAY, path[k + 1][0], epks[k + 1], gamma)
         beta = _stream(keys[k].rho, slot + beta[: (R - 1) * S])
         payload = _stream(keys[k].pi, payload)
-        gamma = _mac(keys[k].mu, prefix, beta, payload)
+        gamma = _mac(keys[k].mu, prefix, beta, payload, ad)
     return prefix + epks[0] + gamma + beta + payload
 
 
 @dataclass
 class OnionKeyring:
-    """A relay's onion keys by epoch and its replay cache (one tag set per epoch held)."""
+    """A relay's onion keys by epoch and its replay cache (one tag set per epoch held).
+
+    A deployed node passes its own persistent cache (:class:`~hushnet.crypto.replay.PersistentReplayCache`,
+    shared by all its runs and kept across restarts): replay protection must last as long as the key."""
 
     keys: EpochKeys
     replay: ReplayCache = field(default_factory=ReplayCache)
 
     @classmethod
-    def single(cls, pair: KeyPair, epoch: int = 0) -> "OnionKeyring":
-        return cls(EpochKeys({epoch: pair}), ReplayCache({epoch}))
+    def single(cls, pair: KeyPair, epoch: int = 0, replay: ReplayCache | None = None) -> "OnionKeyring":
+        if replay is None:
+            replay = ReplayCache({epoch})
+        else:
+            replay.open_epoch(epoch)
+        return cls(EpochKeys({epoch: pair}), replay)
 
     def rotate(self, pair: KeyPair, epoch: int, keep: int = 2) -> None:
         """Install the key of a new epoch; keys and replay caches older than ``keep`` epochs are deleted."""
@@ -154,7 +174,7 @@ class DuplicatePacket(ReplayedMessage):
     code = "replay"
 
 
-def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) -> Peeled:
+def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int, ad: bytes = b"") -> Peeled:
     """Process one hop: verify, refuse replays, strip the layer.  Raises before any state change
     except the replay-cache insert, which happens only for an authentic packet."""
     R, S = slots, SLOT
@@ -180,6 +200,7 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int) 
     mac.update(mv[: _PREFIX.size])
     mac.update(beta)
     mac.update(payload)
+    mac.update(_ad(ad))
     try:
         mac.verify(gamma)
     except InvalidSignature:

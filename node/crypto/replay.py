@@ -44,3 +44,77 @@ class ReplayCache:
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._seen.values())
+
+
+class ReplayCacheFull(ReplayedMessage):
+    """The epoch's tag set reached its bound: refuse rather than forget (forgetting would re-admit replays)."""
+
+    code = "replay-cache-full"
+
+
+class PersistentReplayCache(ReplayCache):
+    """A node's replay cache in SQLite (its state directory): one per node, shared by all its runs,
+    surviving restarts — replay protection lasts as long as the key epoch, not one run or one process.
+
+    Bounded twice: only the ``keep`` most recent epochs are held (older ones are deleted with their
+    keys when :meth:`open_epoch` rotates), and an epoch holds at most ``max_per_epoch`` tags — past that
+    new packets of the epoch are refused (:class:`ReplayCacheFull`), which tells the operator to rotate
+    the key; evicting old tags instead would silently re-admit their replays.  Writes go through WAL
+    with ``synchronous=NORMAL``: committed at once (a process crash loses nothing), fsynced at
+    checkpoints (not every packet)."""
+
+    def __init__(self, path, epochs: set[int] | None = None, *, max_per_epoch: int = 1 << 22, keep: int = 2) -> None:
+        import sqlite3
+
+        self.path, self.max_per_epoch, self.keep = path, int(max_per_epoch), int(keep)
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS epochs (epoch INTEGER PRIMARY KEY)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS tags (epoch INTEGER NOT NULL, tag BLOB NOT NULL, digest BLOB NOT NULL, "
+                         "PRIMARY KEY (epoch, tag)) WITHOUT ROWID")
+        # tags per held epoch, kept in memory (one statement per packet on the hot path, not three)
+        self._n: dict[int, int] = {e: int(self._db.execute("SELECT COUNT(*) FROM tags WHERE epoch = ?", (e,)).fetchone()[0])
+                                   for (e,) in self._db.execute("SELECT epoch FROM epochs").fetchall()}
+        for e in sorted(epochs or set()):
+            self.open_epoch(e, self.keep)
+
+    @property
+    def epochs(self) -> list[int]:
+        return sorted(self._n)
+
+    def open_epoch(self, epoch: int, keep: int | None = None) -> None:
+        """Hold ``epoch`` (if not already) and delete all but the ``keep`` most recent epochs' tags."""
+        keep = self.keep if keep is None else int(keep)
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT OR IGNORE INTO epochs (epoch) VALUES (?)", (int(epoch),))
+            self._n.setdefault(int(epoch), 0)
+            for e in self.epochs[:-keep]:
+                self._db.execute("DELETE FROM tags WHERE epoch = ?", (e,))
+                self._db.execute("DELETE FROM epochs WHERE epoch = ?", (e,))
+                del self._n[e]
+
+    def _count(self, epoch: int) -> int:
+        n = self._n.get(int(epoch))
+        if n is None:
+            raise UnknownEpoch(f"no replay cache (and no key) for epoch {epoch}; held: {self.epochs}")
+        return n
+
+    def seen(self, epoch: int, tag: bytes) -> bytes | None:
+        self._count(epoch)
+        row = self._db.execute("SELECT digest FROM tags WHERE epoch = ? AND tag = ?", (int(epoch), bytes(tag))).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
+        if self._count(epoch) >= self.max_per_epoch:
+            raise ReplayCacheFull(f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key")
+        cur = self._db.execute("INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
+                               (int(epoch), bytes(tag), bytes(digest)))  # autocommit: durable when it returns
+        self._n[int(epoch)] += cur.rowcount
+
+    def __len__(self) -> int:
+        return sum(self._n.values())
+
+    def close(self) -> None:
+        self._db.close()

@@ -115,6 +115,7 @@ class AnonymousWalk(Protocol):
         directory: KeyDirectory,
         *,
         secret_rng: np.random.Generator | None = None,
+        replay: ReplayCache | None = None,
     ) -> None:
         super().__init__(ctx)
         if setup.n != ctx.n:
@@ -138,7 +139,11 @@ class AnonymousWalk(Protocol):
         self.cells = n_cells(1 + HOP_ID + self._wire_len(), params.cell_body)
         self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
         self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
-        self.replay = ReplayCache({params.epoch})
+        # the node's persistent cache when deployed (replays refused for the key's whole epoch, across runs
+        # and restarts); a fresh one per machine in the simulator
+        self.replay = replay if replay is not None else ReplayCache({params.epoch})
+        if replay is not None:
+            replay.open_epoch(params.epoch)
         self.secret_rng = secret_rng if secret_rng is not None else secret_generator()
         self.updates = 0
         self.relayed = 0
@@ -344,12 +349,14 @@ def walk_machine(
     onion_key: KeyPair | None = None,
     onion_directory: KeyDirectory | None = None,
     secret_rng: np.random.Generator | None = None,
+    replay: ReplayCache | None = None,
 ) -> AnonymousWalk:
     """One node's machine of the walk in ``params.mode`` (Mode B needs the onion key and directory)."""
     if params.mode == "A":
-        return AnonymousWalk(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng)
+        return AnonymousWalk(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay)
     from hushnet.protocols.onion_walk import OnionWalk
 
     if onion_key is None or onion_directory is None:
         raise ValueError("Mode B (onion random walk) needs the node's onion key and the onion-key directory")
-    return OnionWalk(ctx, setup, task, params, dest_key, directory, onion_key, onion_directory, secret_rng=secret_rng)
+    return OnionWalk(ctx, setup, task, params, dest_key, directory, onion_key, onion_directory, secret_rng=secret_rng,
+                     replay=replay)

@@ -201,7 +201,7 @@ class SecureNeighbourhood:
         m = self.m
         p = SecAggParams(members=members, leader=leader, threshold=secure_threshold(len(members)), dim=m.dim,
                          frac_bits=self.frac_bits, round_timeout=self.timeout, broadcast=False,
-                         round_id=t * m.ctx.n + leader)
+                         round_id=t * m.ctx.n + leader, consistency_check=False, fresh_nonce=False)
         # the gossip machine's context: the sum adds no noise (noise_std = 0), so the run generator is not drawn
         # from and the noise stream is the plain run's (parity with the simulator holds)
         sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from hushnet.crypto.keys import KeyDirectory
-from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, onion_ad, packet_length, peel
 from hushnet.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
@@ -221,6 +221,7 @@ class OnionLayer(Protocol):
         lo, hi = self.adj.indptr[ctx.node], self.adj.indptr[ctx.node + 1]
         self.neighbours = frozenset(int(x) for x in self.adj.indices[lo:hi])
         self.keyring = keyring
+        self._ad = onion_ad(ctx.run_id)  # every layer is bound to this run (issue 11, finding 4)
         self.directory = directory
         self.p = params or OnionParams()
         self.path_rng = path_rng if path_rng is not None else secret_generator()
@@ -276,7 +277,7 @@ class OnionLayer(Protocol):
         packet = from_cells(payload[1:], self.p.cell_body, expected_cells=self.p.cells)
         ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable else []
         try:
-            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len)
+            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len, ad=self._ad)
         except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
             return ack + [Fault(self.ctx.node, err)]
         if res.final:
@@ -314,7 +315,8 @@ class OnionLayer(Protocol):
             raise ValueError(f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}")
         path = relays + [int(dst)]
         hops = [(v, self.directory.public(v)) for v in path]
-        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len)
+        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len,
+                              ad=self._ad)
         self.paths.append(path)
         return path, [Metric("onion-path-length", len(relays), -1, self.ctx.node)] + self._send_packet(path[0], packet)
 
@@ -394,7 +396,7 @@ def make_anonymity_machine(
 
     Keys: a deployed node passes its own private key and the directory of public keys in
     ``params`` (``onion_key``/``onion_directory``, ``dest_key``/``dest_directory``,
-    ``share_key``/``share_directory``).  Without them, *simulation* keys are derived from the run
+    ``share_key``/``share_directory``, and for secure sums ``sign_key``/``sign_directory``).  Without them, *simulation* keys are derived from the run
     seed — reproducible, and therefore only for the in-process simulator.  Likewise ``secret_seed``
     (reproducible relay paths / destinations / forwarding) is for tests only: in a deployment
     those draws must stay secret, so they come from the OS CSPRNG when it is absent.
@@ -413,6 +415,7 @@ def make_anonymity_machine(
             return pairs[node], simulation_directory(pairs, int(p.get("epoch", p.get("onion_epoch", 0))))
         return k, d
 
+    replay = p.pop("replay_cache", None)  # the node's persistent cache (deployed); None: one per machine
     secret_seed = p.pop("secret_seed", None)
     srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
     if protocol == "rw-dpsgd-onion":
@@ -435,7 +438,8 @@ def make_anonymity_machine(
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
                           epoch=directory.epoch, reliable=base.reliable, **op)
-        return OnionLayer(ctx, inner, W, OnionKeyring.single(key, directory.epoch), directory, par, path_rng=srng)
+        keyring = OnionKeyring.single(key, directory.epoch, replay=replay)
+        return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
         from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
 
@@ -449,7 +453,7 @@ def make_anonymity_machine(
         p.pop("onion_key", None), p.pop("onion_directory", None)  # Mode A has no onion layers
         ctx = NodeContext(node, n, run_id, rng, view_model)
         return walk_machine(ctx, setup, task, AnonWalkParams(**p), key, directory, onion_key=okey, onion_directory=odir,
-                            secret_rng=srng)
+                            secret_rng=srng, replay=replay)
     if protocol == "secagg-sum":
         from hushnet.protocols.secagg import SecAggMachine, SecAggParams
 
@@ -461,7 +465,13 @@ def make_anonymity_machine(
             raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
         p.setdefault("dim", int(task.dim))
         p.setdefault("sensitivity", float(task.sensitivity()))
+        signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), replay
+        if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
+            from hushnet.crypto.signing import signer_directory, simulation_signers
+
+            signers = simulation_signers(run_seed, n)
+            signer, sdir = signers[node], signer_directory(signers)
         sp_ = SecAggParams(**p)
         vec = task.value(0) if node in sp_.members else None
-        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory)
+        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory, signer, sdir, nonces)
     raise ValueError(f"{protocol!r} is not an anonymity-layer protocol")

@@ -48,7 +48,8 @@ from typing import ClassVar
 import numpy as np
 
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.crypto.onion import OnionKeyring, build_packet, packet_length, peel
+from hushnet.crypto.onion import OnionKeyring, build_packet, onion_ad, packet_length, peel
+from hushnet.crypto.replay import ReplayCache
 from hushnet.crypto.sealed import try_open_token
 from hushnet.engine.actions import Action, Fault, Metric
 from hushnet.engine.errors import UnexpectedSender
@@ -86,14 +87,15 @@ class OnionWalk(AnonymousWalk):
         onion_directory: KeyDirectory,
         *,
         secret_rng: np.random.Generator | None = None,
+        replay: ReplayCache | None = None,
     ) -> None:
         if onion_directory.epoch != params.epoch:
             raise ValueError(f"onion directory is for epoch {onion_directory.epoch}, run uses epoch {params.epoch}")
-        self.keyring = OnionKeyring.single(onion_key, params.epoch)
+        self.keyring = OnionKeyring.single(onion_key, params.epoch, replay=replay)
         self.onion_directory = onion_directory
         self.paths: list[list[int]] = []  # own trajectories (source side; never sent anywhere)
         self.resampled = 0  # walks rejected for exceeding l_max
-        super().__init__(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng)
+        super().__init__(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay)
 
     def _init_mode(self) -> None:
         self.l_max = int(self.p.l_max) or default_l_max(self.setup)
@@ -106,7 +108,7 @@ class OnionWalk(AnonymousWalk):
 
     def _receive(self, hop_id: bytes, packet: bytes) -> list[Action]:
         """Peel one layer (MAC, then replay tag, then shift): deliver if final, else forward."""
-        res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len)
+        res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len, ad=onion_ad(self.ctx.run_id))
         if res.final:
             body = try_open_token(self.key, res.message, self.info)
             if body is None:
@@ -122,7 +124,8 @@ class OnionWalk(AnonymousWalk):
         before = self.resampled
         path = self._walk_to(j)
         hops = [(v, self.onion_directory.public(v)) for v in path]
-        packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len)
+        packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len,
+                              ad=onion_ad(self.ctx.run_id))
         self.paths.append(path)
         acts: list[Action] = []
         if self.resampled > before:  # the truncation is visible in the run's events, not only in the law

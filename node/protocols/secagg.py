@@ -3,15 +3,22 @@
 A group (a node's closed neighbourhood in gossip, or any set of nodes) sums its vectors so that
 the aggregating node — the *leader*, which relays all messages (members of a neighbourhood need
 not be neighbours of one another) and may itself be a member — learns only the sum, and members
-learn only the sum if it is broadcast.  Two leader round trips, each closed by "everyone answered"
-or a timeout:
+learn only the sum if it is broadcast.  After the leader's announcement, three leader round trips
+(two with ``consistency_check=False``), each closed by "everyone answered" or a timeout:
 
-1. **masked input with its shares** (member → leader, one message, sent at start):
+0. **announce** (leader → members): a fresh 32-byte nonce from the leader's CSPRNG; every pairwise
+   seed, self mask, share envelope and signature of the execution is bound to it (the round
+   *context* is run id ‖ round ‖ leader ‖ nonce), so the same signed spec run again — after a
+   restart, when accepted runs are forgotten — derives different masks (issue 11, finding 6).  A
+   member given a ``nonce_cache`` (its node's persistent replay cache) refuses a nonce it already
+   masked under for that round, so even a leader that replays its nonce gets no second execution
+   with the same seeds.
+1. **masked input with its shares** (member → leader, one message, sent once the nonce is announced):
    ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
    + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
    The pairwise seed comes from the members' **long-term** share-transport X25519 keys of the
-   bootstrap directory: ``s_uv = HKDF(X25519(sk_u, pk_v), info = run_id ‖ round_id ‖ leader ‖ (u, v))``
-   (:func:`~hushnet.crypto.masks.pairwise_seed`) — fresh per round by construction, so revealing one
+   bootstrap directory: ``s_uv = HKDF(X25519(sk_u, pk_v), info = run_id ‖ round_id ‖ leader ‖ nonce ‖ (u, v))``
+   (:func:`~hushnet.crypto.masks.pairwise_seed`) — fresh per round and execution by construction, so revealing one
    round's ``s_uv`` tells nothing about another round's.  With ``y_u`` go SHA-256 commitments to the
    fresh self-mask seed ``b_u`` and to each ``s_uv``, and, for every other member w, Shamir shares
    (threshold t, :mod:`hushnet.crypto.shamir`) of ``b_u`` and of every ``s_uv``, encrypted from u to w
@@ -20,13 +27,33 @@ or a timeout:
    a random nonce) — no X25519 per round at all once a member has met its peers, and the envelope
    is authenticated: the leader cannot pass off shares of its own as u's.  U3 = members whose whole message arrived (input and
    shares are taken together or not at all); D = members \\ U3.  ``|U3| < t`` → abort.
-2. **unmask** (leader → each survivor → leader): the leader sends survivor v the sets (U3, D) and the
-   share envelopes sealed to v by the other members of U3.  v checks ``D = members \\ U3``,
-   ``|U3| ≥ t``, answers at most one unmask request, and reveals its shares of ``b_w`` for w ∈ U3
+2. **confirm** (leader → each survivor → leader; SecAgg's malicious-variant consistency round): the
+   leader sends survivor v the sets (U3, D); v checks ``D = members \\ U3`` and ``|U3| ≥ q``, signs
+   ``(context, U3)`` with its node signing key (ECDSA P-256, :mod:`hushnet.crypto.signing`; a MAC
+   would not do — the leader relays the confirmations and must not be able to forge them) and answers
+   at most one such request.  U4 = members whose valid signature arrived; ``|U4| < q`` → abort.
+3. **unmask** (leader → each member of U4 → leader): the leader sends the signatures of U4 and the
+   share envelopes sealed to v by the other members of U3.  v checks that the request is for the very
+   U3 it signed and carries at least ``q`` valid signatures of distinct survivors over it (any bad
+   signature is a refusal), and reveals its shares of ``b_w`` for w ∈ U3
    and of ``s_ud`` for u ∈ U3 and u's masking neighbours d ∈ D — never a share of a dropped
    member's ``b``.  The leader reconstructs each secret, checks it against its dealer's commitment
    (finding members whose shares are inconsistent), removes the self masks and the masks the
    survivors shared with dropped members, and decodes the sum.
+
+**Against a leader that equivocates** (issue 11, finding 3: with 9 members and t = 4, telling one
+half "everyone survived" and the other "the victim dropped" opened the victim's input): the
+consistency quorum is ``q = max(t, ⌊n/2⌋ + 1)`` (:attr:`SecAggParams.consistency_quorum`).  Two
+quorums for different survivor sets share at least ``2q − n`` members, each of whom signs one set
+per round, so every honest member that unmasks does so for the same U3 unless ``2q − n`` members
+collude with the leader — and for one U3 the honest-but-curious argument below applies.  Hence
+:meth:`SecAggParams.malicious_collusion_tolerance` ``= min(collusion_tolerance, 2q − n − 1)``; e.g.
+n = 9: t ≤ 5 → 0 colluders, t = 7 → 4 (capped by t − 1 = 6 and the masking graph).  Note that
+the signatures alone at quorum t would *not* stop the split when t ≤ n/2 (both halves reach t
+signers); the majority floor on q is what does.  Without the check (``consistency_check=False``,
+used by the gossip neighbourhood sums, which assume an honest-but-curious leader) each member still
+answers one unmask request, which gives the same bound with q = t — so a threshold ``t ≤ n/2`` is
+refused there.
 
 Dropouts: a member whose first message never came is in D (its pairwise masks in the survivors'
 inputs are removed with the survivors' shares of those seeds); a member that sent it and vanished
@@ -49,7 +76,7 @@ the long-term key bounds this).  The share envelopes (static-static keys) widen 
 stolen key also opens the envelopes u sent, hence its shares of ``b_u``, so an input of u that the
 leader kept from a round in which u was declared dropped opens too (with ephemeral-key envelopes
 that took t holders' keys). The price of dropping the
-advertise round is accounting: a member's masked input leaves at start, so a networked member
+advertise round is accounting: a member's masked input leaves with its first message, so a networked member
 charges its ledger then (:class:`hushnet.runs.anonymity.NetworkSecAgg`), and a round that aborts below
 the threshold leaves that (conservative) charge at each member whose input left, although nothing
 was released and the leader records no release.
@@ -76,12 +103,12 @@ the complete graph (default) tolerates ``t − 1``, as plain SecAgg does (t coll
 shares of every secret).  Shamir shares of ``b_u`` still go to every member, so dropout recovery
 is unchanged.
 
-Threat model: an honest-but-curious leader and members (SecAgg's semi-honest setting); a
-threshold ``t > |members|/2`` is recommended.  Shares are not verifiable (no Feldman VSS): a member
+Threat model: members honest-but-curious; the leader may be malicious towards the survivor sets
+(see above; a leader that drops or delays messages can only abort the round).  Shares are not
+verifiable (no Feldman VSS): a member
 that *dealt* inconsistent shares is caught (its secret fails the commitment) but the blame lands
 on the holders of the bad shares; recovery stays exact whenever ``t`` consistent shares remain.
-A leader that sends different survivor sets to different members is outside this model (SecAgg's
-malicious variant adds a consistency round for it).  Self-mask seeds come from the context's CSPRNG
+Self-mask seeds come from the context's CSPRNG
 (``ctx.csprng``, the OS pool by default), Shamir coefficients and sealing nonces from the OS pool inside
 the primitives; the DP noise (``noise_std``) comes from the node's run generator like every other
 machine.
@@ -100,6 +127,7 @@ from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityErro
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
+from hushnet.crypto.signing import MAX_SIG_LEN, MAX_SPKI_LEN, Signer, SignerDirectory
 from hushnet.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
 from hushnet.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
@@ -110,6 +138,9 @@ ACCOUNTING_VIEW = VIEWS["secure-summation"]
 # 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the
 # separate share messages of the four-round one: retired, never reused
 MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x65, 0x66, 0x67, 0x68, 0x69
+ANNOUNCE, CHECK_REQ, CHECK_SIG = 0x6A, 0x6B, 0x6C  # the leader's fresh nonce; the survivor-set confirmation
+NONCE_LEN = 32
+_CHECK_LABEL = b"hushnet-secagg-consistency-v1|"
 _TIMER = "secagg-round"
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
 _B, _S = 0, 1  # which secret a revealed share belongs to: a self-mask seed b_u, a pairwise seed s_uv
@@ -131,6 +162,11 @@ class SecAggParams:
     broadcast: bool = True
     round_id: int = 0
     mask_degree: int | None = None  # None: complete masking graph (plain SecAgg); k: Harary graph H_{k,n}
+    # members sign the survivor set and refuse to unmask without a quorum of matching signatures
+    # (SecAgg's malicious-leader consistency round); False: the honest-but-curious protocol, t > n/2 only
+    consistency_check: bool = True
+    # the leader announces a fresh nonce that every mask of the execution is bound to (issue 11, finding 6)
+    fresh_nonce: bool = True
 
     def __post_init__(self) -> None:
         m = self.members
@@ -138,6 +174,10 @@ class SecAggParams:
             raise ValueError("members must be at least two distinct nodes")
         if not 2 <= self.threshold <= len(m):
             raise ValueError(f"threshold must be in 2..{len(m)}")
+        if not self.consistency_check and 2 * self.threshold <= len(m):
+            raise ValueError(f"threshold {self.threshold} <= n/2 = {len(m) / 2:g} without the consistency check: a leader "
+                             "that tells two halves different survivor sets could unmask a member; use threshold >= "
+                             f"{len(m) // 2 + 1} or consistency_check")
         if self.dim < 1 or self.round_timeout <= 0 or self.noise_std < 0:
             raise ValueError("need dim >= 1, round_timeout > 0, noise_std >= 0")
         if self.mask_degree is not None:
@@ -158,6 +198,21 @@ class SecAggParams:
         if self.mask_degree is None or self.mask_degree >= n - 1:
             return shamir
         return min(shamir, self.mask_degree - 1 - (n - t))
+
+    @property
+    def consistency_quorum(self) -> int:
+        """Matching survivor-set signatures a member needs before it unmasks: ``max(t, ⌊n/2⌋ + 1)`` with the
+        consistency check (two quorums then share a member, who signs one set per round), ``t`` without."""
+        n, t = len(self.members), self.threshold
+        return max(t, n // 2 + 1) if self.consistency_check else t
+
+    def malicious_collusion_tolerance(self) -> int:
+        """How many members may collude with a *malicious* leader (one that equivocates on the survivor set)
+        while the honest inputs stay hidden except through one survivor set's sum: two quorums of q signers
+        (or, without the check, two unmasking groups of t) intersect in ``2q − n`` members, so fewer than
+        ``2q − n`` colluders leave an honest member in the intersection, who signs (answers) only once."""
+        n, q = len(self.members), self.consistency_quorum
+        return min(self.collusion_tolerance(), 2 * q - n - 1)
 
 
 def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int, frozenset[int]]:
@@ -230,9 +285,20 @@ class SecAggMachine(Protocol):
         vector: np.ndarray | None,
         share_key: KeyPair,
         directory: KeyDirectory,
+        signer: Signer | None = None,
+        signers: SignerDirectory | None = None,
+        nonce_cache: Any = None,
     ) -> None:
         super().__init__(ctx)
         p = params
+        if p.consistency_check and (signers is None or (signer is None and ctx.node in p.members)):
+            raise ValueError("the consistency check needs the node's signing key and the directory of signing keys")
+        self.signer, self.signers = signer, signers
+        # nonces this member has masked under (a ReplayCache, persistent on a deployed node): a leader that
+        # replays its nonce in a re-run of the same spec is refused instead of getting the same masks again
+        self.nonce_cache = nonce_cache
+        if nonce_cache is not None and ctx.node in p.members:
+            nonce_cache.open_epoch(directory.epoch)
         self.p = p
         self.fp = p.fixed_point
         self.is_leader = ctx.node == p.leader
@@ -243,7 +309,11 @@ class SecAggMachine(Protocol):
             self.x = np.asarray(vector, dtype=np.float64)
         self.key = share_key  # long-term: seals the shares and agrees the pairwise seeds
         self.directory = directory
-        self.context = ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big") + p.leader.to_bytes(4, "big")
+        self.base_context = ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big") + p.leader.to_bytes(4, "big")
+        self.context = self.base_context  # + "|" + the leader's fresh nonce once announced
+        self.nonce: bytes | None = None
+        self.q = p.consistency_quorum
+        self.signed_U3: list[int] | None = None
         self.t = p.threshold
         self.members = frozenset(p.members)
         self.graph = mask_graph(p.members, p.mask_degree)  # public: every node computes the same graph
@@ -262,6 +332,8 @@ class SecAggMachine(Protocol):
         self.reveals: dict[int, dict[tuple[int, int, int], Share]] = {}
         self.lU3: list[int] = []
         self.lD: list[int] = []
+        self.sigs: dict[int, tuple[bytes, bytes]] = {}  # signer -> (SubjectPublicKeyInfo, signature over U3)
+        self.lU4: list[int] = []
         self.offenders: set[int] = set()
 
     # plumbing -----------------------------------------------------------------------------------
@@ -279,20 +351,34 @@ class SecAggMachine(Protocol):
         if self.is_leader:
             self.lphase = "collect"
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
-        if self.is_member:
-            if self.p.noise_std > 0:
-                self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
-            try:
-                # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
-                enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
-            except ValueError as exc:
-                self.phase = "out"
-                return acts + [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
-            msg = self._trip_one(enc)
-            self.phase = "masked"
-            self.input_sent = True
-            acts += self._send(self.p.leader, msg)
+            if self.p.fresh_nonce:
+                self._set_nonce(self.ctx.csprng(NONCE_LEN))
+                msg = bytes([ANNOUNCE]) + self.nonce  # type: ignore[operator]
+                for v in sorted(self.members):
+                    acts += self._send(v, msg)
+                return acts
+        if self.is_member and not self.p.fresh_nonce:
+            acts += self._mask()
         return acts
+
+    def _set_nonce(self, nonce: bytes) -> None:
+        self.nonce = nonce
+        self.context = self.base_context + b"|" + nonce
+
+    def _mask(self) -> list[Action]:
+        """Draw the noise, encode, mask and send the input with its shares (the member's first message)."""
+        if self.p.noise_std > 0:
+            self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
+        try:
+            # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
+            enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
+        except ValueError as exc:
+            self.phase = "out"
+            return [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
+        msg = self._trip_one(enc)
+        self.phase = "masked"
+        self.input_sent = True
+        return self._send(self.p.leader, msg)
 
     def _trip_one(self, enc: np.ndarray) -> bytes:
         """The member's only unsolicited message: masked input, commitments, and sealed shares.
@@ -335,13 +421,13 @@ class SecAggMachine(Protocol):
         if not data:
             raise MalformedMessage("empty secure-summation message")
         kind = data[0]
-        if kind in (MASKED, UNMASK):
+        if kind in (MASKED, CHECK_SIG, UNMASK):
             if not self.is_leader:
                 raise UnexpectedSender(f"node {self.ctx.node} is not this round's leader")
             if src not in self.members:
                 raise UnexpectedSender(f"secure-summation input from node {src}, which is not a member")
             return self._leader(src, kind, data)
-        if kind in (UNMASK_REQ, RESULT, ABORT):
+        if kind in (ANNOUNCE, CHECK_REQ, UNMASK_REQ, RESULT, ABORT):
             if not self.is_member:
                 raise UnexpectedSender(f"node {self.ctx.node} is not a member of this round")
             if src != self.p.leader:
@@ -354,6 +440,28 @@ class SecAggMachine(Protocol):
     def _member(self, kind: int, data: bytes) -> list[Action]:
         me = self.ctx.node
         r = _Reader(data)
+        if kind == ANNOUNCE:
+            if not self.p.fresh_nonce or self.phase != "idle":
+                raise ReplayedMessage(f"round announcement in phase {self.phase}: refused")
+            nonce = r.take(NONCE_LEN)
+            r.end()
+            if me != self.p.leader:
+                if self.nonce_cache is not None:  # ReplayedMessage: this leader used this nonce with us before
+                    self.nonce_cache.check_and_add(self.directory.epoch, _nonce_tag(self.base_context, nonce))
+                self._set_nonce(nonce)
+            return self._mask()
+        if kind == CHECK_REQ:
+            if not self.p.consistency_check or self.phase != "masked":
+                raise ReplayedMessage(f"survivor-set confirmation request in phase {self.phase}: refused")
+            U3, D = r.ids(), r.ids()
+            r.end()
+            self._check_sets(U3, D, self.q)
+            assert self.signer is not None
+            sig = self.signer.sign(self._check_message(U3))
+            self.signed_U3 = U3
+            self.phase = "signed"  # one survivor set per round: a second request is refused above
+            spki = self.signer.spki
+            return self._send(self.p.leader, bytes([CHECK_SIG]) + _U16.pack(len(spki)) + spki + _U16.pack(len(sig)) + sig)
         if kind == ABORT:
             reason = r.take(r.u16()).decode(errors="replace")
             self.phase = "done"
@@ -371,12 +479,15 @@ class SecAggMachine(Protocol):
             self.finished = True
             return [Finish(me, self.p.round_id, s, {"status": "released", "role": "member"})]
         if kind == UNMASK_REQ:
-            if self.phase != "masked":
-                raise ReplayedMessage(f"second unmask request (phase {self.phase}): refused")
+            if self.phase != ("signed" if self.p.consistency_check else "masked"):
+                raise ReplayedMessage(f"unmask request in phase {self.phase}: refused")
             U3, D = r.ids(), r.ids()
-            s3, sd = set(U3), set(D)
-            if not s3 <= self.members or me not in s3 or sd != self.members - s3 or len(U3) < self.t:
-                raise MalformedMessage("unmask request with inconsistent survivor/dropout sets or below threshold")
+            self._check_sets(U3, D, self.t)
+            s3 = set(U3)
+            if self.p.consistency_check:
+                if U3 != self.signed_U3:
+                    raise MalformedMessage("unmask request for a survivor set other than the one this member confirmed")
+                self._check_quorum(r, U3)
             got: dict[int, tuple[bytes, dict[int, bytes]]] = {}
             for _ in range(r.u16()):
                 u = r.u32()
@@ -398,6 +509,33 @@ class SecAggMachine(Protocol):
                 self.finished = True
             return self._send(self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts))
         raise MalformedMessage(f"unexpected message kind {kind}")
+
+    def _check_sets(self, U3: list[int], D: list[int], need: int) -> None:
+        s3 = set(U3)
+        if (not s3 <= self.members or self.ctx.node not in s3 or set(D) != self.members - s3 or len(U3) < need
+                or len(s3) != len(U3)):
+            raise MalformedMessage(f"survivor/dropout sets inconsistent or below {need} survivors")
+
+    def _check_message(self, U3: list[int]) -> bytes:
+        """What a member signs: the round (run, round, leader, fresh nonce) and the survivor set it was told."""
+        return _CHECK_LABEL + _U32.pack(len(self.context)) + self.context + _ids(U3)
+
+    def _check_quorum(self, r: _Reader, U3: list[int]) -> None:
+        """Refuse unless the request carries valid signatures of at least q distinct survivors, every one over
+        the very survivor set this member signed (any bad signature is a refusal: SecAgg's malicious variant)."""
+        assert self.signers is not None
+        msg = self._check_message(U3)
+        s3, seen = set(U3), set()
+        for _ in range(r.u16()):
+            v = r.u32()
+            spki = r.take(r.u16())
+            sig = r.take(r.u16())
+            if v not in s3 or v in seen:
+                raise MalformedMessage(f"survivor-set signature of node {v}, which is not a survivor (or twice)")
+            self.signers.verify(v, spki, msg, sig)  # IntegrityError: forged, or over another survivor set
+            seen.add(v)
+        if len(seen) < self.q:
+            raise MalformedMessage(f"{len(seen)} members confirmed the survivor set, quorum {self.q}: refused to unmask")
 
     def _open_shares(self, u: int, ct: bytes) -> tuple[bytes, dict[int, bytes]]:
         """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``
@@ -455,8 +593,19 @@ class SecAggMachine(Protocol):
             self.commits[src], self.pair_commits[src], self.cts[src] = commit, pair_commits, cts
             self.masked[src] = np.frombuffer(data, dtype=self.fp.dtype, offset=off)  # read-only view, summed at release
             return self._maybe_advance(len(self.masked) == len(self.members))
+        if kind == CHECK_SIG:
+            if self.lphase != "check" or src in self.sigs or src not in self.lU3:
+                raise ReplayedMessage(f"survivor-set signature from {src} out of phase or twice")
+            spki = r.take(r.u16())
+            sig = r.take(r.u16())
+            r.end()
+            if len(spki) > MAX_SPKI_LEN or len(sig) > MAX_SIG_LEN:
+                raise MalformedMessage(f"oversized survivor-set signature from {src}")
+            self.signers.verify(src, spki, self._check_message(self.lU3), sig)  # type: ignore[union-attr]
+            self.sigs[src] = (spki, sig)
+            return self._maybe_advance(len(self.sigs) == len(self.lU3))
         if kind == UNMASK:
-            if self.lphase != "unmask" or src in self.reveals or src not in self.lU3:
+            if self.lphase != "unmask" or src in self.reveals or src not in (self.lU4 if self.p.consistency_check else self.lU3):
                 raise ReplayedMessage(f"unmask shares from {src} out of phase or twice")
             rev: dict[tuple[int, int, int], Share] = {}
             for _ in range(r.u16()):
@@ -468,7 +617,7 @@ class SecAggMachine(Protocol):
             if set(rev) != self._wanted():
                 raise MalformedMessage(f"member {src} revealed shares for the wrong owners")
             self.reveals[src] = rev
-            return self._maybe_advance(len(self.reveals) == len(self.lU3))
+            return self._maybe_advance(len(self.reveals) == len(self.lU4 if self.p.consistency_check else self.lU3))
         raise MalformedMessage(f"unexpected message kind {kind}")
 
     def _wanted(self) -> set[tuple[int, int, int]]:
@@ -492,20 +641,38 @@ class SecAggMachine(Protocol):
         if ph == "collect":
             self.lU3 = sorted(self.masked)
             self.lD = sorted(self.members - set(self.lU3))
-            if len(self.lU3) < self.t:
-                return self._abort(f"{len(self.lU3)} masked inputs arrived, threshold {self.t}")
-            self.lphase = "unmask"
-            acts.append(SetTimer(_TIMER, self.p.round_timeout))
+            if len(self.lU3) < self.q:
+                return self._abort(f"{len(self.lU3)} masked inputs arrived, threshold {self.t}"
+                                   + (f" (consistency quorum {self.q})" if self.q > self.t else ""))
             sets = _ids(self.lU3) + _ids(self.lD)
-            for v in self.lU3:
-                parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU3 if u != v]
-                acts += self._send(v, bytes([UNMASK_REQ]) + sets + _U16.pack(len(parts)) + b"".join(parts))
-            return acts
+            acts.append(SetTimer(_TIMER, self.p.round_timeout))
+            if self.p.consistency_check:
+                self.lphase = "check"
+                for v in self.lU3:
+                    acts += self._send(v, bytes([CHECK_REQ]) + sets)
+                return acts
+            return acts + self._unmask_requests(self.lU3, sets)
+        if ph == "check":
+            self.lU4 = sorted(self.sigs)
+            if len(self.lU4) < self.q:
+                return self._abort(f"{len(self.lU4)} members confirmed the survivor set, quorum {self.q}")
+            acts.append(SetTimer(_TIMER, self.p.round_timeout))
+            quorum = _U16.pack(len(self.lU4)) + b"".join(
+                _U32.pack(v) + _U16.pack(len(k)) + k + _U16.pack(len(g)) + g for v in self.lU4 for k, g in [self.sigs[v]])
+            return acts + self._unmask_requests(self.lU4, _ids(self.lU3) + _ids(self.lD) + quorum)
         if ph == "unmask":
             if len(self.reveals) < self.t:
                 return self._abort(f"{len(self.reveals)} members answered the unmask request, threshold {self.t}")
             return self._release()
         return []
+
+    def _unmask_requests(self, to: list[int], head: bytes) -> list[Action]:
+        self.lphase = "unmask"
+        acts: list[Action] = []
+        for v in to:
+            parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU3 if u != v]
+            acts += self._send(v, bytes([UNMASK_REQ]) + head + _U16.pack(len(parts)) + b"".join(parts))
+        return acts
 
     def _abort(self, reason: str) -> list[Action]:
         self.lphase = "done"
@@ -609,6 +776,11 @@ class SecAggMachine(Protocol):
 _HEAD = 9  # kind, dim, offset of the words
 
 
+def _nonce_tag(base_context: bytes, nonce: bytes) -> bytes:
+    """Replay-cache tag of a round announcement: the round (run, round, leader) and the leader's nonce."""
+    return hashlib.sha256(b"hushnet-secagg-nonce|" + base_context + b"|" + nonce).digest()[:16]
+
+
 def _commit(tag: bytes, secret: bytes) -> bytes:
     """Hash commitment to a uniform 32-byte seed (hiding as a random oracle; binding by collision resistance)."""
     return hashlib.sha256(b"hushnet-secagg-commit|" + tag + b"|" + secret).digest()
@@ -622,14 +794,20 @@ def build_round(
     run_seed: int,
     run_id: str = "sim",
     keys: list[KeyPair] | None = None,
+    signers: list[Signer] | None = None,
 ) -> tuple[list[SecAggMachine], list[KeyPair]]:
     """Machines for all ``n`` nodes of a run with one secure-summation round (simulator helper).
-    ``keys=None`` derives simulation share-transport keys from the run seed (never in a deployment)."""
+    ``keys=None`` / ``signers=None`` derive simulation share-transport / signing keys from the run seed
+    (never in a deployment)."""
     from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.crypto.signing import signer_directory, simulation_signers
     from hushnet.engine.rng import node_generators
 
     keys = keys if keys is not None else simulation_keypairs(run_seed, n, "share")
+    signers = signers if signers is not None else simulation_signers(run_seed, n)
     directory = simulation_directory(keys)
+    sdir = signer_directory(signers)
     rngs = node_generators(run_seed, n)
-    ms = [SecAggMachine(NodeContext(v, n, run_id, rngs[v]), params, vectors.get(v), keys[v], directory) for v in range(n)]
+    ms = [SecAggMachine(NodeContext(v, n, run_id, rngs[v]), params, vectors.get(v), keys[v], directory, signers[v], sdir)
+          for v in range(n)]
     return ms, keys

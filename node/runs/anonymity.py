@@ -40,7 +40,10 @@ aborts below the threshold released nothing, but the charges of the members whos
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import pathlib
+import weakref
 import time
 from dataclasses import replace
 from typing import Any
@@ -82,6 +85,48 @@ def node_key_directory(node, epoch: int = 0) -> KeyDirectory:
         raise ValueError("this node has no membership directory yet")
     keys = {int(m.vertex): bytes(m.x25519_public) for m in d.members if len(bytes(m.x25519_public)) == 32}
     return KeyDirectory(int(epoch), keys)
+
+
+def node_signer(node):
+    """The node's ECDSA P-256 identity key as a protocol signer (its public half is bound to its vertex by the
+    directory's ``key_sha256``)."""
+    from hushnet.crypto.signing import Signer
+
+    ident = getattr(node, "identity", None)
+    if ident is None or ident.key is None:
+        raise ValueError("this node has no identity key yet (not started)")
+    return Signer.from_key(ident.key)
+
+
+def node_signer_directory(node):
+    """vertex → SHA-256 of each member's signing key (SubjectPublicKeyInfo), as the bootstrap publishes it."""
+    from hushnet.crypto.signing import SignerDirectory
+
+    d = getattr(node, "directory", None)
+    if d is None:
+        raise ValueError("this node has no membership directory yet")
+    return SignerDirectory({int(m.vertex): bytes.fromhex(m.key_sha256) for m in d.members if len(m.key_sha256) == 64})
+
+
+_REPLAY: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
+def node_replay_cache(node, purpose: str):
+    """The node's persistent replay cache for ``purpose`` (``"onion"``: onion layers and sealed tokens
+    under the onion/destination key; ``"secagg"``: secure-sum round nonces): one SQLite file in its state
+    directory, opened once per node and shared by all its runs, so a replay is refused for the key's
+    whole epoch — in another run, or after a restart (issue 11, finding 4)."""
+    from hushnet.crypto.replay import PersistentReplayCache
+
+    if purpose not in ("onion", "secagg"):
+        raise ValueError(f"unknown replay-cache purpose {purpose!r}")
+    state = getattr(node, "state_dir", None)
+    if state is None:
+        raise ValueError("this node has no state directory: its replay cache could not persist")
+    caches = _REPLAY.setdefault(node, {})
+    if purpose not in caches:
+        caches[purpose] = PersistentReplayCache(pathlib.Path(state) / f"replay-{purpose}.sqlite")
+    return caches[purpose]
 
 
 def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
@@ -126,6 +171,8 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
     for k in ("frac_bits", "bits", "mask_degree"):
         if k in pp:
             out[k] = int(pp[k])
+    if "consistency_check" in pp:  # off only with threshold > n/2 (SecAggParams refuses otherwise)
+        out["consistency_check"] = bool(pp["consistency_check"])
     return out
 
 
@@ -234,7 +281,8 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
-    params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory}
+    params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory,
+              "replay_cache": node_replay_cache(node, "onion")}
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
                         W=W, view_model="anonymous", options=options, rng=spec.node_rng(vertex, len(ids)))
 
@@ -244,7 +292,8 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
-    params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory}
+    params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory,
+              "replay_cache": node_replay_cache(node, "onion")}
     if params.get("mode") == "B":  # the onion layers use the same long-term key (distinct HKDF salts)
         params.update(onion_key=kp, onion_directory=directory)
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
@@ -255,7 +304,11 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     from hushnet.protocols.registry import make_machine
 
     kp, directory = _keys(node, ids, vertex, 0)
-    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory}
+    signer, sdir = node_signer(node), node_signer_directory(node)
+    if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
+        raise ValueError("the directory's signing key for this node is not the key in its state directory")
+    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
+              "sign_directory": sdir, "replay_cache": node_replay_cache(node, "secagg")}
     if task is not None:
         params["noise_std"] = float(spec.sigma) * float(task.sensitivity())
     inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
@@ -341,5 +394,5 @@ def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> di
     return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
 
 
-__all__ = ["node_keypair", "node_key_directory", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
+__all__ = ["node_keypair", "node_key_directory", "node_signer", "node_signer_directory", "node_replay_cache", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
            "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "walk_iterations", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]

@@ -14,7 +14,8 @@ from hushnet.protocols.secagg import SecAggParams, build_round
 from hushnet.sim.simulator import Simulator
 
 M, D = 16, 2000
-LAT = 1e-3  # one message = 1 ms of virtual time: masked inputs + shares arrive at 1 ms, unmask requests at 2 ms, answers at 3 ms
+LAT = 1e-3  # one message = 1 ms of virtual time: the leader's nonce arrives at 1 ms, masked inputs + shares at 2 ms,
+# survivor-set confirmation requests at 3 ms, signatures at 4 ms, unmask requests at 5 ms, answers at 6 ms
 
 
 def _vectors(seed=0):
@@ -71,10 +72,10 @@ def test_leader_sees_only_masked_inputs():
     assert abs(y.astype(np.float64).mean() / 2.0**63 - 1.0) < 0.05  # uniform words have mean 2^63
 
 
-@pytest.mark.parametrize("when,phase", [(0.0, "masked inputs arrived"), (0.0015, "answered the unmask request")])
+@pytest.mark.parametrize("when,phase", [(0.0, "masked inputs arrived"), (0.0025, "confirmed the survivor set")])
 def test_below_threshold_aborts_cleanly_without_release(when, phase):
     """Three members gone before their masked input left (abort at the inputs) or after it, before
-    unmasking (too few unmask answers): no sum, no release."""
+    unmasking (too few confirmations of the survivor set): no sum, no release."""
     res, ms, _ = _run(_params(threshold=14), kill=[(v, when) for v in (1, 2, 3)])
     assert res.status == "finished"
     assert res.finish.model is None and res.finish.result["status"] == "aborted"
@@ -83,7 +84,7 @@ def test_below_threshold_aborts_cleanly_without_release(when, phase):
     # a member refuses an unmask request below the threshold even if a leader sends one
     res2, ms2, _ = _run(_params(threshold=14))
     m = ms2[0]
-    m.phase = "masked"
+    m.phase, m.signed_U3 = "signed", list(range(10))
     req = bytes([sa.UNMASK_REQ]) + sa._ids(range(10)) + sa._ids(range(10, 16))
     out = m.handle(MessageArrived(M, req))
     assert [a.error.code for a in out if isinstance(a, Fault)] == ["malformed"]
@@ -106,8 +107,9 @@ def test_bad_inputs_rejected_and_counted():
     p = _params()
     ms, keys = build_round(_vectors(), p, M + 1, run_seed=2)
     L = ms[M]
-    L.on_start()
-    good = next(a.payload for a in ms[4].on_start() if isinstance(a, Send))  # member 4's real first message
+    ann = next(a.payload for a in L.on_start() if isinstance(a, Send))  # the leader's fresh nonce
+    assert ann[0] == sa.ANNOUNCE and not ms[4].on_start()  # a member masks only once the nonce is announced
+    good = next(a.payload for a in ms[4].handle(MessageArrived(M, ann)) if isinstance(a, Send))  # member 4's first message
     assert good[0] == sa.MASKED
     out = L.handle(MessageArrived(99, good))  # from a non-member
     assert [a.error.code for a in out if isinstance(a, Fault)] == ["unexpected-sender"]

@@ -20,7 +20,7 @@ from anonnet_helpers import network
 from hushnet.runs.synthetic import planted_logistic_shards
 from hushnet.crypto.cells import from_cells, to_cells
 from hushnet.crypto.errors import IntegrityError
-from hushnet.crypto.onion import OnionKeyring, peel
+from hushnet.crypto.onion import OnionKeyring, onion_ad, peel
 from hushnet.crypto.sealed import try_open_token
 from hushnet.net.node import DeliveryError
 from hushnet.protocols.anonymous_walk import HOP_ID, sealing_info
@@ -91,9 +91,11 @@ def test_onion_walk_over_real_nodes(tmp_path: pathlib.Path) -> None:
                     ring = OnionKeyring.single(keys[w], 0)  # a fresh replay cache: the check is the key alone
                     if w != v:
                         with pytest.raises(IntegrityError):
-                            peel(ring, pkt, slots=slots, payload_len=plen)
+                            peel(ring, pkt, slots=slots, payload_len=plen, ad=onion_ad(run_id))
                         continue
-                    res = peel(ring, pkt, slots=slots, payload_len=plen)
+                    with pytest.raises(IntegrityError):  # the layers are bound to their run
+                        peel(ring, pkt, slots=slots, payload_len=plen, ad=onion_ad("another-run"))
+                    res = peel(ring, pkt, slots=slots, payload_len=plen, ad=onion_ad(run_id))
                     if res.final:
                         finals.append(v)
                         assert [x for x in range(N) if try_open_token(keys[x], res.message, info) is not None] == [v]
