@@ -148,3 +148,40 @@ def test_plans_that_cannot_hide_the_sender_are_charged_sender_known():
     d = project_onion(ok, 0)
     assert d.details["accounting_view"]["view_model"] == "anonymous" and d.details["accounting_view"]["relays"] >= 1
     assert "anonymous" in contribution_cost(ok, 0, [f"n{i}" for i in range(N)]).bound_name
+
+
+@pytest.mark.parametrize("mode", ["A", "B"])
+def test_hop_ack_at_the_same_point_for_a_relay_and_a_destination(mode):
+    """Issue 11 finding 5 (anon-walk-sgd): the destination acknowledged before the forward and only
+    after its update, a relay after its forward, so the ack's place and time told the predecessor
+    which one its successor was.  Now every role returns exactly [hop ack, zero timer] on arrival —
+    the same actions in the same order, no role-specific work before the ack — and the forward or
+    the update comes out of that timer."""
+    from hushnet.engine.actions import LedgerEntry, Send, SetTimer
+    from hushnet.engine.events import MessageArrived, TimerFired
+    from hushnet.privacy.anonymity_setup import public_setup
+    from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk
+    from hushnet.tasks.logistic import LogisticRegressionTask
+
+    setup = public_setup(parse_graph("regular:16:3:2").adjacency, ell1=2, ell2=4)
+    rng = np.random.default_rng(0)
+    tasks = [LogisticRegressionTask(rng.standard_normal((5, 4)), np.where(rng.random(5) > 0.5, 1.0, -1.0))
+             for _ in range(16)]
+    par = AnonWalkParams(updates_per_node=2, step_size=0.1, sigma=1.0, cell_body=4096, mode=mode)
+    ms, _ = build_walk(setup, tasks, par, run_seed=3, secret_seed=7)
+    acts, src, roles = ms[0].on_start(), 0, {}
+    for _ in range(2000):
+        (s,) = [a for a in acts if isinstance(a, Send) and a.payload[:1] != b"A"]
+        m = ms[s.dst]
+        out = m.handle(MessageArrived(src, s.payload))
+        assert [type(a) for a in out] == [Send, SetTimer], out  # nothing but the ack, then the deferral
+        assert out[0].dst == src and out[0].payload[:1] == b"A" and out[1].delay == 0.0
+        acts = m.handle(TimerFired(out[1].name))
+        role = "destination" if any(isinstance(a, LedgerEntry) for a in acts) else "relay"
+        roles[role] = roles.get(role, 0) + 1
+        if role == "destination" and len(roles) == 2 and roles["destination"] >= 2:
+            break
+        src = s.dst
+        if m.finished:
+            break
+    assert roles.get("relay", 0) >= 1 and roles.get("destination", 0) >= 1, roles
