@@ -11,7 +11,8 @@ with a fresh ephemeral key per hop because ``cryptography`` offers no scalar bli
 ``γ = Poly1305_μ(version ‖ epoch ‖ β ‖ payload)`` *first* (so garbage never fills the replay
 cache), refuses a τ it already saw in this epoch, then shifts its slot out of the header
 (``β ‖ 0^S`` XOR ρ-stream; the filler built by the source keeps the header length constant, so a
-hop cannot tell its position) and strips its payload layer.  Unlike Sphinx the MAC also covers
+hop cannot tell its position) and strips its payload layer.  The slots behind the final one are
+random bytes, so the final hop, which decrypts them, cannot count the path length either.  Unlike Sphinx the MAC also covers
 the payload, so tampering anywhere is caught at the very next hop.
 
 What a hop learns: its previous hop (the link), its next hop (its slot) and whether it is the
@@ -20,6 +21,7 @@ final recipient.  Incoming and outgoing bytes are unlinkable (fresh epk, fresh k
 from __future__ import annotations
 
 import hmac
+import os
 import struct
 from dataclasses import dataclass, field
 
@@ -121,7 +123,9 @@ def build_packet(
     plain = _MSG_LEN.pack(len(message)) + message + bytes(payload_len - _MSG_LEN.size - len(message))
     payload = _stream(keys[T - 1].pi, plain)
     final_slot = _SLOT.pack(FINAL, 0, bytes(32), bytes(16))
-    beta = _stream(keys[T - 1].rho, final_slot + bytes((R - T) * S)) + phi
+    # random, not zero, padding behind the final slot: the final hop decrypts the whole header, and
+    # zero slots there would count the path length (issue 11 finding 2; Lightning's Sphinx fix)
+    beta = _stream(keys[T - 1].rho, final_slot + os.urandom((R - T) * S)) + phi
     gamma = _mac(keys[T - 1].mu, prefix, beta, payload, ad)
     for k in range(T - 2, -1, -1):
         slot = _SLOT.pack(RELAY, path[k + 1][0], epks[k + 1], gamma)

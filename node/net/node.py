@@ -224,7 +224,7 @@ class Node:
         self._tasks: list[asyncio.Task] = []
         self._pending: set[asyncio.Task] = set()
         self._seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
-        self._seq: dict[tuple[str, str], int] = {}
+        self._seq: dict[tuple[str, str, str], int] = {}
         self._cert_cache: dict[bytes, tuple[pki.PeerIdentity | None, str]] = {}
         self._bootstrap_ok = True
         self._last_dir_fetch = 0.0
@@ -250,9 +250,15 @@ class Node:
         """Add an operator command ``fn(payload: bytes) -> bytes`` (sync or async)."""
         self.controls.register(command, fn, replace=replace)
 
-    def next_seq(self, protocol: str, run_id: str) -> int:
-        """Sequence numbers unique per (protocol, run) across restarts (incarnation in the high bits)."""
-        key = (protocol, run_id)
+    def next_seq(self, protocol: str, run_id: str, to: str = "") -> int:
+        """Sequence numbers unique per (protocol, run, link) across restarts (incarnation in the high bits).
+
+        One counter per *link*, not per node and run: a neighbour then sees only how many envelopes
+        this node sent *to it*, which it counted itself, never how busy the node is with others (with
+        onion relaying that would tell a receiver how much its last relay relayed — issue 11 finding 5).
+        Receivers deduplicate by ``(sender, protocol, run_id, seq)``, so per-link numbers stay unique there.
+        """
+        key = (protocol, run_id, to)
         value = self._seq.get(key, 0)
         self._seq[key] = value + 1
         return (self.incarnation << 32) | value
@@ -272,7 +278,7 @@ class Node:
             raise PayloadTooLarge(
                 f"payload of {len(payload)} bytes exceeds the configured limit of {self.config.max_message_bytes} bytes")
         if seq is None:
-            seq = self.next_seq(protocol, run_id)
+            seq = self.next_seq(protocol, run_id, to)
         wire = encode_envelope(protocol, run_id, seq, payload, self.node_id, to)
         deadline = time.monotonic() + timeout
         delay = 0.2

@@ -30,7 +30,7 @@ token is dropped and nothing enters the ledger.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ KIND_SEALED = 0x53  # 'S'
 KIND_HOP_ACK = 0x41  # 'A' (acks are not celled: 17 bytes that only confirm a handoff to its sender)
 HOP_ID = 16
 _TIMER = "anon-retx:"
+_WORK = "anon-work:"  # the role's work (forward or update) runs on a zero timer, after the hop ack left
 _RECENT = 4096  # hop ids remembered for duplicate detection
 ACCOUNTING_VIEW = VIEWS["source-anonymous-walk"]
 
@@ -139,6 +140,7 @@ class AnonymousWalk(Protocol):
         self.cells = n_cells(1 + HOP_ID + self._wire_len(), params.cell_body)
         self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
         self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
+        self._work: dict[bytes, Callable[[], list[Action]]] = {}  # hop id -> the role's deferred work
         # the node's persistent cache when deployed (replays refused for the key's whole epoch, across runs
         # and restarts); a fresh one per machine in the simulator
         self.replay = replay if replay is not None else ReplayCache({params.epoch})
@@ -171,10 +173,17 @@ class AnonymousWalk(Protocol):
         ack: list[Action] = [Send(src, bytes([KIND_HOP_ACK]) + hop_id)] if self.p.reliable else []
         if hop_id in self._recent:  # a retransmission (our ack was lost) or a replay: acknowledge, never process
             return ack + [Fault(self.ctx.node, ReplayedMessage("handoff already received here: acknowledged, not processed"))]
-        acts = self._receive(hop_id, wire)
-        if any(isinstance(a, LedgerEntry) for a in acts):  # an update: acknowledge before a charge that may be refused
-            return ack + acts
-        return acts + ack  # a relay: the forward first, it is on the critical path (the ack is not)
+        work = self._receive(hop_id, wire)  # the checks every role makes; raises on bad input
+        if isinstance(work, list):  # refused after the checks (e.g. routed to a non-neighbour)
+            return work + ack
+        # the ack leaves here, at the same point and before any role-specific work, whether this node
+        # relays or updates (issue 11 finding 5): its timing must not tell the predecessor which one it is;
+        # the forward or the update runs right after, on a zero timer
+        self._remember(hop_id)
+        if not ack:  # no hop ack (unreliable links): nothing to keep apart from the role's work
+            return work()
+        self._work[hop_id] = work
+        return ack + [SetTimer(_WORK + hop_id.hex(), 0.0)]
 
     # what differs between the modes ---------------------------------------------------------------
 
@@ -185,11 +194,12 @@ class AnonymousWalk(Protocol):
         """Bytes of what travels between hops (Mode A: the sealed token itself)."""
         return self.token_len
 
-    def _receive(self, hop_id: bytes, token: bytes) -> list[Action]:
-        """Mode A: trial-open; not for me → relay the *same* bytes to a uniform neighbour."""
+    def _receive(self, hop_id: bytes, token: bytes) -> Callable[[], list[Action]] | list[Action]:
+        """Mode A: trial-open; not for me → (later) relay the *same* bytes to a uniform neighbour.
+        Returns the role's work, run after the hop ack (or actions to send at once, with the ack)."""
         body = try_open_token(self.key, token, self.info)  # IntegrityError if it opens but was tampered
         if body is None:
-            return self._relayed(hop_id) + self._hand_off(token)
+            return lambda: self._relayed(hop_id) + self._hand_off(token)
         return self._deliver(hop_id, token, body)
 
     def _dispatch(self, token: bytes, j: int) -> list[Action]:
@@ -206,8 +216,9 @@ class AnonymousWalk(Protocol):
         self.relayed += 1
         return [Metric("anon-hop", 1, -1, self.ctx.node)]
 
-    def _deliver(self, hop_id: bytes, token: bytes, body: bytes) -> list[Action]:
-        """The destination opened ``token``: check the model, refuse a replay, update, send on."""
+    def _deliver(self, hop_id: bytes, token: bytes, body: bytes) -> Callable[[], list[Action]]:
+        """The destination opened ``token``: check the model, refuse a replay; the update and the
+        send-on are returned as the deferred work."""
         if len(body) != 8 * self.dim:
             raise WrongDimension(f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}")
         x = np.frombuffer(body, dtype="<f8").copy()
@@ -215,11 +226,18 @@ class AnonymousWalk(Protocol):
             raise MalformedMessage("sealed model contains NaN or infinity")
         self.replay.check_and_add(self.p.epoch, token_replay_tag(token))  # a replayed token stops here
         self._remember(hop_id)
-        if self.finished:
-            return []
-        return [Metric("anon-open", self.ctx.node, -1, self.ctx.node)] + self._source_step(x)
+
+        def update() -> list[Action]:
+            if self.finished:
+                return []
+            return [Metric("anon-open", self.ctx.node, -1, self.ctx.node)] + self._source_step(x)
+
+        return update
 
     def on_timer(self, name: str) -> list[Action]:
+        if name.startswith(_WORK):
+            work = self._work.pop(bytes.fromhex(name[len(_WORK) :]), None)
+            return work() if work is not None else []
         if not name.startswith(_TIMER):
             return []
         hop_id = bytes.fromhex(name[len(_TIMER) :])

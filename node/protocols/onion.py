@@ -4,8 +4,8 @@
 inner machine becomes an onion packet (:mod:`hushnet.crypto.onion`) that travels
 ``sender → r_1 → … → r_L → dst`` over graph edges (each relay is a neighbour of the previous one);
 only the recipient's layer reveals ``msg``, which reaches the inner machine as
-``MessageArrived(src=r_L, msg)`` — the link peer the receiver sees is the last relay, never the
-sender.  A relay learns only its previous hop (the link) and its next hop (its slot).  Packets
+``MessageArrived(src=r_L, msg)`` — the link peer the receiver sees is the last relay, drawn
+independently of the sender.  A relay learns only its previous hop (the link) and its next hop (its slot).  Packets
 are whole fixed-size cells (:mod:`hushnet.crypto.cells`), one size for every hop and path length.
 
 Each hop is acknowledged and retransmitted hop-by-hop (the inner walk then runs with
@@ -14,12 +14,16 @@ input — truncated/oversized cells, a tampered layer, a replayed packet, a pack
 key epoch, a packet from a non-neighbour or routed to a non-neighbour — is refused with a typed,
 counted :class:`~hushnet.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
 
-Path choice: relays are sampled uniformly among the walks ``sender, r_1..r_L, dst`` of the graph
-that never pass through the recipient and whose last relay is not the sender (backward path
-counting with sparse mat-vecs, :func:`relay_path`).  When no such walk of length ``L`` exists (parity
-on a bipartite graph, no short cycle through the edge) the shortest longer one that fits the
-header is used (metric ``onion-path-length``).  The path must be unpredictable to others, so it is drawn from
-``path_rng`` — by default seeded from the OS CSPRNG, not from the public run seed (spec E.4).
+Path choice (:class:`RelayPlan`, docs/anonymity.md "Why the receiver cannot tell the sender"):
+every path has the same public number of relays ``k`` (:func:`relay_plan`: the smallest ``k ≥ hops``
+that works for the whole graph), the last relay is drawn **first**, uniformly among the recipient's
+neighbours and independently of the sender (the sender itself may be drawn), and the earlier relays
+uniformly among the walks of ``k`` edges from the sender to it that avoid the recipient
+(:func:`relay_path`).  With random header padding (:mod:`hushnet.crypto.onion`) the receiver's
+view of a delivery then has one law whatever the sender.  Where no such ``k`` fits the header
+(``independent = False``) the run is charged the sender-known bound, and its report says why.  The
+path must be unpredictable to others, so it is drawn from ``path_rng`` — by default seeded from
+the OS CSPRNG, not from the public run seed (spec E.4).
 
 This module also holds the *accounting views* of the anonymity layer (:data:`VIEWS`,
 :func:`accounting_view`): which observation model the accountant must use when each mechanism is
@@ -73,8 +77,14 @@ VIEWS: dict[str, AccountingView] = {
     "onion-relay": AccountingView(
         "onion-relay", "anonymous",
         "random-walk paper Thm 3 anonymous-sender bound, certified",
-        "onion relaying is on: the receiver's link peer is the last relay and the token carries no sender "
-        "field, so the receiver does not learn the sender; relays see only ciphertext", True),
+        "onion relaying is on and the relay plan is sender-independent: the receiver's link peer is the last "
+        "relay, drawn uniformly among its neighbours whatever the sender, every path has the same length and "
+        "the token carries no sender field; relays see only ciphertext", True),
+    "onion-relay-sender-known": AccountingView(
+        "onion-relay", "sender-known",
+        "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
+        "onion relaying is on but no relay-path length makes the last relay independent of the sender on this "
+        "graph (see the plan's reason), so the receiver may learn the sender", True),
     "neighbourhood": AccountingView(
         "plain-gossip", "neighbourhood",
         "Muffliato certified exact loss, view='neighbourhood'",
@@ -92,14 +102,24 @@ VIEWS: dict[str, AccountingView] = {
 }
 
 
-def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: bool = False) -> AccountingView:
-    """The view the accountant must use for a run (and why): anonymous-sender only with onion relaying,
-    aggregate only with secure summation, no anonymity credit for the source-anonymous walk."""
+def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: bool = False,
+                    relay_independent: bool = True) -> AccountingView:
+    """The view the accountant must use for a run (and why): anonymous-sender only with onion relaying
+    whose relay plan is sender-independent (:func:`relay_plan`), aggregate only with secure summation,
+    no anonymity credit for the source-anonymous walk."""
     if protocol in ("anon-walk-sgd",):
         return VIEWS["source-anonymous-walk"]
     if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
         return VIEWS["secure-summation"] if secure_summation or protocol == "secagg-sum" else VIEWS["neighbourhood"]
-    return VIEWS["onion-relay"] if onion_hops >= 1 else VIEWS["plain-links"]
+    if onion_hops < 1:
+        return VIEWS["plain-links"]
+    return VIEWS["onion-relay"] if relay_independent else VIEWS["onion-relay-sender-known"]
+
+
+def onion_view(plan: "RelayPlan") -> dict[str, Any]:
+    """The accounting view of an onion run with relay plan ``plan``, as a report shows it."""
+    v = VIEWS["onion-relay"] if plan.independent else VIEWS["onion-relay-sender-known"]
+    return {**v.as_dict(), "relays": plan.relays, "mean_relays": plan.mean_relays, "relay_plan": plan.reason}
 
 
 # ---- relay paths -------------------------------------------------------------------------------
@@ -113,44 +133,134 @@ def _adjacency(graph: sp.spmatrix | np.ndarray) -> sp.csr_matrix:
     return A
 
 
-def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, rng: np.random.Generator,
-               counts: list[np.ndarray] | None = None) -> list[int] | None:
-    """``hops`` relays ``r_1..r_L`` with ``src~r_1~…~r_L~dst`` along edges, uniform among all such walks
-    (backtracking allowed) whose relays are never ``dst`` and whose last relay is not ``src``; None if none.
+@dataclass(frozen=True)
+class RelayPlan:
+    """The public relay-path rule of a run (graph, ``hops``, ``slots``) and whether it hides the sender.
 
-    The sender may reappear as an intermediate relay (on a locally tree-like graph a path to a
-    neighbour must otherwise go around a cycle), but never as the last one: the recipient's link
-    peer is always someone else.  ``counts`` are :func:`relay_path_counts` of the same arguments
-    (public, so a sender caches them per recipient; only the draws below must be fresh and secret).
+    A path to recipient ``v`` is ``sender → r_1 → … → r_k → v``: the last relay ``ℓ = r_k`` is drawn
+    **first, uniformly among v's neighbours and independently of the sender** (the sender itself
+    included), then ``k = k(v, ℓ)`` — the smallest ``k ≥ hops`` such that *every* neighbour of ``v``
+    reaches ``ℓ`` by a walk of ``k`` edges avoiding ``v`` — and ``r_1..r_{k-1}`` uniform among such
+    walks from the sender.  ``k`` is public and a function of ``(v, ℓ)`` only.  ``independent`` says
+    that ``k(v, ℓ) ≤ slots − 1`` exists for every recipient and neighbour; then the receiver's view
+    of a delivery (its link peer ``ℓ``; the path length ``k(v, ℓ)``, hidden anyway by the random
+    header padding; fixed-size cells) is a function of ``ℓ`` and fresh randomness alone, so it has
+    one law whatever the sender — the anonymous-sender accountant's premise.  Otherwise ``reason``
+    says where it fails and the run is charged the sender-known bound.
     """
-    f = counts if counts is not None else relay_path_counts(adj, src, dst, hops)
+
+    hops: int
+    slots: int
+    relays: int  # the longest path (relays) the plan uses
+    mean_relays: float  # averaged over recipients and their uniform last relay
+    independent: bool
+    reason: str
+
+
+#: a recipient's public path tables: its neighbours ``nb`` (possible last relays), the walk counts
+#: ``F[m][x, j]`` (∝ walks of ``m`` edges from ``x`` to ``nb[j]`` avoiding the recipient, m < slots)
+#: and ``k[j] = k(v, nb[j])`` (0: none ≤ slots − 1)
+RelayTables = tuple[np.ndarray, list[np.ndarray], np.ndarray]
+
+
+def relay_tables(adj: sp.csr_matrix, dst: int, hops: int, slots: int) -> RelayTables:
+    """:data:`RelayTables` of recipient ``dst`` (public: senders cache them per recipient).
+
+    ``slots − 1`` sparse products of the adjacency with a ``deg(dst)``-column block; each column is
+    rescaled per length (ratios kept, no overflow on long walks).
+    """
+    n = adj.shape[0]
+    Ac = adj.tocsc()
+    nb = Ac.indices[Ac.indptr[dst] : Ac.indptr[dst + 1]].astype(np.int64)  # who can hand dst a packet
+    mask = np.ones((n, 1))
+    mask[dst] = 0.0
+    F = [np.zeros((n, nb.size))]
+    F[0][nb, np.arange(nb.size)] = 1.0
+    k = np.zeros(nb.size, dtype=np.int64)
+    for m in range(1, slots):
+        X = (adj @ F[-1]) * mask
+        top = X.max(axis=0) if n else np.zeros(nb.size)
+        F.append(X / np.where(top > 0, top, 1.0))
+        if m >= hops:
+            every = (F[m][nb] > 0).all(axis=0)  # every possible sender reaches nb[j] in exactly m edges
+            k[(k == 0) & every] = m
+    return nb, F, k
+
+
+_PLAN_CACHE: dict[tuple, RelayPlan] = {}
+
+
+def relay_plan(graph: sp.spmatrix | np.ndarray, hops: int, slots: int) -> RelayPlan:
+    """The run's :class:`RelayPlan`: public and deterministic (cached per graph), so every node of a
+    run and the accountant before it derive the same one.
+
+    On a bipartite graph the sender and the last relay lie on the same side, so every ``k(v, ℓ)`` is
+    even; an odd ring around a degree-2 receiver, a leaf whose only neighbour is a leaf's, or
+    distances above ``slots − 1`` leave some ``k(v, ℓ)`` undefined (``independent = False``).
+    """
+    A = _adjacency(graph)
+    key = (A.shape[0], A.indptr.tobytes(), A.indices.tobytes(), int(hops), int(slots))
+    if key in _PLAN_CACHE:
+        return _PLAN_CACHE[key]
+    longest, means, fail = 0, [], ""
+    for v in range(A.shape[0]):
+        nb, F, k = relay_tables(A, v, hops, slots)
+        if nb.size == 0:
+            continue
+        if not fail and (k == 0).any():
+            j = int(np.flatnonzero(k == 0)[0])
+            u = int(nb[int(np.flatnonzero(F[hops][nb, j] == 0)[0])]) if hops < len(F) else int(nb[0])
+            fail = (f"recipient {v}: no common walk length in {hops}..{slots - 1} from all its neighbours "
+                    f"to its neighbour {int(nb[j])} avoiding it (none of {hops} edges from {u})")
+        longest = max(longest, int(k.max()))
+        means.append(float(k[k > 0].mean()) if (k > 0).any() else float(hops))
+    if fail:
+        plan = RelayPlan(hops, slots, longest or hops, float(np.mean(means)) if means else float(hops), False,
+                         f"{fail}: the last relay's law would depend on the sender, so the run is charged "
+                         f"the sender-known bound")
+    else:
+        mean = float(np.mean(means)) if means else float(hops)
+        plan = RelayPlan(hops, slots, longest or hops, mean, True,
+                         f"last relay uniform among the recipient's neighbours (sender included) whatever the "
+                         f"sender; path length a function of (recipient, last relay): {hops}..{longest} relays, "
+                         f"mean {mean:.2f}")
+    if len(_PLAN_CACHE) > 16:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[key] = plan
+    return plan
+
+
+def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, slots: int, rng: np.random.Generator,
+               tables: RelayTables | None = None) -> list[int] | None:
+    """Relays ``r_1..r_k`` with ``src ~ r_1 ~ … ~ r_k ~ dst`` along edges (:class:`RelayPlan`).
+
+    The last relay is drawn first, uniformly among ``dst``'s neighbours for which ``k(dst, ℓ)``
+    exists — all of them when the plan is independent, so the draw never looks at ``src`` — then
+    the walk of ``k(dst, ℓ)`` edges from ``src``, uniform among those avoiding ``dst`` (backtracking
+    allowed; the sender may reappear).  Where ``k(dst, ℓ)`` is undefined (a sender-known run) the
+    draw falls back to the neighbours ``src`` itself reaches, each at its own shortest length.
+    None if there is none.  The draws come from ``rng``, which must be secret.
+    """
+    nb, F, klen = tables if tables is not None else relay_tables(adj, dst, hops, slots)
+    k = klen.copy()
+    for j in np.flatnonzero(k == 0):  # only in a plan that is not independent
+        m = next((m for m in range(max(hops, 1), len(F)) if F[m][src, j] > 0), 0)
+        k[j] = m
+    # a src outside dst's neighbourhood (never a token sender) may miss some; for a neighbour with
+    # k(dst, ℓ) defined this keeps every ℓ (that is what k guarantees), so the filter never looks at src
+    cand = np.flatnonzero([k[j] > 0 and F[k[j]][src, j] > 0 for j in range(k.size)])
+    if cand.size == 0:
+        return None
+    j = int(cand[int(rng.integers(cand.size))])  # the last relay first: nothing above involves src when klen > 0
     path: list[int] = []
     cur = src
-    for m in range(hops, 0, -1):
+    for m in range(int(k[j]) - 1, -1, -1):
         lo, hi = adj.indptr[cur], adj.indptr[cur + 1]
-        nb = adj.indices[lo:hi]
-        w = f[m][nb]
-        tot = w.sum()
-        if tot <= 0:
-            return None
-        cur = int(nb[min(int(np.searchsorted(np.cumsum(w), rng.random() * tot, side="right")), nb.size - 1)])
+        nbrs = adj.indices[lo:hi]
+        cw = np.cumsum(F[m][nbrs, j])
+        cur = int(nbrs[min(int(np.searchsorted(cw, rng.random() * cw[-1], side="right")), nbrs.size - 1)])
         path.append(cur)
     return path
-
-
-def relay_path_counts(adj: sp.csr_matrix, src: int, dst: int, hops: int) -> list[np.ndarray]:
-    """Backward path counts of :func:`relay_path`: ``f[m][x]`` = admissible relay walks of ``m`` relays from ``x``."""
-    n = adj.shape[0]
-    mid = np.ones(n)
-    mid[dst] = 0.0
-    last = mid.copy()
-    last[src] = 0.0
-    # f[m][x] = number of admissible relay walks x = y_1, …, y_m with y_m ~ dst
-    f: list[np.ndarray] = [np.zeros(n)] * (hops + 1)
-    f[1] = np.asarray(adj[:, dst].todense()).ravel() * last
-    for m in range(2, hops + 1):
-        f[m] = (adj @ f[m - 1]) * mid
-    return f
 
 
 # ---- the wrapper machine -----------------------------------------------------------------------
@@ -225,8 +335,9 @@ class OnionLayer(Protocol):
         self.directory = directory
         self.p = params or OnionParams()
         self.path_rng = path_rng if path_rng is not None else secret_generator()
+        self.plan = relay_plan(self.adj, self.p.hops, self.p.slots)
         self._pending: dict[str, tuple[int, bytes, int]] = {}
-        self._counts: dict[tuple[int, int], list[np.ndarray]] = {}  # (recipient, relays) -> public path counts
+        self._tables: dict[int, RelayTables] = {}  # recipient -> its public path tables
         self.relayed = 0
         self.delivered = 0
         self.paths: list[list[int]] = []  # own paths (sender side; never sent anywhere)
@@ -303,14 +414,10 @@ class OnionLayer(Protocol):
 
     def wrap(self, dst: int, message: bytes) -> tuple[list[int], list[Action]]:
         """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
-        relays = None
-        for L in range(self.p.hops, self.p.slots):  # the requested length, else the shortest longer one
-            key = (int(dst), L)
-            if key not in self._counts:  # the sparse column/mat-vecs once per recipient, not per message
-                self._counts[key] = relay_path_counts(self.adj, self.ctx.node, int(dst), L)
-            relays = relay_path(self.adj, self.ctx.node, dst, L, self.path_rng, self._counts[key])
-            if relays is not None:
-                break
+        if dst not in self._tables:  # the sparse block products once per recipient, not per message
+            self._tables[dst] = relay_tables(self.adj, int(dst), self.p.hops, self.p.slots)
+        relays = relay_path(self.adj, self.ctx.node, int(dst), self.p.hops, self.p.slots, self.path_rng,
+                            self._tables[dst])
         if relays is None:
             raise ValueError(f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}")
         path = relays + [int(dst)]
@@ -327,7 +434,7 @@ class OnionLayer(Protocol):
                 out.extend(self.wrap(a.dst, a.payload)[1])
             else:
                 if isinstance(a, Finish):  # the run report shows which view the accountant must use, and why
-                    a.result.setdefault("accounting_view", VIEWS["onion-relay"].as_dict())
+                    a.result.setdefault("accounting_view", onion_view(self.plan))
                     a.result.setdefault("onion", {"relayed": self.relayed, "delivered": self.delivered})
                 out.append(a)
         return out
@@ -427,13 +534,15 @@ def make_anonymity_machine(
             raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
         op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
         key, directory = keypair("onion")
-        ctx = NodeContext(node, n, run_id, rng, "anonymous")  # the receiver's peer is the last relay
+        hops = int(op.pop("hops", 3))
+        slots = int(op.pop("slots", hops + 8))
+        plan = relay_plan(W, hops, slots)
+        # the receiver's peer is the last relay, sender-independent only where the plan says so
+        ctx = NodeContext(node, n, run_id, rng, "anonymous" if plan.independent else "sender-known")
         base = options or WalkOptions()
         inner_opt = WalkOptions(reliable=False, progress_every=base.progress_every, snapshot_every=base.snapshot_every)
         inner = RWDPSGD(ctx, TransitionRow.from_matrix(W, node), task, RWParams(**p), inner_opt)
         inner.name = "rw-dpsgd-onion"  # type: ignore[misc]
-        hops = int(op.pop("hops", 3))
-        slots = int(op.pop("slots", hops + 8))
         cell_body = int(op.pop("cell_body", CELL_BODY))
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,

@@ -106,8 +106,9 @@ class OnionWalk(AnonymousWalk):
     def _wire_len(self) -> int:
         return packet_length(self.l_max, self.payload_len)
 
-    def _receive(self, hop_id: bytes, packet: bytes) -> list[Action]:
-        """Peel one layer (MAC, then replay tag, then shift): deliver if final, else forward."""
+    def _receive(self, hop_id: bytes, packet: bytes):
+        """Peel one layer (MAC, then replay tag, then shift) — the same work at every hop — and
+        return the role's work, run after the hop ack: deliver if final, else forward."""
         res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len, ad=onion_ad(self.ctx.run_id))
         if res.final:
             body = try_open_token(self.key, res.message, self.info)
@@ -117,7 +118,7 @@ class OnionWalk(AnonymousWalk):
         if res.next_hop not in self._nbset:
             return [Fault(self.ctx.node, UnexpectedSender(
                 f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
-        return self._relayed(hop_id) + self._hand_off(res.packet, res.next_hop)
+        return lambda: self._relayed(hop_id) + self._hand_off(res.packet, res.next_hop)
 
     def _dispatch(self, token: bytes, j: int) -> list[Action]:
         """Simulate the walk to ``j`` (≤ ``l_max`` hops, else resample) and send the onion along it."""

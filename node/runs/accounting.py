@@ -59,6 +59,24 @@ class ContributionCost:
                                      note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
 
 
+def onion_relay_plan(spec: RunSpec, W=None):
+    """The :class:`~hushnet.protocols.onion.RelayPlan` of an onion run (the machines derive the same)."""
+    from hushnet.protocols.onion import relay_plan
+    from hushnet.protocols.registry import transition_matrix
+
+    hops = int(spec.protocol_params.get("hops", 3))
+    slots = int(spec.protocol_params.get("slots", hops + 8))
+    return relay_plan(W if W is not None else transition_matrix(spec.graph, spec.weights), hops, slots)
+
+
+def sender_known(spec: RunSpec, W=None) -> bool:
+    """Whether the receiver may know the sender: plain links, or onion relaying whose relay plan cannot
+    make the last relay independent of the sender on this graph (then the anonymous view is not granted)."""
+    if spec.view_model == "sender-known":
+        return True
+    return spec.protocol == "rw-dpsgd-onion" and not onion_relay_plan(spec, W).independent
+
+
 def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None):
     """The certified per-data-action cost of node ``vertex`` in ``spec``'s run (a :class:`RunCost`, built by
     the protocol's family); ``ids[v]`` names vertex v."""
@@ -76,11 +94,12 @@ def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
-    S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact",
-                              sender_known=spec.view_model == "sender-known")
+    known = sender_known(spec, W)
+    S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact", sender_known=known)
     row = np.delete(S[vertex], vertex)
     amax = alpha_max(spec.sigma, spec.constraint)
-    name = f"random-walk bound ({spec.view_model}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
+    view = "sender-known" if known else spec.view_model
+    name = f"random-walk bound ({view}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
     return ContributionCost(targets, o, row, amax, name)
 
 
@@ -107,8 +126,7 @@ def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.nd
         return None
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
-    S = rw_single_loss_matrix(W, spec.steps, 1.0, spec.sigma, horizon="lnT",
-                              sender_known=spec.view_model == "sender-known")
+    S = rw_single_loss_matrix(W, spec.steps, 1.0, spec.sigma, horizon="lnT", sender_known=sender_known(spec, W))
     slope = np.maximum(S[vertex] * contributions, 0.0)
     L = math.log(1.0 / spec.budget.delta)
     a = 1.0 + np.sqrt(L / np.maximum(slope, 1e-300))

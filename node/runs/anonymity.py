@@ -18,7 +18,9 @@ Each protocol registers, on import (``hushnet.runs.service`` imports this module
 
   ============== ===================================================================================
   rw-dpsgd-onion anonymous-sender random-walk bound (Thm 3) — *only* with ``view_model =
-                 "anonymous"`` and ``hops ≥ 1`` (onion relaying really on); otherwise refused
+                 "anonymous"`` and ``hops ≥ 1`` (onion relaying really on; otherwise refused) and a
+                 relay plan whose last relay is independent of the sender (otherwise charged
+                 sender-known, the report says why: :class:`hushnet.protocols.onion.RelayPlan`)
   rw-dpsgd,      sender-known bound (plain links reveal the sender); ``view_model = "anonymous"``
   pad-complete-  without onion relaying is refused: nothing would hide the sender
   sgd
@@ -217,9 +219,15 @@ def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: An
     if spec.view_model != "anonymous":
         return _refuse(spec, "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
                              "(the accountant then uses the anonymous-sender bound)")
-    dec = evaluate_policy(replace(spec, protocol="rw-dpsgd"), vertex, local, W)
-    view = {**VIEWS["onion-relay"].as_dict(), "relays": hops}
-    return replace(dec, details={**dec.details, "accounting_view": view})
+    from hushnet.protocols.onion import onion_view
+    from hushnet.runs.accounting import onion_relay_plan
+
+    plan = onion_relay_plan(spec, W)
+    # the anonymous-sender bound only when the relay plan makes the last relay independent of the
+    # sender (hushnet.protocols.onion.RelayPlan); otherwise the run is charged as sender-known, and says why
+    dec = evaluate_policy(replace(spec, protocol="rw-dpsgd", view_model="anonymous" if plan.independent
+                                  else "sender-known"), vertex, local, W)
+    return replace(dec, details={**dec.details, "accounting_view": onion_view(plan)})
 
 
 def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,

@@ -65,11 +65,11 @@ def test_relay_path_follows_edges_avoids_recipient():
     rng = np.random.default_rng(0)
     for _ in range(200):
         s, t = rng.choice(N, 2, replace=False)
-        path = relay_path(g.adjacency.tocsr(), int(s), int(t), 3, rng)
-        assert path is not None
+        path = relay_path(g.adjacency.tocsr(), int(s), int(t), 3, 11, rng)
+        assert path is not None and len(path) >= 3
         full = [int(s)] + path + [int(t)]
         assert all(A[a, b] for a, b in zip(full[:-1], full[1:]))
-        assert t not in path and path[-1] != s
+        assert t not in path  # the last relay may be the sender itself: that is what makes it uninformative
 
 
 def test_three_hop_relay_views(net):
@@ -82,8 +82,8 @@ def test_three_hop_relay_views(net):
     res = sim.run()
     assert not res.faults
     path = ms[0].paths[0]
-    assert path[-1] == 7 and len(path) - 1 >= 3 and 0 not in path[-2:]
-    assert ms[7].inner.got == [(path[-2], msg)]  # peer = last relay, never the sender
+    assert path[-1] == 7 and len(path) - 1 >= 3
+    assert ms[7].inner.got == [(path[-2], msg)]  # peer = the last relay (drawn whatever the sender)
     for v in range(N):
         if v != 7:
             assert ms[v].inner.got == []  # relays never see the message

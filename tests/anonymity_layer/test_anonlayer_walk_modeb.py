@@ -19,6 +19,18 @@ from hushnet.tasks.logistic import LogisticRegressionTask
 N, CELL = 40, 4096
 
 
+
+def _arrive(m, src, payload):
+    """``handle`` of an arrival plus the role's work the machine deferred behind its hop ack (zero timers)."""
+    from hushnet.engine.actions import SetTimer
+    from hushnet.engine.events import TimerFired
+
+    out = m.handle(MessageArrived(src, payload))
+    for a in list(out):
+        if isinstance(a, SetTimer) and a.delay == 0:
+            out = out + m.handle(TimerFired(a.name))
+    return out
+
 @pytest.fixture(scope="module")
 def setup():
     return public_setup(parse_graph(f"regular:{N}:3:2").adjacency, ell1=2, ell2=4)
@@ -51,7 +63,7 @@ def _follow(ms, start=0):
             return hops, acts
         (s,) = out
         hops.append((src, s.dst, s.payload))
-        acts = ms[s.dst].handle(MessageArrived(src, s.payload))
+        acts = _arrive(ms[s.dst], src, s.payload)
         src = s.dst
 
 
@@ -113,21 +125,21 @@ def test_tampered_replayed_misrouted_packets_refused(setup):
     for pos in (1 + HOP_ID + 5 + 40, len(data) - 7):  # a header bit, a payload bit: caught at this very hop
         bad = bytearray(data)
         bad[pos] ^= 1
-        out = ms[dst].handle(MessageArrived(src, to_cells(bytes(bad), CELL)))
+        out = _arrive(ms[dst], src, to_cells(bytes(bad), CELL))
         assert _codes(out) == ["integrity"] and not _sends(out)
-    assert _codes(ms[dst].handle(MessageArrived(src, wire[:-1]))) == ["bad-cell"]
-    first = ms[dst].handle(MessageArrived(src, wire))
+    assert _codes(_arrive(ms[dst], src, wire[:-1])) == ["bad-cell"]
+    first = _arrive(ms[dst], src, wire)
     assert not _codes(first) and len(_sends(first)) == 1
-    again = ms[dst].handle(MessageArrived(src, wire))  # the same handoff: re-acknowledged, not forwarded
+    again = _arrive(ms[dst], src, wire)  # the same handoff: re-acknowledged, not forwarded
     assert _codes(again) == ["replay"] and not _sends(again)
     replay = bytearray(data)
     replay[1 : 1 + HOP_ID] = bytes(range(HOP_ID))  # the same layer under a fresh hop id: the replay tag stops it
-    out = ms[dst].handle(MessageArrived(src, to_cells(bytes(replay), CELL)))
+    out = _arrive(ms[dst], src, to_cells(bytes(replay), CELL))
     assert _codes(out) == ["replay"] and not _sends(out)
     epoch = bytearray(data)
     epoch[1 : 1 + HOP_ID] = bytes(range(1, HOP_ID + 1))
     epoch[1 + HOP_ID + 4] ^= 1  # a key epoch this node holds no key for
-    assert _codes(ms[dst].handle(MessageArrived(src, to_cells(bytes(epoch), CELL)))) == ["unknown-epoch"]
+    assert _codes(_arrive(ms[dst], src, to_cells(bytes(epoch), CELL))) == ["unknown-epoch"]
     # a final layer whose token is sealed to someone else: refused at the final hop, nothing updated
     from hushnet.crypto.keys import simulation_directory, simulation_keypairs
     from hushnet.crypto.onion import build_packet
@@ -137,7 +149,7 @@ def test_tampered_replayed_misrouted_packets_refused(setup):
     onion = simulation_directory(simulation_keypairs(3, N, "onion"), 0)
     token = seal_token(keys[5].public, bytes(8 * m0.dim), sealing_info("sim", 0))
     pkt = build_packet([(nb, onion.public(nb))], token, epoch=0, slots=m0.l_max, payload_len=m0.payload_len)
-    out = ms[nb].handle(MessageArrived(0, to_cells(bytes([KIND_ONION]) + bytes(HOP_ID) + pkt, CELL)))
+    out = _arrive(ms[nb], 0, to_cells(bytes([KIND_ONION]) + bytes(HOP_ID) + pkt, CELL))
     assert _codes(out) == ["integrity"] and ms[nb].updates == 0 and not any(isinstance(a, LedgerEntry) for a in out)
 
 

@@ -16,6 +16,18 @@ from hushnet.tasks.logistic import LogisticRegressionTask
 N = 40
 
 
+
+def _arrive(m, src, payload):
+    """``handle`` of an arrival plus the role's work the machine deferred behind its hop ack (zero timers)."""
+    from hushnet.engine.actions import SetTimer
+    from hushnet.engine.events import TimerFired
+
+    out = m.handle(MessageArrived(src, payload))
+    for a in list(out):
+        if isinstance(a, SetTimer) and a.delay == 0:
+            out = out + m.handle(TimerFired(a.name))
+    return out
+
 @pytest.fixture(scope="module")
 def setup():
     return public_setup(parse_graph(f"regular:{N}:3:2").adjacency, ell1=2, ell2=4)
@@ -94,27 +106,27 @@ def test_bad_sealed_tokens_rejected(setup):
         return [a.error.code for a in out if isinstance(a, Fault)]
 
     non_nb = next(v for v in range(N) if v != j and v not in set(setup.adjacency[j].indices))
-    assert codes(ms[j].handle(MessageArrived(non_nb, send.payload))) == ["unexpected-sender"]
+    assert codes(_arrive(ms[j], non_nb, send.payload)) == ["unexpected-sender"]
     bad = bytearray(token)
     bad[-3] ^= 1  # body tampered: only the destination can tell
     pay = to_cells(bytes([KIND_SEALED]) + bytes(16) + bytes(bad), 1024)
-    assert codes(ms[j].handle(MessageArrived(nb, pay))) == ["integrity"]
-    assert codes(ms[j].handle(MessageArrived(nb, send.payload[:-1]))) == ["bad-cell"]
-    assert codes(ms[j].handle(MessageArrived(nb, send.payload + bytes(1024)))) == ["bad-cell"]
+    assert codes(_arrive(ms[j], nb, pay)) == ["integrity"]
+    assert codes(_arrive(ms[j], nb, send.payload[:-1])) == ["bad-cell"]
+    assert codes(_arrive(ms[j], nb, send.payload + bytes(1024))) == ["bad-cell"]
     d = ms[j].dim
     wrong_len = seal_token(keys[j].public, bytes(8 * (d + 1)), sealing_info("sim", 0))  # one entry too many
-    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + bytes(range(16)) + wrong_len, 1024)))
+    out = _arrive(ms[j], nb, to_cells(bytes([KIND_SEALED]) + bytes(range(16)) + wrong_len, 1024))
     assert codes(out) == ["malformed"]
     other_run = seal_token(keys[j].public, bytes(8 * d), sealing_info("other-run", 0))
-    out = ms[j].handle(MessageArrived(nb, to_cells(bytes([KIND_SEALED]) + bytes(range(1, 17)) + other_run, 1024)))
+    out = _arrive(ms[j], nb, to_cells(bytes([KIND_SEALED]) + bytes(range(1, 17)) + other_run, 1024))
     assert not codes(out) and not any(isinstance(a, LedgerEntry) for a in out)  # not for this run: relayed
-    first = ms[j].handle(MessageArrived(nb, send.payload))
+    first = _arrive(ms[j], nb, send.payload)
     assert not codes(first) and any(isinstance(a, LedgerEntry) for a in first)  # opened and updated
-    again = ms[j].handle(MessageArrived(nb, send.payload))  # the same handoff again: re-acknowledged only
+    again = _arrive(ms[j], nb, send.payload)  # the same handoff again: re-acknowledged only
     assert codes(again) == ["replay"] and [a.dst for a in again if isinstance(a, Send)] == [nb]
     assert not any(isinstance(a, LedgerEntry) for a in again)
     rewrapped = to_cells(bytes([KIND_SEALED]) + bytes(range(2, 18)) + token, 1024)  # same token, new hop id
-    out = ms[j].handle(MessageArrived(nb, rewrapped))
+    out = _arrive(ms[j], nb, rewrapped)
     assert codes(out) == ["replay"] and not any(isinstance(a, (LedgerEntry, Send)) for a in out)
     assert ms[j].updates == 1
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from typing import Any
 
 from hushnet.net.node import Node
@@ -30,7 +31,7 @@ class Spy:
         def handle(envelope):
             if envelope.protocol == RUN_PROTOCOL:
                 self.seen.append({"sender": envelope.sender, "peer": _PEER.get(), "payload": bytes(envelope.payload),
-                                  "run_id": envelope.run_id})
+                                  "run_id": envelope.run_id, "seq": int(envelope.seq), "t": time.monotonic()})
             return self._handle(envelope)
 
         service.handle = handle  # type: ignore[method-assign]

@@ -1,7 +1,7 @@
 """Onion-relayed RW DP-SGD (``rw-dpsgd-onion``) over real nodes (mutual TLS on 127.0.0.x).
 
-Checks: every hop of the token travels through 3 relays along graph edges; the receiver's handler
-sees the last relay as its authenticated peer and gRPC connection, never the token's sender, and
+Checks: every hop of the token travels through at least 3 relays along graph edges; the receiver's
+handler sees the last relay as its authenticated peer and gRPC connection (drawn whatever the sender), and
 the bytes it gets are whole fixed-size cells carrying nothing that names the sender; a replayed,
 a tampered, a truncated, an oversized packet and one for an unknown key epoch are each refused
 with a counted fault; the run finishes and every node's ledger holds exactly one anonymous-sender
@@ -66,20 +66,20 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
                 layer = d.machine
                 for path in layer.paths:  # the sender's own record of its paths (never sent anywhere)
                     relays, dst = path[:-1], path[-1]
-                    assert len(relays) == HOPS  # the requested length exists on this non-bipartite graph
+                    assert HOPS <= len(relays) <= layer.plan.relays  # k(recipient, last relay) ≥ hops
                     hopseq = [u] + path
                     A = layer.adj
                     assert all(A[a, b] for a, b in zip(hopseq, hopseq[1:])), "relay path leaves the graph's edges"
-                    assert relays[-1] != u
+                    assert dst not in relays  # the last relay may be the sender: drawn whatever the sender
                     got = [r for r in net.spies[dst].seen if r["run_id"] == run_id and r["payload"][:1] == b"O"
                            and r["sender"] == ids[relays[-1]]]
                     assert got, "the recipient never got a packet from the path's last relay"
                     for r in got:
                         finals += 1
-                        assert r["sender"] != ids[u]
-                        # the gRPC peer (connection address) is the last relay's channel, not the sender's
+                        # the gRPC peer (connection address) is the last relay's channel
                         assert r["peer"] in peers[dst][ids[relays[-1]]]
-                        assert r["peer"] not in peers[dst].get(ids[u], set())
+                        if relays[-1] != u:
+                            assert r["peer"] not in peers[dst].get(ids[u], set())
                         # nothing in the clear names the sender (its id is 2 bytes: too short to test on
                         # 64 KiB of ciphertext; the envelope's own sender field is the relay's, checked above)
                         for secret in (xpub[u], addr[u].encode(), f"hushnet://node/{ids[u]}".encode()):
@@ -140,7 +140,7 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
                     for j, t in enumerate(cost.targets):
                         np.testing.assert_allclose(led.rdp(t), want[j], rtol=1e-9)
                 view = d.report()["accounting_view"]  # the report says which view, and why
-                assert view["view_model"] == "anonymous" and view["relays"] == HOPS and "onion" in view["reason"]
+                assert view["view_model"] == "anonymous" and view["relays"] >= HOPS and "onion" in view["reason"]
             assert total == spec.steps  # cap not reached: every step used exactly one node's data
             assert drivers[holder].finish_result["accounting_view"]["view_model"] == "anonymous"
 
