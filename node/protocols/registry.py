@@ -20,6 +20,7 @@ from hushnet.protocols.hops import TransitionRow, UniformHop
 from hushnet.protocols.onion import ANONYMITY_PROTOCOLS, make_anonymity_machine
 from hushnet.protocols.pad import CompleteHistogram, CompleteSum, RingHistogram, RingSum
 from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
+from hushnet.protocols.secagg_dpsgd import DDP_PROTOCOLS, make_ddp_machine
 from hushnet.protocols.walk import WalkOptions
 from hushnet.tasks.base import GradientTask, Task, TaskError
 
@@ -36,6 +37,7 @@ PROTOCOLS: dict[str, str] = {
 }
 PROTOCOLS.update(GOSSIP_PROTOCOLS)  # gossip family (node/protocols/gossip*.py)
 PROTOCOLS.update(ANONYMITY_PROTOCOLS)  # anonymity layer (node/protocols/onion.py, anonymous_walk.py, secagg.py)
+PROTOCOLS.update(DDP_PROTOCOLS)  # distributed DP by secure summation (node/protocols/secagg_dpsgd.py)
 
 
 class UnknownProtocol(ValueError):
@@ -78,6 +80,8 @@ def make_machine(
     p = dict(params)
     if protocol in GOSSIP_PROTOCOLS:
         return make_gossip_machine(protocol, ctx, task, p, W, options)  # type: ignore[arg-type]
+    if protocol in DDP_PROTOCOLS:
+        return make_ddp_machine(ctx, task, p, run_seed=run_seed)
     if protocol in ANONYMITY_PROTOCOLS:
         return make_anonymity_machine(protocol, node, n, task, run_seed=run_seed, run_id=run_id, params=p, W=W,
                                       view_model=view_model, options=options, rng=rng)

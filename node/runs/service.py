@@ -321,3 +321,4 @@ import hushnet.runs.anonymity  # noqa: E402,F401 - registers the anonymity layer
 import hushnet.runs.gossip_runs  # noqa: E402,F401 - registers the gossip projectors, costs, builders and settlement
 import hushnet.runs.pad_runs  # noqa: E402,F401 - registers the P-AD sum/histogram projectors, costs and builders
 import hushnet.runs.central_runs  # noqa: E402,F401 - registers the central baseline's projector, cost and run.gradient
+import hushnet.runs.ddp_runs  # noqa: E402,F401 - registers secagg-dpsgd and the distributed-DP credit of secagg-sum
