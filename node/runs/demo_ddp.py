@@ -162,7 +162,7 @@ def save_figure(result: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = result["rows"]
-    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.4))
     colours = ["tab:blue", "tab:gray", "tab:red", "tab:orange", "tab:green"]
     y = np.arange(len(rows))
     ax.barh(y, [r["accuracy_mean"] for r in rows], xerr=[r["accuracy_std"] for r in rows],
@@ -178,6 +178,7 @@ def save_figure(result: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.
                  f"c={DDP['collusion']}; gap to the best trusted aggregator {result['secagg_gap_to_best_trusted_points']:+.2f} "
                  "points", fontsize=8)
     fig.tight_layout()
+    fig.subplots_adjust(left=0.36)  # the protocol labels are long
     png, js = out_dir / "ddp_compare.png", out_dir / "ddp_compare.json"
     fig.savefig(png, dpi=90)
     plt.close(fig)
