@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo net-demo bench figures clean
+.PHONY: venv test demo demo-ddp net-demo bench figures clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,7 +18,11 @@ test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/python -m hushnet.runs.demo
+	$(BIN)/python -m hushnet.runs.demo $(ARGS)
+
+# secagg-dpsgd beside local DP, the random walk and the trusted aggregator at the same certified ε (+ figure)
+demo-ddp: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m hushnet.runs.demo --compare --figure benchmarks/figures/out $(ARGS)
 
 bench: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m benchmarks

@@ -1,5 +1,7 @@
 """Secure summation with pairwise masks (Bonawitz et al.): Shamir dropout recovery, a threshold, and
-a leader that sees only the sum.  See ``docs/anonymity.md``."""
+a leader that sees only the sum — alone (``secagg-sum``) or as the aggregation step of distributed-DP
+SGD (``secagg-dpsgd``, rotating leader).  Accounting: :mod:`hushnet.privacy.secure_sum`; threat model:
+``docs/anonymity.md``."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,28 +13,57 @@ class SecAggFamily(Family):
     name = "secagg"
     protocols = {
         "secagg-sum": "secure summation with pairwise masks, Shamir dropout recovery and a threshold (aggregate view)",
+        "secagg-dpsgd": "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise "
+                        "shares are summed by secure summation under a rotating leader; distributed DP, no trusted party",
     }
 
     def machine_params(self, spec) -> dict[str, Any]:
+        if spec.protocol == "secagg-dpsgd":
+            from hushnet.runs.ddp_runs import ddp_params
+
+            return ddp_params(spec)
         from hushnet.runs.anonymity import _secagg_params
 
         return _secagg_params(spec)
 
     def make_machine(self, protocol, ctx, task, params, *, W, options, run_seed):
+        if protocol == "secagg-dpsgd":
+            from hushnet.protocols.secagg_dpsgd import make_ddp_machine
+
+            return make_ddp_machine(ctx, task, params, run_seed=run_seed)
         from hushnet.protocols.onion import make_anonymity_machine
 
         return make_anonymity_machine(protocol, ctx.node, ctx.n, task, run_seed=run_seed, run_id=ctx.run_id,
                                       params=params, W=W, view_model=ctx.view_model, options=options, rng=ctx.rng)
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
+        if spec.protocol == "secagg-dpsgd":
+            from hushnet.runs.ddp_runs import build_ddp
+
+            return build_ddp(node, spec, vertex, ids, task, W, options)
         from hushnet.runs.anonymity import build_secagg
 
         return build_secagg(node, spec, vertex, ids, task, W, options)
 
     def project(self, spec, vertex, local, W):
+        if spec.protocol == "secagg-dpsgd":
+            from hushnet.runs.ddp_runs import project_ddp
+
+            return project_ddp(spec, vertex, local, W)
         from hushnet.runs.anonymity import project_secagg
 
         return project_secagg(spec, vertex, local, W)
+
+    def cost(self, spec, vertex, ids, W, orders):
+        """The secure sum's Gaussian view toward any coalition of ≤ c members when the spec calibrates the
+        noise for it (``protocol_params.collusion``), else the input seen in the clear (local DP)."""
+        if spec.protocol == "secagg-dpsgd":
+            from hushnet.runs.ddp_runs import ddp_cost
+
+            return ddp_cost(spec, vertex, ids, W, orders)
+        from hushnet.runs.ddp_runs import secagg_sum_cost
+
+        return secagg_sum_cost(spec, vertex, ids, W, orders)
 
 
 FAMILY = SecAggFamily()

@@ -25,7 +25,10 @@ Each protocol registers, on import (``hushnet.runs.service`` imports this module
   pad-complete-  without onion relaying is refused: nothing would hide the sender
   sgd
   secagg-sum     one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the
-                 aggregate view is what the leader sees, no credit taken for other members' noise
+                 aggregate view is what the leader sees, no credit taken for other members' noise —
+                 unless ``protocol_params.collusion = c`` is set: then each member adds only
+                 σΔ/√(t − c) and the same α/(2σ²) is the sum's Gaussian view toward any coalition of
+                 ≤ c members (:mod:`hushnet.privacy.secure_sum`, :mod:`hushnet.runs.ddp_runs`)
   anon-walk-sgd  every update charged as attributable (α/(2σ²) each): source anonymity has no DP
                  theorem, entropy is a diagnostic (spec anonymity.md §6.6–6.7); the same for
                  ``mode = "A"`` and ``"B"`` (identical hitting-time law, spec §6.3)
@@ -267,6 +270,19 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     if vertex not in p["members"]:
         return PolicyDecision(True, "not a member of the secure sum: no contribution", np.zeros(n), spec.budget.delta,
                               "certified", {"N_u": 0.0})
+    from hushnet.runs.ddp_runs import secagg_sum_calibration
+
+    try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
+        view = secagg_sum_calibration(spec)
+    except ValueError as exc:
+        return _refuse(spec, f"secure-sum calibration: {exc}")
+    if view is not None:
+        dec = _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
+                            f"one input seen only inside the sum: Gaussian view of ≥ t−c honest survivors' noise "
+                            f"(c={view.collusion} colluding members)", "secure-summation")
+        if dec.details.get("accounting_view") is not None:
+            dec.details["accounting_view"] = {**view.as_dict(), "charged_as": "secure-sum Gaussian view"}
+        return dec
     return _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
                          "one contribution: Gaussian bound of the node's noisy input seen in the sum", "secure-summation")
 
@@ -318,7 +334,11 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
               "sign_directory": sdir, "replay_cache": node_replay_cache(node, "secagg")}
     if task is not None:
-        params["noise_std"] = float(spec.sigma) * float(task.sensitivity())
+        from hushnet.runs.ddp_runs import secagg_sum_calibration
+
+        view = secagg_sum_calibration(spec, float(task.sensitivity()))
+        # distributed calibration (protocol_params.collusion): σΔ/√(t−c) per member; else σΔ (local DP)
+        params["noise_std"] = view.share_std if view is not None else float(spec.sigma) * float(task.sensitivity())
     inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
                          view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
     return NetworkSecAgg(inner)

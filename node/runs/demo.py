@@ -236,7 +236,7 @@ def _network_run(args, spec, P, n: int):
             except ClientError as exc:
                 print(f"demo: error: {exc}", file=sys.stderr)
                 return 1
-            print(f"run {run_id}: RW DP-SGD, T={spec.steps}, σ={spec.sigma}, clip={spec.clip}, step={spec.step_size}, "
+            print(f"run {run_id}: {spec.protocol}, T={spec.steps}, σ={spec.sigma}, clip={spec.clip}, step={spec.step_size}, "
                   f"cap={spec.cap}, all {n} nodes accepted", flush=True)
             outcome = client.watch(run_id, progress=not args.no_progress, timeout=300)
             if outcome.state != "finished":
@@ -250,6 +250,11 @@ def _network_run(args, spec, P, n: int):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--compare" in argv:  # distributed DP beside the other protocols at the same certified ε (issue 10 §3)
+        from hushnet.runs.demo_ddp import main as compare_main
+
+        return compare_main([a for a in argv if a != "--compare"])
     ap = argparse.ArgumentParser(prog="python -m hushnet.runs.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", choices=sorted(CONFIGS), default="breast-cancer",
                     help="bundled data set partitioned across the nodes (default: breast-cancer)")

@@ -30,7 +30,7 @@ from hushnet.engine.rng import node_generator, secret_generator
 
 #: walk-SGD protocols whose privacy the node can project with the random-walk accountant
 WALK_SGD = ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd")
-GRADIENT_PROTOCOLS = WALK_SGD + ("central-dpsgd",)
+GRADIENT_PROTOCOLS = WALK_SGD + ("central-dpsgd", "secagg-dpsgd")
 SUM_PROTOCOLS = ("pad-ring-sum", "pad-complete-sum")
 HIST_PROTOCOLS = ("pad-ring-histogram", "pad-complete-histogram")
 RING_PROTOCOLS = ("pad-ring-sum", "pad-ring-histogram")
@@ -200,7 +200,7 @@ class RunSpec:
                 errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
         elif not (isinstance(self.steps, int) and self.steps >= 1):
             errs.append("steps must be an integer >= 1")
-        if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd") and not self.graph.startswith("complete:"):
+        if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd", "secagg-dpsgd") and not self.graph.startswith("complete:"):
             errs.append(f"{self.protocol} runs on the complete graph: graph must be 'complete:N'")
         if self.protocol in GRADIENT_PROTOCOLS:
             if not (_finite(self.step_size) and self.step_size > 0):

@@ -1,0 +1,369 @@
+"""Secure-aggregation DP-SGD (``secagg-dpsgd``): distributed DP without a trusted party.
+
+Rounds ``r = 0 … R−1`` on the complete graph.  In round ``r`` the members ``M_r`` (every node, or a
+subset of ``sample`` nodes drawn from a *public* generator of the run seed: every node computes the
+same set, no amplification is claimed) compute their clipped gradient ``g_u`` at the common model
+``x_r``, add their share of the noise ``z_u ~ N(0, s² I)`` with ``s² = (σΔ)²/(t − c)``
+(:mod:`hushnet.privacy.secure_sum`), and run one secure-summation round
+(:class:`hushnet.protocols.secagg.SecAggMachine`, unchanged: pairwise masks, Shamir dropout recovery,
+threshold ``t``) led by ``L_r = r mod n`` — the leader rotates over the peers and may or may not be
+a member.  The leader learns ``S_r = Σ_{u∈U_r} (g_u + z_u)`` over the survivors ``U_r`` and sends it,
+with ``|U_r|``, to every other node (``OUTCOME``); every node applies ``x_{r+1} = x_r − η·S_r/|U_r|``
+and starts the next round.  A round below the threshold releases nothing and leaves the model
+unchanged.  After R rounds every node holds the same model and finishes.
+
+Accounting: a member charges its own ledger for round ``r`` right before its masked input leaves
+(the engine entry precedes the send; the node driver refuses the send if the charge does not fit),
+with the Gaussian view of :class:`~hushnet.privacy.secure_sum.SecureSumView`: ``α/(2σ²)`` toward
+every other node, for any coalition of up to ``c`` members (``collusion``, below the secure sum's
+collusion tolerance).  The leader's per-contributor release records become ``ddp-release`` metrics.
+
+``aggregation = "plain"`` is the same protocol without masks (members send ``g_u + z_u`` to the
+leader in the clear): the baseline of the masking's cost (benchmarks), accounted honestly as
+local DP of the share (``α/(2(s/Δ)²)`` per round: the leader sees each noisy input).
+
+Wire: every message carries ``kind ‖ u32 round``; ``ROUND`` wraps a secure-summation message,
+``OUTCOME`` is the leader's release (status, survivors, the sum), ``PLAIN`` a plain input.  Messages
+of a later round (a peer already moved on) are buffered up to ``WINDOW`` rounds ahead; messages of a
+past round are dropped with a ``ddp-late`` metric (a straggler's input after the release).
+
+Limits: a leader that crashes stalls the run at its round (every node waits for its outcome) — the
+secure sum handles member dropouts, not a dead leader; the operator sees the run stall.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hushnet.crypto.keys import KeyDirectory, KeyPair
+from hushnet.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
+from hushnet.engine.errors import MalformedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.privacy.secure_sum import SecureSumView, share_std
+from hushnet.protocols.secagg import SecAggMachine, SecAggParams
+
+PROTOCOL = "secagg-dpsgd"
+DDP_PROTOCOLS: dict[str, str] = {
+    PROTOCOL: "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise shares "
+              "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
+}
+ROUND, OUTCOME, PLAIN = 0x70, 0x71, 0x72
+WINDOW = 4  # rounds ahead a message may be buffered
+AGGREGATIONS = ("secure", "plain")
+_H = struct.Struct(">BI")
+_OUT = struct.Struct(">BII")  # status, survivors, dim
+_SECAGG_TIMER = "secagg-round"
+
+
+@dataclass(frozen=True)
+class DDPParams:
+    """Public parameters of a ``secagg-dpsgd`` run (all from the signed spec)."""
+
+    rounds: int
+    step_size: float
+    sigma: float  # certified noise multiplier of the aggregate view
+    collusion: int = 1  # c: members in the largest certified observer coalition (the observer counts)
+    threshold: int | None = None  # t (default: ⌊m/2⌋ + 1 of the m members of a round)
+    sample: int | None = None  # members per round (None: every node)
+    sample_seed: int = 0  # public: the run seed
+    aggregation: str = "secure"
+    round_timeout: float = 0.05
+    frac_bits: int = 24
+    bits: int = 64
+    mask_degree: int | None = None
+    average: bool = True  # apply S/|U| (else S)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def members_per_round(self, n: int) -> int:
+        return n if self.sample is None else int(self.sample)
+
+    def t(self, n: int) -> int:
+        m = self.members_per_round(n)
+        return int(self.threshold) if self.threshold is not None else m // 2 + 1
+
+
+def round_members(n: int, sample: int | None, seed: int, r: int) -> tuple[int, ...]:
+    """The members of round ``r``: every node, or ``sample`` of them from a public generator (same at every node)."""
+    if sample is None or sample >= n:
+        return tuple(range(n))
+    rng = np.random.default_rng([int(seed), int(r), 0x5ECA66])
+    return tuple(sorted(int(v) for v in rng.choice(n, size=int(sample), replace=False)))
+
+
+def round_leader(n: int, r: int) -> int:
+    return r % n
+
+
+def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
+    """Validate the run's secure-sum parameters and return the certified view (one-line errors)."""
+    if p.aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {p.aggregation!r}")
+    if not (isinstance(p.rounds, int) and p.rounds >= 1) or not p.step_size > 0:
+        raise ValueError("need rounds >= 1 and step_size > 0")
+    m = p.members_per_round(n)
+    if not 2 <= m <= n:
+        raise ValueError(f"sample must be in 2..{n} members per round, got {m}")
+    probe = SecAggParams(members=tuple(range(m)), leader=0, threshold=p.t(n), dim=1, frac_bits=p.frac_bits,
+                         bits=p.bits, round_timeout=p.round_timeout, mask_degree=p.mask_degree)
+    probe.fixed_point  # noqa: B018 - validates frac_bits/bits
+    # the rounds run the consistency check, so the tolerance is the one against a malicious (equivocating) leader
+    return SecureSumView(float(p.sigma), float(sensitivity), p.t(n), int(p.collusion),
+                         probe.malicious_collusion_tolerance())
+
+
+class SecAggDPSGD(Protocol):
+    """One node of a ``secagg-dpsgd`` run: member of the rounds it is sampled in, leader of rounds ``r ≡ node``."""
+
+    name: ClassVar[str] = PROTOCOL
+
+    def __init__(self, ctx: NodeContext, task: Any, params: DDPParams, share_key: KeyPair, directory: KeyDirectory,
+                 x0: np.ndarray | None = None, *, signer: Any = None, signers: Any = None,
+                 nonce_cache: Any = None) -> None:
+        super().__init__(ctx)
+        self.task = task
+        self.p = params
+        self.n = ctx.n
+        self.dim = int(task.dim)
+        self.sens = float(task.sensitivity())
+        self.view = calibrate(params, self.n, self.sens)
+        self.s = share_std(self.view.sigma, self.sens, self.view.threshold, self.view.collusion)
+        self.key, self.directory = share_key, directory
+        # the secure sum's consistency round (members sign the survivor set) and its nonce replay cache
+        self.signer, self.signers, self.nonce_cache = signer, signers, nonce_cache
+        self.x = np.zeros(self.dim) if x0 is None else np.asarray(x0, dtype=np.float64).copy()
+        if self.x.shape != (self.dim,):
+            raise ValueError(f"x0 must have shape ({self.dim},)")
+        self.round = -1
+        self.inner: SecAggMachine | None = None
+        self.charged: set[int] = set()
+        self.buffer: dict[int, list[tuple[int, int, bytes]]] = {}
+        self.plain: dict[int, np.ndarray] = {}  # plain aggregation: the leader's collected inputs
+        self.members: tuple[int, ...] = ()
+        self.leader = -1
+        self.released = 0
+        self.aborted = 0
+        self.survivors: list[int] = []  # |U_r| of every released round (a leader's knowledge, sent in OUTCOME)
+
+    # ---- rounds ---------------------------------------------------------------------------------
+
+    def on_start(self) -> list[Action]:
+        return self._begin(0)
+
+    def _begin(self, r: int) -> list[Action]:
+        if r >= self.p.rounds:
+            self.finished = True
+            self.inner = None
+            info = {"rounds": self.p.rounds, "released": self.released, "aborted": self.aborted,
+                    "survivors": list(self.survivors), "accounting_view": self.view.as_dict(),
+                    "aggregation": self.p.aggregation}
+            return [Finish(self.ctx.node, r, self.x.copy(), info)]
+        me = self.ctx.node
+        self.round, self.inner, self.plain = r, None, {}
+        self.members = round_members(self.n, self.p.sample, self.p.sample_seed, r)
+        self.leader = round_leader(self.n, r)
+        acts: list[Action] = []
+        member = me in self.members
+        vec = self.task.gradient(self.x) if member else None
+        if self.p.aggregation == "secure":
+            if member or me == self.leader:
+                sp = SecAggParams(self.members, self.leader, self.view.threshold, self.dim, self.p.frac_bits,
+                                  self.p.bits, self.p.round_timeout, self.s, self.sens, broadcast=False, round_id=r,
+                                  mask_degree=self.p.mask_degree)
+                self.inner = SecAggMachine(self.ctx, sp, vec, self.key, self.directory, self.signer, self.signers,
+                                           self.nonce_cache)
+                acts += self._wrap(r, self.inner.handle(RunStarted()))
+        else:
+            if me == self.leader:
+                acts.append(SetTimer(f"plain:{r}", self.p.round_timeout))
+            if member:
+                noisy = vec + self.ctx.rng.standard_normal(self.dim) * self.s
+                acts.append(self._entry(r, "plain"))
+                self.charged.add(r)
+                if me == self.leader:
+                    acts += self._plain_in(me, noisy)
+                else:
+                    acts.append(Send(self.leader, _H.pack(PLAIN, r) + noisy.astype("<f8").tobytes()))
+        for src, kind, payload in self.buffer.pop(r, []):
+            if self.round != r:
+                break
+            acts += self._dispatch(src, kind, r, payload)
+        return acts
+
+    def _entry(self, r: int, view: str) -> LedgerEntry:
+        """The member's own charge for round r (precedes the send of its input)."""
+        sigma = self.view.sigma if view == "aggregate" else self.s / self.sens
+        return LedgerEntry(self.ctx.node, r, "gradient", view, self.sens, self.s, sigma, self.name, self.ctx.run_id,
+                           {"mechanism": "secure-summation" if view == "aggregate" else "plain-sum",
+                            "collusion": self.view.collusion, "threshold": self.view.threshold,
+                            "members": len(self.members), "leader": self.leader})
+
+    def _wrap(self, r: int, acts: list[Action]) -> list[Action]:
+        """The inner secure-sum machine's actions, tagged with the round; its release/abort ends the round."""
+        out: list[Action] = []
+        end: Finish | None = None
+        for a in acts:
+            cls = a.__class__
+            if cls is Send:
+                out.append(Send(a.dst, _H.pack(ROUND, r) + a.payload))
+            elif cls is SetTimer:
+                out.append(SetTimer(f"{a.name}:{r}", a.delay))
+            elif cls is CancelTimer:
+                out.append(CancelTimer(f"{a.name}:{r}"))
+            elif cls is LedgerEntry:  # the leader's release record for a contributor: not a charge of this node
+                out.append(Metric("ddp-release", int(a.node), r, self.ctx.node))
+            elif cls is Finish:
+                if self.ctx.node == self.leader:
+                    end = a
+            else:
+                out.append(a)
+        if self.inner is not None and self.inner.input_sent and r not in self.charged:
+            self.charged.add(r)
+            out.insert(0, self._entry(r, "aggregate"))
+        if end is not None:
+            res = end.result if isinstance(end.result, dict) else {}
+            out += self._release(r, end.model, len(res.get("survivors", [])))
+        return out
+
+    def _release(self, r: int, total: np.ndarray | None, survivors: int) -> list[Action]:
+        """Leader: send the outcome of round r to every other node, apply it, start round r+1."""
+        released = total is not None and survivors > 0
+        d = self.dim if released else 0
+        msg = _H.pack(OUTCOME, r) + _OUT.pack(1 if released else 0, survivors if released else 0, d)
+        if released:
+            msg += np.asarray(total, dtype="<f8").tobytes()
+        acts: list[Action] = [Send(v, msg) for v in range(self.n) if v != self.ctx.node]
+        return acts + self._apply(r, total if released else None, survivors)
+
+    def _apply(self, r: int, total: np.ndarray | None, survivors: int) -> list[Action]:
+        acts: list[Action] = []
+        if total is None:
+            self.aborted += 1
+            acts.append(Metric("ddp-aborted", 1.0, r, self.ctx.node))
+        else:
+            upd = total / survivors if self.p.average else total
+            self.x = self.x - self.p.step_size * upd
+            self.released += 1
+            self.survivors.append(int(survivors))
+            acts.append(Metric("ddp-survivors", float(survivors), r, self.ctx.node))
+        acts.append(Metric("step", r, r, self.ctx.node))
+        return acts + self._begin(r + 1)
+
+    # ---- plain aggregation (baseline of the masking's cost) -------------------------------------
+
+    def _plain_in(self, src: int, vec: np.ndarray) -> list[Action]:
+        self.plain[src] = vec
+        if len(self.plain) == len(self.members):
+            return [CancelTimer(f"plain:{self.round}")] + self._plain_close()
+        return []
+
+    def _plain_close(self) -> list[Action]:
+        r = self.round
+        got = sorted(self.plain)
+        if len(got) < self.view.threshold:
+            return self._release(r, None, 0)
+        total = np.sum(np.stack([self.plain[u] for u in got]), axis=0)
+        return self._release(r, total, len(got))
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def on_message(self, src: int, payload: bytes) -> list[Action]:
+        if len(payload) < _H.size:
+            raise MalformedMessage("secagg-dpsgd message shorter than its header")
+        kind, r = _H.unpack_from(payload)
+        if kind not in (ROUND, OUTCOME, PLAIN):
+            raise MalformedMessage(f"unknown secagg-dpsgd message kind {kind}")
+        if r >= self.p.rounds:
+            raise MalformedMessage(f"message for round {r}, the run has {self.p.rounds}")
+        body = payload[_H.size:]
+        if r < self.round or self.finished:
+            return [Metric("ddp-late", float(kind), r, self.ctx.node)]
+        if r > self.round:
+            if r > self.round + WINDOW:
+                raise MalformedMessage(f"message for round {r}, this node is at round {self.round}")
+            if kind == OUTCOME and src != round_leader(self.n, r):
+                raise UnexpectedSender(f"outcome of round {r} from node {src}, its leader is {round_leader(self.n, r)}")
+            self.buffer.setdefault(r, []).append((src, kind, body))
+            return []
+        return self._dispatch(src, kind, r, body)
+
+    def _dispatch(self, src: int, kind: int, r: int, body: bytes) -> list[Action]:
+        if kind == OUTCOME:
+            if src != self.leader or self.ctx.node == self.leader:
+                raise UnexpectedSender(f"outcome of round {r} from node {src}, its leader is {self.leader}")
+            if len(body) < _OUT.size:
+                raise MalformedMessage("truncated outcome")
+            status, survivors, d = _OUT.unpack_from(body)
+            if status not in (0, 1) or (status == 1 and (d != self.dim or survivors < self.view.threshold
+                                                         or survivors > len(self.members))):
+                raise WrongDimension(f"outcome of round {r}: status {status}, {survivors} survivors, dim {d}")
+            if len(body) != _OUT.size + 8 * d:
+                raise MalformedMessage(f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, expected {8 * d}")
+            total = np.frombuffer(body, dtype="<f8", offset=_OUT.size).astype(np.float64) if status == 1 else None
+            if total is not None and not np.all(np.isfinite(total)):
+                raise MalformedMessage(f"outcome of round {r} is not finite")
+            if self.inner is not None:
+                self.inner.finished = True
+            return self._apply(r, total, survivors)
+        if kind == PLAIN:
+            if self.p.aggregation != "plain" or self.ctx.node != self.leader:
+                raise UnexpectedSender(f"plain input of round {r} at node {self.ctx.node}, not its plain leader")
+            if src not in self.members or src in self.plain:
+                raise UnexpectedSender(f"plain input of round {r} from node {src}: not a member, or twice")
+            if len(body) != 8 * self.dim:
+                raise WrongDimension(f"plain input of {len(body)} bytes, expected {8 * self.dim}")
+            vec = np.frombuffer(body, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(vec)):
+                raise MalformedMessage("plain input is not finite")
+            return self._plain_in(src, vec)
+        if self.inner is None:
+            raise UnexpectedSender(f"secure-sum message of round {r} at node {self.ctx.node}, which has no part in it")
+        return self._wrap(r, self.inner.handle(MessageArrived(src, body)))
+
+    def on_timer(self, name: str) -> list[Action]:
+        base, _, rs = name.rpartition(":")
+        if not rs.isdigit() or int(rs) != self.round or self.finished:
+            return []
+        r = int(rs)
+        if base == _SECAGG_TIMER and self.inner is not None:
+            return self._wrap(r, self.inner.handle(TimerFired(_SECAGG_TIMER)))
+        if base == "plain" and self.ctx.node == self.leader and self.p.aggregation == "plain":
+            return self._plain_close()
+        return []
+
+
+def make_ddp_machine(ctx: NodeContext, task: Any, params: dict[str, Any], *, run_seed: int) -> SecAggDPSGD:
+    """Build one node's machine (registry entry).  ``share_key``/``share_directory``: the node's long-term
+    X25519 key and the directory's public keys (a deployment); without them, simulation keys derived
+    from the run seed (reproducible, simulator only)."""
+    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
+    from hushnet.tasks.base import GradientTask, TaskError
+
+    p = dict(params)
+    key, directory = p.pop("share_key", None), p.pop("share_directory", None)
+    if key is None or directory is None:
+        pairs = simulation_keypairs(run_seed, ctx.n, "share")
+        key, directory = pairs[ctx.node], simulation_directory(pairs)
+    signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), p.pop("replay_cache", None)
+    if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
+        from hushnet.crypto.signing import signer_directory, simulation_signers
+
+        signers = simulation_signers(run_seed, ctx.n)
+        signer, sdir = signers[ctx.node], signer_directory(signers)
+    if not isinstance(task, GradientTask):
+        raise TaskError(f"{PROTOCOL} needs a gradient task (got {type(task).__name__})")
+    x0 = p.pop("x0", None)
+    p.setdefault("sample_seed", int(run_seed))
+    known = set(DDPParams.__dataclass_fields__) - {"extra"}
+    unknown = set(p) - known
+    if unknown:
+        raise ValueError(f"unknown {PROTOCOL} parameter(s) {sorted(unknown)}")
+    return SecAggDPSGD(ctx, task, DDPParams(**p), key, directory, x0=x0, signer=signer, signers=sdir,
+                       nonce_cache=nonces)
+
+
+__all__ = ["PROTOCOL", "DDP_PROTOCOLS", "DDPParams", "SecAggDPSGD", "calibrate", "round_members", "round_leader",
+           "make_ddp_machine"]

@@ -1,0 +1,226 @@
+"""Distributed DP by secure summation, node side: ``secagg-dpsgd`` and the credited ``secagg-sum``.
+
+Registers, on import (``hushnet.runs.service`` imports this module):
+
+* ``secagg-dpsgd``: its machine parameters (:func:`ddp_params`, from the spec's
+  ``steps`` = rounds, ``step_size``, ``sigma`` and ``protocol_params`` ``collusion``, ``threshold``,
+  ``sample``, ``aggregation``, ``round_timeout``, ``frac_bits``, ``bits``, ``mask_degree``), its machine
+  builder (the node's own long-term X25519 key and the directory's public keys), its projector and its
+  cost: every round a node is a member of is charged, toward **every other node**, the Gaussian view
+  of :class:`hushnet.privacy.secure_sum.SecureSumView` (``α/(2σ²)``, μ = 1/σ), certified for any
+  coalition of up to ``collusion`` members; the report's accounting view names ``c``.
+* ``secagg-sum`` with ``protocol_params.collusion`` set: the members' noise is calibrated as
+  ``σΔ/√(t − c)`` and the charge is the same Gaussian view.  Without it the old behaviour stays
+  (noise σΔ per member, the local-DP Gaussian bound) — :mod:`hushnet.runs.anonymity` calls
+  :func:`secagg_sum_calibration` to know which.
+
+The cost recomputes the certified multiplier from what the node's machine reports it added (its
+share's std) and the public ``t``, ``c`` — never from a σ field the machine chose.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import PrivacyEntry
+from hushnet.privacy.secure_sum import CalibrationError, SecureSumView, gaussian_rdp, view_sigma
+from hushnet.protocols.secagg_dpsgd import PROTOCOL, DDPParams, calibrate, round_members
+from hushnet.runs.accounting import ContributionCost
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
+
+#: network default: a secure-sum phase waits this long for stragglers (seconds)
+NET_ROUND_TIMEOUT = 5.0
+_OPTIONS = ("collusion", "threshold", "sample", "aggregation", "round_timeout", "frac_bits", "bits", "mask_degree",
+            "average")
+
+
+def ddp_params(spec: RunSpec) -> dict[str, Any]:
+    """Machine parameters of a ``secagg-dpsgd`` spec (public: every node computes the same)."""
+    pp = dict(spec.protocol_params)
+    out: dict[str, Any] = {"rounds": int(spec.steps), "step_size": float(spec.step_size), "sigma": float(spec.sigma),
+                           "sample_seed": int(spec.seed), "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT))}
+    for k in _OPTIONS:
+        if k in pp and k != "round_timeout":
+            v = pp[k]
+            out[k] = str(v) if k == "aggregation" else bool(v) if k == "average" else int(v)
+    return out
+
+
+def spec_sensitivity(spec: RunSpec) -> float:
+    """Δ of one member's input from public parameters: a mean of per-example gradients clipped to C moves by ≤ 2C."""
+    return 2.0 * float(spec.clip)
+
+
+def spec_view(spec: RunSpec) -> SecureSumView:
+    """The certified view of the spec's rounds (validates c against t and the secure sum's tolerance)."""
+    p = ddp_params(spec)
+    return calibrate(DDPParams(**p), spec.n, spec_sensitivity(spec))
+
+
+def member_rounds(spec: RunSpec, vertex: int) -> int:
+    """How many rounds ``vertex`` is a member of (public sampling: exact, not an expectation)."""
+    p = ddp_params(spec)
+    sample = p.get("sample")
+    if sample is None or sample >= spec.n:
+        return int(spec.steps)
+    return sum(vertex in round_members(spec.n, sample, spec.seed, r) for r in range(int(spec.steps)))
+
+
+class SecureSumCost(ContributionCost):
+    """Charge of one round's input: the Gaussian view toward every other node.
+
+    ``factor`` = 1 for a secure sum (the view's multiplier is the spec's σ), ``1/√(t − c)`` for the
+    plain (unmasked) aggregation, where the leader sees each noisy share: local DP of the share.
+    """
+
+    def __init__(self, targets: list[str], orders: np.ndarray, view: SecureSumView, *, secure: bool,
+                 max_sensitivity: float) -> None:
+        label = view.label() if secure else ("plain aggregation (no masks): local-DP Gaussian bound of the member's "
+                                             "noisy share seen in the clear by the leader")
+        super().__init__(targets, orders, None, math.inf, label)
+        self.view = view
+        self.secure = secure
+        self.max_sensitivity = float(max_sensitivity)
+
+    def _factor(self) -> float:
+        return 1.0 if self.secure else 1.0 / math.sqrt(self.view.honest_survivors)
+
+    def curves(self, sigma: float) -> np.ndarray:
+        if not sigma > 0 or not math.isfinite(sigma):
+            raise ValueError(f"cannot account a round with noise multiplier {sigma}")
+        return np.array(np.broadcast_to(gaussian_rdp(self.orders, sigma * self._factor()),
+                                        (len(self.targets), self.orders.size)))
+
+    def certified_sigma(self, ev: EngineEntry) -> float:
+        """The multiplier the view really has, from the share std the machine added and the public t, c."""
+        if ev.sensitivity > self.max_sensitivity * (1.0 + 1e-12):
+            raise ValueError(f"input sensitivity {ev.sensitivity:g} exceeds the public Δ={self.max_sensitivity:g}")
+        sens = self.max_sensitivity
+        if self.secure:
+            return view_sigma(ev.noise_std, sens, self.view.threshold, self.view.collusion)
+        return ev.noise_std / sens
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        if ev.kind not in ("gradient", "value"):
+            raise ValueError(f"a secure-sum round records a gradient or value input, got {ev.kind!r}")
+        sig = self.certified_sigma(ev)
+        if not sig > 0:
+            raise ValueError("the input carries no noise: its release would not be private")
+        rdp = np.array(np.broadcast_to(gaussian_rdp(self.orders, sig), (len(self.targets), self.orders.size)))
+        view = "aggregate" if self.secure else "plain"
+        return PrivacyEntry.from_row(run_id, ev.protocol, view, "certified", self.targets, rdp,
+                                     gdp_mu=[1.0 / sig] * len(self.targets),
+                                     note=f"round {ev.step} input ({self.bound_name}; collusion c={self.view.collusion})")
+
+
+def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
+    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+
+
+def _decision(spec: RunSpec, vertex: int, local: Budget | None, rounds: int, sigma: float, view: dict[str, Any],
+              what: str) -> PolicyDecision:
+    budget = local or spec.budget
+    delta = spec.budget.delta
+    if budget.delta < delta:
+        return PolicyDecision(False, f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}", None, delta, "certified")
+    n = spec.n
+    row = _best_order_dp(np.full(n, rounds / (2.0 * sigma**2)), math.inf, math.log(1.0 / delta)) if rounds else np.zeros(n)
+    row[vertex] = 0.0
+    det = {"N_u": float(rounds), "accounting_view": view}
+    worst = int(np.argmax(row))
+    if row[worst] > budget.epsilon:
+        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+                                     f"at δ={delta:g} ({what}), this node's budget is ε={budget.epsilon:g}",
+                              row, delta, "certified", det)
+    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g}; {what})", row, delta, "certified", det)
+
+
+def project_ddp(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Certified row of a ``secagg-dpsgd`` run: ``N_u`` rounds (exact count from the public sampling),
+    each the Gaussian view α/(2σ²) toward every other node (plain aggregation: local DP of the share)."""
+    if not spec.graph.startswith("complete:"):
+        return _refuse(spec, f"{PROTOCOL} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}")
+    try:
+        view = spec_view(spec)
+    except (CalibrationError, ValueError, TypeError) as exc:
+        return _refuse(spec, f"{PROTOCOL} parameters: {exc}")
+    secure = ddp_params(spec).get("aggregation", "secure") == "secure"
+    sigma = view.sigma if secure else view.sigma / math.sqrt(view.honest_survivors)
+    info = view.as_dict() if secure else {"mechanism": "plain-sum", "view_model": "plain", "collusion": view.collusion,
+                                          "accountant": "local-DP Gaussian bound of the noisy share (no masks)"}
+    what = (f"secure-sum Gaussian view, any coalition of ≤ c={view.collusion} members" if secure
+            else "plain aggregation: each noisy share seen by the leader")
+    return _decision(spec, vertex, local, member_rounds(spec, vertex), sigma, info, what)
+
+
+def ddp_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> SecureSumCost:
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    secure = ddp_params(spec).get("aggregation", "secure") == "secure"
+    return SecureSumCost([ids[v] for v in range(len(ids)) if v != vertex], o, spec_view(spec), secure=secure,
+                         max_sensitivity=spec_sensitivity(spec))
+
+
+def build_ddp(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
+    """The node's machine with its own long-term X25519 key and the directory's public keys."""
+    from hushnet.protocols.registry import make_machine
+    import hashlib
+
+    from hushnet.runs.anonymity import _keys, node_replay_cache, node_signer, node_signer_directory
+
+    kp, directory = _keys(node, ids, vertex, 0)
+    signer, sdir = node_signer(node), node_signer_directory(node)
+    if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
+        raise ValueError("the directory's signing key for this node is not the key in its state directory")
+    if task is not None and float(task.sensitivity()) > spec_sensitivity(spec) * (1 + 1e-12):
+        raise ValueError(f"the task's sensitivity {task.sensitivity():g} exceeds the public 2·clip")
+    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
+              "sign_directory": sdir, "replay_cache": node_replay_cache(node, "secagg")}
+    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
+                        view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
+
+
+# ---- secagg-sum with the distributed calibration ---------------------------------------------------
+
+
+def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> SecureSumView | None:
+    """The certified view of a ``secagg-sum`` spec that asks for the distributed calibration
+    (``protocol_params.collusion``), None for the old one (noise σΔ per member, local-DP bound).
+    ``sensitivity``: the task's Δ (the node's own task, or the spec's declared one for the projection)."""
+    pp = spec.protocol_params
+    if "collusion" not in pp:
+        return None
+    from hushnet.protocols.secagg import SecAggParams
+    from hushnet.runs.anonymity import _secagg_params
+
+    p = _secagg_params(spec)
+    t = int(p["threshold"])
+    # against a malicious (equivocating) leader when the consistency check runs; the honest-but-curious one else
+    sp_ = SecAggParams(dim=1, **p)
+    tol = sp_.malicious_collusion_tolerance() if sp_.consistency_check else sp_.collusion_tolerance()
+    sens = float(sensitivity) if sensitivity is not None else 1.0  # σ is a multiplier: the charge does not depend on Δ
+    return SecureSumView(float(spec.sigma), sens, t, int(pp["collusion"]), tol)
+
+
+class SecAggSumCost(SecureSumCost):
+    """``secagg-sum`` with the distributed calibration: the Δ is the task's (value tasks), checked per entry."""
+
+    def certified_sigma(self, ev: EngineEntry) -> float:
+        return view_sigma(ev.noise_std, ev.sensitivity, self.view.threshold, self.view.collusion)
+
+
+def secagg_sum_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
+    view = secagg_sum_calibration(spec)
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    targets = [ids[v] for v in range(len(ids)) if v != vertex]
+    if view is None:  # the old calibration: the local-DP Gaussian bound (unchanged behaviour)
+        return ContributionCost(targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)")
+    return SecAggSumCost(targets, o, view, secure=True, max_sensitivity=math.inf)
+
+
+
+__all__ = ["ddp_params", "spec_view", "member_rounds", "SecureSumCost", "project_ddp", "ddp_cost", "build_ddp",
+           "secagg_sum_calibration", "secagg_sum_cost", "NET_ROUND_TIMEOUT"]
