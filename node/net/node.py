@@ -45,7 +45,7 @@ from hushnet.net.handlers import (
     UnknownCommand,
     UnknownProtocol,
 )
-from hushnet.net.logs import ContextLog
+from hushnet.net.logs import ContextLog, RateLimitedLog
 from hushnet.net.store import NodeStore
 from hushnet.net.wire import encode_envelope, tune_allocator
 from hushnet.v1 import bootstrap_pb2 as bpb
@@ -110,6 +110,8 @@ class NodeConfig:
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True
+    #: refused/failed inbound messages are logged at most once per kind per this many seconds (with counts)
+    log_interval_s: float = 10.0
     #: callables ``fn(node) -> object | None`` run before start (see :mod:`hushnet.net.plugins`)
     plugins: tuple = ()
 
@@ -195,9 +197,15 @@ class DiscardProtocol:
 
 
 class _Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str, **fields: Any) -> None:
+    """A refused RPC: ``code``/``message`` go to the caller; ``kind`` groups it in the rate-limited log;
+    ``exc_info`` (an unexpected handler failure) is logged with the first line of its kind only."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, kind: str | None = None, exc_info: Any = None,
+                 **fields: Any) -> None:
         super().__init__(message)
         self.code, self.message, self.fields = code, message, fields
+        self.kind = kind or f"rejected:{code.name}"
+        self.exc_info = exc_info
 
 
 # ------------------------------------------------------------------------ the node
@@ -233,6 +241,7 @@ class Node:
         self.incarnation = 0
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
+        self.rlog = RateLimitedLog(self.log, config.log_interval_s)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -343,6 +352,7 @@ class Node:
             loop.create_task(self._heartbeat_loop(), name="heartbeat"),
             loop.create_task(self._directory_loop(), name="directory"),
             loop.create_task(self._probe_loop(), name="probe"),
+            loop.create_task(self._log_flush_loop(), name="log-flush"),
         ]
         self.log.info("node %s serving on %s, neighbours: %s", self.node_id, self.address,
                  ", ".join(self.neighbors) or "(none yet)",
@@ -375,6 +385,7 @@ class Node:
         if self.store is not None:
             self.store.close()
             self.store = None
+        self.rlog.flush(force=True)
         self.log.info("node %s stopped", self.node_id, extra={"event": "stopped"})
 
     # ------------------------------------------------------------------ identity and join
@@ -540,8 +551,9 @@ class Node:
 
     async def _reject(self, context, exc: _Rejected) -> None:
         self.rejected += 1
-        self.log.warning("rejected: %s", exc.message, extra={"event": "rejected", "code": exc.code.name,
-                                                        "peer": context.peer(), **exc.fields})
+        level = logging.ERROR if exc.exc_info is not None else logging.WARNING
+        self.rlog.log_event(level, exc.kind, "rejected: %s", exc.message, exc_info=exc.exc_info,
+                            extra={"event": "rejected", "code": exc.code.name, "peer": context.peer(), **exc.fields})
         await context.abort(exc.code, exc.message)
 
     async def _check_member(self, who: pki.PeerIdentity, key_sha: str) -> None:
@@ -607,10 +619,15 @@ class Node:
                                 caller=who.name, protocol=env.protocol) from None
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
-                self.log.exception("handler %s failed on envelope from %s", env.protocol, who.name,
-                              extra={"event": "handler_error", "protocol": env.protocol})
+                # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
+                # bad input: one rate-limited line per code; anything else is a bug: its traceback is logged
+                # with the first line of its kind per interval, never once per message
+                code = getattr(exc, "code", None)
+                refusal = isinstance(code, str)
                 raise _Rejected(grpc.StatusCode.INTERNAL, f"handler {env.protocol!r} failed: {exc}",
-                                caller=who.name) from None
+                                kind=f"{'refused' if refusal else 'handler_error'}:{env.protocol}:"
+                                     f"{code if refusal else type(exc).__name__}",
+                                exc_info=None if refusal else exc, caller=who.name, protocol=env.protocol) from None
             self.delivered += 1
             if outgoing:
                 task = asyncio.get_running_loop().create_task(self._send_outgoing(outgoing))
@@ -811,6 +828,12 @@ class Node:
                 await asyncio.gather(*(self._probe(l) for l in links), return_exceptions=True)
             await asyncio.sleep(self.config.probe_s * (0.9 + 0.2 * random.random()) if all(
                 l.healthy for l in self.links.values()) else 0.5)
+
+    async def _log_flush_loop(self) -> None:
+        """Write the counts of suppressed log lines once their interval is over."""
+        while True:
+            await asyncio.sleep(max(self.rlog.interval / 2, 0.1))
+            self.rlog.flush()
 
     async def _directory_loop(self) -> None:
         while True:
