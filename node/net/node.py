@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import fcntl
 import hashlib
 import json
 import logging
@@ -238,6 +239,7 @@ class Node:
         self._last_dir_fetch = 0.0
         self._stopping = False
         self.store: NodeStore | None = None
+        self._lock_fd: int | None = None
         self.incarnation = 0
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
@@ -325,6 +327,43 @@ class Node:
     async def start(self) -> None:
         tune_allocator()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_state_dir()
+        try:
+            await self._start()
+        except BaseException:
+            if self._server is None:  # nothing serves from this directory: let another process have it
+                self._unlock_state_dir()
+            raise
+
+    def _lock_state_dir(self) -> None:
+        """Hold an exclusive ``flock`` on ``STATE/node.lock`` for the life of this node.
+
+        Two processes on one state directory would be admitted under the same identity, share the
+        privacy ledger, and the second one's ``Leave`` would remove the first from the directory; the
+        second start is refused instead.  The kernel drops the lock when the holder dies (even by
+        SIGKILL), so a crashed node never blocks its own restart.
+        """
+        path = self.state_dir / "node.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise NodeError(f"state directory {self.state_dir} is in use by another node process (pid {holder}); "
+                            "stop that node first, or give this one its own --state-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_state_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    async def _start(self) -> None:
         self.store = NodeStore(self.state_dir / "node.sqlite")
         self.incarnation = self.store.next_incarnation()
         key, x_key = self._load_keys()
@@ -386,6 +425,7 @@ class Node:
             self.store.close()
             self.store = None
         self.rlog.flush(force=True)
+        self._unlock_state_dir()
         self.log.info("node %s stopped", self.node_id, extra={"event": "stopped"})
 
     # ------------------------------------------------------------------ identity and join
@@ -647,9 +687,14 @@ class Node:
         return ppb.HealthReply(ok=True, node_id=self.node_id)
 
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
-        who, _ = self._caller(context)
+        who, key_sha = self._caller(context)
         if who is None:
             await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate"))
+        if who.is_node:  # a node certificate counts only with the key of that node's directory entry
+            try:
+                await self._check_member(who, key_sha)
+            except _Rejected as exc:
+                await self._reject(context, exc)
         return self.status()
 
     async def _rpc_control(self, raw: bytes, context) -> ppb.ControlReply:
