@@ -41,7 +41,7 @@ SendFn = Callable[[str, bytes], Awaitable[Any]]
 #: Envelopes of a run that arrive before the operator's ``run.start`` (a neighbour that was started a
 #: moment earlier and already sent its token) are kept, at most this many and this many bytes per
 #: run, and replayed in order at the start; beyond that they are refused (counted, logged once).
-MAX_EARLY_MESSAGES = 64
+MAX_EARLY_MESSAGES = 256
 MAX_EARLY_BYTES = 64 * 1024 * 1024
 
 #: states a run goes through at one node
