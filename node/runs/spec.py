@@ -256,6 +256,15 @@ class RunSpec:
             errs.append(f"steps = {self.steps} is more than the limit of {MAX_RUN_STEPS} steps per run")
         if isinstance(self.rounds, int) and self.rounds > MAX_RUN_STEPS and self.protocol not in RING_PROTOCOLS:
             errs.append(f"rounds = {self.rounds} is more than the limit of {MAX_RUN_STEPS} per run")
+        pp = self.protocol_params if isinstance(self.protocol_params, dict) else {}
+        for key in ("rounds", "steps", "K"):  # gossip protocols take their length from here
+            v = pp.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_RUN_STEPS:
+                errs.append(f"protocol_params.{key} = {v} is more than the limit of {MAX_RUN_STEPS} per run")
+        ks = pp.get("ks")
+        if isinstance(ks, list) and (len(ks) > MAX_RUN_STEPS or sum(
+                k for k in ks if isinstance(k, (int, float)) and not isinstance(k, bool)) > MAX_RUN_STEPS):
+            errs.append(f"protocol_params.ks adds up to more than the limit of {MAX_RUN_STEPS} rounds per run")
         if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd") and not self.graph.startswith("complete:"):
             errs.append(f"{self.protocol} runs on the complete graph: graph must be 'complete:N'")
         if self.protocol in GRADIENT_PROTOCOLS:

@@ -128,3 +128,13 @@ def test_deeply_nested_wire_spec_is_refused_by_depth() -> None:
     deep = b'{"spec": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     with pytest.raises(SpecError, match="nested"):
         SignedRunSpec.from_bytes(deep)
+
+
+@pytest.mark.parametrize("params,needle", [({"rounds": 10**12}, "protocol_params.rounds"),
+                                           ({"ks": [10**7, 10**7]}, "protocol_params.ks")])
+def test_validate_refuses_gossip_lengths_beyond_the_limit(params, needle) -> None:
+    spec = spec_from_dict({"run": {"protocol": "muffliato", "graph": "ring:8", "steps": 10, "seed": 1, "sigma": 1.0,
+                                   "protocol_params": params},
+                           "task": {"name": "mean"}, "budget": {"epsilon": 10.0, "delta": 1e-5}})
+    with pytest.raises(SpecError, match=needle.replace(".", r"\.")):
+        spec.validate()
