@@ -367,6 +367,7 @@ class RunDriver:
         self.state = "cancelled"
         self.reason = reason
         self.timings.closed = time.time()
+        self._early, self._early_bytes = [], 0  # never started: what neighbours sent early is dropped
         self.shutdown()
         self._emit("cancelled", reason=reason)
 
