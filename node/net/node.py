@@ -605,10 +605,12 @@ class Node:
             member = self.members.get(who.name)
         if member is None:
             raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                            f"node {who.name} is not in the membership directory", caller=who.name)
+                            f"node {who.name} is not in the membership directory", kind="rejected:not-a-member",
+                            caller=who.name)
         if member.key_sha256 != key_sha:
             raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
                             f"certificate presented for {who.name} does not match its membership entry",
+                            kind="rejected:key-mismatch",
                             caller=who.name)
 
     async def _rpc_deliver(self, raw: bytes, context) -> epb.DeliveryAck:
@@ -616,32 +618,36 @@ class Node:
             who, key_sha = self._caller(context)
             if who is None or not who.is_node:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Deliver requires a node certificate (caller: {who or 'none'})")
+                                f"Deliver requires a node certificate (caller: {who or 'none'})", kind="rejected:not-a-node")
             if len(raw) > self.config.max_message_bytes + ENVELOPE_SLACK:
                 raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"message of {len(raw)} bytes exceeds the limit of {self.config.max_message_bytes} bytes",
+                                kind="rejected:too-large",
                                 caller=who.name)
             env = epb.Envelope()
             try:
                 env.ParseFromString(raw)
             except DecodeError as exc:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed Envelope from {who.name}: {exc}",
-                                caller=who.name) from None
+                                kind="rejected:malformed-envelope", caller=who.name) from None
             if len(env.payload) > self.config.max_message_bytes:
                 raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"payload of {len(env.payload)} bytes exceeds the limit of "
-                                f"{self.config.max_message_bytes} bytes", caller=who.name)
+                                f"{self.config.max_message_bytes} bytes", kind="rejected:too-large", caller=who.name)
             if env.sender != who.name:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
                                 f"envelope claims sender {env.sender!r} but the certificate names {who.name!r}",
+                                kind="rejected:sender-mismatch",
                                 caller=who.name)
             await self._check_member(who, key_sha)
             if env.recipient and env.recipient != self.node_id:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"envelope addressed to {env.recipient!r}, this is {self.node_id}", caller=who.name)
+                                f"envelope addressed to {env.recipient!r}, this is {self.node_id}",
+                                kind="rejected:wrong-recipient", caller=who.name)
             if who.name not in self.neighbors:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"{who.name} is not a neighbour of {self.node_id}", caller=who.name)
+                                f"{who.name} is not a neighbour of {self.node_id}", kind="rejected:not-a-neighbour",
+                                caller=who.name)
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
@@ -656,7 +662,7 @@ class Node:
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
                                 f"unknown protocol {env.protocol!r} (this node serves: "
                                 f"{', '.join(self.handlers.protocols()) or 'none'})",
-                                caller=who.name, protocol=env.protocol) from None
+                                kind="rejected:unknown-protocol", caller=who.name, protocol=env.protocol) from None
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
                 # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
@@ -689,7 +695,8 @@ class Node:
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
         who, key_sha = self._caller(context)
         if who is None:
-            await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate"))
+            await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate",
+                                                                  kind="rejected:no-certificate"))
         if who.is_node:  # a node certificate counts only with the key of that node's directory entry
             try:
                 await self._check_member(who, key_sha)
@@ -702,18 +709,20 @@ class Node:
             who, _ = self._caller(context)
             if who is None or not who.is_operator:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Control requires an operator certificate (caller: {who or 'none'})")
+                                f"Control requires an operator certificate (caller: {who or 'none'})",
+                                kind="rejected:not-an-operator")
             req = ppb.ControlRequest()
             try:
                 req.ParseFromString(raw)
             except DecodeError as exc:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ControlRequest: {exc}") from None
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ControlRequest: {exc}",
+                                kind="rejected:malformed-control") from None
             try:
                 out = await self.controls.run(req.command, bytes(req.payload))
             except UnknownCommand:
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
-                                f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})"
-                                ) from None
+                                f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})",
+                                kind="rejected:unknown-command") from None
             except (KeyError, ValueError, PermissionError) as exc:
                 # an expected refusal (unknown run id, bad argument): one line, no traceback
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -156,7 +156,7 @@ def test_malformed_message_flood_logs_a_few_counted_lines(tmp_path: pathlib.Path
     for r in mine:
         counts[r.kind] = counts.get(r.kind, 0) + r.count
     assert counts.get("refused:hushnet.run:unknown-run") == n_refused, counts
-    assert counts.get("rejected:INVALID_ARGUMENT") == n_garbage, counts
-    assert counts.get("rejected:UNIMPLEMENTED") == n_unknown, counts
+    assert counts.get("rejected:malformed-envelope") == n_garbage, counts
+    assert counts.get("rejected:unknown-protocol") == n_unknown, counts
     assert any(r.getMessage().startswith(f"{n_refused - 1} more refused:hushnet.run") for r in mine), \
         [r.getMessage() for r in mine]
