@@ -93,3 +93,56 @@ class ContextLog(logging.LoggerAdapter):
     def process(self, msg, kwargs):
         kwargs["extra"] = {**self.extra, **(kwargs.get("extra") or {})}
         return msg, kwargs
+
+
+class RateLimitedLog:
+    """At most one log line per *kind* per ``interval`` seconds, carrying how many events it stands for.
+
+    A node under fuzzing or attack refuses thousands of messages a second; logging each (let alone
+    with a traceback) floods the disk and hides everything else.  The first event of a kind in an
+    interval is logged at once (``extra`` gains ``kind`` and ``count``); later ones only increment a
+    counter, and :meth:`flush` (called periodically by the node) writes one summary line per kind
+    with the count and the last message.  A traceback, when asked for, is attached only to the line
+    that is actually written.
+    """
+
+    def __init__(self, log: logging.LoggerAdapter | logging.Logger, interval: float = 10.0, clock=time.monotonic) -> None:
+        self.log = log
+        self.interval = float(interval)
+        self._clock = clock
+        self._kinds: dict[str, list] = {}  # kind -> [last_write, suppressed_count, last_message, level]
+        self.totals: dict[str, int] = {}
+
+    def log_event(self, level: int, kind: str, msg: str, *args, exc_info=None, extra: dict | None = None) -> bool:
+        """Record one event; returns whether a line was written now."""
+        self.totals[kind] = self.totals.get(kind, 0) + 1
+        now = self._clock()
+        st = self._kinds.get(kind)
+        if st is not None and now - st[0] < self.interval:
+            st[1] += 1
+            st[2] = msg % args if args else msg
+            st[3] = max(st[3], level)
+            return False
+        if st is not None and st[1]:
+            self._summary(kind, st, now)
+        self._kinds[kind] = [now, 0, "", level]
+        self.log.log(level, msg, *args, exc_info=exc_info, extra={**(extra or {}), "kind": kind, "count": 1})
+        return True
+
+    def warning(self, kind: str, msg: str, *args, **kw) -> bool:
+        return self.log_event(logging.WARNING, kind, msg, *args, **kw)
+
+    def error(self, kind: str, msg: str, *args, **kw) -> bool:
+        return self.log_event(logging.ERROR, kind, msg, *args, **kw)
+
+    def _summary(self, kind: str, st: list, now: float) -> None:
+        self.log.log(st[3], "%d more %s in the last %.0f s (last: %s)", st[1], kind, now - st[0], st[2],
+                     extra={"event": "suppressed", "kind": kind, "count": st[1]})
+        st[0], st[1] = now, 0
+
+    def flush(self, force: bool = False) -> None:
+        """Write the pending count of every kind whose interval is over (all of them with ``force``)."""
+        now = self._clock()
+        for kind, st in list(self._kinds.items()):
+            if st[1] and (force or now - st[0] >= self.interval):
+                self._summary(kind, st, now)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import fcntl
 import hashlib
 import json
 import logging
@@ -45,7 +46,7 @@ from hushnet.net.handlers import (
     UnknownCommand,
     UnknownProtocol,
 )
-from hushnet.net.logs import ContextLog
+from hushnet.net.logs import ContextLog, RateLimitedLog
 from hushnet.net.store import NodeStore
 from hushnet.net.wire import encode_envelope, tune_allocator
 from hushnet.v1 import bootstrap_pb2 as bpb
@@ -110,6 +111,8 @@ class NodeConfig:
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True
+    #: refused/failed inbound messages are logged at most once per kind per this many seconds (with counts)
+    log_interval_s: float = 10.0
     #: callables ``fn(node) -> object | None`` run before start (see :mod:`hushnet.net.plugins`)
     plugins: tuple = ()
 
@@ -195,9 +198,15 @@ class DiscardProtocol:
 
 
 class _Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str, **fields: Any) -> None:
+    """A refused RPC: ``code``/``message`` go to the caller; ``kind`` groups it in the rate-limited log;
+    ``exc_info`` (an unexpected handler failure) is logged with the first line of its kind only."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, kind: str | None = None, exc_info: Any = None,
+                 **fields: Any) -> None:
         super().__init__(message)
         self.code, self.message, self.fields = code, message, fields
+        self.kind = kind or f"rejected:{code.name}"
+        self.exc_info = exc_info
 
 
 # ------------------------------------------------------------------------ the node
@@ -230,9 +239,11 @@ class Node:
         self._last_dir_fetch = 0.0
         self._stopping = False
         self.store: NodeStore | None = None
+        self._lock_fd: int | None = None
         self.incarnation = 0
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
+        self.rlog = RateLimitedLog(self.log, config.log_interval_s)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -322,6 +333,43 @@ class Node:
     async def start(self) -> None:
         tune_allocator()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_state_dir()
+        try:
+            await self._start()
+        except BaseException:
+            if self._server is None:  # nothing serves from this directory: let another process have it
+                self._unlock_state_dir()
+            raise
+
+    def _lock_state_dir(self) -> None:
+        """Hold an exclusive ``flock`` on ``STATE/node.lock`` for the life of this node.
+
+        Two processes on one state directory would be admitted under the same identity, share the
+        privacy ledger, and the second one's ``Leave`` would remove the first from the directory; the
+        second start is refused instead.  The kernel drops the lock when the holder dies (even by
+        SIGKILL), so a crashed node never blocks its own restart.
+        """
+        path = self.state_dir / "node.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise NodeError(f"state directory {self.state_dir} is in use by another node process (pid {holder}); "
+                            "stop that node first, or give this one its own --state-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_state_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    async def _start(self) -> None:
         self.store = NodeStore(self.state_dir / "node.sqlite")
         self.incarnation = self.store.next_incarnation()
         key, x_key = self._load_keys()
@@ -349,6 +397,7 @@ class Node:
             loop.create_task(self._heartbeat_loop(), name="heartbeat"),
             loop.create_task(self._directory_loop(), name="directory"),
             loop.create_task(self._probe_loop(), name="probe"),
+            loop.create_task(self._log_flush_loop(), name="log-flush"),
         ]
         self.log.info("node %s serving on %s, neighbours: %s", self.node_id, self.address,
                  ", ".join(self.neighbors) or "(none yet)",
@@ -381,6 +430,8 @@ class Node:
         if self.store is not None:
             self.store.close()
             self.store = None
+        self.rlog.flush(force=True)
+        self._unlock_state_dir()
         self.log.info("node %s stopped", self.node_id, extra={"event": "stopped"})
 
     # ------------------------------------------------------------------ identity and join
@@ -546,8 +597,9 @@ class Node:
 
     async def _reject(self, context, exc: _Rejected) -> None:
         self.rejected += 1
-        self.log.warning("rejected: %s", exc.message, extra={"event": "rejected", "code": exc.code.name,
-                                                        "peer": context.peer(), **exc.fields})
+        level = logging.ERROR if exc.exc_info is not None else logging.WARNING
+        self.rlog.log_event(level, exc.kind, "rejected: %s", exc.message, exc_info=exc.exc_info,
+                            extra={"event": "rejected", "code": exc.code.name, "peer": context.peer(), **exc.fields})
         await context.abort(exc.code, exc.message)
 
     async def _check_member(self, who: pki.PeerIdentity, key_sha: str) -> None:
@@ -559,10 +611,12 @@ class Node:
             member = self.members.get(who.name)
         if member is None:
             raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                            f"node {who.name} is not in the membership directory", caller=who.name)
+                            f"node {who.name} is not in the membership directory", kind="rejected:not-a-member",
+                            caller=who.name)
         if member.key_sha256 != key_sha:
             raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
                             f"certificate presented for {who.name} does not match its membership entry",
+                            kind="rejected:key-mismatch",
                             caller=who.name)
 
     async def _rpc_deliver(self, raw: bytes, context) -> epb.DeliveryAck:
@@ -570,32 +624,36 @@ class Node:
             who, key_sha = self._caller(context)
             if who is None or not who.is_node:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Deliver requires a node certificate (caller: {who or 'none'})")
+                                f"Deliver requires a node certificate (caller: {who or 'none'})", kind="rejected:not-a-node")
             if len(raw) > self.config.max_message_bytes + ENVELOPE_SLACK:
                 raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"message of {len(raw)} bytes exceeds the limit of {self.config.max_message_bytes} bytes",
+                                kind="rejected:too-large",
                                 caller=who.name)
             env = epb.Envelope()
             try:
                 env.ParseFromString(raw)
             except DecodeError as exc:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed Envelope from {who.name}: {exc}",
-                                caller=who.name) from None
+                                kind="rejected:malformed-envelope", caller=who.name) from None
             if len(env.payload) > self.config.max_message_bytes:
                 raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"payload of {len(env.payload)} bytes exceeds the limit of "
-                                f"{self.config.max_message_bytes} bytes", caller=who.name)
+                                f"{self.config.max_message_bytes} bytes", kind="rejected:too-large", caller=who.name)
             if env.sender != who.name:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
                                 f"envelope claims sender {env.sender!r} but the certificate names {who.name!r}",
+                                kind="rejected:sender-mismatch",
                                 caller=who.name)
             await self._check_member(who, key_sha)
             if env.recipient and env.recipient != self.node_id:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"envelope addressed to {env.recipient!r}, this is {self.node_id}", caller=who.name)
+                                f"envelope addressed to {env.recipient!r}, this is {self.node_id}",
+                                kind="rejected:wrong-recipient", caller=who.name)
             if who.name not in self.neighbors:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"{who.name} is not a neighbour of {self.node_id}", caller=who.name)
+                                f"{who.name} is not a neighbour of {self.node_id}", kind="rejected:not-a-neighbour",
+                                caller=who.name)
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
@@ -610,13 +668,18 @@ class Node:
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
                                 f"unknown protocol {env.protocol!r} (this node serves: "
                                 f"{', '.join(self.handlers.protocols()) or 'none'})",
-                                caller=who.name, protocol=env.protocol) from None
+                                kind="rejected:unknown-protocol", caller=who.name, protocol=env.protocol) from None
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
-                self.log.exception("handler %s failed on envelope from %s", env.protocol, who.name,
-                              extra={"event": "handler_error", "protocol": env.protocol})
+                # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
+                # bad input: one rate-limited line per code; anything else is a bug: its traceback is logged
+                # with the first line of its kind per interval, never once per message
+                code = getattr(exc, "code", None)
+                refusal = isinstance(code, str)
                 raise _Rejected(grpc.StatusCode.INTERNAL, f"handler {env.protocol!r} failed: {exc}",
-                                caller=who.name) from None
+                                kind=f"{'refused' if refusal else 'handler_error'}:{env.protocol}:"
+                                     f"{code if refusal else type(exc).__name__}",
+                                exc_info=None if refusal else exc, caller=who.name, protocol=env.protocol) from None
             self.delivered += 1
             if outgoing:
                 task = asyncio.get_running_loop().create_task(self._send_outgoing(outgoing))
@@ -636,9 +699,15 @@ class Node:
         return ppb.HealthReply(ok=True, node_id=self.node_id)
 
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
-        who, _ = self._caller(context)
+        who, key_sha = self._caller(context)
         if who is None:
-            await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate"))
+            await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate",
+                                                                  kind="rejected:no-certificate"))
+        if who.is_node:  # a node certificate counts only with the key of that node's directory entry
+            try:
+                await self._check_member(who, key_sha)
+            except _Rejected as exc:
+                await self._reject(context, exc)
         return self.status()
 
     async def _rpc_control(self, raw: bytes, context) -> ppb.ControlReply:
@@ -646,18 +715,20 @@ class Node:
             who, _ = self._caller(context)
             if who is None or not who.is_operator:
                 raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Control requires an operator certificate (caller: {who or 'none'})")
+                                f"Control requires an operator certificate (caller: {who or 'none'})",
+                                kind="rejected:not-an-operator")
             req = ppb.ControlRequest()
             try:
                 req.ParseFromString(raw)
             except DecodeError as exc:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ControlRequest: {exc}") from None
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ControlRequest: {exc}",
+                                kind="rejected:malformed-control") from None
             try:
                 out = await self.controls.run(req.command, bytes(req.payload))
             except UnknownCommand:
                 raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
-                                f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})"
-                                ) from None
+                                f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})",
+                                kind="rejected:unknown-command") from None
             except (KeyError, ValueError, PermissionError) as exc:
                 # an expected refusal (unknown run id, bad argument): one line, no traceback
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
@@ -817,6 +888,12 @@ class Node:
                 await asyncio.gather(*(self._probe(l) for l in links), return_exceptions=True)
             await asyncio.sleep(self.config.probe_s * (0.9 + 0.2 * random.random()) if all(
                 l.healthy for l in self.links.values()) else 0.5)
+
+    async def _log_flush_loop(self) -> None:
+        """Write the counts of suppressed log lines once their interval is over."""
+        while True:
+            await asyncio.sleep(max(self.rlog.interval / 2, 0.1))
+            self.rlog.flush()
 
     async def _directory_loop(self) -> None:
         while True:

@@ -127,13 +127,16 @@ class Operator:
             try:
                 st = await self.status(m.node_id, m.address, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
-                entry.update(healthy=False, neighbors=[], connected=[], error=f"{exc.code().name}: {exc.details()}")
+                entry.update(healthy=False, serving=False, wired=False, neighbors=[], connected=[],
+                             all_neighbors_connected=False, error=f"{exc.code().name}: {exc.details()}")
                 return entry
             connected = [c.peer_id for c in st.connections if c.healthy]
+            # against the published graph, not the node's own (possibly stale) view
+            wired = set(connected) == expected[m.node_id] == set(st.neighbors)
             entry.update(
-                healthy=st.node_id == m.node_id, neighbors=list(st.neighbors), connected=connected,
-                # against the published graph, not the node's own (possibly stale) view
-                all_neighbors_connected=set(connected) == expected[m.node_id] == set(st.neighbors),
+                # per node, "healthy" is "serving" (answers as itself); "wired" says its links are all up
+                healthy=st.node_id == m.node_id, serving=st.node_id == m.node_id, wired=wired,
+                neighbors=list(st.neighbors), connected=connected, all_neighbors_connected=wired,
                 uptime_s=round(st.uptime_seconds, 1), version=st.version, delivered=st.delivered,
                 rejected=st.rejected, protocols=list(st.protocols), directory_epoch=st.directory_epoch,
                 connections=[{"peer": c.peer_id, "address": c.address, "state": c.state, "healthy": c.healthy,
@@ -147,20 +150,28 @@ class Operator:
             "n_vertices": directory.n_vertices, "weight_rule": directory.weight_rule,
             "edges": [[e.u, e.v] for e in directory.edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
-            "healthy": bool(nodes) and all(n["healthy"] for n in nodes),
+            # the network is healthy when every node serves AND is connected to all its neighbours: a run
+            # started on a network that only serves can be refused for missing links
+            "serving": bool(nodes) and all(n["serving"] for n in nodes),
+            "wired": bool(nodes) and all(n["wired"] for n in nodes),
+            "healthy": bool(nodes) and all(n["serving"] and n["wired"] for n in nodes),
         }
 
 
 def format_table(doc: dict) -> str:
     """Human table for ``hushnet status`` / ``hushnet up``."""
-    rows = [("ID", "VERTEX", "ADDRESS", "HEALTHY", "LINKS", "NEIGHBOURS", "UPTIME")]
+    rows = [("ID", "VERTEX", "ADDRESS", "SERVING", "WIRED", "LINKS", "NEIGHBOURS", "UPTIME")]
     for n in doc["nodes"]:
         links = f"{len(n.get('connected', []))}/{len(n.get('neighbors', []))}"
-        rows.append((n["id"], str(n["vertex"]), n["address"], "yes" if n["healthy"] else "NO", links,
+        rows.append((n["id"], str(n["vertex"]), n["address"], "yes" if n.get("serving", n["healthy"]) else "NO",
+                     "yes" if n.get("wired", n.get("all_neighbors_connected")) else "NO", links,
                      ",".join(n.get("neighbors", [])) or "-",
                      f"{n['uptime_s']:.0f}s" if "uptime_s" in n else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"network: topology {doc['topology']}, {len(doc['nodes'])}/{doc['n_vertices']} members, "
              f"directory epoch {doc['epoch']}, bootstrap {doc['bootstrap']}"]
+    if "serving" in doc:
+        lines.append(f"healthy: {'yes' if doc['healthy'] else 'NO'} (serving: {'yes' if doc['serving'] else 'NO'}, "
+                     f"wired to every neighbour: {'yes' if doc['wired'] else 'NO'})")
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)

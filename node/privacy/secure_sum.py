@@ -47,7 +47,7 @@ MECHANISM = "secure-summation"
 VIEW_MODEL = "aggregate"
 
 
-class CalibrationError(ValueError):
+class SecureSumError(ValueError):
     """Secure-sum parameters that cannot be certified (one-line reason)."""
 
 
@@ -55,25 +55,25 @@ def check_collusion(threshold: int, collusion: int, tolerance: int) -> None:
     """``1 ≤ c < tolerance`` and ``c < t``: the coalition stays inside what the masks hide, and at least
     one honest survivor's noise remains.  ``tolerance`` is the secure sum's collusion tolerance."""
     if isinstance(collusion, bool) or not isinstance(collusion, (int, np.integer)):
-        raise CalibrationError(f"collusion must be an integer, got {collusion!r}")
+        raise SecureSumError(f"collusion must be an integer, got {collusion!r}")
     if collusion < 1:
-        raise CalibrationError(f"collusion c={collusion} < 1: an observer that is a member knows its own noise, "
+        raise SecureSumError(f"collusion c={collusion} < 1: an observer that is a member knows its own noise, "
                                "so every coalition counts at least one member")
     if not collusion < tolerance:
-        raise CalibrationError(f"collusion c={collusion} is not below the secure sum's collusion tolerance "
+        raise SecureSumError(f"collusion c={collusion} is not below the secure sum's collusion tolerance "
                                f"{tolerance} (threshold t={threshold}): the masks would not hide the inputs")
     if not collusion < threshold:
-        raise CalibrationError(f"collusion c={collusion} ≥ threshold t={threshold}: no honest survivor is guaranteed")
+        raise SecureSumError(f"collusion c={collusion} ≥ threshold t={threshold}: no honest survivor is guaranteed")
 
 
 def share_std(sigma: float, sensitivity: float, threshold: int, collusion: int) -> float:
     """Each member's noise std ``s = σΔ/√(t − c)``: any ``t − c`` honest survivors' noise sums to ``(σΔ)²``."""
     if not (sigma > 0 and math.isfinite(sigma)):
-        raise CalibrationError(f"sigma must be a positive number (noise multiplier), got {sigma}")
+        raise SecureSumError(f"sigma must be a positive number (noise multiplier), got {sigma}")
     if not (sensitivity > 0 and math.isfinite(sensitivity)):
-        raise CalibrationError(f"sensitivity must be a positive number, got {sensitivity}")
+        raise SecureSumError(f"sensitivity must be a positive number, got {sensitivity}")
     if not 0 < collusion < threshold:
-        raise CalibrationError(f"need 0 < c < t, got c={collusion}, t={threshold}")
+        raise SecureSumError(f"need 0 < c < t, got c={collusion}, t={threshold}")
     return float(sigma) * float(sensitivity) / math.sqrt(threshold - collusion)
 
 
@@ -148,5 +148,5 @@ def composed_epsilon(rounds: float, sigma: float, delta: float) -> float:
     return gdp_epsilon(math.sqrt(rounds) / sigma, delta)
 
 
-__all__ = ["CalibrationError", "check_collusion", "share_std", "view_sigma", "gaussian_rdp", "SecureSumView",
+__all__ = ["SecureSumError", "check_collusion", "share_std", "view_sigma", "gaussian_rdp", "SecureSumView",
            "composed_epsilon", "MECHANISM", "VIEW_MODEL"]

@@ -124,6 +124,15 @@ def _go(args, fn) -> int:
 
 
 def cmd_start(args) -> int:
+    from hushnet.runs.spec import SpecError, parse_spec_toml
+
+    try:  # a bad spec is refused here, in one line, before anything connects (the nodes check again)
+        parse_spec_toml(args.spec.read_text())
+    except OSError as exc:
+        return _fail(f"cannot read the run spec {args.spec}: {exc.strerror or exc}")
+    except SpecError as exc:
+        return _fail(str(exc))
+
     async def fn(c):
         if _protocol_of(args.spec) == "central-dpsgd":
             return await _central(c, args)

@@ -27,7 +27,7 @@ import numpy as np
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
-from hushnet.privacy.secure_sum import CalibrationError, SecureSumView, gaussian_rdp, view_sigma
+from hushnet.privacy.secure_sum import SecureSumError, SecureSumView, gaussian_rdp, view_sigma
 from hushnet.protocols.secagg_dpsgd import PROTOCOL, DDPParams, calibrate, round_members
 from hushnet.runs.accounting import ContributionCost
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
@@ -146,7 +146,7 @@ def project_ddp(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any 
         return _refuse(spec, f"{PROTOCOL} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}")
     try:
         view = spec_view(spec)
-    except (CalibrationError, ValueError, TypeError) as exc:
+    except (SecureSumError, ValueError, TypeError) as exc:
         return _refuse(spec, f"{PROTOCOL} parameters: {exc}")
     secure = ddp_params(spec).get("aggregation", "secure") == "secure"
     sigma = view.sigma if secure else view.sigma / math.sqrt(view.honest_survivors)

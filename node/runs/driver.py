@@ -38,6 +38,12 @@ log = logging.getLogger("hushnet.runs")
 
 SendFn = Callable[[str, bytes], Awaitable[Any]]
 
+#: Envelopes of a run that arrive before the operator's ``run.start`` (a neighbour that was started a
+#: moment earlier and already sent its token) are kept, at most this many and this many bytes per
+#: run, and replayed in order at the start; beyond that they are refused (counted, logged once).
+MAX_EARLY_MESSAGES = 256
+MAX_EARLY_BYTES = 64 * 1024 * 1024
+
 #: states a run goes through at one node
 STATES = ("accepted", "running", "paused", "finished", "closed", "stopped", "cancelled")
 TERMINAL = ("finished", "closed", "stopped", "cancelled")
@@ -118,6 +124,9 @@ class RunDriver:
         self.send_failures = 0
         self.last_step = -1
         self.topped_up = False
+        self._early: list[tuple[str, bytes]] = []  # (sender, payload) received before run.start
+        self._early_bytes = 0
+        self.early_dropped = 0
 
     # ------------------------------------------------------------------ event stream
     def _emit(self, kind: str, **fields: Any) -> None:
@@ -141,23 +150,47 @@ class RunDriver:
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
-        """Deliver ``RunStarted`` (idempotent: a neighbour's first message may have started us already)."""
+        """Deliver ``RunStarted`` — only the operator's ``run.start`` calls this (idempotent) — then
+        replay, in arrival order, the envelopes neighbours sent before it arrived."""
         if self.state != "accepted":
             return
         self.state = "running"
         self.timings.started = time.time()
         self._emit("started")
         self._execute(self.machine.handle(RunStarted()))
+        early, self._early, self._early_bytes = self._early, [], 0
+        for sender, payload in early:
+            if self.state in TERMINAL:
+                break
+            self.messages_in += 1
+            # a fault here cannot be returned to its sender any more: it is recorded (event, report)
+            self._execute(self.machine.handle(MessageArrived(self.vertex_of[sender], payload)))
 
     def on_message(self, sender: str, payload: bytes) -> None:
-        """An authenticated envelope of this run from ``sender``; raises :class:`RunRefused` on a fault."""
+        """An authenticated envelope of this run from ``sender``; raises :class:`RunRefused` on a fault.
+
+        Before the operator's ``run.start`` nothing reaches the machine: a neighbour cannot start a run
+        here (and make this node charge its ledger and send its data) by sending anything for it.  The
+        envelope is buffered for the start instead — a started neighbour's token legitimately races
+        ahead of our own ``run.start`` — up to :data:`MAX_EARLY_MESSAGES` / :data:`MAX_EARLY_BYTES`.
+        """
         if self.state in TERMINAL:
             raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
         src = self.vertex_of.get(sender)
         if src is None:
             raise RunRefused("unknown-sender", f"{sender} is not a vertex of run {self.run_id}'s graph")
-        if self.state == "accepted":  # the operator started the run; our start call is still on its way
-            self.start()
+        if self.state == "accepted":
+            if len(self._early) < MAX_EARLY_MESSAGES and self._early_bytes + len(payload) <= MAX_EARLY_BYTES:
+                self._early.append((sender, bytes(payload)))
+                self._early_bytes += len(payload)
+                return
+            self.early_dropped += 1
+            if self.early_dropped == 1:
+                log.warning("run %s at %s: more than %d envelopes (or %d bytes) arrived before it was started; "
+                            "refusing further ones until run.start (count in run status: early_dropped)",
+                            self.run_id, self.node_id, MAX_EARLY_MESSAGES, MAX_EARLY_BYTES)
+            raise RunRefused("not-started", f"run {self.run_id} has not been started at {self.node_id} yet "
+                                            f"and {len(self._early)} early envelopes are already waiting")
         self.messages_in += 1
         faults = self._execute(self.machine.handle(MessageArrived(src, payload)))
         if faults:
@@ -336,6 +369,7 @@ class RunDriver:
         self.state = "cancelled"
         self.reason = reason
         self.timings.closed = time.time()
+        self._early, self._early_bytes = [], 0  # never started: what neighbours sent early is dropped
         self.shutdown()
         self._emit("cancelled", reason=reason)
 
@@ -389,7 +423,8 @@ class RunDriver:
         return {"run_id": self.run_id, "node": self.node_id, "vertex": self.vertex, "state": self.state,
                 "reason": self.reason, "step": self.last_step, "contributions": self.contributions,
                 "protocol": self.spec.protocol, "steps": self.spec.total_steps(), "holds_model": self.model is not None,
-                "deviations": len(self.deviations), "faults": len(self.faults), "events": len(self.events)}
+                "deviations": len(self.deviations), "faults": len(self.faults), "events": len(self.events),
+                "early_buffered": len(self._early), "early_dropped": self.early_dropped}
 
     def report(self) -> dict[str, Any]:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values

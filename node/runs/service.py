@@ -42,7 +42,7 @@ from hushnet.families import FAMILIES, family_of
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
-from hushnet.runs.spec import SignedRunSpec, SpecError, verify_spec
+from hushnet.runs.spec import SignedRunSpec, SpecError, loads_bounded, verify_spec
 from hushnet.tasks.base import TaskError
 from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
@@ -132,6 +132,12 @@ class RunService:
         run_id = signed.spec.run_id
         if run_id in self.runs:
             r = self.runs[run_id]
+            try:  # a resubmission proves its signature again: the run id alone is public
+                self._verify(signed)
+            except SpecError as exc:
+                log.info("refused resubmission of run %s: %s", run_id, exc)
+                return _json({"node": self.node.node_id, "run_id": run_id, "accept": False,
+                              "reason": f"resubmission refused: {exc}", "state": r.state})
             return _json({"node": self.node.node_id, "run_id": run_id, "accept": True, "reason": "already accepted",
                           "state": r.state, **{k: v for k, v in r.decision.items() if k != "row"}})
         decision = await asyncio.get_running_loop().run_in_executor(None, self._decide, signed)
@@ -223,7 +229,9 @@ class RunService:
                 "_spec": spec, "_machine": machine, "_cost": cost, "_W": W, "_public_eval": public_eval}
 
     def _run(self, payload: bytes) -> tuple[RunDriver, dict[str, Any]]:
-        args = json.loads(payload or b"{}")
+        args = loads_bounded(payload or b"{}", "run command arguments")
+        if not isinstance(args, dict):
+            raise ValueError("run command arguments must be a JSON object")
         run_id = str(args.get("run_id", ""))
         run = self.runs.get(run_id)
         if run is None:

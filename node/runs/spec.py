@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -39,6 +40,17 @@ CONSTRAINTS = ("strict", "proof")
 #: where a node's DP noise and walk randomness come from (see :meth:`RunSpec.node_rng`)
 NOISE_SOURCES = ("secret", "public-seed")
 
+
+#: Largest network a run may name (vertices; the papers' experiments go to 4000, hypercube:12 is 4096).  Checked on the spec string *before* the graph is
+#: built: a node must not spend a minute of CPU or gigabytes (``hypercube:20``, ``complete:10^6``)
+#: only to find out that the spec does not fit.  docs/runs.md ("Limits") documents these.
+MAX_RUN_NODES = 8192
+#: Longest run (walk steps, or rounds·n for ring protocols, or a contribution cap): per-step state
+#: is kept by several machines and accountants, so 10^12 steps would exhaust every node's memory.
+MAX_RUN_STEPS = 1_000_000
+#: Deepest JSON nesting a node parses from the wire (a spec is 3 levels deep; task/protocol
+#: parameters add a few); deeper documents are refused before ``json.loads`` recurses.
+MAX_JSON_DEPTH = 32
 
 class SpecError(ValueError):
     """A run spec that is malformed or inconsistent (the node refuses it with this message)."""
@@ -122,7 +134,13 @@ class RunSpec:
         """The bytes that are signed: canonical JSON of every field except ``run_id`` (derived from them)."""
         d = self.to_dict()
         d.pop("run_id")
-        return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        try:
+            return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError:  # NaN/inf somewhere (a spec built in code, not through spec_from_dict)
+            raise SpecError(f"invalid run spec: {', '.join(_non_finite(d)) or 'a value'} must be a finite number "
+                            "(NaN and infinity are refused)") from None
+        except RecursionError:
+            raise SpecError(f"invalid run spec: parameters nested deeper than {MAX_JSON_DEPTH} levels") from None
 
     def with_run_id(self) -> "RunSpec":
         """Fill ``run_id`` from the content hash when empty (the same spec always gets the same id)."""
@@ -169,13 +187,25 @@ class RunSpec:
         from hushnet.tasks.values import HistogramTask, SumTask
 
         errs: list[str] = []
+        bad = _non_finite(self.to_dict())
+        if bad:
+            errs.append(f"{', '.join(bad)} must be a finite number (NaN and infinity are refused)")
         if self.protocol not in protocols():
             errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(protocols()))})")
         n = 0
-        try:
-            n = parse_graph(self.graph).n
-        except (GraphSpecError, ValueError, OSError) as exc:
-            errs.append(f"graph {self.graph!r}: {exc}")
+        order = graph_order(self.graph) if isinstance(self.graph, str) else None
+        if order is not None and order > MAX_RUN_NODES:  # refused from the string: never build it
+            errs.append(f"graph {self.graph} has {order} vertices, more than the limit of {MAX_RUN_NODES} "
+                        "vertices per run")
+        else:
+            try:
+                n = parse_graph(self.graph).n
+            except (GraphSpecError, ValueError, OSError) as exc:
+                errs.append(f"graph {self.graph!r}: {exc}")
+            if n > MAX_RUN_NODES:  # edge lists: known only once read
+                errs.append(f"graph {self.graph} has {n} vertices, more than the limit of {MAX_RUN_NODES} "
+                            "vertices per run")
+                n = 0
         if self.weights not in ("hamilton", "paper"):
             errs.append(f"weights must be 'hamilton' or 'paper', got {self.weights!r}")
         if self.view_model not in VIEW_MODELS:
@@ -196,10 +226,26 @@ class RunSpec:
         if self.protocol in RING_PROTOCOLS:
             if not (isinstance(self.rounds, int) and self.rounds >= 1):
                 errs.append(f"{self.protocol} needs rounds >= 1")
+            elif n and self.rounds * n > MAX_RUN_STEPS:
+                errs.append(f"rounds = {self.rounds} on {n} nodes makes {self.rounds * n} steps, more than the limit "
+                            f"of {MAX_RUN_STEPS} steps per run")
             if not self.graph.startswith("ring:"):
                 errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
         elif not (isinstance(self.steps, int) and self.steps >= 1):
             errs.append("steps must be an integer >= 1")
+        elif self.steps > MAX_RUN_STEPS:
+            errs.append(f"steps = {self.steps} is more than the limit of {MAX_RUN_STEPS} steps per run")
+        if isinstance(self.rounds, int) and self.rounds > MAX_RUN_STEPS and self.protocol not in RING_PROTOCOLS:
+            errs.append(f"rounds = {self.rounds} is more than the limit of {MAX_RUN_STEPS} per run")
+        pp = self.protocol_params if isinstance(self.protocol_params, dict) else {}
+        for key in ("rounds", "steps", "K"):  # gossip protocols take their length from here
+            v = pp.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_RUN_STEPS:
+                errs.append(f"protocol_params.{key} = {v} is more than the limit of {MAX_RUN_STEPS} per run")
+        ks = pp.get("ks")
+        if isinstance(ks, list) and (len(ks) > MAX_RUN_STEPS or sum(
+                k for k in ks if isinstance(k, (int, float)) and not isinstance(k, bool)) > MAX_RUN_STEPS):
+            errs.append(f"protocol_params.ks adds up to more than the limit of {MAX_RUN_STEPS} rounds per run")
         if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd", "secagg-dpsgd") and not self.graph.startswith("complete:"):
             errs.append(f"{self.protocol} runs on the complete graph: graph must be 'complete:N'")
         if self.protocol in GRADIENT_PROTOCOLS:
@@ -211,8 +257,8 @@ class RunSpec:
             errs.append("sigma must be > 0 (a run without noise is not private)")
         if self.protocol in HIST_PROTOCOLS and not (self.gamma is not None and 0 < self.gamma < 1):
             errs.append(f"{self.protocol} needs gamma in (0, 1)")
-        if self.cap is not None and not (isinstance(self.cap, int) and self.cap >= 1):
-            errs.append("cap must be an integer >= 1 when given")
+        if self.cap is not None and not (isinstance(self.cap, int) and 1 <= self.cap <= MAX_RUN_STEPS):
+            errs.append(f"cap must be an integer in 1..{MAX_RUN_STEPS} when given")
         if n and not 0 <= self.start < n:
             errs.append(f"start node {self.start} outside 0..{n - 1}")
         if resolve_task:
@@ -234,6 +280,69 @@ class RunSpec:
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _non_finite(d: Any, prefix: str = "") -> list[str]:
+    """Dotted names of every NaN/±inf float in a (nested) spec dict: JSON cannot carry them, and no
+    accountant can project a loss from them, so they are refused by name rather than crash a hash."""
+    out: list[str] = []
+    stack = [(prefix, d)]
+    while stack:  # iterative: a hostile document must not recurse the interpreter
+        name, x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend((f"{name}.{k}" if name else str(k), v) for k, v in x.items())
+        elif isinstance(x, (list, tuple)):
+            stack.extend((f"{name}[{i}]", v) for i, v in enumerate(x))
+        elif isinstance(x, float) and not math.isfinite(x):
+            out.append(f"{name} = {x}")
+    return sorted(out)
+
+
+def _count(text: str, what: str, spec: str) -> int:
+    if not re.fullmatch(r"\s*\d{1,12}\s*", text):
+        raise ValueError(f"{spec!r}: {what} must be a non-negative integer")
+    return int(text)
+
+
+def graph_order(graph: str) -> int | None:
+    """Number of vertices named by a graph spec string, computed from the string alone (no graph is
+    built); ``None`` when the string does not say (edge lists, malformed specs: ``parse_graph`` reports)."""
+    family, _, rest = graph.partition(":")
+    family, args = family.strip().lower(), rest.split(":")
+    try:
+        if family in ("complete", "ring", "er", "regular", "geometric"):
+            return _count(args[0], "N", graph)
+        if family == "hypercube":
+            d = _count(args[0], "D", graph)
+            return 2**d if d <= 64 else 2**64
+        if family == "grid":
+            m = re.fullmatch(r"\s*(\d{1,12})x(\d{1,12})\s*", args[0].lower())
+            return None if m is None else int(m.group(1)) * int(m.group(2))
+        if family == "sbm":
+            return sum(_count(x, "block size", graph) for x in args[0].split(","))
+    except ValueError:
+        return None
+    return None
+
+
+def loads_bounded(data: bytes | str, what: str = "JSON document", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` that refuses documents nested deeper than ``max_depth`` *before* parsing them.
+
+    ``json.loads`` recurses once per level, so a 100 000-deep array from the wire raises
+    ``RecursionError`` (a crash, not a refusal).  Strings are blanked first (brackets inside them do
+    not nest), then the depth is a running sum over the brackets, vectorised.
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    blanked = re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', raw)
+    b = np.frombuffer(blanked, dtype=np.uint8)
+    step = (np.isin(b, (ord("["), ord("{"))).astype(np.int64) - np.isin(b, (ord("]"), ord("}"))).astype(np.int64))
+    depth = int(np.cumsum(step).max()) if step.size else 0
+    if depth > max_depth:
+        raise SpecError(f"{what} nested {depth} levels deep, more than the limit of {max_depth}")
+    try:
+        return json.loads(raw)
+    except RecursionError:  # unbalanced tricks the scan missed: still a refusal, not a crash
+        raise SpecError(f"{what} nested deeper than the limit of {max_depth}") from None
 
 
 # ---- TOML ---------------------------------------------------------------------------------------
@@ -260,6 +369,9 @@ def spec_from_dict(d: dict[str, Any]) -> RunSpec:
         extra = set()
     if extra:
         raise SpecError(f"unknown top-level table(s) {sorted(extra)} (expected [run], [task], [budget])")
+    bad = _non_finite({**run, "budget": budget, "task": task_params})
+    if bad:
+        raise SpecError(f"invalid run spec: {', '.join(bad)} must be a finite number (NaN and infinity are refused)")
     unknown = set(run) - _RUN_KEYS
     if unknown:
         raise SpecError(f"unknown key(s) in [run]: {sorted(unknown)}")
@@ -311,9 +423,11 @@ class SignedRunSpec:
     @classmethod
     def from_bytes(cls, data: bytes) -> "SignedRunSpec":
         try:
-            d = json.loads(data)
+            d = loads_bounded(data, "signed run spec")
             spec = spec_from_dict(d["spec"])
             sig = base64.b64decode(d["signature"], validate=True)
+        except SpecError:
+            raise
         except (ValueError, KeyError, TypeError) as exc:
             raise SpecError(f"not a signed run spec: {exc}") from exc
         return cls(spec, sig, str(d.get("certificate", "")).encode())

@@ -10,7 +10,7 @@ import pytest
 
 from ddp_helpers import renyi_gaussian_numeric
 from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon
-from hushnet.privacy.secure_sum import CalibrationError, SecureSumView, check_collusion, share_std, view_sigma
+from hushnet.privacy.secure_sum import SecureSumError, SecureSumView, check_collusion, share_std, view_sigma
 from hushnet.runs.spec import Budget, RunSpec
 
 
@@ -26,7 +26,7 @@ def test_share_std_makes_any_t_minus_c_honest_survivors_meet_the_target() -> Non
 @pytest.mark.parametrize("c,t,tol,msg", [(0, 5, 4, "< 1"), (4, 5, 4, "not below the secure sum's collusion tolerance"),
                                           (2, 2, 9, "no honest survivor"), (1.5, 5, 4, "integer")])
 def test_bad_collusion_is_refused_with_one_line(c, t, tol, msg) -> None:
-    with pytest.raises(CalibrationError, match=msg) as ei:
+    with pytest.raises(SecureSumError, match=msg) as ei:
         check_collusion(t, c, tol)
     assert "\n" not in str(ei.value)
 
