@@ -158,3 +158,37 @@ def test_dispatch_follows_the_effects_class():
     execute([Send(0, b"")], b)
     execute([Send(0, b"")], a)
     assert [n for n, _ in a.calls] == ["send", "send"] and [n for n, _ in b.calls] == ["other-send"]
+
+
+def test_every_driver_provides_every_effect():
+    """The five drivers each implement all effects, so no action kind can be silently dropped by one."""
+    from hushnet.client.central import _AggregatorEffects
+    from hushnet.runs.central_runs import _GradientEffects
+    from hushnet.runs.driver import NodeEffects
+    from hushnet.sim.loopback import _NodeEffects
+    from hushnet.sim.simulator import _SimEffects
+
+    for cls in (_SimEffects, _NodeEffects, NodeEffects, _GradientEffects, _AggregatorEffects):
+        for name in EFFECT_OF.values():
+            impl = getattr(cls, name, None)
+            assert callable(impl) and impl is not getattr(Effects, name), f"{cls.__qualname__} lacks {name}"
+
+
+def test_operator_aggregator_effects_stop_on_a_fault_or_an_action_it_never_emits():
+    """run_central's effects: requests queue for the awaited control call, a fault or a timer/charge/pause
+    stops the run with a reason (never ignored), a finish keeps the model."""
+    from hushnet.client.central import _AggregatorEffects
+
+    fx = _AggregatorEffects()
+    assert execute([Metric("model", np.ones(2), 1, 4), Send(2, b"req")], fx) is True
+    assert fx.requests == [(2, b"req")] and fx.state == "running"
+    assert execute([Finish(4, 3, np.arange(2.0))], fx) and fx.state == "finished" and fx.step == 3
+    np.testing.assert_array_equal(fx.model, [0.0, 1.0])
+    for act in (SetTimer("t", 1.0), CancelTimer("t"), Paused(4, 1, "x"),
+                LedgerEntry(4, 1, "gradient", "sender-known", 1.0, 1.0, 1.0, "central-dpsgd", "r")):
+        fx = _AggregatorEffects()
+        assert execute([act, Send(0, b"after")], fx) is False
+        assert fx.state == "stopped" and type(act).__name__ in fx.reason and not fx.requests
+    fx = _AggregatorEffects()
+    assert execute([Fault(4, MalformedMessage("bad reply")), Send(0, b"after")], fx) is False
+    assert fx.state == "stopped" and "bad reply" in fx.reason and fx.faults[0]["message"] == "bad reply"
