@@ -164,6 +164,7 @@ class Simulator:
         events = 0
         now = 0.0
         pop = heapq.heappop
+        run_actions = execute
 
         # event tuples: (time, seq, node, kind, a, b); kind 0 start, 1 message(src, bytes), 2 timer(name, gen)
         for v in range(len(machines)):
@@ -197,13 +198,11 @@ class Simulator:
                 del timer_gen[(v, a)]
                 acts = machines[v].handle(TimerFired(a))
             events += 1
-            fx.node, fx.now = v, now
-            execute(acts, fx)
-            if fx.over:
-                status = "finished"
-                break
-            if fx.paused_stop:
-                status = "paused"
+            fx.node = v
+            fx.now = now
+            run_actions(acts, fx)
+            if fx.stop:  # one check per event on the hot path; which stop it was comes after
+                status = "finished" if fx.over else "paused"
                 break
             if stop_on_fault and fx.faults:
                 status = "faulted"
@@ -238,6 +237,7 @@ class Simulator:
 
 
 FINISH_RULES = ("first", "all")
+_push = heapq.heappush
 
 
 class _SimEffects:
@@ -247,7 +247,7 @@ class _SimEffects:
 
     __slots__ = ("heap", "seq", "node", "now", "lat", "use_env", "protocol", "run_id", "env_seq", "timer_gen",
                  "ledgers", "metrics", "deviations", "pauses", "faults", "last_finish", "finishes", "messages",
-                 "on_metric", "dead", "stop_on_pause", "paused_stop", "wait_all", "awaited", "over")
+                 "on_metric", "dead", "stop_on_pause", "paused_stop", "wait_all", "awaited", "over", "stop")
 
     def __init__(self, sim: Simulator, stop_on_pause: bool, wait_all: bool) -> None:
         self.heap: list = []
@@ -275,6 +275,7 @@ class _SimEffects:
         # "all": every node not down for good (a node that comes back is live and must finish too)
         self.awaited = {v for v in range(len(sim.machines)) if not (v in sim._dead and sim._dead[v][1] == float("inf"))}
         self.over = False
+        self.stop = False  # over or paused_stop: the event loop ends after this batch
 
     def push(self, at: float, node: int, kind: int, a: object, b: object) -> None:
         heapq.heappush(self.heap, (at, self.seq, node, kind, a, b))
@@ -290,13 +291,13 @@ class _SimEffects:
         else:
             data = act.payload
         seq = self.seq
-        heapq.heappush(self.heap, (self.now + self.lat, seq, act.dst, 1, v, data))
+        _push(self.heap, (self.now + self.lat, seq, act.dst, 1, v, data))
         self.seq = seq + 1
 
     def set_timer(self, act: SetTimer) -> None:
         seq, v = self.seq, self.node
         self.timer_gen[(v, act.name)] = seq
-        heapq.heappush(self.heap, (self.now + act.delay, seq, v, 2, act.name, seq))
+        _push(self.heap, (self.now + act.delay, seq, v, 2, act.name, seq))
         self.seq = seq + 1
 
     def cancel_timer(self, act: CancelTimer) -> None:
@@ -317,7 +318,7 @@ class _SimEffects:
         self.pauses.append(act)
         now = self.now
         if self.stop_on_pause and not any(now < b < float("inf") for _, b in self.dead.values()):
-            self.paused_stop = True  # nothing scheduled can bring the neighbour back: stop here
+            self.paused_stop = self.stop = True  # nothing scheduled can bring the neighbour back: stop here
             return False
         return True
 
@@ -328,4 +329,4 @@ class _SimEffects:
         self.last_finish = act
         self.finishes[act.node] = act
         if not self.wait_all or self.awaited <= self.finishes.keys():
-            self.over = True
+            self.over = self.stop = True
