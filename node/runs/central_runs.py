@@ -35,8 +35,8 @@ from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp, register_command, register_cost, register_projector
-from hushnet.runs.driver import NodeEffects, RunDriver
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
+from hushnet.runs.driver import NodeEffects, RunDriver  # noqa: I001 - kept apart from the accounting imports
 
 PROTOCOL = "central-dpsgd"
 LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
@@ -95,6 +95,30 @@ def central_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W
                                 "the aggregator is trusted and sees clipped gradients)", row, delta, "certified", details)
 
 
+class _GradientEffects(NodeEffects):
+    """The node's effects, except that the reply to the aggregator is returned to the operator's call
+    (not queued to a peer), a fault stops the batch, and a Finish is refused (a client never finishes)."""
+
+    def __init__(self, driver: RunDriver, aggregator: int) -> None:
+        super().__init__(driver)
+        self.aggregator = aggregator
+        self.reply: bytes | None = None
+
+    def send(self, act: Send) -> None:
+        if act.dst == self.aggregator:
+            self.reply = act.payload
+            self.driver.messages_out += 1
+        else:
+            super().send(act)
+
+    def fault(self, act: Fault) -> bool:
+        super().fault(act)
+        return False
+
+    def finish(self, act: Finish) -> None:
+        raise RunRefused("protocol-error", "central client emitted Finish")
+
+
 async def c_gradient(service, payload: bytes) -> bytes:
     """``run.gradient``: the operator's aggregator asks this node for its clipped gradient at one step.
 
@@ -119,34 +143,11 @@ async def c_gradient(service, payload: bytes) -> bytes:
             err = fx.faults[0].error
             raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
         raise RunRefused("budget", f"{run.node_id}: {run.reason}")  # the charge was refused: no gradient left
-    if fx.reply is None:
+    reply = fx.reply
+    if reply is None:
         raise RunRefused("protocol-error", "the central client produced no gradient reply")
     run.note_progress(int(run.machine.last_step))
-    return json.dumps({"node": run.node_id, "reply_b64": base64.b64encode(fx.reply).decode()}).encode()
-
-
-class _GradientEffects(NodeEffects):
-    """The node's effects, except that the reply to the aggregator is returned to the operator's call
-    (not queued to a peer), a fault stops the batch, and a Finish is refused (a client never finishes)."""
-
-    def __init__(self, driver: RunDriver, aggregator: int) -> None:
-        super().__init__(driver)
-        self.aggregator = aggregator
-        self.reply: bytes | None = None
-
-    def send(self, act: Send) -> None:
-        if act.dst == self.aggregator:
-            self.reply = act.payload
-            self.driver.messages_out += 1
-        else:
-            super().send(act)
-
-    def fault(self, act: Fault) -> bool:
-        super().fault(act)
-        return False
-
-    def finish(self, act: Finish) -> None:
-        raise RunRefused("protocol-error", "central client emitted Finish")
+    return json.dumps({"node": run.node_id, "reply_b64": base64.b64encode(reply).decode()}).encode()
 
 
 class RunRefused(ValueError):
