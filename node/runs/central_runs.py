@@ -36,7 +36,7 @@ from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import LedgerEntry as PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp, register_command, register_cost, register_projector
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
-from hushnet.runs.driver import NodeEffects, RunDriver  # noqa: I001 - kept apart from the accounting imports
+from hushnet.runs.driver import NodeEffects, RunDriver
 
 PROTOCOL = "central-dpsgd"
 LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
