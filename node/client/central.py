@@ -2,7 +2,8 @@
 
 The aggregator is the sans-IO :class:`~hushnet.protocols.central.CentralAggregator`, run here, in the
 operator's process, by the same event rules as the simulator: ``RunStarted``, then every reply as
-``MessageArrived(node, reply)``; its actions become effects through :func:`hushnet.engine.execute.execute`.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
+``MessageArrived(node, reply)``; its actions become effects through
+:func:`hushnet.engine.execute.execute`.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
 command over the operator's authenticated control channel (mutual TLS, operator certificate of the
 network's CA); the node's :class:`~hushnet.protocols.central.CentralClient` charges its ledger and
 answers with its clipped gradient.  The aggregator adds the noise and keeps the model: the final
