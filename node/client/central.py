@@ -2,7 +2,8 @@
 
 The aggregator is the sans-IO :class:`~hushnet.protocols.central.CentralAggregator`, run here, in the
 operator's process, by the same event rules as the simulator: ``RunStarted``, then every reply as
-``MessageArrived(node, reply)``.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
+``MessageArrived(node, reply)``; its actions become effects through
+:func:`hushnet.engine.execute.execute`.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
 command over the operator's authenticated control channel (mutual TLS, operator certificate of the
 network's CA); the node's :class:`~hushnet.protocols.central.CentralClient` charges its ledger and
 answers with its clipped gradient.  The aggregator adds the noise and keeps the model: the final
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from hushnet.engine.actions import Fault, Finish, Metric, Send
+from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
 from hushnet.engine.events import MessageArrived, RunStarted
+from hushnet.engine.execute import execute
 from hushnet.engine.protocol import NodeContext
 from hushnet.protocols.central import CentralAggregator, CentralParams
 from hushnet.runs.central_runs import GRADIENT_COMMAND, LABEL
@@ -91,40 +93,36 @@ async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=spec.steps, desc=f"{spec.run_id} ({LABEL})", unit="step")
-    state, reason, model, step = "running", "", None, 0
+    fx = _AggregatorEffects()
+    step = 0
     try:
-        pending = agg.handle(RunStarted())
-        while pending:
-            acts, pending = pending, []
-            for act in acts:
-                if isinstance(act, Send):
-                    node = ids[act.dst]
-                    requests[node] += 1
-                    try:
-                        r = await client._control(node, GRADIENT_COMMAND, {
-                            "run_id": spec.run_id, "request_b64": base64.b64encode(act.payload).decode()},
-                            timeout=request_timeout)
-                    except ClientError as exc:
-                        state, reason = "stopped", f"{node}: {exc}"
-                        break
-                    pending = agg.handle(MessageArrived(act.dst, base64.b64decode(r["reply_b64"])))
-                elif isinstance(act, Fault):
-                    state, reason = "stopped", f"aggregator refused a reply: {act.error}"
+        acts = agg.handle(RunStarted())
+        while True:
+            execute(acts, fx)
+            acts = []
+            while fx.state == "running" and fx.requests:
+                dst, request = fx.requests.pop(0)
+                node = ids[dst]
+                requests[node] += 1
+                try:
+                    r = await client._control(node, GRADIENT_COMMAND, {
+                        "run_id": spec.run_id, "request_b64": base64.b64encode(request).decode()},
+                        timeout=request_timeout)
+                except ClientError as exc:
+                    fx.state, fx.reason = "stopped", f"{node}: {exc}"
                     break
-                elif isinstance(act, Finish):
-                    state, model, step = "finished", np.asarray(act.model, dtype=np.float64).copy(), int(act.step)
-                elif isinstance(act, Metric):
-                    pass  # model snapshots are not released (snapshot_every is 0 here)
-            step = max(step, agg.step)
+                acts += agg.handle(MessageArrived(dst, base64.b64decode(r["reply_b64"])))
+            step = max(step, fx.step, agg.step)
             if bar is not None:
                 bar.update(max(0, step - bar.n))
             elif callable(progress):
                 progress(step, spec.steps)
-            if state != "running":
+            if fx.state != "running" or not acts:
                 break
     finally:
         if bar is not None:
             bar.close()
+    state, reason, model = fx.state, fx.reason, fx.model
     if state == "running":  # the machine went quiet without finishing: never silent
         state, reason = "stopped", f"aggregator stalled at step {agg.step}"
     if state == "finished":
@@ -132,7 +130,60 @@ async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | 
         client._central_models[spec.run_id] = model
     else:
         await client._all("run.cancel", {"run_id": spec.run_id, "reason": reason}, nodes=ids)
-    return CentralOutcome(spec.run_id, state, step, spec.steps, model, requests, time.monotonic() - t0, reason)
+    return CentralOutcome(spec.run_id, state, step, spec.steps, model, requests, time.monotonic() - t0, reason,
+                          deviations=fx.deviations, faults=fx.faults)
+
+
+class _AggregatorEffects:
+    """The operator-side effects of the aggregator machine (see :mod:`hushnet.engine.execute`).
+
+    A ``Send`` is a gradient request, queued here and carried out by :func:`run_central` as a
+    ``run.gradient`` control call (an await, which an effect cannot do); ``Finish`` keeps the model;
+    a ``Fault`` stops the run.  Metrics are not released (``snapshot_every`` is 0 here).  The
+    aggregator uses no timers, no ledger and never pauses: such an action stops the run with a
+    reason rather than being ignored.
+    """
+
+    def __init__(self) -> None:
+        self.state, self.reason = "running", ""
+        self.model: np.ndarray | None = None
+        self.step = 0
+        self.requests: list[tuple[int, bytes]] = []
+        self.deviations: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] = []
+
+    def _unsupported(self, act: object) -> bool:
+        self.state, self.reason = "stopped", f"the aggregator emitted {type(act).__name__}, which it never should"
+        return False
+
+    def send(self, act: Send) -> None:
+        self.requests.append((act.dst, act.payload))
+
+    def set_timer(self, act: SetTimer) -> bool:
+        return self._unsupported(act)
+
+    def cancel_timer(self, act: CancelTimer) -> bool:
+        return self._unsupported(act)
+
+    def charge(self, act: LedgerEntry) -> bool:
+        return self._unsupported(act)
+
+    def pause(self, act: Paused) -> bool:
+        return self._unsupported(act)
+
+    def metric(self, act: Metric) -> None:
+        pass  # model snapshots are not released
+
+    def deviation(self, act: Deviation) -> None:
+        self.deviations.append({"step": int(act.step), "reason": act.reason})
+
+    def fault(self, act: Fault) -> bool:
+        self.faults.append({"code": getattr(act.error, "code", "protocol-error"), "message": str(act.error)})
+        self.state, self.reason = "stopped", f"aggregator refused a reply: {act.error}"
+        return False
+
+    def finish(self, act: Finish) -> None:
+        self.state, self.model, self.step = "finished", np.asarray(act.model, dtype=np.float64).copy(), int(act.step)
 
 
 def outcome_json(o: CentralOutcome) -> str:

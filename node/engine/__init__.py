@@ -12,10 +12,13 @@ Driving a machine (what :mod:`hushnet.sim` does, and what the gRPC node driver m
 2. deliver :class:`RunStarted` once, then every incoming :class:`~hushnet.engine.wire.Envelope` whose
    ``(protocol, run_id)`` match as :class:`MessageArrived` ``(src, payload)`` — ``src`` is the peer the
    transport authenticated — and every expired timer as :class:`TimerFired`;
-3. execute the returned actions in order: ``Send`` → wrap in an envelope (per-destination sequence
-   numbers) and transmit; ``SetTimer``/``CancelTimer`` → the driver's clock; ``LedgerEntry`` → the node's
-   ledger; ``Metric`` → subscribers; ``Deviation``/``Paused``/``Fault`` → the run's report;
-   ``Finish`` → the final model and the end of the run.
+3. execute the returned actions in order with :func:`hushnet.engine.execute.execute` — the one place
+   where actions become effects; the driver only implements :class:`~hushnet.engine.execute.Effects`:
+   ``Send`` → wrap in its transport's envelope (per-destination sequence numbers) and transmit;
+   ``SetTimer``/``CancelTimer`` → the driver's clock; ``LedgerEntry`` → the node's ledger (a refused
+   charge stops the batch); ``Metric`` → subscribers; ``Deviation``/``Paused``/``Fault`` → the run's
+   report; ``Finish`` → the final model and (first Finish or every live node, the driver's rule) the
+   end of the run.
 """
 from hushnet.engine.actions import (
     Action,

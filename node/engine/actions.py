@@ -11,7 +11,8 @@ from hushnet.engine.errors import ProtocolError
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in an :class:`~hushnet.engine.wire.Envelope`)."""
+    """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in its transport's envelope: the
+    engine's :class:`~hushnet.engine.wire.Envelope` in the simulator, the protobuf one on the network)."""
 
     dst: int
     payload: bytes

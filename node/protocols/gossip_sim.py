@@ -6,10 +6,9 @@ Chebyshev γ from the spectral gap, per-step K on fresh Erdős–Rényi graphs, 
 activation schedule — are computed from public inputs only and cached, so n machines of one
 simulated run do not repeat an eigendecomposition.
 
-Every gossip node finishes, not one token holder; the engine's simulator stops at the first
-:class:`~hushnet.engine.actions.Finish`, so :func:`run_gossip` wraps each machine in a small adapter
-that turns a node's Finish into a ``final`` metric and emits one Finish (all models stacked) when
-every node that is still alive has finished.  The machines themselves are untouched.
+Every gossip node finishes, not one token holder: :func:`run_gossip` runs the simulator with
+``finish="all"`` (the run is over when every node that is still alive has finished) and stacks the
+nodes' final models.
 """
 from __future__ import annotations
 
@@ -23,8 +22,6 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from hushnet.engine.actions import Action, Finish, Metric
-from hushnet.engine.events import Event
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
 from hushnet.families.gossip import FAMILY as GOSSIP
@@ -208,46 +205,6 @@ def build_gossip_machines(protocol: str, tasks: Sequence[Task], *, run_seed: int
 # ---- running a whole gossip run in the engine's simulator ---------------------------------------
 
 
-class _Barrier:
-    def __init__(self, n: int, wait_for: set[int]) -> None:
-        self.models: dict[int, np.ndarray | None] = {}
-        self.results: dict[int, dict[str, Any]] = {}
-        self.wait_for = wait_for
-        self.done = False
-
-
-class _AllFinish(Protocol):
-    """Simulation adapter: collect every node's Finish; emit one when all awaited nodes are done."""
-
-    def __init__(self, inner: Protocol, barrier: _Barrier) -> None:
-        super().__init__(inner.ctx)
-        self.inner = inner
-        self.name = inner.name  # type: ignore[misc]
-        self.barrier = barrier
-
-    def handle(self, event: Event) -> list[Action]:
-        acts = self.inner.handle(event)
-        out: list[Action] = []
-        for a in acts:
-            if isinstance(a, Finish):
-                b = self.barrier
-                b.models[a.node] = a.model
-                b.results[a.node] = a.result
-                out.append(Metric("final", a.model, a.step, a.node))
-                if not b.done and b.wait_for <= set(b.models):
-                    b.done = True
-                    out.append(Finish(a.node, a.step, None, {"finished": sorted(b.models)}))
-            else:
-                out.append(a)
-        return out
-
-    def on_start(self) -> list[Action]:  # pragma: no cover - handle() is overridden
-        return []
-
-    def on_message(self, src: int, payload: bytes) -> list[Action]:  # pragma: no cover
-        return []
-
-
 @dataclass
 class GossipRun:
     """A simulated gossip run: the simulator's result, every node's final model (NaN rows for nodes
@@ -265,21 +222,19 @@ class GossipRun:
 
 def run_gossip(machines: Sequence[Protocol], *, latency: float = 1e-3, kill: Sequence[tuple[int, float]] = (),
                until: float = float("inf"), max_events: int = 50_000_000) -> GossipRun:
-    """Run gossip machines in the engine's :class:`~hushnet.sim.Simulator` until every live node finished."""
+    """Run gossip machines in the engine's :class:`~hushnet.sim.Simulator` until every live node finished
+    (``finish="all"``; a node in ``kill`` is down for good from its time on and is not waited for)."""
     n = len(machines)
-    dead = {int(v) for v, _ in kill}
-    barrier = _Barrier(n, set(range(n)) - dead)
-    wrapped = [_AllFinish(m, barrier) for m in machines]
-    sim = Simulator(wrapped, latency=latency, protocol=machines[0].name, run_id=machines[0].ctx.run_id)
+    sim = Simulator(machines, latency=latency, protocol=machines[0].name, run_id=machines[0].ctx.run_id)
     for v, at in kill:
         sim.kill(v, at)
-    res = sim.run(until=until, max_events=max_events)
-    dim = next((m.shape[0] for m in barrier.models.values() if m is not None), getattr(machines[0], "dim", 0))
+    res = sim.run(until=until, max_events=max_events, finish="all")
+    dim = next((f.model.shape[0] for f in res.finishes.values() if f.model is not None), getattr(machines[0], "dim", 0))
     models = np.full((n, dim), np.nan)
-    for v, m in barrier.models.items():
-        if m is not None:
-            models[v] = m
-    return GossipRun(res, models, barrier.results, list(machines))
+    for v, f in res.finishes.items():
+        if f.model is not None:
+            models[v] = f.model
+    return GossipRun(res, models, {v: f.result for v, f in res.finishes.items()}, list(machines))
 
 
 def node_machine(protocol: str, node: int, n: int, task: Task, *, run_seed: int, run_id: str, params: dict[str, Any],

@@ -28,14 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from hushnet.engine.actions import Finish, LedgerEntry, Send
+from hushnet.engine.actions import Fault, Finish, LedgerEntry, Send
 from hushnet.engine.events import MessageArrived
+from hushnet.engine.execute import execute
 from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp
 from hushnet.runs.driver import RunRefused
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
+from hushnet.runs.driver import NodeEffects, RunDriver
 
 PROTOCOL = "central-dpsgd"
 LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
@@ -94,6 +96,30 @@ def central_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W
                                 "the aggregator is trusted and sees clipped gradients)", row, delta, "certified", details)
 
 
+class _GradientEffects(NodeEffects):
+    """The node's effects, except that the reply to the aggregator is returned to the operator's call
+    (not queued to a peer), a fault stops the batch, and a Finish is refused (a client never finishes)."""
+
+    def __init__(self, driver: RunDriver, aggregator: int) -> None:
+        super().__init__(driver)
+        self.aggregator = aggregator
+        self.reply: bytes | None = None
+
+    def send(self, act: Send) -> None:
+        if act.dst == self.aggregator:
+            self.reply = act.payload
+            self.driver.messages_out += 1
+        else:
+            super().send(act)
+
+    def fault(self, act: Fault) -> bool:
+        super().fault(act)
+        return False
+
+    def finish(self, act: Finish) -> None:
+        raise RunRefused("protocol-error", "central client emitted Finish")
+
+
 async def c_gradient(service, payload: bytes) -> bytes:
     """``run.gradient``: the operator's aggregator asks this node for its clipped gradient at one step.
 
@@ -112,24 +138,14 @@ async def c_gradient(service, payload: bytes) -> bytes:
     if run.state == "accepted":
         run.start()
     run.messages_in += 1
-    aggregator = len(run.ids)
-    reply = None
-    for act in run.machine.handle(MessageArrived(aggregator, request)):
-        if isinstance(act, Send) and act.dst == aggregator:
-            reply = act.payload
-            run.messages_out += 1
-        elif isinstance(act, LedgerEntry):
-            if not run._charge(act):
-                raise RunRefused("budget", f"{run.node_id}: {run.reason}")
-        elif isinstance(act, Finish):  # a client never finishes; refuse rather than mis-handle it
-            raise RunRefused("protocol-error", "central client emitted Finish")
-        else:
-            faults = run._execute([act])
-            if faults:
-                err = faults[0].error
-                raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
+    fx = _GradientEffects(run, aggregator=len(run.ids))
+    if not execute(run.machine.handle(MessageArrived(fx.aggregator, request)), fx):
+        if fx.faults:
+            err = fx.faults[0].error
+            raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
+        raise RunRefused("budget", f"{run.node_id}: {run.reason}")  # the charge was refused: no gradient left
+    reply = fx.reply
     if reply is None:
         raise RunRefused("protocol-error", "the central client produced no gradient reply")
-    run.last_step = max(run.last_step, int(run.machine.last_step))
-    run._emit("progress", step=run.last_step, contributions=run.contributions)
+    run.note_progress(int(run.machine.last_step))
     return json.dumps({"node": run.node_id, "reply_b64": base64.b64encode(reply).decode()}).encode()

@@ -6,7 +6,8 @@ machine, the same per-node generator, the same event order rules —
 * ``RunStarted`` once, then every envelope of this run as ``MessageArrived(src_vertex, payload)``
   where ``src_vertex`` is the vertex of the peer the transport *authenticated* (mutual TLS, the
   certificate names the sender), and every expired timer as ``TimerFired``;
-* actions executed in order: ``Send`` → per-destination FIFO queue → ``Node.send``;
+* actions executed in order by :func:`hushnet.engine.execute.execute` with this driver's
+  :class:`NodeEffects`: ``Send`` → per-destination FIFO queue → ``Node.send``;
   ``SetTimer``/``CancelTimer`` → the event loop's clock; ``LedgerEntry`` → a charge on the node's
   persistent :class:`~hushnet.privacy.ledger.Ledger` (refused charge ⇒ the rest of the actions,
   in particular the ``Send`` carrying the contribution, are dropped and the run stops here: the
@@ -28,6 +29,7 @@ import numpy as np
 
 from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
@@ -205,65 +207,16 @@ class RunDriver:
 
     # ------------------------------------------------------------------ actions
     def _execute(self, actions: list) -> list[Fault]:
-        faults: list[Fault] = []
-        loop = asyncio.get_event_loop()
-        for act in actions:
-            cls = act.__class__
-            if cls is Send:
-                self._enqueue(self.ids[act.dst], act.payload)
-            elif cls is LedgerEntry:
-                if not self._charge(act):
-                    return faults  # contribution refused: nothing after it (its Send) is executed
-            elif cls is SetTimer:
-                old = self._timers.pop(act.name, None)
-                if old is not None:
-                    old.cancel()
-                self._timers[act.name] = loop.call_later(act.delay, self._fire, act.name)
-            elif cls is CancelTimer:
-                h = self._timers.pop(act.name, None)
-                if h is not None:
-                    h.cancel()
-            elif cls is Metric:
-                if act.name == "step":
-                    self.last_step = max(self.last_step, int(act.step))
-                    self._emit("progress", step=int(act.step), contributions=self.contributions)
-                elif act.name == "resumed":
-                    if self.state == "paused":
-                        self.state = "running"
-                    self._emit("resumed", step=int(act.step))
-                elif isinstance(act.value, (int, float, np.floating, np.integer)):
-                    self._emit("metric", name=act.name, value=float(act.value), step=int(act.step))
-            elif cls is Deviation:
-                d = {"node": self.ids[act.node] if act.node < len(self.ids) else act.node, "step": act.step,
-                     "reason": act.reason, "detail": _jsonable(act.detail)}
-                if "dead" in act.detail and isinstance(act.detail["dead"], (int, np.integer)):
-                    d["dead_node"] = self.ids[int(act.detail["dead"])]
-                self.deviations.append(d)
-                self._emit("deviation", **d)
-            elif cls is Paused:
-                self.state = "paused"
-                self._emit("paused", step=act.step, reason=act.reason)
-            elif cls is Fault:
-                err = act.error
-                f = {"code": getattr(err, "code", "protocol-error"), "message": str(err)}
-                self.faults.append(f)
-                self._emit("fault", **f)
-                faults.append(act)
-            elif cls is Finish:
-                self.model = None if act.model is None else np.asarray(act.model, dtype=np.float64).copy()
-                self.finish_step = int(act.step)
-                self.last_step = max(self.last_step, int(act.step))
-                self.finish_result = _jsonable(act.result)
-                self.state = "finished"
-                self.timings.finished = time.time()
-                self._cancel_timers()
-                scored = self._final_loss()
-                if scored:  # the last progress event carries the loss of the model the operator receives
-                    self._emit("progress", step=int(act.step), contributions=self.contributions, **scored)
-                self._emit("finished", step=int(act.step), holds_model=self.model is not None, **scored)
-            else:  # a new action type: refuse loudly rather than ignore it
-                raise TypeError(f"the node driver does not know action {act!r}")
-        return faults
+        """Carry out a batch through :class:`NodeEffects`; returns the batch's faults (the sender is told)."""
+        fx = NodeEffects(self)
+        execute(actions, fx)
+        return fx.faults
+
+    def note_progress(self, step: int) -> None:
+        """Record that the machine reached ``step`` outside a ``step`` metric (e.g. a served request) and
+        tell subscribers."""
+        self.last_step = max(self.last_step, int(step))
+        self._emit("progress", step=self.last_step, contributions=self.contributions)
 
     def _final_loss(self) -> dict[str, Any]:
         """Loss (and accuracy) of the final model on the spec's public evaluation data, when it names some.
@@ -462,6 +415,88 @@ class RunDriver:
             "messages": {"in": self.messages_in, "out": self.messages_out, "send_failures": self.send_failures},
             "result": self.finish_result,
         }
+
+
+class NodeEffects:
+    """The node driver's effects for one batch of its machine's actions (see :mod:`hushnet.engine.execute`).
+
+    ``Send`` → the destination's FIFO queue; ``LedgerEntry`` → a durable charge, and a refused one
+    stops the batch (the ``Send`` carrying the contribution after it never runs); timers → the
+    event loop; ``Metric``/``Deviation``/``Paused``/``Fault``/``Finish`` → the run's state and event
+    stream.  ``faults`` collects the batch's faults, which :meth:`RunDriver.on_message` turns into a
+    refusal the sender sees.  Subclass it to serve a machine differently (the central client's
+    request/reply in :mod:`hushnet.runs.central_runs`).
+    """
+
+    def __init__(self, driver: RunDriver) -> None:
+        self.driver = driver
+        self.faults: list[Fault] = []
+
+    def send(self, act: Send) -> None:
+        d = self.driver
+        d._enqueue(d.ids[act.dst], act.payload)
+
+    def charge(self, act: LedgerEntry) -> bool:
+        return self.driver._charge(act)  # False: contribution refused, nothing after it is executed
+
+    def set_timer(self, act: SetTimer) -> None:
+        timers = self.driver._timers
+        old = timers.pop(act.name, None)
+        if old is not None:
+            old.cancel()
+        timers[act.name] = asyncio.get_event_loop().call_later(act.delay, self.driver._fire, act.name)
+
+    def cancel_timer(self, act: CancelTimer) -> None:
+        h = self.driver._timers.pop(act.name, None)
+        if h is not None:
+            h.cancel()
+
+    def metric(self, act: Metric) -> None:
+        d = self.driver
+        if act.name == "step":
+            d.last_step = max(d.last_step, int(act.step))
+            d._emit("progress", step=int(act.step), contributions=d.contributions)
+        elif act.name == "resumed":
+            if d.state == "paused":
+                d.state = "running"
+            d._emit("resumed", step=int(act.step))
+        elif isinstance(act.value, (int, float, np.floating, np.integer)):
+            d._emit("metric", name=act.name, value=float(act.value), step=int(act.step))
+
+    def deviation(self, act: Deviation) -> None:
+        d = self.driver
+        rec = {"node": d.ids[act.node] if act.node < len(d.ids) else act.node, "step": act.step,
+               "reason": act.reason, "detail": _jsonable(act.detail)}
+        if "dead" in act.detail and isinstance(act.detail["dead"], (int, np.integer)):
+            rec["dead_node"] = d.ids[int(act.detail["dead"])]
+        d.deviations.append(rec)
+        d._emit("deviation", **rec)
+
+    def pause(self, act: Paused) -> None:
+        d = self.driver
+        d.state = "paused"
+        d._emit("paused", step=act.step, reason=act.reason)
+
+    def fault(self, act: Fault) -> None:
+        err = act.error
+        f = {"code": getattr(err, "code", "protocol-error"), "message": str(err)}
+        self.driver.faults.append(f)
+        self.driver._emit("fault", **f)
+        self.faults.append(act)
+
+    def finish(self, act: Finish) -> None:
+        d = self.driver
+        d.model = None if act.model is None else np.asarray(act.model, dtype=np.float64).copy()
+        d.finish_step = int(act.step)
+        d.last_step = max(d.last_step, int(act.step))
+        d.finish_result = _jsonable(act.result)
+        d.state = "finished"
+        d.timings.finished = time.time()
+        d._cancel_timers()
+        scored = d._final_loss()
+        if scored:  # the last progress event carries the loss of the model the operator receives
+            d._emit("progress", step=int(act.step), contributions=d.contributions, **scored)
+        d._emit("finished", step=int(act.step), holds_model=d.model is not None, **scored)
 
 
 def _jsonable(x: Any) -> Any:

@@ -2,9 +2,11 @@
 
 This is the shape of the gRPC node driver without gRPC: every node runs its machine in its own
 task, messages travel as :class:`~hushnet.engine.wire.Envelope` bytes with random wall-clock delays
-(so they may be reordered), and timers are real ``loop.call_later`` timers.  The parity test runs
-the same run here and in the simulator and gets the same model bit for bit, which is what makes
-the simulator's numbers stand for the network's.
+(so they may be reordered; the envelope differs from the network's protobuf one as the
+simulator's module docstring says), and timers are real ``loop.call_later`` timers.  Each node's
+actions become effects through :func:`hushnet.engine.execute.execute`, like every driver's.  The
+parity test runs the same run here and in the simulator and gets the same model bit for bit, which
+is what makes the simulator's numbers stand for the network's.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from typing import Sequence
 from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
 from hushnet.engine.errors import ProtocolError
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.engine.wire import Envelope
-from hushnet.sim.simulator import SimResult
+from hushnet.sim.simulator import FINISH_RULES, SimResult
 
 
 class LoopbackNetwork:
@@ -32,84 +35,129 @@ class LoopbackNetwork:
         self.protocol = machines[0].name
         self.run_id = machines[0].ctx.run_id
 
-    async def run(self, timeout: float = 60.0) -> SimResult:
-        loop = asyncio.get_running_loop()
+    async def run(self, timeout: float = 60.0, *, finish: str = "first") -> SimResult:
+        """Run until the first ``Finish`` (``finish="first"``) or every node's (``"all"``), or ``timeout``."""
+        if finish not in FINISH_RULES:
+            raise ValueError(f"finish must be one of {FINISH_RULES}, got {finish!r}")
         t0 = time.perf_counter()
         n = len(self.machines)
-        inbox: list[asyncio.Queue] = [asyncio.Queue() for _ in range(n)]
-        timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
-        seqs: dict[tuple[int, int], int] = defaultdict(int)
-        ledgers: dict[int, list[LedgerEntry]] = defaultdict(list)
-        metrics: list[Metric] = []
-        deviations: list[Deviation] = []
-        pauses: list[Paused] = []
-        faults: list[Fault] = []
-        done: asyncio.Future = loop.create_future()
-        messages = 0
-        events = 0
-
-        def execute(v: int, acts) -> None:
-            nonlocal messages
-            for act in acts:
-                if isinstance(act, Send):
-                    messages += 1
-                    seqs[(v, act.dst)] += 1
-                    data = Envelope(self.protocol, self.run_id, seqs[(v, act.dst)], act.payload).encode()
-                    lo, hi = self.delay
-                    loop.call_later(self._jitter.uniform(lo, hi), inbox[act.dst].put_nowait, ("msg", v, data))
-                elif isinstance(act, SetTimer):
-                    old = timers.pop((v, act.name), None)
-                    if old:
-                        old.cancel()
-                    timers[(v, act.name)] = loop.call_later(act.delay, inbox[v].put_nowait, ("timer", act.name, None))
-                elif isinstance(act, CancelTimer):
-                    h = timers.pop((v, act.name), None)
-                    if h:
-                        h.cancel()
-                elif isinstance(act, LedgerEntry):
-                    ledgers[act.node].append(act)
-                elif isinstance(act, Metric):
-                    metrics.append(act)
-                elif isinstance(act, Deviation):
-                    deviations.append(act)
-                elif isinstance(act, Paused):
-                    pauses.append(act)
-                elif isinstance(act, Fault):
-                    faults.append(act)
-                elif isinstance(act, Finish) and not done.done():
-                    done.set_result(act)
+        shared = _Shared(self, asyncio.get_running_loop(), n, finish == "all")
+        inbox = shared.inbox
 
         async def node_task(v: int) -> None:
-            nonlocal events
+            try:
+                await node_loop(v)
+            except Exception as exc:  # a machine or effect bug ends the run loudly, not as a timeout
+                if not shared.done.done():
+                    shared.done.set_exception(exc)
+                raise
+
+        async def node_loop(v: int) -> None:
             m = self.machines[v]
-            execute(v, m.handle(RunStarted()))
+            fx = _NodeEffects(shared, v)
+            execute(m.handle(RunStarted()), fx)
             while True:
                 kind, a, b = await inbox[v].get()
                 if kind == "msg":
                     try:
                         env = Envelope.decode(b, protocol=self.protocol, run_id=self.run_id)
                     except ProtocolError as err:
-                        execute(v, [Fault(v, err)])
+                        execute([Fault(v, err)], fx)
                         continue
                     acts = m.handle(MessageArrived(a, env.payload))
                 else:
-                    timers.pop((v, a), None)
+                    shared.timers.pop((v, a), None)
                     acts = m.handle(TimerFired(a))
-                events += 1
-                execute(v, acts)
+                shared.events += 1
+                execute(acts, fx)
 
         tasks = [asyncio.create_task(node_task(v)) for v in range(n)]
         status = "finished"
-        finish: Finish | None = None
+        last: Finish | None = None
         try:
-            finish = await asyncio.wait_for(done, timeout)
+            last = await asyncio.wait_for(shared.done, timeout)
         except asyncio.TimeoutError:
-            status = "paused" if pauses else "stalled"
+            status = "paused" if shared.pauses else "stalled"
         finally:
             for t in tasks:
                 t.cancel()
-            for h in timers.values():
+            for h in shared.timers.values():
                 h.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return SimResult(status, None if finish is None else finish.model, finish, dict(ledgers), metrics, deviations,
-                         pauses, faults, messages, events, time.perf_counter() - t0, time.perf_counter() - t0)
+        model = None if last is None or shared.wait_all else last.model
+        return SimResult(status, model, last, dict(shared.ledgers), shared.metrics, shared.deviations, shared.pauses,
+                         shared.faults, shared.messages, shared.events, time.perf_counter() - t0,
+                         time.perf_counter() - t0, finishes=dict(shared.finishes))
+
+
+class _Shared:
+    """What the node tasks of one loopback run share: inboxes, timers, the run's records, the end."""
+
+    def __init__(self, net: LoopbackNetwork, loop: asyncio.AbstractEventLoop, n: int, wait_all: bool) -> None:
+        self.net = net
+        self.loop = loop
+        self.inbox: list[asyncio.Queue] = [asyncio.Queue() for _ in range(n)]
+        self.timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
+        self.seqs: dict[tuple[int, int], int] = defaultdict(int)
+        self.ledgers: dict[int, list[LedgerEntry]] = defaultdict(list)
+        self.metrics: list[Metric] = []
+        self.deviations: list[Deviation] = []
+        self.pauses: list[Paused] = []
+        self.faults: list[Fault] = []
+        self.finishes: dict[int, Finish] = {}
+        self.wait_all = wait_all
+        self.n = n
+        self.done: asyncio.Future = loop.create_future()
+        self.messages = 0
+        self.events = 0
+
+
+class _NodeEffects:
+    """Node ``v``'s effects: envelopes delivered after a random delay, ``call_later`` timers, records."""
+
+    def __init__(self, shared: _Shared, v: int) -> None:
+        self.s = shared
+        self.v = v
+
+    def send(self, act: Send) -> None:
+        s, net, v = self.s, self.s.net, self.v
+        s.messages += 1
+        s.seqs[(v, act.dst)] += 1
+        data = Envelope(net.protocol, net.run_id, s.seqs[(v, act.dst)], act.payload).encode()
+        lo, hi = net.delay
+        s.loop.call_later(net._jitter.uniform(lo, hi), s.inbox[act.dst].put_nowait, ("msg", v, data))
+
+    def set_timer(self, act: SetTimer) -> None:
+        s, v = self.s, self.v
+        old = s.timers.pop((v, act.name), None)
+        if old:
+            old.cancel()
+        s.timers[(v, act.name)] = s.loop.call_later(act.delay, s.inbox[v].put_nowait, ("timer", act.name, None))
+
+    def cancel_timer(self, act: CancelTimer) -> None:
+        h = self.s.timers.pop((self.v, act.name), None)
+        if h:
+            h.cancel()
+
+    def charge(self, act: LedgerEntry) -> None:
+        self.s.ledgers[act.node].append(act)
+
+    def metric(self, act: Metric) -> None:
+        self.s.metrics.append(act)
+
+    def deviation(self, act: Deviation) -> None:
+        self.s.deviations.append(act)
+
+    def pause(self, act: Paused) -> None:
+        self.s.pauses.append(act)
+
+    def fault(self, act: Fault) -> None:
+        self.s.faults.append(act)
+
+    def finish(self, act: Finish) -> None:
+        s = self.s
+        if s.done.done():
+            return
+        s.finishes[act.node] = act
+        if not s.wait_all or len(s.finishes) == s.n:
+            s.done.set_result(act)

@@ -225,7 +225,7 @@ def test_member_crash_mid_sum_is_recovered(before):
         return False
 
     wrapped = [CrashAfter(m, sent_in_round_1, before) if m.ctx.node == k else m for m in ms]
-    # (the kill only tells the barrier not to wait for node 4; ``until`` turns a stall into a failure, not a hang)
+    # (the kill only tells the simulator not to wait for node 4; ``until`` turns a stall into a failure, not a hang)
     r = run_gossip(wrapped, kill=[(k, 1e9)], until=100.0)
     assert r.status == "finished"
     L = hit["leader"]
