@@ -17,7 +17,7 @@ class GossipFamily(Family):
     }
 
     def machine_params(self, spec) -> dict[str, Any]:
-        from hushnet.runs.gossip_runs import gossip_params
+        from hushnet.runs.gossip.params import gossip_params
 
         return gossip_params(spec)
 
@@ -27,32 +27,32 @@ class GossipFamily(Family):
         return make_gossip_machine(protocol, ctx, task, params, W, options)
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
-        from hushnet.runs.gossip_runs import build_gossip
+        from hushnet.runs.gossip.node import build_gossip
 
         return build_gossip(node, spec, vertex, ids, task, W, options)
 
     def project(self, spec, vertex, local, W):
-        from hushnet.runs.gossip_runs import project_gossip
+        from hushnet.runs.gossip.accountant import project_gossip
 
         return project_gossip(spec, vertex, local, W)
 
     def cost(self, spec, vertex, ids, W, orders):
-        from hushnet.runs.gossip_runs import gossip_cost
+        from hushnet.runs.gossip.accountant import gossip_cost
 
         return gossip_cost(spec, vertex, ids, W, orders)
 
     def paper_bound(self, spec, vertex, contributions, W):
-        from hushnet.runs.gossip_runs import paper_gossip
+        from hushnet.runs.gossip.accountant import paper_gossip
 
         return paper_gossip(spec, vertex, W)
 
     def journal(self, service, spec, vertex, ids):
-        from hushnet.runs.gossip_runs import gossip_journal
+        from hushnet.runs.gossip.node import gossip_journal
 
         return gossip_journal(service, spec, vertex, ids)
 
     def commands(self):
-        from hushnet.runs.gossip_runs import c_schedule, c_settle
+        from hushnet.runs.gossip.node import c_schedule, c_settle
 
         return {"run.schedule": c_schedule, "run.settle": c_settle}
 

@@ -86,7 +86,7 @@ class ScheduleStore:
     def journal(self, run_id: str) -> Callable[[EngineEntry], None]:
         """The node driver's journal hook: persists ``schedule`` entries, ignores the others (the privacy
         ledger already persists data entries)."""
-        from hushnet.runs.gossip_runs import schedule_records
+        from hushnet.runs.gossip import schedule_records
 
         def write(ev: EngineEntry) -> None:
             for rec in schedule_records([ev]):

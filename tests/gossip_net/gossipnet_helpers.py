@@ -8,7 +8,7 @@ import numpy as np
 from hushnet.engine.rng import node_generators
 from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
 from hushnet.protocols.registry import transition_matrix
-from hushnet.runs.gossip_runs import gossip_params, realised_curves, schedule_records
+from hushnet.runs.gossip import gossip_params, realised_curves, schedule_records
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.tasks.registry import make_task
 

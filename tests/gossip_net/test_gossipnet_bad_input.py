@@ -26,7 +26,7 @@ from hushnet.net.node import DeliveryError  # noqa: E402
 from hushnet.protocols.gossip import KIND_AVAIL, KIND_HEARTBEAT, KIND_SKIP, KIND_VALUE, encode_round  # noqa: E402
 from hushnet.protocols.gossip_accounting import replay_averaging  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip_runs import realised_schedule, schedule_records  # noqa: E402
+from hushnet.runs.gossip import realised_schedule, schedule_records  # noqa: E402
 from hushnet.runs.service import RUN_PROTOCOL  # noqa: E402
 
 pytestmark = [pytest.mark.integration]

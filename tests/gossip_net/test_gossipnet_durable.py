@@ -29,7 +29,7 @@ from hushnet.client.core import AsyncClient, ClientError  # noqa: E402
 from hushnet.net.cluster import LocalCluster  # noqa: E402
 from hushnet.privacy.ledger import Ledger  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip_runs import (  # noqa: E402
+from hushnet.runs.gossip import (  # noqa: E402
     certified_sensitivities,
     realised_curves,
     realised_schedule,

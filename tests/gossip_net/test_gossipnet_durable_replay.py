@@ -20,7 +20,7 @@ from gossipnet_helpers import sim_records, simulate, spec  # noqa: E402
 
 from hushnet.protocols.gossip_accounting import averaging_sensitivities  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip_runs import realised_schedule, round_plan, settled_schedule  # noqa: E402
+from hushnet.runs.gossip import realised_schedule, round_plan, settled_schedule  # noqa: E402
 from hushnet.runs.gossip_store import ScheduleStore  # noqa: E402
 
 GRAPH = "grid:3x4"

@@ -23,7 +23,7 @@ from gossipnet_helpers import ledger_curves, replay_curves, sim_records, spec  #
 from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip_runs import (  # noqa: E402
+from hushnet.runs.gossip import (  # noqa: E402
     GossipCost,
     certified_sensitivities,
     check_network_spec,

@@ -20,7 +20,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gossipnet_helpers import ledger_curves, replay_curves, sim_records, simulate, spec  # noqa: E402
 
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip_runs import GossipCost, schedule_records, settle, settle_run  # noqa: E402
+from hushnet.runs.gossip import GossipCost, schedule_records, settle, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

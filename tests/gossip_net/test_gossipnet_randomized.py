@@ -25,7 +25,7 @@ from gossipnet_helpers import ledger_curves, noisy_inputs, replay_curves, simula
 
 from hushnet.runs import local_net  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip_runs import (  # noqa: E402
+from hushnet.runs.gossip import (  # noqa: E402
     GossipCost,
     activation_schedule,
     check_network_spec,

@@ -26,7 +26,7 @@ from gossipnet_helpers import ledger_curves, sim_records, simulate, spec  # noqa
 from hushnet.crypto.masks import FixedPoint  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip_runs import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
+from hushnet.runs.gossip import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,0 +1,119 @@
+"""Gossip runs over the real network: machine parameters, projector, ledger charges, settlement.
+
+Modules: :mod:`~hushnet.runs.gossip.params` (public parameters and schedules),
+:mod:`~hushnet.runs.gossip.accountant` (the certified maths, projection and cost),
+:mod:`~hushnet.runs.gossip.node` (machine builder, journal, settlement on the node) and
+:mod:`~hushnet.runs.gossip.operator` (the operator's settlement call).
+
+The sans-IO gossip machines (:mod:`hushnet.protocols.gossip`) already run the two-phase round
+(availability, then values), buffer early messages, time out silent neighbours and record every
+round's realised row of ``W_t`` as a ``schedule`` ledger action.  This module plugs them into a
+node's run service (through :mod:`hushnet.families.gossip`, which the run service asks):
+
+* **machine parameters** (:func:`gossip_params`) from the spec's public fields and
+  ``[run.protocol_params]``, with *network* round timeouts (seconds, not the simulator's 50 ms);
+* a **machine builder** (:func:`build_gossip`) that hands the machine the
+  public gossip matrix of the spec's graph;
+* a **projector** (:func:`project_gossip`): before accepting, the node
+  computes its certified row with the *exact* accountant of the recorded-schedule module
+  (:mod:`hushnet.protocols.gossip_accounting`) on the public schedule (every node up every round);
+* a **cost** (:func:`gossip_cost`): what the node's persistent ledger is
+  charged when its noisy data first leaves (the projected certified curves — the whole run for
+  averaging and streaming, one step at a time for Muffliato-GD);
+* a **settlement** (``run.settle``): dropouts change ``W_t``, and the certified loss on the
+  realised schedule can exceed the projection (less mixing before a neighbour sees a value).  After
+  the run the operator gathers every node's recorded rows (``run.schedule``) and sends them back;
+  each node checks its own rows against its own records, replays the accountant on the realised
+  schedule and tops its ledger up to ``max(projected, realised)`` per target and order.  Nothing is
+  ever refunded, so the ledger always holds at least the exact loss of what really happened, and
+  exactly that when nothing dropped.  Like the walk's deviation top-up, a settlement is recorded
+  even over budget: the data was already used, hiding the spending would be worse.
+
+**Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (default, plain gossip: every round
+value travels in the clear over the node's TLS links, so an observer sees every message of its
+closed neighbourhood) or ``"aggregate"``: the rounds then run **secure neighbourhood summation**
+(:mod:`hushnet.protocols.gossip_secure`: each node leads one SecAgg sum per round over the neighbours
+it heard, keyed with the nodes' long-term X25519 keys from the directory, and learns only
+``Σ_j W_t[i,j] m_j``), and — only then — the exact accountant uses the aggregate view ``S = e_iᵀ``
+(the observer's own messages and the weighted sums it mixed).  The view is one switch: it turns the
+mechanism on *and* selects the accountant's view, so a run can never be accounted with the
+aggregate view while its values travel in the clear.  The decision and the run report carry
+``accounting_view`` (``label`` = ``"aggregate (secure neighbourhood summation)"`` or
+``"neighbourhood (plain gossip)"``).  A neighbourhood sum that falls below SecAgg's threshold
+releases nothing: that node keeps its own value for the round and its schedule record says
+``secure.status = "aborted"``; the settlement replays the recorded rows like any dropout.
+Fixed-point error of a released sum of k terms: ``k·2^-(f+1)`` per entry (``f = frac_bits``,
+default 24), at most ``T·max k·2^-(f+1)`` on a final model after T rounds.
+
+**Randomized Muffliato** ([M] Alg. 2, ``muffliato-randomized``): the spec's graph is the network's
+topology, and the activations are a seeded *public* schedule of its edges
+(:func:`hushnet.privacy.muffliato.randomized_schedule` on the public W, ``p_e = 2W_e/n``, seed
+``protocol_params.schedule_seed``, default the run seed), so every node knows when each of its links is
+active.  An activation of {i, j} is one pairwise exchange over that link; a node handles its
+activations in schedule order, buffers values for later ones, and skips an activation whose partner
+stays silent past the timeout (recorded on its end as not used; after ``give_up_after`` misses the
+partner is gone).  Projection and cost: the certified pairwise accountant
+(:func:`~hushnet.protocols.gossip_accounting.pairwise_sensitivities`, exact projection of each observer's
+received values) on the public schedule, charged at the noisy input; settlement on the realised
+activations, with the same safe completion as the rounds (a node whose records stop is assumed to have
+sent at its next activation; a value a partner used was sent).  Only the neighbourhood view: a pair
+exchange has no neighbourhood sum to secure.  Waiting nodes heartbeat to their remaining partners, so
+a live partner held up by a dead node is slow, not silent (a crash does not cascade into skips).
+
+**Fresh Erdős–Rényi graph per step** (Muffliato-GD, ``protocol_params.graph = "er-per-step"``, ``q``,
+``graph_seed`` default the run seed; [M] Fig. 1c): every ER edge must be a network link, so it is
+allowed exactly on a complete topology (``complete:N``) and refused otherwise.  Each node draws the same
+public step graphs; the rounds of step r run on graph r; the projection is the exact joint-view
+accountant on the per-round Metropolis–Hastings matrices of the step graphs, and a crashed node is
+completed toward its neighbours of that step's graph.  Other per-round graphs (``er-per-round``) stay
+simulator-only.
+"""
+from __future__ import annotations
+
+from hushnet.runs.gossip.accountant import (
+    PAPER_LABELS,
+    GossipCost,
+    accounting_view,
+    certified_sensitivities,
+    check_network_spec,
+    gossip_cost,
+    pairwise_row,
+    paper_gossip,
+    paper_sensitivities,
+    project_gossip,
+    rdp_curves,
+    realised_curves,
+    realised_schedule,
+    settled_schedule,
+)
+from hushnet.runs.gossip.node import (
+    build_gossip,
+    c_schedule,
+    c_settle,
+    gossip_journal,
+    schedule_records,
+    settle,
+    settle_recovered,
+)
+from hushnet.runs.gossip.operator import settle_run
+from hushnet.runs.gossip.params import (
+    NET_GOSSIP,
+    PAIRWISE,
+    activation_schedule,
+    fresh_er,
+    gossip_params,
+    public_activations,
+    public_schedule,
+    realised_activations,
+    round_matrices,
+    round_plan,
+    topology,
+    view_of,
+)
+
+__all__ = ["NET_GOSSIP", "PAIRWISE", "fresh_er", "topology", "round_matrices", "activation_schedule",
+           "public_activations", "realised_activations", "pairwise_row", "gossip_params", "view_of", "public_schedule",
+           "round_plan", "certified_sensitivities", "rdp_curves", "project_gossip", "accounting_view",
+           "check_network_spec", "GossipCost", "gossip_cost", "build_gossip", "schedule_records", "realised_schedule",
+           "settled_schedule", "realised_curves", "settle", "settle_recovered", "settle_run", "gossip_journal",
+           "PAPER_LABELS", "paper_sensitivities", "paper_gossip", "c_schedule", "c_settle"]

@@ -1,0 +1,371 @@
+"""The certified accountant of networked gossip runs: exact sensitivities on the public or realised
+schedule, RDP curves, the papers' labelled values, the node's projection and its ledger cost.
+Pure maths on public data and schedule records: nothing here does IO.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import PrivacyEntry
+from hushnet.protocols.gossip_accounting import (
+    RealisedSchedule,
+    averaging_sensitivities,
+    complete_crashed,
+    gd_sensitivity,
+    schedule_from_ledgers,
+    stream_sensitivity,
+)
+from hushnet.protocols.onion import VIEWS as ANON_VIEWS
+from hushnet.runs.gossip.params import (
+    NET_GOSSIP,
+    PAIRWISE,
+    STREAM_MAX_CELLS,
+    activation_schedule,
+    fresh_er,
+    public_activations,
+    public_schedule,
+    realised_activations,
+    resolved,
+    round_matrices,
+    round_plan,
+    topology,
+    view_of,
+)
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
+
+
+def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
+    """(1, n) certified ``Δ²(vertex → v)/Δ²`` of randomized Muffliato: the exact projection of observer
+    v's view (every value it received, its own noise known) on the activations ``rec`` (default: public)."""
+    from hushnet.protocols.gossip_accounting import pairwise_sensitivities
+
+    sched = activation_schedule(spec, W)
+    rec = public_activations(sched) if rec is None else rec
+    row = pairwise_sensitivities(rec, len(sched), W.shape[0])[vertex].copy()
+    row[vertex] = 0.0
+    return row[None, :]
+
+
+def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None = None) -> np.ndarray:
+    """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
+
+    Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
+    Muffliato-GD and streaming gossip: the whole run as one linear-Gaussian view (the state carries
+    earlier noise into later steps/rounds, so per-step values must NOT be composed) with [K] Thm 12's box
+    sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1)`` unless M ≥ 0 —
+    valid for vector models (the scalar vertex enumeration is not), one phase.  Fresh ER graphs per step:
+    the same, on each round's step graph.  Randomized Muffliato: :func:`pairwise_row` (``sched`` is then
+    the activation records ``rec[t][node]``).
+    """
+    if spec.protocol == PAIRWISE:
+        return pairwise_row(spec, vertex, W, sched)
+    view = view_of(spec)
+    phases, gammas = round_plan(spec, W)
+    T = max(max(ph) for ph in phases) + 1
+    if sched is None:
+        sched = public_schedule(round_matrices(spec, W), T)
+    if sched.rounds != T:
+        raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
+    n = sched.n
+    if spec.protocol in ("gossip-stream", "muffliato-gd"):
+        row = np.zeros(n)
+        for v in range(n):
+            if v != vertex:
+                if spec.protocol == "gossip-stream":
+                    res = stream_sensitivity(sched, vertex, v, view=view, exact_limit=0)
+                else:
+                    res = gd_sensitivity(sched, vertex, v, phases, gammas, view=view)
+                row[v] = float(res["value"])
+        return row[None, :]
+    out = np.zeros((len(phases), n))
+    for k, (ph, g) in enumerate(zip(phases, gammas)):
+        S = averaging_sensitivities(sched, g, view=view, rounds=ph, source=vertex)
+        out[k] = S[vertex]
+    out[:, vertex] = 0.0
+    return out
+
+
+def rdp_curves(sens: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:
+    """(targets…, orders): Gaussian RDP ``α Δ²/(2σ²)`` of each sensitivity (σ = noise multiplier)."""
+    return np.asarray(sens, dtype=float)[..., None] * np.asarray(orders, dtype=float) / (2.0 * sigma**2)
+
+
+# ---- the papers' values (labelled "paper", never charged) ----------------------------------------
+
+#: the report's label of each protocol's paper value, with the spec's warning (gossip.md §1.3.9, §2.5)
+PAPER_LABELS = {
+    "muffliato": ("paper: [M] Theorem 1, eq. (6), t = 0..T-1, unclipped, on the public W — NOT a guarantee: every "
+                  "message carries the same noise, and summing per-message divergences can be far below the exact "
+                  "loss (spec gossip.md §1.3.9 errata; e.g. 9.5e-3 where the exact loss is LDP)"),
+    "muffliato-gd": ("paper: [M] Theorem 6, eq. (13), K rounds per step composed over steps, on the public W — NOT a "
+                     "guarantee: a step's K messages share its noise (spec gossip.md §1.3.9 errata, item 4)"),
+    "gossip-stream": ("paper: [K] Theorem 15 (observer set = closed neighbourhood, observers' noise counted; the "
+                      "spec's corrected form) — NOT a guarantee: the spec flags its explicit constants as not "
+                      "following from the proof, and the observer does know its own noise (gossip.md §2.5)"),
+}
+
+
+def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
+    """(n,) the paper's unit-free ``Δ²(vertex → v)/Δ²`` on the public schedule (0 toward itself).
+
+    Muffliato: [M] Thm 1 (:func:`hushnet.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
+    does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step (on the
+    step's graph), summed over steps.  Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the
+    aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
+    ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
+    """
+    from hushnet.privacy.muffliato import thm1_from_source
+    from hushnet.protocols.gossip_sim import mh_matrix
+
+    Wc = sp.csr_matrix(W, dtype=float)
+    n = Wc.shape[0]
+    p = resolved(spec, Wc)
+    if spec.protocol == "muffliato":
+        out = thm1_from_source(Wc, vertex, int(p["rounds"]))
+    elif spec.protocol == "muffliato-gd" and fresh_er(spec):  # Thm 1 on each step's own ER graph
+        topo = topology(spec, Wc)
+        out = sum(thm1_from_source(mh_matrix(topo.graph(r)), vertex, int(k)) for r, k in enumerate(p["ks"]))
+    elif spec.protocol == "muffliato-gd":
+        eig = np.linalg.eigh(Wc.toarray())
+        out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
+    elif spec.protocol == "gossip-stream":
+        T = int(p["rounds"])
+        lam = np.sort(np.abs(np.linalg.eigvalsh(Wc.toarray())))[::-1]
+        rho = float(lam[1]) if n > 1 else 0.0
+        m = np.diff(Wc.indptr) + (Wc.diagonal() == 0)  # closed neighbourhood (the diagonal is in W's support)
+        if view_of(spec) == "aggregate":  # secure summation: one observer row, S = e_iᵀ (Thm 15 with m = 1)
+            m = np.ones(n)
+        if rho >= 1.0 - 1e-12:
+            out = np.full(n, np.inf)
+        else:
+            x = m * T / n
+            out = x + 2.0 / (1.0 - rho) ** 2 * np.sqrt(x) + 2.0 / (1.0 - rho) ** 4
+    else:
+        raise ValueError(f"no paper bound for {spec.protocol}")
+    out = np.array(out, dtype=float)
+    out[vertex] = 0.0
+    return out
+
+
+def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] | None:
+    """The run report's "paper" row: ε toward every node at the spec's δ (best order, Gaussian RDP of the
+    paper's sensitivity, no order limit), and the label that says which theorem and why it is no guarantee."""
+    from hushnet.protocols.registry import transition_matrix
+
+    if spec.protocol not in PAPER_LABELS:
+        return None
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sens = paper_sensitivities(spec, vertex, W)
+    row = _best_order_dp(sens / (2.0 * spec.sigma**2), math.inf, math.log(1.0 / spec.budget.delta))
+    row[sens <= 0] = 0.0
+    row[vertex] = 0.0
+    label = PAPER_LABELS[spec.protocol]
+    if fresh_er(spec):
+        label += "; fresh Erdős–Rényi graph per step: Theorem 1 on each step's public graph"
+    if view_of(spec) == "aggregate":
+        label += ("; aggregate view: [K] Thm 15 with m = 1" if spec.protocol == "gossip-stream" else
+                  "; aggregate view: [M] has no such view, its neighbourhood value is shown")
+    return row, label
+
+
+# ---- projector ----------------------------------------------------------------------------------
+
+
+def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
+    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+
+
+def accounting_view(spec: RunSpec) -> dict[str, Any]:
+    view = view_of(spec)
+    v = ANON_VIEWS["secure-summation" if view == "aggregate" else "neighbourhood"].as_dict()
+    label = "aggregate (secure neighbourhood summation)" if view == "aggregate" else "neighbourhood (plain gossip)"
+    return {**v, "gossip_view": view, "label": label, "bound": "certified"}
+
+
+def check_network_spec(spec: RunSpec) -> str | None:
+    """Why this gossip spec cannot run (or be accounted) between nodes, or None."""
+    pp = spec.protocol_params
+    if spec.protocol not in NET_GOSSIP:
+        return (f"{spec.protocol} is simulator-only (its activations or graphs are not the network's links); "
+                f"networked gossip protocols: {', '.join(NET_GOSSIP)}")
+    graph = pp.get("graph", "fixed")
+    if graph != "fixed":
+        if not fresh_er(spec):
+            return (f"graph {graph!r} is simulator-only over the network: only Muffliato-GD may draw a fresh "
+                    "Erdős–Rényi graph per step ('er-per-step'), on a complete network topology")
+        from hushnet.protocols.registry import transition_matrix
+
+        try:
+            A = sp.csr_matrix(transition_matrix(spec.graph, spec.weights))
+        except (ValueError, KeyError) as exc:
+            return f"graph {spec.graph!r}: {exc}"
+        n = A.shape[0]
+        A.setdiag(0.0)
+        A.eliminate_zeros()
+        if A.nnz != n * (n - 1):
+            return (f"fresh Erdős–Rényi graphs per step: needs a complete network topology (complete:{n}): ER edges "
+                    f"outside the network's links ({spec.graph} has {A.nnz // 2} of {n * (n - 1) // 2} edges)")
+    view = view_of(spec)
+    if view not in ("neighbourhood", "aggregate"):
+        return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
+    if spec.protocol == PAIRWISE and ("dropout" in pp or pp.get("chebyshev")):
+        return "randomized Muffliato has no simulated dropouts nor Chebyshev acceleration (options of the rounds)"
+    if view == "aggregate" and spec.protocol == PAIRWISE:
+        return ("randomized Muffliato exchanges single values between two nodes: there is no neighbourhood sum to "
+                "secure, so only the 'neighbourhood' view applies")
+    if view == "aggregate" and "frac_bits" in pp and not (isinstance(pp["frac_bits"], int)
+                                                          and 8 <= pp["frac_bits"] <= 40):
+        return "frac_bits (fixed-point fraction bits of the secure sums) must be an integer in 8..40"
+    if spec.weights != "hamilton":
+        return "gossip rounds rebuild Metropolis-Hastings weights 1/(1+max(d_u,d_v)) on both ends: weights must be 'hamilton'"
+    if not (isinstance(spec.sigma, (int, float)) and math.isfinite(spec.sigma) and spec.sigma > 0):
+        return f"{spec.protocol} needs sigma > 0 (noise multiplier): a run without noise is not private"
+    if "noise_std" in pp or pp.get("clip_after_noise"):
+        return "absolute noise and clipping after noise are reproduction options, not accountable by the node"
+    return None
+
+
+def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+    """Accept iff the certified exact row on the public schedule fits the node's budget (best order per target)."""
+    from hushnet.protocols.registry import transition_matrix
+
+    budget = local or spec.budget
+    if budget.delta < spec.budget.delta:
+        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+                              None, spec.budget.delta, "certified")
+    why = check_network_spec(spec)
+    if why:
+        return _refuse(spec, why)
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    if spec.protocol in ("gossip-stream", "muffliato-gd", PAIRWISE):
+        T = int(resolved(spec, W)["rounds"]) if spec.protocol != "muffliato-gd" else int(spec.steps)
+        if spec.protocol == PAIRWISE:
+            T //= 8  # the pairwise replay is (activations × n), a few rows per activation
+        if T * W.shape[0] > STREAM_MAX_CELLS:
+            return _refuse(spec, f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
+                                 f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})")
+    try:
+        sens = certified_sensitivities(spec, vertex, W)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return _refuse(spec, str(exc))
+    slope = sens.sum(axis=0) / (2.0 * spec.sigma**2)  # RDP per unit α, composed over phases
+    row = _best_order_dp(slope, math.inf, math.log(1.0 / spec.budget.delta))
+    row[vertex] = 0.0
+    row[slope <= 0] = 0.0
+    det = {"N_u": 1.0, "phases": int(sens.shape[0]), "sensitivity_sq": sens.sum(axis=0).tolist(),
+           "accounting_view": accounting_view(spec),
+           "notes": [f"certified exact loss on the public {'activation ' if spec.protocol == PAIRWISE else ''}"
+                     "schedule (no dropouts); the ledger is settled on the realised schedule after the run "
+                     "(top-up, never refund)"]}
+    worst = int(np.argmax(row))
+    if row[worst] > budget.epsilon:
+        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+                                     f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
+                              row, spec.budget.delta, "certified", det)
+    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}; "
+                                f"{view_of(spec)} view)", row, spec.budget.delta, "certified", det)
+
+
+# ---- the ledger cost ----------------------------------------------------------------------------
+
+
+@dataclass
+class GossipCost:
+    """Duck-types :class:`hushnet.runs.accounting.ContributionCost` for the node driver.
+
+    ``phase_curves[k]`` (targets × orders) is charged at the k-th data action of the run (averaging:
+    the one noisy input; GD and streaming: the whole run at the first data action, nothing later — their
+    joint-view bound is not additive per step, so a stopped run has charged its whole projection).  ``curves(σ)`` is what the service's
+    lifetime check multiplies by ``N_u = 1``: the whole run.
+    """
+
+    spec: RunSpec
+    vertex: int
+    ids: list[str]
+    targets: list[str]
+    orders: np.ndarray
+    phase_curves: np.ndarray
+    walk_slope: None = None
+    alpha_max: float = math.inf
+    bound_name: str = "certified exact view divergence (Muffliato / Koskela), projected on the public schedule"
+    used: int = 0
+    charged: np.ndarray | None = None
+    settled: dict[str, Any] = field(default_factory=dict)
+
+    def curves(self, sigma: float) -> np.ndarray:
+        return self.phase_curves.sum(axis=0)
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        if abs(float(ev.sigma) - float(self.spec.sigma)) > 1e-12 * max(1.0, self.spec.sigma):
+            raise ValueError(f"noise multiplier {ev.sigma} differs from the spec's {self.spec.sigma}")
+        k = self.used
+        self.used += 1
+        if self.spec.protocol in ("gossip-stream", "muffliato-gd"):
+            rdp = self.phase_curves[0] if k == 0 else np.zeros_like(self.phase_curves[0])
+        elif k < self.phase_curves.shape[0]:
+            rdp = self.phase_curves[k]
+        else:
+            raise ValueError(f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}")
+        self.charged = rdp.copy() if self.charged is None else self.charged + rdp
+        return PrivacyEntry.from_row(run_id, ev.protocol, view_of(self.spec), "certified", self.targets, rdp,
+                                     note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view_of(self.spec)} view)")
+
+
+def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> GossipCost:
+    from hushnet.protocols.registry import transition_matrix
+
+    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sens = certified_sensitivities(spec, vertex, W)
+    keep = [v for v in range(len(ids)) if v != vertex]
+    curves = rdp_curves(sens[:, keep], spec.sigma, o)  # (phases, targets, orders)
+    return GossipCost(spec, vertex, list(ids), [ids[v] for v in keep], o, curves)
+
+
+def realised_schedule(records: Mapping[int, list[dict[str, Any]]], n: int, rounds: int) -> RealisedSchedule:
+    """Rebuild the realised schedule from every node's records (vertex → list of records)."""
+    ledgers = {int(v): [EngineEntry(int(v), int(r["round"]), "schedule", "sender-known", 0.0, 0.0, 0.0, "gossip", "",
+                                    {**r, "row": {int(k): float(w) for k, w in r["row"].items()}})
+                        for r in recs] for v, recs in records.items()}
+    return schedule_from_ledgers(ledgers, n, rounds)
+
+
+def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], n: int,
+                     W=None) -> tuple[RealisedSchedule, dict[int, int]]:
+    """The schedule the settlement accounts: the recorded rounds, plus the SAFE completion of every node
+    whose (durable) records stop early — a crashed node is assumed to have sent its value of the round
+    it died in to all its neighbours (:func:`~hushnet.protocols.gossip_accounting.complete_crashed`).
+    Returns the schedule and ``{vertex: first unrecorded round}`` of the completed nodes."""
+    from hushnet.protocols.registry import transition_matrix
+
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    if spec.protocol == PAIRWISE:  # the activations instead of rounds (same contract)
+        return realised_activations(spec, records, W)  # type: ignore[return-value]
+    phases, _ = round_plan(spec, W)
+    T = max(max(ph) for ph in phases) + 1
+    sched = realised_schedule(records, n, T)
+    topo = topology(spec, W)  # a crashed node may have sent to its neighbours of that round's graph
+    completed = complete_crashed(sched, records.keys(), topo.neighbours)
+    return sched, completed
+
+
+def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping[int, list[dict[str, Any]]],
+                    orders: np.ndarray, W=None) -> np.ndarray:
+    """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay,
+    crashed nodes' unrecorded rounds completed in the safe direction)."""
+    from hushnet.protocols.registry import transition_matrix
+
+    W = transition_matrix(spec.graph, spec.weights) if W is None else W
+    sched, _ = settled_schedule(spec, records, len(ids), W)
+    sens = certified_sensitivities(spec, vertex, W, sched).sum(axis=0)
+    keep = [v for v in range(len(ids)) if v != vertex]
+    return rdp_curves(sens[keep], spec.sigma, orders)
+
+
