@@ -26,6 +26,10 @@ class ReplayCache:
         for e in sorted(self._seen)[:-keep]:
             del self._seen[e]
 
+    def close_epoch(self, epoch: int) -> None:
+        """Forget ``epoch`` (its key was deleted: nothing of it can be opened, so no replay can pass)."""
+        self._seen.pop(int(epoch), None)
+
     def seen(self, epoch: int, tag: bytes) -> bytes | None:
         """The digest recorded with ``tag`` (None if new); :class:`UnknownEpoch` for an epoch not held."""
         if epoch not in self._seen:
@@ -94,6 +98,15 @@ class PersistentReplayCache(ReplayCache):
                 self._db.execute("DELETE FROM tags WHERE epoch = ?", (e,))
                 self._db.execute("DELETE FROM epochs WHERE epoch = ?", (e,))
                 del self._n[e]
+
+    def close_epoch(self, epoch: int) -> None:
+        """Delete ``epoch``'s tags: called when the epoch's key is deleted (after it nothing of the epoch
+        opens, so dropping its tags re-admits nothing)."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM tags WHERE epoch = ?", (int(epoch),))
+            self._db.execute("DELETE FROM epochs WHERE epoch = ?", (int(epoch),))
+            self._n.pop(int(epoch), None)
 
     def _count(self, epoch: int) -> int:
         n = self._n.get(int(epoch))

@@ -550,8 +550,13 @@ def make_anonymity_machine(
 
         if W is None:
             raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
+        shared = p.pop("onion_keyring", None)  # a deployed node's per-epoch keyring (all epochs it holds)
         op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
-        key, directory = keypair("onion")
+        if shared is not None:
+            key, directory = None, p.pop("onion_directory")
+            op.pop("epoch", None)  # the packets' epoch is the directory's (current at acceptance)
+        else:
+            key, directory = keypair("onion")
         hops = int(op.pop("hops", 3))
         slots = int(op.pop("slots", hops + 8))
         plan = relay_plan(W, hops, slots)
@@ -565,7 +570,7 @@ def make_anonymity_machine(
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
                           epoch=directory.epoch, reliable=base.reliable, **op)
-        keyring = OnionKeyring.single(key, directory.epoch, replay=replay)
+        keyring = shared if shared is not None else OnionKeyring.single(key, directory.epoch, replay=replay)
         return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
         from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
