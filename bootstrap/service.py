@@ -33,6 +33,7 @@ log = ContextLog(logging.getLogger("hushnet.bootstrap"), {"node": "bootstrap"})
 
 DEFAULT_LEASE_S = 15.0
 CLOCK_SKEW_MS = 5 * 60 * 1000
+DEFAULT_ONION_EPOCH_S = 86400.0
 _AUTO_ID = re.compile(r"^n(\d+)$")
 
 
@@ -47,14 +48,25 @@ class BootstrapConfig:
     topology: str | None = None
     token: str | None = None
     lease_seconds: float = DEFAULT_LEASE_S
+    #: onion-key rotation period (s) published to every node; 0 turns rotation off (one long-lived key)
+    onion_epoch_seconds: float = DEFAULT_ONION_EPOCH_S
+    #: how long a node keeps an onion key after its epoch ended (None: one period; at most one period)
+    onion_grace_seconds: float | None = None
 
 
 class BootstrapService(pb_grpc.BootstrapServicer):
-    def __init__(self, authority: Authority, store: BootstrapStore, topology: PublishedTopology, lease_seconds: float) -> None:
+    def __init__(self, authority: Authority, store: BootstrapStore, topology: PublishedTopology, lease_seconds: float,
+                 onion_epoch_seconds: float = 0.0, onion_grace_seconds: float | None = None) -> None:
         self.authority = authority
         self.store = store
         self.topology = topology
         self.lease_seconds = lease_seconds
+        if not (onion_epoch_seconds >= 0 and onion_epoch_seconds < float("inf")):
+            raise BootstrapError(f"onion epoch period must be >= 0 s, got {onion_epoch_seconds!r}")
+        grace = onion_epoch_seconds if onion_grace_seconds is None else float(onion_grace_seconds)
+        if onion_epoch_seconds > 0 and not 0 <= grace <= onion_epoch_seconds:
+            raise BootstrapError(f"onion key grace must be in [0, {onion_epoch_seconds:g}] s, got {grace!r}")
+        self.onion_epoch_seconds, self.onion_grace_seconds = float(onion_epoch_seconds), grace
 
     # ------------------------------------------------------------------ helpers
     async def _refuse(self, context, code: grpc.StatusCode, message: str, **fields) -> None:
@@ -166,15 +178,45 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         log.info("node %s left", member.node_id, extra={"event": "leave", "member": member.node_id})
         return pb.LeaseReply(ok=True, lease_seconds=0.0, epoch=self.store.epoch)
 
+    async def PublishOnionKeys(self, request: pb.OnionKeysRequest, context) -> pb.LeaseReply:
+        """A member publishes its onion keys of epochs current−1..current+1 (signature binds the keys)."""
+        from hushnet.net.onion_keys import epoch_at, keys_digest
+
+        keys = [(int(k.epoch), bytes(k.public_key)) for k in request.keys]
+        member = await self._check_signed(request.auth, f"PublishOnionKeys:{keys_digest(keys)}", context)
+        if self.onion_epoch_seconds <= 0:
+            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
+                               "this network does not rotate onion keys (onion_epoch_seconds = 0)")
+        cur = epoch_at(time.time(), self.onion_epoch_seconds)
+        for e, pk in keys:
+            if len(pk) != 32:
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"onion key of epoch {e} must be a raw 32-byte X25519 public key")
+            if not cur - 1 <= e <= cur + 1:
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"onion key for epoch {e} outside the published window {cur - 1}..{cur + 1} "
+                                   "(check the node's clock)")
+        self.store.prune_onion_keys(cur - 1)
+        if self.store.put_onion_keys(member.node_id, keys):
+            self.store.bump_epoch()
+        return pb.LeaseReply(ok=True, lease_seconds=self.lease_seconds, epoch=self.store.epoch)
+
     async def GetDirectory(self, request: pb.DirectoryRequest, context) -> pb.Directory:
         return self.directory()
 
     def directory(self) -> pb.Directory:
         now = time.time()
+        onion: dict[str, list[tuple[int, bytes]]] = {}
+        if self.onion_epoch_seconds > 0:  # the previous, current and next epochs only
+            from hushnet.net.onion_keys import epoch_at
+
+            low = epoch_at(now, self.onion_epoch_seconds) - 1
+            onion = {k: [(e, pk) for e, pk in v if e >= low] for k, v in self.store.onion_keys().items()}
         members = [
             pb.Member(node_id=m.node_id, address=m.address, cert_sha256=m.cert_sha256, x25519_public=m.x25519,
                       vertex=m.vertex, alive=self._alive(m, now), last_seen_unix=m.last_seen,
-                      key_sha256=m.key_sha256)
+                      key_sha256=m.key_sha256,
+                      onion_keys=[pb.OnionKey(epoch=e, public_key=pk) for e, pk in onion.get(m.node_id, [])])
             for m in self.store.members()
         ]
         topo = self.topology
@@ -182,7 +224,8 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             epoch=self.store.epoch, members=members, topology=topo.spec, n_vertices=topo.n,
             edges=[pb.Edge(u=int(u), v=int(v)) for u, v in topo.edges],
             weight_rule=WEIGHT_RULE, weights=[pb.Weight(u=u, v=v, w=w) for u, v, w in topo.weights],
-            ca_pem=self.authority.ca_pem,
+            ca_pem=self.authority.ca_pem, onion_epoch_seconds=self.onion_epoch_seconds,
+            onion_grace_seconds=self.onion_grace_seconds if self.onion_epoch_seconds > 0 else 0.0,
         )
 
 
@@ -205,7 +248,8 @@ def open_service(config: BootstrapConfig) -> BootstrapService:
         raise BootstrapError(f"bad topology {spec!r}: {exc}") from exc
     if stored is None:
         store.set_meta("topology", spec)
-    return BootstrapService(authority, store, topology, config.lease_seconds)
+    return BootstrapService(authority, store, topology, config.lease_seconds, config.onion_epoch_seconds,
+                            config.onion_grace_seconds)
 
 
 async def serve(config: BootstrapConfig, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:

@@ -20,6 +20,12 @@ CREATE TABLE IF NOT EXISTS members (
     last_seen    REAL NOT NULL,
     left_network INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS onion_keys (
+    node_id    TEXT NOT NULL,
+    epoch      INTEGER NOT NULL,
+    public_key BLOB NOT NULL,
+    PRIMARY KEY (node_id, epoch)
+);
 """
 
 
@@ -110,3 +116,25 @@ class BootstrapStore:
 
     def mark_left(self, node_id: str) -> None:
         self._db.execute("UPDATE members SET left_network=1 WHERE node_id=?", (node_id,))
+
+    # per-epoch onion keys (previous, current and next epoch; older ones are pruned)
+    def put_onion_keys(self, node_id: str, keys: list[tuple[int, bytes]]) -> bool:
+        """Record ``node_id``'s onion keys; True if anything changed (the directory epoch must move)."""
+        changed = False
+        for e, pk in keys:
+            row = self._db.execute("SELECT public_key FROM onion_keys WHERE node_id=? AND epoch=?",
+                                   (node_id, int(e))).fetchone()
+            if row is None or bytes(row[0]) != bytes(pk):
+                self._db.execute("INSERT INTO onion_keys(node_id, epoch, public_key) VALUES(?,?,?) ON CONFLICT(node_id, epoch) "
+                                 "DO UPDATE SET public_key=excluded.public_key", (node_id, int(e), bytes(pk)))
+                changed = True
+        return changed
+
+    def prune_onion_keys(self, min_epoch: int) -> None:
+        self._db.execute("DELETE FROM onion_keys WHERE epoch < ?", (int(min_epoch),))
+
+    def onion_keys(self) -> dict[str, list[tuple[int, bytes]]]:
+        out: dict[str, list[tuple[int, bytes]]] = {}
+        for node_id, e, pk in self._db.execute("SELECT node_id, epoch, public_key FROM onion_keys ORDER BY epoch"):
+            out.setdefault(node_id, []).append((int(e), bytes(pk)))
+        return out

@@ -37,6 +37,10 @@ def register(subparsers) -> None:
                                        "grid:2x4, er:N:P:SEED, regular:N:K:SEED, geometric:N:R:SEED, edgelist:PATH")
     bs.add_argument("--token", help="join token (default: keep the stored one, or create a random one)")
     bs.add_argument("--lease", type=float, default=15.0, help="membership lease in seconds (default 15)")
+    bs.add_argument("--onion-epoch", type=float, default=86400.0,
+                    help="onion-key rotation period in seconds, network wide (default one day; 0: no rotation)")
+    bs.add_argument("--onion-grace", type=float, default=None,
+                    help="seconds a node keeps an onion key after its epoch (default: one period; at most one period)")
     _add_logging(bs)
     bs.set_defaults(handler=cmd_bootstrap_serve)
 
@@ -118,7 +122,8 @@ def cmd_bootstrap_serve(args) -> int:
 
     _setup(args, "bootstrap")
     config = BootstrapConfig(state_dir=args.state_dir, listen=args.listen, topology=args.topology, token=args.token,
-                             lease_seconds=args.lease)
+                             lease_seconds=args.lease, onion_epoch_seconds=args.onion_epoch,
+                             onion_grace_seconds=args.onion_grace)
     try:
         uvloop.run(serve(config))
     except BootstrapError as exc:

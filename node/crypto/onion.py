@@ -210,12 +210,11 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int, 
     except InvalidSignature:
         raise IntegrityError("onion layer MAC does not verify (tampered, or not for this node)") from None
     dig = gamma  # the MAC under this hop's one-time key identifies the authentic packet's bytes (no pass over the payload)
-    prev = keyring.replay.seen(epoch, hk.tau)
+    prev = keyring.replay.add_if_new(epoch, hk.tau, dig)  # one SQLite statement per hop on a node's cache
     if prev is not None:
         if hmac.compare_digest(prev, dig):
             raise DuplicatePacket(f"duplicate onion packet in epoch {epoch}")
         raise ReplayedMessage(f"onion replay tag already processed in epoch {epoch}")
-    keyring.replay.add(epoch, hk.tau, dig)
     B = _stream(hk.rho, beta + bytes(S))
     kind, nxt, epk_next, gamma_next = _SLOT.unpack_from(B)
     payload2 = _stream(hk.pi, payload)

@@ -26,6 +26,10 @@ class ReplayCache:
         for e in sorted(self._seen)[:-keep]:
             del self._seen[e]
 
+    def close_epoch(self, epoch: int) -> None:
+        """Forget ``epoch`` (its key was deleted: nothing of it can be opened, so no replay can pass)."""
+        self._seen.pop(int(epoch), None)
+
     def seen(self, epoch: int, tag: bytes) -> bytes | None:
         """The digest recorded with ``tag`` (None if new); :class:`UnknownEpoch` for an epoch not held."""
         if epoch not in self._seen:
@@ -36,6 +40,14 @@ class ReplayCache:
         if epoch not in self._seen:
             raise UnknownEpoch(f"no replay cache for epoch {epoch}")
         self._seen[epoch][tag] = digest
+
+    def add_if_new(self, epoch: int, tag: bytes, digest: bytes = b"") -> bytes | None:
+        """Record ``tag`` unless it is already there; returns the digest recorded before (None: new).
+        One step on the hot path instead of :meth:`seen` then :meth:`add`."""
+        prev = self.seen(epoch, tag)
+        if prev is None:
+            self.add(epoch, tag, digest)
+        return prev
 
     def check_and_add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
         if self.seen(epoch, tag) is not None:
@@ -95,6 +107,15 @@ class PersistentReplayCache(ReplayCache):
                 self._db.execute("DELETE FROM epochs WHERE epoch = ?", (e,))
                 del self._n[e]
 
+    def close_epoch(self, epoch: int) -> None:
+        """Delete ``epoch``'s tags: called when the epoch's key is deleted (after it nothing of the epoch
+        opens, so dropping its tags re-admits nothing)."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM tags WHERE epoch = ?", (int(epoch),))
+            self._db.execute("DELETE FROM epochs WHERE epoch = ?", (int(epoch),))
+            self._n.pop(int(epoch), None)
+
     def _count(self, epoch: int) -> int:
         n = self._n.get(int(epoch))
         if n is None:
@@ -112,6 +133,20 @@ class PersistentReplayCache(ReplayCache):
         cur = self._db.execute("INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
                                (int(epoch), bytes(tag), bytes(digest)))  # autocommit: durable when it returns
         self._n[int(epoch)] += cur.rowcount
+
+    def add_if_new(self, epoch: int, tag: bytes, digest: bytes = b"") -> bytes | None:
+        """One statement per new packet (``INSERT OR IGNORE``; the digest is read back only for a replay),
+        where ``seen`` + ``add`` took two: same durability, the row is committed when this returns."""
+        if self._count(epoch) >= self.max_per_epoch:
+            if (prev := self.seen(epoch, tag)) is not None:
+                return prev
+            raise ReplayCacheFull(f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key")
+        cur = self._db.execute("INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
+                               (int(epoch), bytes(tag), bytes(digest)))
+        if cur.rowcount == 1:
+            self._n[int(epoch)] += 1
+            return None
+        return self.seen(epoch, tag)
 
     def __len__(self) -> int:
         return sum(self._n.values())

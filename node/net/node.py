@@ -222,6 +222,8 @@ class Node:
         self.controls = ControlRegistry()
         self.identity: Identity | None = None
         self.directory: bpb.Directory | None = None
+        self.onion_keys = None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
+        self._onion_published: list[tuple[int, bytes]] = []
         self.neighbors: list[str] = []
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, bpb.Member] = {}
@@ -392,9 +394,11 @@ class Node:
             self._register_builtin_controls()
         await self._start_server(f"{host}:{port}")
         await self._refresh_directory(force=True)
+        await self.maintain_onion_keys()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._heartbeat_loop(), name="heartbeat"),
+            loop.create_task(self._onion_key_loop(), name="onion-keys"),
             loop.create_task(self._directory_loop(), name="directory"),
             loop.create_task(self._probe_loop(), name="probe"),
             loop.create_task(self._log_flush_loop(), name="log-flush"),
@@ -430,6 +434,9 @@ class Node:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.onion_keys is not None:
+            self.onion_keys.close()
+            self.onion_keys = None
         self.rlog.flush(force=True)
         self._unlock_state_dir()
         self.log.info("node %s stopped", self.node_id, extra={"event": "stopped"})
@@ -902,6 +909,53 @@ class Node:
                 await self._refresh_directory(force=False)
             except NodeError:
                 pass
+
+    # ------------------------------------------------------------------ per-epoch onion keys
+    async def maintain_onion_keys(self, now: float | None = None) -> None:
+        """Rotate the onion keys on the network's period (``Directory.onion_epoch_seconds``): make the
+        current and next epochs' keys, delete those past their grace (and their replay tags), and publish
+        the public halves through the bootstrap when they changed (see :mod:`hushnet.net.onion_keys`)."""
+        from hushnet.net.onion_keys import OnionKeyStore, keys_digest
+
+        d = self.directory
+        period = float(getattr(d, "onion_epoch_seconds", 0.0) or 0.0) if d is not None else 0.0
+        if period <= 0:
+            return
+        grace = float(d.onion_grace_seconds)
+        if self.onion_keys is None or (self.onion_keys.period, self.onion_keys.grace) != (period, grace):
+            if self.onion_keys is not None:
+                self.onion_keys.close()
+            self.onion_keys = OnionKeyStore(self.state_dir, period, grace)
+        published = self.onion_keys.maintain(now)
+        mine = self.members.get(self.node_id)
+        listed = sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys) if mine is not None else []
+        if published == self._onion_published and all(k in listed for k in published):
+            return
+        ms = int(time.time() * 1000)
+        method = f"PublishOnionKeys:{keys_digest(published)}"
+        auth = bpb.SignedRequest(node_id=self.node_id, unix_ms=ms,
+                                 signature=pki.sign(self.identity.key, pki.signed_message(method, self.node_id, ms)))
+        req = bpb.OnionKeysRequest(auth=auth, keys=[bpb.OnionKey(epoch=e, public_key=pk) for e, pk in published])
+        try:
+            async with self._bootstrap_channel() as ch:
+                await bpb_grpc.BootstrapStub(ch).PublishOnionKeys(req, timeout=5.0)
+        except grpc.aio.AioRpcError as exc:
+            self.log.warning("publishing onion keys failed (%s: %s); will retry", exc.code().name, exc.details(),
+                             extra={"event": "onion_keys_failed"})
+            return
+        self._onion_published = published
+        self.log.info("onion keys published for epochs %s", [e for e, _ in published],
+                      extra={"event": "onion_keys", "epochs": [e for e, _ in published]})
+        await self._refresh_directory(force=True)
+
+    async def _onion_key_loop(self) -> None:
+        while True:
+            period = float(getattr(self.directory, "onion_epoch_seconds", 0.0) or 0.0)
+            await asyncio.sleep(min(self.config.heartbeat_s, period / 8) if period > 0 else self.config.heartbeat_s)
+            try:
+                await self.maintain_onion_keys()
+            except (NodeError, OSError) as exc:
+                self.log.warning("onion-key rotation failed: %s", exc, extra={"event": "onion_keys_failed"})
 
     async def _heartbeat_loop(self) -> None:
         failing = False

@@ -50,6 +50,7 @@ from hushnet.engine.rng import secret_generator
 KIND_PACKET = 0x4F  # 'O'
 KIND_HOP_ACK = 0x41  # 'A'
 _TIMER = "onion-retx:"
+_WORK = "onion-work:"  # a hop's role work (forward or delivery) runs on a zero timer, after its hop ack left
 
 
 # ---- accounting views --------------------------------------------------------------------------
@@ -338,6 +339,8 @@ class OnionLayer(Protocol):
         self.plan = relay_plan(self.adj, self.p.hops, self.p.slots)
         self._pending: dict[str, tuple[int, bytes, int]] = {}
         self._tables: dict[int, RelayTables] = {}  # recipient -> its public path tables
+        self._work: dict[str, Any] = {}  # deferred role work by timer key: (link peer, peeled layer)
+        self._work_n = 0
         self.relayed = 0
         self.delivered = 0
         self.paths: list[list[int]] = []  # own paths (sender side; never sent anywhere)
@@ -356,6 +359,9 @@ class OnionLayer(Protocol):
         return self._translate(self.inner.handle(RunStarted()))
 
     def on_timer(self, name: str) -> list[Action]:
+        if name.startswith(_WORK):
+            item = self._work.pop(name[len(_WORK) :], None)
+            return self._role_work(*item) if item is not None else []
         if not name.startswith(_TIMER):
             return self._translate(self.inner.handle(TimerFired(name)))
         key = name[len(_TIMER) :]
@@ -391,16 +397,28 @@ class OnionLayer(Protocol):
             res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len, ad=self._ad)
         except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
             return ack + [Fault(self.ctx.node, err)]
+        if not res.final and res.next_hop not in self.neighbours:
+            return ack + [Fault(self.ctx.node, UnexpectedSender(
+                f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
+        # the ack leaves here, after the checks every role makes (cells, MAC, replay tag, next hop) and
+        # before any role-specific work, whether this node relays or receives (issue 11 finding 5): its
+        # place and time must not tell the last relay that its successor is the token's receiver.  The
+        # forward or the delivery to the inner machine runs right after, on a zero timer.
+        self._work_n += 1
+        key = str(self._work_n)
+        self._work[key] = (src, res)
+        if not ack:  # no hop ack (unreliable links): nothing to keep apart from the role's work
+            return self._role_work(*self._work.pop(key))
+        return ack + [SetTimer(_WORK + key, 0.0)]
+
+    def _role_work(self, src: int, res) -> list[Action]:
+        """What differs by role, deferred behind the hop ack: deliver to the inner machine, or forward."""
         if res.final:
             self.delivered += 1
             inner = self.inner.handle(MessageArrived(src, res.message))
-            # acknowledged first: the inner machine's ledger entry may be refused, which drops what follows it
-            return ack + [Metric("onion-delivered", 1, -1, self.ctx.node)] + self._translate(inner)
-        if res.next_hop not in self.neighbours:
-            return ack + [Fault(self.ctx.node, UnexpectedSender(
-                f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
+            return [Metric("onion-delivered", 1, -1, self.ctx.node)] + self._translate(inner)
         self.relayed += 1
-        return self._send_packet(res.next_hop, res.packet) + ack  # the forward first: it is on the critical path
+        return self._send_packet(res.next_hop, res.packet)
 
     # sending ------------------------------------------------------------------------------------
 
@@ -532,8 +550,13 @@ def make_anonymity_machine(
 
         if W is None:
             raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
+        shared = p.pop("onion_keyring", None)  # a deployed node's per-epoch keyring (all epochs it holds)
         op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
-        key, directory = keypair("onion")
+        if shared is not None:
+            key, directory = None, p.pop("onion_directory")
+            op.pop("epoch", None)  # the packets' epoch is the directory's (current at acceptance)
+        else:
+            key, directory = keypair("onion")
         hops = int(op.pop("hops", 3))
         slots = int(op.pop("slots", hops + 8))
         plan = relay_plan(W, hops, slots)
@@ -547,7 +570,7 @@ def make_anonymity_machine(
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
                           epoch=directory.epoch, reliable=base.reliable, **op)
-        keyring = OnionKeyring.single(key, directory.epoch, replay=replay)
+        keyring = shared if shared is not None else OnionKeyring.single(key, directory.epoch, replay=replay)
         return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
         from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine

@@ -134,6 +134,33 @@ def node_replay_cache(node, purpose: str):
     return caches[purpose]
 
 
+def node_onion_keys(node, ids: list[str], vertex: int, spec: RunSpec):
+    """(keyring, directory) for an onion run: the **per-epoch** onion keys when the network rotates them
+    (``Directory.onion_epoch_seconds > 0``), else ``None`` (the long-term key with the spec's epoch label).
+
+    The run uses the epoch current at acceptance (when the node builds its machine): the directory of
+    every member's public key for that epoch, and the node's keyring, which holds every epoch the node
+    still has a key for (a relay opens packets of runs accepted in the previous epoch too).  Refused with
+    the reason when a member has not published that epoch's key, or when the directory's key for this
+    node is not the one in its state directory."""
+    store = getattr(node, "onion_keys", None)
+    if store is None:
+        return None
+    if "epoch" in spec.protocol_params:
+        raise ValueError("protocol_params.epoch is a label for networks without onion-key rotation; this network "
+                         "rotates onion keys, and a run uses the epoch current at acceptance")
+    epoch = store.current_epoch()
+    d = node.directory
+    keys = {int(m.vertex): bytes(k.public_key) for m in d.members for k in m.onion_keys if int(k.epoch) == epoch}
+    missing = [ids[v] for v in range(len(ids)) if v not in keys]
+    if missing:
+        raise ValueError(f"the directory has no onion key of epoch {epoch} for {', '.join(missing[:5])}"
+                         f"{' …' if len(missing) > 5 else ''} (not published yet): cannot build onion layers")
+    if keys[vertex] != store.pair(epoch).public:
+        raise ValueError(f"the directory's onion key of epoch {epoch} for this node is not the key in its state directory")
+    return store.keyring, KeyDirectory(epoch, keys)
+
+
 def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
     kp = node_keypair(node)
     directory = node_key_directory(node, epoch)
@@ -304,9 +331,14 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
     from hushnet.protocols.registry import make_machine, transition_matrix
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
-    kp, directory = _keys(node, ids, vertex, _epoch(spec))
-    params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory,
-              "replay_cache": node_replay_cache(node, "onion")}
+    epoch_keys = node_onion_keys(node, ids, vertex, spec)
+    if epoch_keys is not None:  # per-epoch onion keys: the node's shared keyring, the epoch's directory
+        keyring, directory = epoch_keys
+        params = {**spec.machine_params(), "onion_keyring": keyring, "onion_directory": directory}
+    else:  # a network without rotation: the long-term key, the spec's epoch label
+        kp, directory = _keys(node, ids, vertex, _epoch(spec))
+        params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory,
+                  "replay_cache": node_replay_cache(node, "onion")}
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
                         W=W, view_model="anonymous", options=options, rng=spec.node_rng(vertex, len(ids)))
 
@@ -422,5 +454,5 @@ def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> di
     return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
 
 
-__all__ = ["node_keypair", "node_key_directory", "node_signer", "node_signer_directory", "node_replay_cache", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
+__all__ = ["node_keypair", "node_key_directory", "node_onion_keys", "node_signer", "node_signer_directory", "node_replay_cache", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
            "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "walk_iterations", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]

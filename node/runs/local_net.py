@@ -63,13 +63,14 @@ def write_policy(state: pathlib.Path, values: np.ndarray | None, xy: tuple[np.nd
 @contextlib.asynccontextmanager
 async def network(tmp: pathlib.Path, graph: str, n: int, *, values: Sequence[np.ndarray] | None = None,
                   shards: Sequence[tuple[np.ndarray, np.ndarray]] | None = None, epsilon: float = 1e6,
-                  delta: float = 1e-5, base_ip: int = 40, observe: Callable[[Node, RunService], Any] | None = None
-                  ) -> AsyncIterator[Net]:
+                  delta: float = 1e-5, base_ip: int = 40, observe: Callable[[Node, RunService], Any] | None = None,
+                  bootstrap_options: dict[str, Any] | None = None) -> AsyncIterator[Net]:
     from hushnet.client.core import AsyncClient
 
     stop = asyncio.Event()
     ready = asyncio.Event()
-    btask = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", graph, "tok"), stop, ready))
+    btask = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", graph, "tok",
+                                                                 **(bootstrap_options or {})), stop, ready))
     nodes: list[Node] = []
     services: list[RunService] = []
     observers: list[Any] = []
@@ -90,7 +91,9 @@ async def network(tmp: pathlib.Path, graph: str, n: int, *, values: Sequence[np.
         await asyncio.gather(*(nd.start() for nd in nodes))
         for _ in range(300):
             if all(nd.links and len(nd.neighbors) == len(nd.links) and all(l.healthy for l in nd.links.values())
-                   and nd.directory is not None and len(nd.directory.members) == n for nd in nodes):
+                   and nd.directory is not None and len(nd.directory.members) == n
+                   and (nd.directory.onion_epoch_seconds <= 0 or all(m.onion_keys for m in nd.directory.members))
+                   for nd in nodes):
                 break
             await asyncio.sleep(0.1)
         else:

@@ -185,3 +185,50 @@ def test_hop_ack_at_the_same_point_for_a_relay_and_a_destination(mode):
         if m.finished:
             break
     assert roles.get("relay", 0) >= 1 and roles.get("destination", 0) >= 1, roles
+
+
+def test_onion_hop_ack_at_the_same_point_for_a_relay_and_a_receiver():
+    """rw-dpsgd-onion (issue 11 finding 5, the onion walk's part): a relay sent its forward *before*
+    the hop ack, the receiver acked and then ran the inner machine's update in the same handler, so
+    the ack's place in the action list and its time told the last relay whether its successor was the
+    token's receiver.  Every role must return exactly [hop ack, zero timer] on arrival; the forward or
+    the delivery to the inner machine comes out of that timer."""
+    from hushnet.engine.actions import Send, SetTimer
+    from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+
+    class _Once(_Idle):
+        def __init__(self, ctx, dst=None):
+            super().__init__(ctx)
+            self.dst, self.got = dst, []
+
+        def on_start(self):
+            return [Send(self.dst, b"token")] if self.dst is not None else []
+
+        def on_message(self, src, payload):
+            self.got.append(payload)
+            return []
+
+    g = parse_graph(GRAPH)
+    kps = simulation_keypairs(5, N, "onion")
+    d = simulation_directory(kps)
+    par = OnionParams(hops=2, slots=10, payload_len=64, cell_body=4096)
+    layers = []
+    for v in range(N):
+        ctx = NodeContext(v, N, "r", np.random.default_rng(v))
+        layers.append(OnionLayer(ctx, _Once(ctx, NEIGHBOURS[0] if v == RECEIVER else None), g.adjacency,
+                                 OnionKeyring.single(kps[v]), d, par, path_rng=np.random.default_rng(40 + v)))
+    acts, src, roles = layers[RECEIVER].handle(RunStarted()), RECEIVER, []
+    while True:
+        (s,) = [a for a in acts if isinstance(a, Send)]
+        m = layers[s.dst]
+        out = m.handle(MessageArrived(src, s.payload))
+        assert [type(a) for a in out] == [Send, SetTimer], out  # the ack, then the deferral: nothing else
+        assert out[0].dst == src and out[0].payload[:1] == b"A" and out[1].delay == 0.0
+        acts = m.handle(TimerFired(out[1].name))
+        if m.inner.got:
+            roles.append("receiver")
+            assert m.inner.got == [b"token"] and not [a for a in acts if isinstance(a, Send)]
+            break
+        roles.append("relay")
+        src = s.dst
+    assert roles[-1] == "receiver" and roles.count("relay") >= 2, roles

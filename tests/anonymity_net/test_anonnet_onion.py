@@ -106,7 +106,9 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
                 await prev.send(ids[relay_v], bytes(tampered), protocol=RUN_PROTOCOL, run_id=run_id, timeout=10)
             # truncated, oversized, and a cell for a key epoch this node holds no key for
             epoch = bytearray(rec["payload"])
-            epoch[1 + 9 + 1 + 3] ^= 0x07  # packet = version(1) ‖ epoch(4) ‖ …, after kind(1) + cell header(9)
+            # packet = version(1) ‖ epoch(4) ‖ …, after kind(1) + cell header(9); the epoch's top byte, so the
+            # result is never an epoch the node holds (with per-epoch keys it holds e−1..e+1)
+            epoch[1 + 9 + 1] ^= 0x40
             cell = len(rec["payload"]) - 1
             for bad in (rec["payload"][:-100], rec["payload"] + bytes(cell), bytes(epoch)):
                 with pytest.raises(DeliveryError):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahushnet/v1/bootstrap.proto\x12\nhushnet.v1\"k\n\x0bJoinRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x14\n\x0crequested_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x15\n\rx25519_public\x18\x05 \x01(\x0c\"w\n\tJoinReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65rt_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06vertex\x18\x04 \x01(\r\x12\x15\n\rlease_seconds\x18\x05 \x01(\x01\x12\x10\n\x08rejoined\x18\x06 \x01(\x08\"U\n\rSignedRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\">\n\nLeaseReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x12\n\x10\x44irectoryRequest\"\xa1\x01\n\x06Member\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x65rt_sha256\x18\x03 \x01(\t\x12\x15\n\rx25519_public\x18\x04 \x01(\x0c\x12\x0e\n\x06vertex\x18\x05 \x01(\r\x12\r\n\x05\x61live\x18\x06 \x01(\x08\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\x12\x12\n\nkey_sha256\x18\x08 \x01(\t\"\x1c\n\x04\x45\x64ge\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\")\n\x06Weight\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\x12\t\n\x01w\x18\x03 \x01(\x01\"\xd0\x01\n\tDirectory\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.hushnet.v1.Member\x12\x10\n\x08topology\x18\x03 \x01(\t\x12\x12\n\nn_vertices\x18\x04 \x01(\r\x12\x1f\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x10.hushnet.v1.Edge\x12\x13\n\x0bweight_rule\x18\x06 \x01(\t\x12#\n\x07weights\x18\x07 \x03(\x0b\x32\x12.hushnet.v1.Weight\x12\x0e\n\x06\x63\x61_pem\x18\x08 \x01(\x0c\x32\x84\x02\n\tBootstrap\x12\x36\n\x04Join\x12\x17.hushnet.v1.JoinRequest\x1a\x15.hushnet.v1.JoinReply\x12>\n\tHeartbeat\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12:\n\x05Leave\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x43\n\x0cGetDirectory\x12\x1c.hushnet.v1.DirectoryRequest\x1a\x15.hushnet.v1.Directoryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahushnet/v1/bootstrap.proto\x12\nhushnet.v1\"k\n\x0bJoinRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x14\n\x0crequested_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x15\n\rx25519_public\x18\x05 \x01(\x0c\"w\n\tJoinReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65rt_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06vertex\x18\x04 \x01(\r\x12\x15\n\rlease_seconds\x18\x05 \x01(\x01\x12\x10\n\x08rejoined\x18\x06 \x01(\x08\"U\n\rSignedRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\"-\n\x08OnionKey\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\"_\n\x10OnionKeysRequest\x12\'\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x19.hushnet.v1.SignedRequest\x12\"\n\x04keys\x18\x02 \x03(\x0b\x32\x14.hushnet.v1.OnionKey\">\n\nLeaseReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x12\n\x10\x44irectoryRequest\"\xcb\x01\n\x06Member\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x65rt_sha256\x18\x03 \x01(\t\x12\x15\n\rx25519_public\x18\x04 \x01(\x0c\x12\x0e\n\x06vertex\x18\x05 \x01(\r\x12\r\n\x05\x61live\x18\x06 \x01(\x08\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\x12\x12\n\nkey_sha256\x18\x08 \x01(\t\x12(\n\nonion_keys\x18\t \x03(\x0b\x32\x14.hushnet.v1.OnionKey\"\x1c\n\x04\x45\x64ge\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\")\n\x06Weight\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\x12\t\n\x01w\x18\x03 \x01(\x01\"\x8a\x02\n\tDirectory\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.hushnet.v1.Member\x12\x10\n\x08topology\x18\x03 \x01(\t\x12\x12\n\nn_vertices\x18\x04 \x01(\r\x12\x1f\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x10.hushnet.v1.Edge\x12\x13\n\x0bweight_rule\x18\x06 \x01(\t\x12#\n\x07weights\x18\x07 \x03(\x0b\x32\x12.hushnet.v1.Weight\x12\x0e\n\x06\x63\x61_pem\x18\x08 \x01(\x0c\x12\x1b\n\x13onion_epoch_seconds\x18\t \x01(\x01\x12\x1b\n\x13onion_grace_seconds\x18\n \x01(\x01\x32\xce\x02\n\tBootstrap\x12\x36\n\x04Join\x12\x17.hushnet.v1.JoinRequest\x1a\x15.hushnet.v1.JoinReply\x12>\n\tHeartbeat\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12:\n\x05Leave\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x43\n\x0cGetDirectory\x12\x1c.hushnet.v1.DirectoryRequest\x1a\x15.hushnet.v1.Directory\x12H\n\x10PublishOnionKeys\x12\x1c.hushnet.v1.OnionKeysRequest\x1a\x16.hushnet.v1.LeaseReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,18 +37,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOINREPLY']._serialized_end=270
   _globals['_SIGNEDREQUEST']._serialized_start=272
   _globals['_SIGNEDREQUEST']._serialized_end=357
-  _globals['_LEASEREPLY']._serialized_start=359
-  _globals['_LEASEREPLY']._serialized_end=421
-  _globals['_DIRECTORYREQUEST']._serialized_start=423
-  _globals['_DIRECTORYREQUEST']._serialized_end=441
-  _globals['_MEMBER']._serialized_start=444
-  _globals['_MEMBER']._serialized_end=605
-  _globals['_EDGE']._serialized_start=607
-  _globals['_EDGE']._serialized_end=635
-  _globals['_WEIGHT']._serialized_start=637
-  _globals['_WEIGHT']._serialized_end=678
-  _globals['_DIRECTORY']._serialized_start=681
-  _globals['_DIRECTORY']._serialized_end=889
-  _globals['_BOOTSTRAP']._serialized_start=892
-  _globals['_BOOTSTRAP']._serialized_end=1152
+  _globals['_ONIONKEY']._serialized_start=359
+  _globals['_ONIONKEY']._serialized_end=404
+  _globals['_ONIONKEYSREQUEST']._serialized_start=406
+  _globals['_ONIONKEYSREQUEST']._serialized_end=501
+  _globals['_LEASEREPLY']._serialized_start=503
+  _globals['_LEASEREPLY']._serialized_end=565
+  _globals['_DIRECTORYREQUEST']._serialized_start=567
+  _globals['_DIRECTORYREQUEST']._serialized_end=585
+  _globals['_MEMBER']._serialized_start=588
+  _globals['_MEMBER']._serialized_end=791
+  _globals['_EDGE']._serialized_start=793
+  _globals['_EDGE']._serialized_end=821
+  _globals['_WEIGHT']._serialized_start=823
+  _globals['_WEIGHT']._serialized_end=864
+  _globals['_DIRECTORY']._serialized_start=867
+  _globals['_DIRECTORY']._serialized_end=1133
+  _globals['_BOOTSTRAP']._serialized_start=1136
+  _globals['_BOOTSTRAP']._serialized_end=1470
 # @@protoc_insertion_point(module_scope)

@@ -54,6 +54,11 @@ class BootstrapStub:
                 request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryRequest.SerializeToString,
                 response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.Directory.FromString,
                 _registered_method=True)
+        self.PublishOnionKeys = channel.unary_unary(
+                '/hushnet.v1.Bootstrap/PublishOnionKeys',
+                request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.SerializeToString,
+                response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.FromString,
+                _registered_method=True)
 
 
 class BootstrapServicer:
@@ -88,6 +93,14 @@ class BootstrapServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishOnionKeys(self, request, context):
+        """Publish the member's onion public keys of the current and next onion-key epochs (a node
+        rotates its onion key every Directory.onion_epoch_seconds; see docs/anonymity.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BootstrapServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +123,11 @@ def add_BootstrapServicer_to_server(servicer, server):
                     servicer.GetDirectory,
                     request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryRequest.FromString,
                     response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.Directory.SerializeToString,
+            ),
+            'PublishOnionKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishOnionKeys,
+                    request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.FromString,
+                    response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +238,33 @@ class Bootstrap:
             '/hushnet.v1.Bootstrap/GetDirectory',
             hushnet_dot_v1_dot_bootstrap__pb2.DirectoryRequest.SerializeToString,
             hushnet_dot_v1_dot_bootstrap__pb2.Directory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishOnionKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hushnet.v1.Bootstrap/PublishOnionKeys',
+            hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.SerializeToString,
+            hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.FromString,
             options,
             channel_credentials,
             insecure,
