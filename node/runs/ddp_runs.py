@@ -198,9 +198,10 @@ def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> S
 
     p = _secagg_params(spec)
     t = int(p["threshold"])
-    # against a malicious (equivocating) leader when the consistency check runs; the honest-but-curious one else
+    # always against a malicious (equivocating) leader (secagg.py's threat model): without the consistency check
+    # each member answers one unmask request, so the tolerance is 2t − n − 1, not the honest-but-curious t − 1
     sp_ = SecAggParams(dim=1, **p)
-    tol = sp_.malicious_collusion_tolerance() if sp_.consistency_check else sp_.collusion_tolerance()
+    tol = sp_.malicious_collusion_tolerance()
     sens = float(sensitivity) if sensitivity is not None else 1.0  # σ is a multiplier: the charge does not depend on Δ
     return SecureSumView(float(spec.sigma), sens, t, int(pp["collusion"]), tol)
 
