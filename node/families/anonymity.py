@@ -38,12 +38,8 @@ class AnonymityFamily(Family):
         project = project_onion if spec.protocol == "rw-dpsgd-onion" else project_anon_walk
         return project(spec, vertex, local, W)
 
-    def cost(self, spec, vertex, ids, W, orders):
-        if spec.protocol == "rw-dpsgd-onion":
-            from hushnet.runs.accounting import walk_cost
-
-            return walk_cost(spec, vertex, ids, W, orders)
-        return super().cost(spec, vertex, ids, W, orders)
+    # cost: the default (local DP per contribution) for both protocols — onion relays see the walk's
+    # trajectory (VIEWS["onion-relay"]); the anonymous walk's updates are attributable
 
     def paper_bound(self, spec, vertex, contributions, W):
         if spec.protocol != "rw-dpsgd-onion":

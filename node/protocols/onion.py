@@ -76,16 +76,14 @@ VIEWS: dict[str, AccountingView] = {
         "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
         "without onion relaying the receiver's gRPC peer is the token's sender (spec randomwalk.md E.2)", True),
     "onion-relay": AccountingView(
-        "onion-relay", "anonymous",
-        "random-walk paper Thm 3 anonymous-sender bound, certified",
-        "onion relaying is on and the relay plan is sender-independent: the receiver's link peer is the last "
-        "relay, drawn uniformly among its neighbours whatever the sender, every path has the same length and "
-        "the token carries no sender field; relays see only ciphertext", True),
-    "onion-relay-sender-known": AccountingView(
-        "onion-relay", "sender-known",
-        "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
-        "onion relaying is on but no relay-path length makes the last relay independent of the sender on this "
-        "graph (see the plan's reason), so the receiver may learn the sender", True),
+        "onion-relay", "local",
+        "local-DP Gaussian bound per contribution (the contribution seen in the clear), certified",
+        "per delivery the relay plan hides the sender from the receiver, but every node also relays the same "
+        "walk's other hops and so sees its link peers and next hops: part of the token's trajectory, which "
+        "neither the random-walk paper's anonymous-sender view (its eq. 7) nor the sender-known view covers "
+        "(exact on K4: a node's relay observations raise its best guess of the next sender from 1/3 to 0.47). "
+        "No walk bound is certified; the anonymous-sender value is shown only as a labelled paper reproduction",
+        False),
     "neighbourhood": AccountingView(
         "plain-gossip", "neighbourhood",
         "Muffliato certified exact loss, view='neighbourhood'",
@@ -105,22 +103,23 @@ VIEWS: dict[str, AccountingView] = {
 
 def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: bool = False,
                     relay_independent: bool = True) -> AccountingView:
-    """The view the accountant must use for a run (and why): anonymous-sender only with onion relaying
-    whose relay plan is sender-independent (:func:`relay_plan`), aggregate only with secure summation,
-    no anonymity credit for the source-anonymous walk."""
+    """The view the accountant must use for a run (and why): aggregate only with secure summation; onion
+    relaying is charged at local DP (its relays observe the walk's trajectory, see ``VIEWS["onion-relay"]``),
+    whatever its relay plan; no anonymity credit for the source-anonymous walk."""
     if protocol in ("anon-walk-sgd",):
         return VIEWS["source-anonymous-walk"]
     if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
         return VIEWS["secure-summation"] if secure_summation or protocol == "secagg-sum" else VIEWS["neighbourhood"]
     if onion_hops < 1:
         return VIEWS["plain-links"]
-    return VIEWS["onion-relay"] if relay_independent else VIEWS["onion-relay-sender-known"]
+    return VIEWS["onion-relay"]  # local DP whatever the plan: relays see the walk's trajectory
 
 
 def onion_view(plan: "RelayPlan") -> dict[str, Any]:
-    """The accounting view of an onion run with relay plan ``plan``, as a report shows it."""
-    v = VIEWS["onion-relay"] if plan.independent else VIEWS["onion-relay-sender-known"]
-    return {**v.as_dict(), "relays": plan.relays, "mean_relays": plan.mean_relays, "relay_plan": plan.reason}
+    """The accounting view of an onion run with relay plan ``plan``, as a report shows it (the plan says
+    whether each delivery hides the sender from its receiver; the charge is local DP either way)."""
+    return {**VIEWS["onion-relay"].as_dict(), "relays": plan.relays, "mean_relays": plan.mean_relays,
+            "relay_plan": plan.reason, "sender_hidden_per_delivery": plan.independent}
 
 
 # ---- relay paths -------------------------------------------------------------------------------

@@ -241,23 +241,28 @@ def project_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any
 
 
 def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
-    """Onion-relayed RW DP-SGD: the random-walk paper's anonymous-sender bound, certified — only if
-    relaying is really on (``hops ≥ 1``) and the spec says so (``view_model = "anonymous"``)."""
+    """Onion-relayed RW DP-SGD: charged at **local DP** per contribution (``N_u`` contributions, each seen
+    in the clear).  The relay plan hides each delivery's sender from its receiver, but every node also
+    relays the walk's other hops and sees part of its trajectory, which no random-walk bound covers
+    (``VIEWS["onion-relay"]``).  Refused unless relaying is on (``hops ≥ 1``) and the spec says
+    ``view_model = "anonymous"`` (what the mechanism provides per delivery)."""
     hops = int(spec.protocol_params.get("hops", 3))
     if hops < 1:
         return _refuse(spec, "rw-dpsgd-onion with hops < 1 relays nothing")
     if spec.view_model != "anonymous":
         return _refuse(spec, "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
-                             "(the accountant then uses the anonymous-sender bound)")
+                             "(each delivery's sender is hidden from its receiver; the charge is local DP)")
     from hushnet.protocols.onion import onion_view
     from hushnet.runs.accounting import onion_relay_plan
 
     plan = onion_relay_plan(spec, W)
-    # the anonymous-sender bound only when the relay plan makes the last relay independent of the
-    # sender (hushnet.protocols.onion.RelayPlan); otherwise the run is charged as sender-known, and says why
-    dec = evaluate_policy(replace(spec, protocol="rw-dpsgd", view_model="anonymous" if plan.independent
-                                  else "sender-known"), vertex, local, W)
-    return replace(dec, details={**dec.details, "accounting_view": onion_view(plan)})
+    walk = evaluate_policy(replace(spec, protocol="rw-dpsgd", view_model="sender-known"), vertex, local, W)
+    if walk.epsilon_row is None:  # refused before any projection (δ, noise condition …): say why
+        return walk
+    n_u = float(walk.details.get("N_u", 0.0))
+    dec = _ldp_decision(spec, vertex, local, spec.n, n_u, spec.sigma,
+                        "local DP: onion relays observe the walk's trajectory", "onion-relay")
+    return replace(dec, details={**dec.details, "accounting_view": {**onion_view(plan), "charged_as": "local DP"}})
 
 
 def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,

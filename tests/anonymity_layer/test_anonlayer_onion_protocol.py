@@ -175,14 +175,16 @@ def test_rw_dpsgd_over_onion_same_model_anonymous_ledger():
     assert {e.view_model for led in res.ledgers.values() for e in led} == {"anonymous"}
     assert {e.view_model for led in plain.ledgers.values() for e in led} == {"sender-known"}
     assert not res.faults
-    assert res.finish.result["accounting_view"]["view_model"] == "anonymous"
+    # each delivery hides its sender, but relays see the walk's trajectory: charged at local DP
+    assert res.finish.result["accounting_view"]["view_model"] == "local"
     lens = [m.value for m in res.metrics if m.name == "onion-path-length"]
     assert len(lens) > 0 and min(lens) >= 3
 
 
 def test_accounting_views_follow_mechanisms():
     assert accounting_view("rw-dpsgd").view_model == "sender-known"
-    assert accounting_view("rw-dpsgd", onion_hops=3).view_model == "anonymous"
+    onion = accounting_view("rw-dpsgd", onion_hops=3)
+    assert onion.view_model == "local" and onion.dp_credit is False and "trajectory" in onion.reason
     assert accounting_view("muffliato").view_model == "neighbourhood"
     assert accounting_view("muffliato", secure_summation=True).view_model == "aggregate"
     assert accounting_view("secagg-sum").view_model == "aggregate"

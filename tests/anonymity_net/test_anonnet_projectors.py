@@ -39,16 +39,12 @@ def test_anonymous_view_only_with_onion_relaying() -> None:
     plain = RunSpec(protocol="rw-dpsgd", **BASE).with_run_id()
     a, s = project_onion(onion, 0), project_walk(plain, 0)
     assert a.accept and s.accept
-    assert a.details["accounting_view"]["view_model"] == "anonymous"
+    # onion relaying hides each delivery's sender, but its relays see the walk's trajectory: local DP,
+    # never below the plain walk's certified sender-known bound
+    assert a.details["accounting_view"]["view_model"] == "local"
     assert s.details["accounting_view"]["view_model"] == "sender-known"
-    # the onion run is exactly the anonymous-sender walk bound, never above the sender-known one
-    # (strictly below it where the walk amplifies: a larger graph than the n=10 one above)
-    big = dict(BASE, graph="regular:128:6:1", steps=4000, sigma=1.0, cap=40, budget=Budget(1e9, 1e-5))
-    a = project_onion(RunSpec(protocol="rw-dpsgd-onion", view_model="anonymous", **big).with_run_id(), 0)
-    s = project_walk(RunSpec(protocol="rw-dpsgd", **big).with_run_id(), 0)
-    ref = evaluate_policy(RunSpec(protocol="rw-dpsgd", view_model="anonymous", **big).with_run_id(), 0)
-    np.testing.assert_allclose(a.epsilon_row, ref.epsilon_row, rtol=1e-12)
-    assert np.all(a.epsilon_row <= s.epsilon_row + 1e-12) and np.any(a.epsilon_row < s.epsilon_row - 1e-9)
+    assert np.all(a.epsilon_row >= s.epsilon_row - 1e-12)
+    assert a.details["N_u"] == s.details["N_u"]
 
 
 def test_secagg_and_anon_walk_charge_without_anonymity_credit() -> None:
