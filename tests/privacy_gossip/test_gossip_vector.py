@@ -183,3 +183,35 @@ def test_er18_no_certified_value_below_a_planar_contribution(T):
         assert np.all(cert >= planar - 1e-9 * np.maximum(planar, 1.0)), (v, np.max(planar - cert))
         below_scalar += int(np.sum(scalar_values(Ms) < planar - 1e-9))
     assert below_scalar > 0  # the setting does exercise the vector case
+
+
+def test_audit_with_a_planar_pattern_stays_below_the_certified_value():
+    """The audit runs the protocol with the source's per-round contributions as unit vectors in the
+    plane (the worst planar pattern of the issue's pair): the pattern's own sensitivity exceeds the
+    scalar maximum, yet neither it nor the attacker's empirical ε passes the certified value."""
+    from hushnet.privacy import audit
+    from hushnet.privacy.koskela import observer_set
+
+    W = metropolis_hastings(parse_graph("ring:8"), "hamilton")
+    M = view_matrices(W.toarray(), 4, 1)[0]
+    V = planar_values(M[None], starts=8)  # warm the reference (value only)
+    rng = np.random.default_rng(0)
+    best, pattern = -np.inf, None
+    for _ in range(20):  # the pattern itself: rank-2 ascent from a few starts
+        P = rng.standard_normal((4, 2))
+        P /= np.linalg.norm(P, axis=1, keepdims=True)
+        for _ in range(400):
+            P = M @ P
+            P /= np.linalg.norm(P, axis=1, keepdims=True)
+        val = float(np.trace(P.T @ M @ P))
+        if val > best:
+            best, pattern = val, P
+    assert best == pytest.approx(V[0], abs=1e-9)
+    with pytest.raises(ValueError, match="norm <= 1"):
+        audit.audit_gossip_stream(W, 0, observer_set(W, 1, "neighbourhood"), 4, 1.0, known=[1], pattern=2 * pattern)
+    r = audit.audit_gossip_stream(W, 0, observer_set(W, 1, "neighbourhood"), 4, 1.0, known=[1], pattern=pattern,
+                                  n_train=3000, n_test=8000, seed=5)
+    assert r["pattern_sensitivity_sq"] == pytest.approx(best, rel=1e-7)
+    assert r["pattern_sensitivity_sq"] > r["scalar_sensitivity_sq"] + 3e-4  # the old certified value
+    assert r["pattern_sensitivity_sq"] <= r["certified_sensitivity_sq"] + 1e-9
+    assert r["empirical_epsilon"] <= r["certified_epsilon"] + 1e-12
