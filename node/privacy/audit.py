@@ -115,9 +115,9 @@ def _run_views(record: Callable[[np.ndarray, np.random.Generator], np.ndarray], 
 
 
 def paper_epsilon_from_rdp_slope(slope: float, delta: float) -> float:
-    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov."""
+    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov (the paper's)."""
     orders = conversions.DEFAULT_ORDERS
-    return conversions.rdp_to_dp(orders, slope * orders, delta)[0]
+    return conversions.rdp_to_dp(orders, slope * orders, delta, method="classic")[0]
 
 
 def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sensitivity: float = 1.0,
