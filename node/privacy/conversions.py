@@ -93,7 +93,9 @@ def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
 
     Candidates: :data:`DEFAULT_ORDERS` up to the cap, the cap itself, and Mironov's continuous
     optimum ``α* = 1 + √(ln(1/δ)/slope)`` (clamped) — so the result is never above the classic
-    continuous optimum, and any candidate is a valid order, so it is sound.  A zero slope gives 0.
+    continuous optimum — then a golden-section refinement between the best candidate's neighbours
+    (vectorised).  Every evaluated α is a valid order, so the result is sound whatever the shape of
+    the curve in α.  A zero slope gives 0 (improved) or the value at the largest order (classic).
     """
     if not alpha_max > 1.0:
         raise ValueError("alpha_max must be > 1")
@@ -107,8 +109,28 @@ def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
     with np.errstate(divide="ignore"):
         a_star = np.where(s > 0, 1.0 + np.sqrt(log_inv / np.where(s > 0, s, 1.0)), grid[-1])
     a_star = np.clip(a_star, 1.0 + 1e-9, alpha_max)
-    orders = np.concatenate([np.broadcast_to(grid, s.shape + grid.shape), a_star[..., None]], axis=-1)
-    return _rule(orders, s[..., None] * orders, delta, method)
+    orders = np.sort(np.concatenate([np.broadcast_to(grid, s.shape + grid.shape), a_star[..., None]], axis=-1), axis=-1)
+    eps, alpha = _rule(orders, s[..., None] * orders, delta, method)
+    if method == "classic":  # α* is the exact optimum of Mironov's convex form
+        return eps, alpha
+    i = np.argmin(np.where(orders == alpha[..., None], 0, 1), axis=-1)
+    # bracket: the best candidate's neighbours; below the smallest candidate, down to where the improved
+    # rule starts (1.01: below it the value is Mironov's, which only grows as α → 1)
+    lo = np.where(i > 0, np.take_along_axis(orders, np.maximum(i - 1, 0)[..., None], axis=-1)[..., 0],
+                  min(_IMPROVED_MIN_ORDER * (1 + 1e-12), float(orders.min())))
+    hi = np.take_along_axis(orders, np.minimum(i + 1, orders.shape[-1] - 1)[..., None], axis=-1)[..., 0]
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    f = lambda x: _rule(x[..., None], (s * x)[..., None], delta, method)[0]  # noqa: E731
+    for _ in range(60):  # golden section, both interior points evaluated each step (cheap, vectorised)
+        x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+        f1, f2 = f(x1), f(x2)
+        left = f1 <= f2
+        hi, lo = np.where(left, x2, hi), np.where(left, lo, x1)
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = f(x1), f(x2)
+    better = np.minimum(f1, f2) < eps
+    alpha = np.where(better, np.where(f1 <= f2, x1, x2), alpha)
+    return np.where(better, np.minimum(f1, f2), eps), alpha
 
 
 def _rule(orders: np.ndarray, rdp: np.ndarray, delta: float, method: str) -> tuple[np.ndarray, np.ndarray]:
