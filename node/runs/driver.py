@@ -29,6 +29,7 @@ import numpy as np
 from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import Protocol
+from hushnet.privacy.conversions import CONVERSION_LABEL
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
 from hushnet.runs.spec import RunSpec
@@ -411,6 +412,7 @@ class RunDriver:
             "delta": delta,
             "certified": certified,
             "certified_bound": self.cost.bound_name if self.cost is not None else None,
+            "certified_conversion": CONVERSION_LABEL,
             "paper": paper,
             "paper_bound": paper_label,
             "projected": self.decision.get("row"),
