@@ -104,7 +104,9 @@ def cmd_pair(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
-        line = f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')})"
+        won = out.get("certified_by") or out.get("method")
+        line = (f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')}"
+                + (f", by {won}" if won else "") + ")")
         if "epsilon" in out:
             line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
         print(line)
