@@ -9,9 +9,11 @@ Curves:
   Gaussian mechanism calibrated to ε₀-LDP (classic rule, σ = √(2 ln(1.25/δ))/ε₀ in units of the
   sensitivity); the user's count N_u is the exact Binomial(T, 1/n) quantile at δ̂ = 1e−7.
   Network DP: the random-walk RDP bound on K_n (P-RW Thm 3, complete graph, exact harmonic
-  H_T, printed noise condition σ² ≥ 2α(α−1)), ``N_u α H_T/(n σ²)``, converted with Mironov's
-  rule over admissible α, under the anonymous-sender view.  Local DP: the exact (μ-GDP)
-  composition of N_u Gaussian mechanisms.  Both at δ = 1e−7 (+ δ̂ for the count).
+  H_T, printed noise condition σ² ≥ 2α(α−1)), ``N_u α H_T/(n σ²)``, converted over admissible α
+  both ways: hushnet's certified rule (dp-accounting's improved conversion, ``ndp``) and Mironov's
+  (``ndp_classic``, the papers' conversion), under the anonymous-sender view.  Local DP: the exact
+  (μ-GDP) composition of N_u Gaussian mechanisms, and the same composition by dp-accounting's PLD
+  accountant (``ldp_pld``, a cross-check).  All at δ = 1e−7 (+ δ̂ for the count).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ import numpy as np
 from scipy import special, stats
 
 from hushnet.privacy import amplification as A
-from hushnet.privacy.calibration import alpha_max_for_constraint, linear_rdp_epsilon
-from hushnet.privacy.conversions import gdp_epsilon
+from hushnet.privacy.calibration import alpha_max_for_constraint
+from hushnet.privacy.conversions import gaussian_pld_epsilon, gdp_epsilon, linear_rdp_to_dp
 
 NAME = "pad_fig1a"
 EPS0 = 0.1
@@ -32,17 +34,24 @@ DELTA = 1e-7
 PER_NODE = 100
 
 
-def certified_curves(n: float, eps0: float = EPS0, delta: float = DELTA) -> dict[str, float]:
-    """Certified NDP (P-RW Thm 3 on K_n, anonymous sender) and LDP (exact GDP) for one n."""
+def certified_curves(n: float, eps0: float = EPS0, delta: float = DELTA, pld: bool = False) -> dict[str, float]:
+    """Certified NDP (P-RW Thm 3 on K_n, anonymous sender; improved and classic conversion) and LDP (exact
+    GDP; with ``pld`` also dp-accounting's PLD accountant) for one n."""
     n_int = int(round(n))
     T = PER_NODE * n_int
     sigma = math.sqrt(2.0 * math.log(1.25 / delta)) / eps0  # noise multiplier of one ε₀-LDP step
     N_u = float(stats.binom.isf(delta, T, 1.0 / n_int))
     H_T = float(special.digamma(T + 1) - special.digamma(1))
     slope = N_u * H_T / (n_int * sigma * sigma)  # RDP = slope · α
-    ndp, alpha = linear_rdp_epsilon(slope, delta, alpha_max_for_constraint(sigma, 2.0))
+    amax = alpha_max_for_constraint(sigma, 2.0)
+    ndp, alpha = linear_rdp_to_dp(slope, delta, amax)
+    ndp_classic, _ = linear_rdp_to_dp(slope, delta, amax, method="classic")
     ldp = gdp_epsilon(math.sqrt(N_u) / sigma, delta)
-    return {"n": n_int, "T": T, "N_u": N_u, "sigma": sigma, "ndp": float(ndp), "alpha": float(alpha), "ldp": ldp}
+    out = {"n": n_int, "T": T, "N_u": N_u, "sigma": sigma, "ndp": float(ndp), "ndp_classic": float(ndp_classic),
+           "alpha": float(alpha), "ldp": ldp}
+    if pld:  # N_u is a binomial quantile (an integer): N_u compositions of the same Gaussian
+        out["ldp_pld"] = gaussian_pld_epsilon([1.0 / sigma], delta, counts=[int(N_u)])
+    return out
 
 
 def _crossing(ns: np.ndarray, ndp: np.ndarray, ldp: np.ndarray) -> list[float] | None:
@@ -70,8 +79,9 @@ def main(out_dir: pathlib.Path) -> dict:
     thm3_ldp = np.array([A.advanced_composition(EPS0, DELTA, A.contributions_bound(PER_NODE * n, n, DELTA)[0], DELTA)[0]
                          for n in ns_thm])
     ns_cert = np.unique(np.round(ns[ns >= 2]).astype(np.int64))
-    cert = [certified_curves(n) for n in ns_cert]
+    cert = [certified_curves(n, pld=True) for n in ns_cert]
     cert_ndp = np.array([c["ndp"] for c in cert])
+    cert_ndp_classic = np.array([c["ndp_classic"] for c in cert])
     cert_ldp = np.array([c["ldp"] for c in cert])
 
     fig, ax = plt.subplots(figsize=(8, 6.5))
@@ -82,7 +92,8 @@ def main(out_dir: pathlib.Path) -> dict:
     ax.plot(ns_thm, thm3, "g:", lw=2, label="NDP, Thm 3 formula (paper)")
     ax.plot(ns_cert, cert_ldp, "-", color="tab:purple", lw=2, label=r"LDP, exact GDP, binomial $N_u$ (certified)")
     ax.plot(ns_cert, cert_ndp, "-", color="tab:red", lw=2,
-            label="NDP, P-RW Thm 3 on $K_n$, anonymous sender (certified)")
+            label="NDP, P-RW Thm 3 on $K_n$, anonymous sender (certified, improved RDP conversion)")
+    ax.plot(ns_cert, cert_ndp_classic, ":", color="tab:red", lw=1.5, label="the same, Mironov's conversion")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (number of users)")
@@ -101,7 +112,10 @@ def main(out_dir: pathlib.Path) -> dict:
         "paper_code": {"n": ns.tolist(), **{k: v.tolist() for k, v in cols.items()}, "bound": "paper"},
         "paper_thm3": {"n": ns_thm.tolist(), "ndp": thm3.tolist(), "ldp_analogue": thm3_ldp.tolist(),
                        "bound": "paper", "note": "delta' = delta_hat = 1e-7, c optimised on a grid, printed 2*gamma_n*eps"},
-        "certified": {"n": ns_cert.tolist(), "ndp": cert_ndp.tolist(), "ldp": cert_ldp.tolist(),
+        "certified": {"n": ns_cert.tolist(), "ndp": cert_ndp.tolist(), "ndp_classic": cert_ndp_classic.tolist(),
+                      "ldp": cert_ldp.tolist(), "ldp_pld": [c["ldp_pld"] for c in cert],
+                      "conversion": {"ndp": "improved RDP->(eps,delta) (dp-accounting)", "ndp_classic": "Mironov",
+                                     "ldp": "exact mu-GDP", "ldp_pld": "dp-accounting PLD accountant"},
                       "N_u": [c["N_u"] for c in cert], "alpha": [c["alpha"] for c in cert],
                       "sigma_multiplier": cert[0]["sigma"], "bound": "certified",
                       "view_model": "anonymous sender (P-RW), exact binomial count at delta_hat=1e-7"},

@@ -666,7 +666,9 @@ def sgd_epsilon(n: int, N_u: float, L: float, sigma: float, delta: float, *, var
     """Best (ε, δ) from Lemma 1 over admissible orders α ∈ (1, α_max] (Remark 5's inner step).
 
     The RDP is linear in α (slope a), so ``ε(α) = aα + ln(1/δ)/(α−1)`` is minimised at
-    ``α* = 1 + √(ln(1/δ)/a)``, clamped to α_max when the constraint binds (reported).
+    ``α* = 1 + √(ln(1/δ)/a)``, clamped to α_max when the constraint binds (reported) — Mironov's
+    conversion, kept for ``variant="paper"``.  The certified variant uses hushnet's one rule, the improved
+    conversion (:func:`hushnet.privacy.conversions.linear_rdp_to_dp`), never above it.
     """
     _check_delta("delta", delta)
     a = N_u * 4.0 * L * L * math.log(n) / (sigma * sigma * _lemma1_denominator(n, variant))
@@ -676,6 +678,12 @@ def sgd_epsilon(n: int, N_u: float, L: float, sigma: float, delta: float, *, var
     clamped = alpha > a_max
     alpha = min(alpha, a_max)
     eps = a * alpha + lg / (alpha - 1.0)
+    if variant == "exact":  # certified: hushnet's one RDP → (ε, δ) rule (improved conversion, never larger)
+        from hushnet.privacy.conversions import linear_rdp_to_dp
+
+        e, al = linear_rdp_to_dp(a, delta, a_max)
+        eps, alpha = float(e), float(al)
+        clamped = alpha >= a_max * (1 - 1e-12)
     return Guarantee(eps, delta, CERTIFIED if variant == "exact" else PAPER, "P-AD Lemma 1 + RDP conversion",
                      "complete graph, hidden sender and receiver",
                      {"alpha": alpha, "alpha_max": a_max, "alpha_clamped": clamped, "sigma": sigma, "N_u": N_u,

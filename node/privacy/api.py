@@ -122,6 +122,10 @@ def pair(q: Query, u: int, v: int) -> dict[str, Any]:
 
         return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
     pm = matrix_fn(q)()
-    return {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
+    out = {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
+    if pm.components:  # several valid bounds: each one's value and the one that won
+        out["certified_by"] = pm.certified_by(u, v)
+        out["components"] = {k: float(c[u, v]) for k, c in pm.components.items()}
+    return out
 
 

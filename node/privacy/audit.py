@@ -115,9 +115,9 @@ def _run_views(record: Callable[[np.ndarray, np.random.Generator], np.ndarray], 
 
 
 def paper_epsilon_from_rdp_slope(slope: float, delta: float) -> float:
-    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov."""
+    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov (the paper's)."""
     orders = conversions.DEFAULT_ORDERS
-    return conversions.rdp_to_dp(orders, slope * orders, delta)[0]
+    return conversions.rdp_to_dp(orders, slope * orders, delta, method="classic")[0]
 
 
 def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sensitivity: float = 1.0,
@@ -197,9 +197,12 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
                         confidence: float = 0.95, seed: int = 0, chunk: int = 2000) -> dict[str, Any]:
     """Audit [K] streaming gossip: the source adds ``b·c_t`` each round (c = 1 by default).
 
-    The observers record their messages ``m^w_t = θ^w_t + x^w_t + u^w_t`` and the noise in
-    ``known``.  Returns the empirical ε lower bound and the certified ε for that pattern's
-    worst case (the certified Δ² covers every pattern in the box).
+    ``pattern`` is either T numbers (a scalar model) or a (T, d) array whose rows are the source's
+    per-round contribution *vectors* (norm ≤ 1, as DP-GD's clipped gradients): every coordinate
+    runs the protocol with its own noise and the observers see all of them.  The observers record
+    their messages ``m^w_t = θ^w_t + x^w_t + u^w_t`` and the noise in ``known``.  Returns the
+    empirical ε lower bound and the certified ε, which must cover every pattern in the box — vector
+    patterns included — and the pattern's own squared sensitivity ``tr(M C Cᵀ)``.
     """
     from hushnet.privacy.koskela import stream_sensitivity
 
@@ -207,21 +210,28 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
     n = Wc.shape[0]
     obs = np.asarray(observers, dtype=np.int64)
     kn = np.asarray(known, dtype=np.int64)
-    c = np.ones(T) if pattern is None else np.asarray(pattern, dtype=float)
+    c = np.ones((T, 1)) if pattern is None else np.asarray(pattern, dtype=float)
+    if c.ndim == 1:
+        c = c[:, None]
+    if c.ndim != 2 or c.shape[0] != T:
+        raise ValueError(f"pattern must have T={T} rows (numbers or vectors), got shape {np.shape(pattern)}")
+    if np.any(np.linalg.norm(c, axis=1) > 1.0 + 1e-12):
+        raise ValueError("every per-round contribution in the pattern must have norm <= 1 (the clipping bound)")
+    d = c.shape[1]
 
     def record(bits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         N = bits.size
-        theta = np.zeros((n, N))
+        theta = np.zeros((n, d, N))
         feats = []
         for t in range(T):
-            u = rng.normal(0.0, sigma, size=(n, N))
-            x = np.zeros((n, N))
-            x[source] = c[t] * bits
+            u = rng.normal(0.0, sigma, size=(n, d, N))
+            x = np.zeros((n, d, N))
+            x[source] = c[t][:, None] * bits[None, :]
             msg = theta + x + u
-            feats.append(msg[obs].T)
+            feats.append(msg[obs].reshape(-1, N).T)
             if kn.size:
-                feats.append(u[kn].T)
-            theta = np.asarray(Wc @ msg)
+                feats.append(u[kn].reshape(-1, N).T)
+            theta = np.asarray(Wc @ msg.reshape(n, d * N)).reshape(n, d, N)
         return np.concatenate(feats, axis=1)
 
     rng = np.random.default_rng(seed)
@@ -236,5 +246,7 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
         "empirical_epsilon": emp["epsilon_lower_bound"],
         "certified_sensitivity_sq": float(res["value"]),
         "certified_epsilon": epsilon_of(float(res["value"]), sigma, delta),
-        "pattern_sensitivity_sq": float(c @ res["M"] @ c) if np.all(np.isfinite(res["M"])) else math.inf,
+        "certified_method": res["method"],
+        "scalar_sensitivity_sq": res.get("scalar"),
+        "pattern_sensitivity_sq": float(np.trace(c.T @ res["M"] @ c)) if np.all(np.isfinite(res["M"])) else math.inf,
     }

@@ -5,7 +5,7 @@ needs the inverse map σ ↦ loss.  All the losses we account are non-increasing
 noise never leaks more), so one generic bracketing + bisection search serves them all:
 
 * :func:`calibrate_sigma` takes any ``sigma -> pairwise losses`` callable — an RDP tensor
-  ``(n, n, len(orders))`` converted with Mironov's rule, or directly an (ε at δ) matrix — and
+  ``(n, n, len(orders))`` converted with hushnet's one rule (dp-accounting's improved conversion), or directly an (ε at δ) matrix — and
   finds the smallest σ for the **worst pair**, the **mean pair** or **a given pair**;
 * :func:`linear_rdp_epsilon` is the continuous-α conversion for RDP curves linear in α
   (every Gaussian-type accountant), with an optional cap α ≤ α_max for proofs that need it
@@ -26,6 +26,7 @@ from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
     gaussian_sigma_classic,
     gaussian_sigma_tight,
+    rdp_epsilon,
     rdp_to_dp,
 )
 
@@ -131,9 +132,8 @@ def _loss(values, *, kind: str, pair, delta, orders, exclude_diagonal) -> tuple[
         # B.8 convention: the mean pair's RDP curve, then one conversion.
         eps, a = rdp_to_dp(orders, sel.mean(axis=0), delta)
         return eps, {"best_order": a}
-    # worst pair: worst RDP at every order is an upper bound per pair; convert each pair exactly
-    lg = math.log(1.0 / delta)
-    per_pair = np.min(sel + lg / (np.asarray(orders) - 1.0), axis=1)
+    # worst pair: convert each pair with the same rule, then take the largest
+    per_pair, _ = rdp_epsilon(orders, sel, delta)
     i = int(np.argmax(per_pair))
     eps, a = rdp_to_dp(orders, sel[i], delta)
     return eps, {"best_order": a, "worst_index": i}
@@ -148,7 +148,8 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float, *
     ``loss_fn(σ)`` returns, for ``kind="dp"``, an array of ε values at the caller's δ (an
     ``(n, n)`` pairwise matrix — row = contributor, column = observer — whose diagonal is
     ignored when ``exclude_diagonal``; or any array of pair losses); for ``kind="rdp"`` an
-    ``(n, n, len(orders))`` RDP tensor converted at ``delta`` with Mironov's rule.
+    ``(n, n, len(orders))`` RDP tensor converted at ``delta`` with hushnet's one rule
+    (:func:`hushnet.privacy.conversions.rdp_epsilon`, dp-accounting's improved conversion).
     ``pair`` is ``"worst"`` (max over pairs), ``"mean"`` (mean over pairs; for RDP, the mean
     RDP curve converted once, the random-walk paper's ε̄) or a tuple ``(u, v)``.
 
@@ -222,7 +223,7 @@ def gaussian_sigma(sensitivity: float, eps: float, delta: float, method: str = "
 
     ``method="tight"``: exact, via μ-GDP (``σ = Δ/μ(ε, δ)``); ``"classic"``: Dwork–Roth
     ``Δ√(2 ln(1.25/δ))/ε`` (only valid for ε ≤ 1; the papers' choice); ``"rdp"``: the smallest σ
-    for which the Gaussian RDP curve on ``orders`` converts to ε (Mironov).  Returns ``(σ, method)``.
+    for which the Gaussian RDP curve on ``orders`` converts to ε (improved RDP conversion).  Returns ``(σ, method)``.
     """
     if sensitivity <= 0 or eps <= 0 or not 0 < delta < 1:
         raise CalibrationError("need sensitivity > 0, eps > 0 and delta in (0, 1)")

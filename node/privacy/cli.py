@@ -86,10 +86,14 @@ def cmd_pair(args: argparse.Namespace) -> int:
     if args.delta is not None:
         if not 0 < args.delta < 1:
             raise SystemExit("error: --delta must be in (0, 1)")
+        from hushnet.privacy.conversions import CONVERSION_LABEL, rdp_to_dp
+
         rdp = result["rdp"]
         result["delta"] = args.delta
-        result["epsilon"] = rdp + math.log(1 / args.delta) / (q.alpha - 1) if math.isfinite(rdp) else math.inf
-        result["conversion"] = "Mironov RDP->(eps,delta) at the given alpha"
+        result["epsilon"] = rdp_to_dp([q.alpha], [rdp], args.delta)[0] if math.isfinite(rdp) else math.inf
+        result["epsilon_classic"] = (rdp_to_dp([q.alpha], [rdp], args.delta, method="classic")[0]
+                                     if math.isfinite(rdp) else math.inf)
+        result["conversion"] = f"{CONVERSION_LABEL}, at the given alpha; epsilon_classic: Mironov's"
         mu = result.get("mu_gdp")
         if mu is not None and math.isfinite(mu):
             from hushnet.privacy.conversions import gdp_epsilon
@@ -100,7 +104,9 @@ def cmd_pair(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
-        line = f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')})"
+        won = out.get("certified_by") or out.get("method")
+        line = (f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')}"
+                + (f", by {won}" if won else "") + ")")
         if "epsilon" in out:
             line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
         print(line)

@@ -12,10 +12,14 @@ Threat models, all one accountant (spec §2.1 table): single node / secure neigh
 (``S = e_iᵀ``), closed neighbourhood (``S(N̄_i)``), coalitions ``S(𝒜)``, LDP (``S = I``), each with
 the observers' noise counted (as in the papers) or known (the realistic default for hushnet).
 
-The box maximum is a Boolean quadratic program: it is computed exactly by vertex enumeration for
-small T, or read off as ``1ᵀM1`` when M is entrywise non-negative (then c = 1 is optimal);
-otherwise the certified value is ``min(T λmax(M), 1ᵀ|M|1)``, both valid upper bounds ([K] §3.4,
-App. E).  The ``c = 1`` value (``lower``) is reported but never used as a guarantee.
+Contributions are DP-GD's clipped gradient *vectors* (norm ≤ 1 per round), so the certified Δ² is the
+maximum of ``tr(M X)`` over Gram matrices X of such vectors, not the Boolean program over
+``c ∈ {±1}^T`` (whose vertex maximum can be smaller: issue 10 §1, spec gossip.md §2.3).
+:func:`hushnet.privacy.linear_gaussian.box_quadratic_max` returns ``1ᵀM1`` when M is entrywise
+non-negative (c = 1 is then optimal for vectors too), the vertex maximum only when an upper bound
+valid for vectors meets it, and otherwise ``min(T λmax(M), 1ᵀ|M|1, SDP dual certificate)``, all
+valid upper bounds ([K] §3.4, App. E), labelled in ``method``.  The ``c = 1`` value (``lower``) and
+the scalar vertex maximum (``scalar``) are reported but never used as a guarantee.
 
 Numerics: ``K_T`` is factorised with a relative eigenvalue threshold (``K_RTOL``).  With the
 observers' noise counted ``K_T`` has full rank (block-triangular H_T with S on the diagonal) and
@@ -242,11 +246,14 @@ def gossip_stream_pair(W, source: int, observer: int, T: int, alpha: float, sigm
     sens_sq = sensitivity**2 * res["value"]
     out = gaussian_loss(sens_sq, alpha, sigma, delta, bound="certified", view=view, protocol="gossip-stream",
                         source=int(source), observer=int(observer), steps=int(T))
-    out.update({k: (None if res[k] is None else float(res[k])) for k in ("lower", "spectral", "abs", "exact")})
+    out.update({k: (None if res.get(k) is None else float(res[k]))
+                for k in ("lower", "spectral", "abs", "sdp", "vector_lower", "scalar", "exact")})
     out["method"] = res["method"]
     out["known_noise"] = known.tolist()
-    out["note"] = ("certified: Gaussian mechanism with the exact (or upper-bounded) box sensitivity of "
-                   "[K] Thm 12; 'lower' (c = 1) is not a guarantee")
+    out["note"] = ("certified: Gaussian mechanism with the box sensitivity of [K] Thm 12 over vector contributions "
+                   "(any model dimension): exact only when a certificate shows scalar and vector maxima agree, else "
+                   "the smallest valid upper bound (method); 'lower' (c = 1) and 'scalar' (±1 contributions only) "
+                   "are not guarantees")
     return out
 
 
@@ -266,7 +273,9 @@ def gossip_stream_loss_matrix(W, T: int, alpha: float, sigma: float, *, view: st
         S[:, v] = val
     notes = [
         f"certified: [K] streaming gossip, T = {T} rounds with fresh noise, view {view}, known noise: {known_noise}",
-        "exact box maximum when T is small or M >= 0, otherwise min(spectral, 1'|M|1) upper bound",
+        "per-round contributions are vectors of norm <= 1 (any dimension): exact box maximum only where scalar and "
+        "vector maxima provably agree (M >= 0, or the vertex maximum meets a vector bound), otherwise "
+        "min(spectral, 1'|M|1, SDP dual certificate), all valid upper bounds for vector contributions",
     ]
     return PrivacyMatrix(matrix=rdp_of(alpha, sensitivity**2 * S, sigma), alpha=float(alpha), bound="certified",
                          view=view, notes=notes, protocol="gossip-stream", sensitivity_sq=sensitivity**2 * S)

@@ -11,7 +11,7 @@ refusal is atomic, so a refused charge leaves no trace.
 Everything is persisted in SQLite (WAL mode) so that a node restarting mid-run still knows
 what it has spent; a lock makes a ledger safe to share between threads of one process.
 
-Every reported number says which conversion produced it (``"rdp"``: Mironov over the orders;
+Every reported number says which conversion produced it (``"rdp"``: hushnet's one RDP → (ε, δ) rule over the orders — dp-accounting's improved conversion;
 ``"gdp"``: the tight Gaussian curve, used when every entry toward that target carries a μ)
 and which bound label it inherits (``"certified"`` only if every entry it composes is).
 """
@@ -141,7 +141,7 @@ class Spent:
     target: str
     epsilon: float
     delta: float
-    method: str  # "rdp" (Mironov over the orders) or "gdp" (tight Gaussian)
+    method: str  # "rdp" (improved conversion over the orders, conversions.rdp_to_dp) or "gdp" (tight Gaussian)
     best_order: float | None
     bound: str  # "certified" only if every composed entry is certified
     entries: int

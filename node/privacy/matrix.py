@@ -60,6 +60,15 @@ class PrivacyMatrix:
     T: int | None = None
     sensitivity_sq: np.ndarray | None = field(default=None, repr=False, compare=False)
     adjacency: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
+    #: the valid bounds whose entrywise minimum ``matrix`` is (name → n×n RDP), when there are several
+    #: (random walk: "random-walk" and "local-DP"); :meth:`certified_by` names the one that won per pair
+    components: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def certified_by(self, u: int, v: int) -> str:
+        """The bound that produced ``matrix[u, v]`` (the smallest component; ties go to the first)."""
+        if not self.components:
+            return self.bound
+        return min(self.components, key=lambda k: float(self.components[k][u, v]))
 
     @property
     def n(self) -> int:
@@ -68,11 +77,17 @@ class PrivacyMatrix:
     def off_diagonal(self) -> np.ndarray:
         return np.asarray(self.matrix, dtype=float)[~np.eye(self.n, dtype=bool)]
 
-    def to_dp(self, delta: float) -> np.ndarray:
-        """(ε, δ) per pair by Mironov's conversion ``ε + ln(1/δ)/(α−1)`` (the papers' conversion), diag 0."""
-        if not 0.0 < delta < 1.0:
-            raise ValueError("delta must be in (0, 1)")
-        out = np.asarray(self.matrix, dtype=float) + math.log(1.0 / delta) / (self.alpha - 1.0)
+    def to_dp(self, delta: float, method: str = "improved") -> np.ndarray:
+        """(ε, δ) per pair at the matrix's order α, diag 0.
+
+        ``method="improved"`` (default): hushnet's one RDP → (ε, δ) rule, dp-accounting's improved
+        conversion (:func:`hushnet.privacy.conversions.rdp_epsilon`); ``"classic"``: Mironov's
+        ``ε + ln(1/δ)/(α−1)``, the papers' conversion, for figures that reproduce them.
+        """
+        from hushnet.privacy.conversions import rdp_epsilon
+
+        out, _ = rdp_epsilon([self.alpha], np.asarray(self.matrix, dtype=float)[..., None], delta, method=method)
+        out = np.array(out, dtype=float)
         np.fill_diagonal(out, 0.0)
         return out
 
@@ -96,6 +111,11 @@ class PrivacyMatrix:
             max=json_number(vals.max()) if vals.size else None,
             notes=list(self.notes),
         )
+        if self.components:
+            mask = ~np.eye(self.n, dtype=bool)
+            stack = np.stack([np.asarray(c, dtype=float)[mask] for c in self.components.values()])
+            won = np.argmin(stack, axis=0)
+            out["certified_by"] = {k: int(np.sum(won == i)) for i, k in enumerate(self.components)}
         adj = adjacency_of(graph) if graph is not None else self.adjacency
         if adj is not None:
             from scipy.sparse.csgraph import shortest_path

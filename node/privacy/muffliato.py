@@ -668,8 +668,9 @@ def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta
     per-round sensitivity is ``Δ_φ`` (ν cancels).
 
     * ``certified``: the whole run as one linear-Gaussian view, hidden state included
-      (:func:`muffliato_gd_state_space` logic, all pairs), with ``min(spectral, 1ᵀ|M|1)`` of [K]
-      §2.3 — valid for adaptively chosen gradients ([K] App. A).  Dense: O(n) factorisations of a
+      (:func:`muffliato_gd_state_space` logic, all pairs), with the box bound of
+      :func:`~hushnet.privacy.linear_gaussian.box_quadratic_max` (``min(spectral, 1ᵀ|M|1, SDP)`` of [K]
+      §2.3 unless M ≥ 0) — valid for vector and adaptively chosen gradients ([K] App. A).  Dense: O(n) factorisations of a
       (R·K·d)×(n·R) matrix, so for moderate n.
     * ``composed``: exact per-round values added in RDP, as if rounds were independent mechanisms
       (spec §1.3.9 item 5).  **Not a guarantee**: the state carries earlier noise into later
@@ -752,7 +753,7 @@ def _gd_observer_all_sources(Ws: Sequence, K: int, observer: int, chebyshev: boo
             continue
         Z = coef / sv[:, None]
         res = box_quadratic_max(Z.T @ Z, exact_limit=0)
-        out[u] = min(res["spectral"], res["abs"])
+        out[u] = res["value"]  # valid for vector gradients: min(spectral, 1ᵀ|M|1, SDP certificate) unless M ≥ 0
     return out
 
 

@@ -303,7 +303,7 @@ def gd_sensitivity(sched: RealisedSchedule, source: int, observer: int, phases: 
     steps are NOT independent mechanisms and adding per-step exact values is not a guarantee (the privacy
     core shows a pair where the joint view leaks more: ``hushnet.privacy.muffliato.muffliato_gd_state_space``).
     Here the observer's view — its own states and every value sent to it, sender-side — is built as a map
-    of all steps' inputs and accounted with [K] Thm 12's box sensitivity, ``min(spectral, 1ᵀ|M|1)``
+    of all steps' inputs and accounted with [K] Thm 12's box sensitivity, ``min(spectral, 1ᵀ|M|1, SDP)``
     unless M ≥ 0 (valid for vector models and adaptively chosen gradients); own noise known.
     """
     if view not in VIEWS:

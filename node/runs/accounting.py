@@ -111,7 +111,7 @@ def local_dp_cost(vertex: int, ids: list[str], orders=None) -> ContributionCost:
 
 
 def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
-    """Mironov conversion (the papers' and the ledger's), 0 for an empty curve."""
+    """The ledger's conversion (hushnet's one RDP → (ε, δ) rule, dp-accounting's improved one), 0 for an empty curve."""
     if not np.any(rdp > 0):
         return 0.0
     return float(rdp_to_dp(orders, rdp, delta)[0])

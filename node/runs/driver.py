@@ -31,6 +31,7 @@ from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, Ledger
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
+from hushnet.privacy.conversions import CONVERSION_LABEL
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
 from hushnet.runs.spec import RunSpec
@@ -401,6 +402,7 @@ class RunDriver:
             "delta": delta,
             "certified": certified,
             "certified_bound": self.cost.bound_name if self.cost is not None else None,
+            "certified_conversion": CONVERSION_LABEL,
             "paper": paper,
             "paper_bound": paper_label,
             "projected": self.decision.get("row"),

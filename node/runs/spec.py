@@ -503,7 +503,7 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     converted at the best admissible order per target.  ``local-dp-sgd``: every contribution is
     seen in the clear by the next holder, so each target is charged ``N_u·α/(2σ²)`` (no amplification).
     """
-    from hushnet.privacy.randomwalk import alpha_max, rw_pndp_matrix
+    from hushnet.privacy.randomwalk import LOCAL_DP, WALK, alpha_max, rw_pndp_matrix
     from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol not in WALK_SGD:
@@ -525,24 +525,32 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
         a0 = min(2.0, amax)
         pm = rw_pndp_matrix(W, T, a0, spec.sigma, bound="certified", contributions=N_u,
                             sender_known=spec.view_model == "sender-known", constraint=spec.constraint)
-        slope = pm.matrix[node] / pm.alpha  # RDP per unit α (ε_{u→v} ∝ α)
+        slope = pm.components[WALK][node] / pm.alpha  # the walk bound's RDP per unit α (ε_{u→v} ∝ α)
         notes = list(pm.notes)
     eps = _best_order_dp(slope, amax, log_inv_delta)
+    certified_by = np.full(n, LOCAL_DP if spec.protocol == "local-dp-sgd" else WALK, dtype=object)
     if spec.protocol != "local-dp-sgd":
-        # every view is a post-processing of the noisy contributions themselves, so the local-DP bound
-        # (Gaussian RDP α/(2σ²) per contribution, any order) is also valid: keep the smaller per target
+        # the one rule of every entry point (hushnet.privacy.randomwalk.with_local_dp): every view is a
+        # post-processing of the noisy contributions, so the local-DP bound (Gaussian RDP α/(2σ²) per
+        # contribution, any order) is also valid; keep the smaller per target, and say which won
         ldp = _best_order_dp(np.full(n, N_u / (2.0 * spec.sigma**2)), math.inf, log_inv_delta)
         if np.any(ldp < eps):
             notes.append("per target: min(random-walk bound, local-DP bound) — both certified")
+        certified_by[ldp < eps] = LOCAL_DP
         eps = np.minimum(eps, ldp)
     eps[node] = 0.0
-    return eps, {"N_u": N_u, "alpha_max": amax, "constraint": spec.constraint, "view_model": spec.view_model, "notes": notes}
+    certified_by[node] = ""
+    return eps, {"N_u": N_u, "alpha_max": amax, "constraint": spec.constraint, "view_model": spec.view_model,
+                 "notes": notes, "certified_by": certified_by.tolist()}
 
 
 def _best_order_dp(slope: np.ndarray, amax: float, log_inv_delta: float) -> np.ndarray:
-    """``min_{1<α≤α_max} α·slope + ln(1/δ)/(α−1)`` per entry (convex in α: clamp the unconstrained optimum)."""
-    a = np.minimum(1.0 + np.sqrt(log_inv_delta / np.maximum(slope, 1e-300)), amax)
-    return a * slope + log_inv_delta / (a - 1.0)
+    """Best (ε, δ) of the linear RDP curves ``α·slope`` over ``1 < α ≤ α_max``, per entry, by hushnet's one
+    RDP → (ε, δ) rule (dp-accounting's improved conversion, :func:`hushnet.privacy.conversions.linear_rdp_to_dp`;
+    never above Mironov's ``α·slope + ln(1/δ)/(α−1)`` at its continuous optimum)."""
+    from hushnet.privacy.conversions import linear_rdp_to_dp
+
+    return linear_rdp_to_dp(slope, math.exp(-log_inv_delta), amax)[0]
 
 
 def evaluate_policy(spec: RunSpec, node: int, local_budget: Budget | None = None, W: Any = None) -> PolicyDecision:

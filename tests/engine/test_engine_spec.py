@@ -173,3 +173,25 @@ def test_spec_to_machines_runs_and_streams_progress():
     m5 = machine_for_spec(spec, 5, tasks[5])
     assert m5.ctx.rng.random() == build_from_spec(spec, tasks)[5].ctx.rng.random()
     assert m5.ctx.run_id == spec.run_id and m5.opt.on_peer_down == "pause"
+
+
+def test_projection_converts_with_the_one_rule_and_stays_sound():
+    """Where the node's projection lives: ``local-dp-sgd`` charges N_u Gaussian releases in the clear, whose
+    exact (ε, δ) is μ-GDP with μ = √N_u/σ.  The projection converts their RDP curve with the improved rule:
+    never below that exact value (an under-counting conversion fails here), never above Mironov's optimum."""
+    import math
+
+    from hushnet.privacy.conversions import gdp_epsilon, linear_rdp_to_dp
+
+    spec = dataclasses.replace(parse_spec_toml(SPEC), protocol="local-dp-sgd")
+    N_u, sigma, delta = 30.0, 4.0, 1e-6  # cap = 30
+    row, det = projected_row(spec, 3)
+    eps = np.delete(row, 3)
+    assert np.allclose(eps, linear_rdp_to_dp(N_u / (2 * sigma**2), delta)[0], rtol=1e-12)
+    assert np.all(eps >= gdp_epsilon(math.sqrt(N_u) / sigma, delta) - 1e-9)
+    s, L = N_u / (2 * sigma**2), math.log(1 / delta)
+    a = 1 + math.sqrt(L / s)
+    assert np.all(eps < s * a + L / (a - 1) - 0.1)  # the improvement is real, not rounding
+    assert set(det["certified_by"][:3]) == {"local-DP"}
+    walk_row, walk_det = projected_row(parse_spec_toml(SPEC), 3)
+    assert set(walk_det["certified_by"]) - {""} <= {"random-walk", "local-DP"}

@@ -96,10 +96,11 @@ def test_rdp_kind_worst_pair_equals_per_pair_conversion():
 
 def test_unreachable_targets_raise():
     orders = np.array([2.0, 4.0, 8.0])
-    # ln(1/delta)/(alpha-1) >= ln(1e6)/7 ~ 1.97 whatever sigma: 1.0 is unreachable
+    # the conversion's floor ln(1 - 1/a) - ln(delta a)/(a-1) >= 1.54 at these orders: 1.0 is unreachable for
+    # sigma <= 1e4 (only once the RDP is below ~delta^2 does the total-variation case give eps = 0)
     with pytest.raises(C.UnreachableTarget, match="unreachable"):
         C.calibrate_sigma(lambda s: np.full((2, 2, 3), 1.0 / s ** 2) * orders, 1.0, kind="rdp", delta=1e-6,
-                          orders=orders)
+                          orders=orders, sigma_max=1e4)
     # a loss floor that noise cannot remove
     with pytest.raises(C.UnreachableTarget):
         C.calibrate_sigma(lambda s: np.full((3, 3), 0.5 + 1.0 / s), 0.4)

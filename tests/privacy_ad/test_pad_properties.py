@@ -19,9 +19,10 @@ from hushnet.privacy.ledger import Ledger, PrivacyEntry
 def test_sgd_epsilon_non_negative_and_decreasing_in_sigma(n, N_u, L, sigma, delta):
     e1 = A.sgd_epsilon(n, N_u, L, sigma, delta)
     e2 = A.sgd_epsilon(n, N_u, L, sigma * 1.3, delta)
-    assert e1.epsilon > 0 and e2.epsilon <= e1.epsilon * (1 + 1e-12)
+    # ε = 0 is a valid answer: (0, δ) when the total variation of the mechanism is already ≤ δ
+    assert e1.epsilon >= 0 and e2.epsilon <= e1.epsilon * (1 + 1e-12)
     assert e1.details["alpha"] <= A.sgd_alpha_max(sigma, L) * (1 + 1e-12)
-    # the closed-form optimum equals Mironov's conversion of the admissible RDP curve on a fine grid
+    # the optimum over orders is never above the conversion of the admissible RDP curve on a fine grid
     grid = np.linspace(1.0001, A.sgd_alpha_max(sigma, L), 4000)
     curve = A.sgd_rdp_curve(grid, n, N_u, L, sigma)
     assert rdp_to_dp(grid, curve, delta)[0] >= e1.epsilon * (1 - 1e-9)

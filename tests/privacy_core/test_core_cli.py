@@ -48,7 +48,9 @@ def test_pair_shows_the_hypercube_counter_example(capsys):
     certified = json.loads(text)
     assert code == 0 and certified["bound"] == "certified"
     assert certified["rdp"] == pytest.approx(1.0, abs=1e-9)  # the antipode recovers the noisy input: LDP level
-    assert certified["epsilon"] == pytest.approx(1.0 + np.log(1e5), rel=1e-9)
+    assert certified["epsilon_classic"] == pytest.approx(1.0 + np.log(1e5), rel=1e-9)  # Mironov at α = 2
+    assert certified["epsilon"] == pytest.approx(1.0 - np.log(2) + np.log(1e5 / 2), rel=1e-9)  # improved
+    assert "improved" in certified["conversion"]
     assert certified["epsilon_tight_gdp"] < certified["epsilon"]
     code, text = run(capsys, *common, "--bound", "paper")
     paper = json.loads(text)

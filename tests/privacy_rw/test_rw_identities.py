@@ -70,7 +70,11 @@ def test_exact_spectral_sum_equals_direct_powers_and_harmonic_within_tail(spec, 
     assert np.abs(S - Sh).max() <= spec_bound + 1e-12
     # the certified harmonic form adds a proven tail bound, so it dominates the exact sum
     Pc = rw.rw_pndp_matrix(W, T, alpha, sigma, horizon="harmonic", constraint="proof", contributions=1.0)
-    assert (Pc.matrix >= S - 1e-12).all()
+    assert (Pc.components[rw.WALK] >= S - 1e-12).all()
+    # the certified matrix is that walk bound capped by local DP α/(2σ²) per contribution (issue 10 §2b)
+    ldp = np.full_like(S, alpha / (2 * sigma**2))
+    np.fill_diagonal(ldp, 0.0)
+    np.testing.assert_array_equal(Pc.matrix, np.minimum(Pc.components[rw.WALK], ldp))
 
 
 def test_power_harmonic_sum_against_direct_series():
@@ -323,5 +327,8 @@ def test_summary_by_distance():
     assert means[1] == pytest.approx(P.matrix[0, dist == 2].mean(), rel=1e-12)  # distance-transitive
     assert s["min"] <= s["mean"] <= s["max"]
     assert P.summary()["mean_by_distance"] == s["mean_by_distance"]  # adjacency from W's support
-    dp = P.to_dp(1e-6)
+    dp = P.to_dp(1e-6, method="classic")
     assert dp[0, 1] == pytest.approx(P.matrix[0, 1] + math.log(1e6), rel=1e-12)
+    a = P.alpha  # the certified default: dp-accounting's improved rule at the matrix's order
+    improved = P.matrix[0, 1] + math.log1p(-1 / a) - math.log(1e-6 * a) / (a - 1)
+    assert P.to_dp(1e-6)[0, 1] == pytest.approx(improved, rel=1e-12) and improved < dp[0, 1]

@@ -59,8 +59,8 @@ def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedu
     Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
     Muffliato-GD and streaming gossip: the whole run as one linear-Gaussian view (the state carries
     earlier noise into later steps/rounds, so per-step values must NOT be composed) with [K] Thm 12's box
-    sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1)`` unless M ≥ 0 —
-    valid for vector models (the scalar vertex enumeration is not), one phase.  Fresh ER graphs per step:
+    sensitivity (per-step/round contributions bounded by Δ), ``min(spectral, 1ᵀ|M|1, SDP dual certificate)``
+    unless M ≥ 0 — valid for vector models (the scalar vertex enumeration is not), one phase.  Fresh ER graphs per step:
     the same, on each round's step graph.  Randomized Muffliato: :func:`pairwise_row` (``sched`` is then
     the activation records ``rec[t][node]``).
     """
