@@ -25,7 +25,7 @@ from scipy.stats import binomtest, chi2_contingency
 
 from anonnet_helpers import network
 from hushnet.crypto.cells import from_cells
-from hushnet.crypto.onion import SLOT, OnionKeyring, _derive, _stream, peel
+from hushnet.crypto.onion import _PREFIX, SLOT, OnionKeyring, _derive, _stream, onion_ad, peel
 from hushnet.runs.anonymity import node_keypair
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards
@@ -38,6 +38,13 @@ def _header_zero_slots(pair, packet: bytes, slots: int) -> int:
     epk, beta = packet[5:37], packet[53 : 53 + slots * SLOT]
     B = _stream(_derive(pair.exchange(epk), epk, pair.public).rho, beta + bytes(SLOT))
     return sum(not any(B[i : i + SLOT]) for i in range(SLOT, slots * SLOT, SLOT))
+
+
+def _onion_pairs(nd) -> dict:
+    """epoch → the node's onion key pair: its per-epoch keys when the network rotates them (onion walks),
+    and its long-lived key as epoch 0 (what ``anon-walk-sgd``'s Mode B layers still use)."""
+    store = getattr(nd, "onion_keys", None)
+    return {0: node_keypair(nd), **(dict(store.keys.pairs) if store is not None else {})}
 
 
 def _final_deliveries(net, drivers, run_id, keys, unwrap):
@@ -54,9 +61,11 @@ def _final_deliveries(net, drivers, run_id, keys, unwrap):
             if r["run_id"] != run_id or pkt is None or pkt in seen:
                 continue
             seen.add(pkt)
-            if peel(OnionKeyring.single(keys[v]), pkt, slots=slots, payload_len=plen).final:
+            epoch = _PREFIX.unpack_from(pkt)[1]
+            pair = keys[v][epoch]  # the receiver's onion key of the packet's epoch
+            if peel(OnionKeyring.single(pair, epoch), pkt, slots=slots, payload_len=plen, ad=onion_ad(run_id)).final:
                 out.append((r["t"], v, vertex[r["sender"]], r["seq"], len(r["payload"]),
-                            _header_zero_slots(keys[v], pkt, slots)))
+                            _header_zero_slots(pair, pkt, slots)))
     return sorted(out)
 
 
@@ -93,7 +102,7 @@ def test_onion_receiver_view_independent_of_the_sender(tmp_path: pathlib.Path, h
             run_id = await net.client.start_run(spec)
             drivers = {v: net.driver(v, run_id) for v in range(N)}
             await net.wait(lambda: any(d.state == "finished" for d in drivers.values()), 200, what="the walk to finish")
-            keys = {nd.identity.vertex: node_keypair(nd) for nd in net.nodes}
+            keys = {nd.identity.vertex: _onion_pairs(nd) for nd in net.nodes}
 
             def unwrap(r):
                 return bytes(from_cells(r["payload"][1:], 4096)) if r["payload"][:1] == b"O" else None
@@ -149,7 +158,7 @@ def test_mode_b_destination_cannot_read_the_walk_length(tmp_path: pathlib.Path) 
             run_id = await net.client.start_run(spec)
             drivers = {v: net.driver(v, run_id) for v in range(n)}
             await net.wait(lambda: any(d.state == "finished" for d in drivers.values()), 200, what="the walk to end")
-            keys = {nd.identity.vertex: node_keypair(nd) for nd in net.nodes}
+            keys = {nd.identity.vertex: _onion_pairs(nd) for nd in net.nodes}
 
             def unwrap(r):
                 if r["payload"][:1] == b"A":
