@@ -32,10 +32,18 @@ def node_generator(run_seed: int, n: int, node: int) -> np.random.Generator:
 
 
 def secret_generator() -> np.random.Generator:
-    """A generator seeded with 128 bits from the OS entropy pool: what a deployed node uses.
+    """A generator keyed with 256 bits from the OS entropy pool, on ChaCha20: what a deployed node uses.
 
-    Its draws (DP noise, next-hop choices) cannot be predicted by anyone holding the public run
-    spec.  PCG64 is not a cryptographic generator and the Gaussian sampler is not hardened against
-    floating-point attacks; both are documented limits (spec E.4).
+    Its draws (DP noise, next-hop choices, relay paths) cannot be predicted by anyone holding the public
+    run spec, and — ChaCha20 being a stream cipher — observing some of them (a neighbour sees the walk's
+    next hops) does not reveal the state behind the others (the DP noise).  PCG64, the simulator's
+    generator, is not a CSPRNG: its state can be recovered from raw outputs, which is why it is only
+    used where the run seed is public anyway.  The Gaussian sampler on top is numpy's ziggurat (not
+    hardened against floating-point attacks; a documented limit, spec E.4).
     """
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
+    import os
+
+    from randomgen import ChaCha
+
+    # a SeedSequence over 256 OS bits (so ``spawn`` works, as machines may split their generator)
+    return np.random.Generator(ChaCha(np.random.SeedSequence(int.from_bytes(os.urandom(32), "big")), rounds=20))

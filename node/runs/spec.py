@@ -161,7 +161,7 @@ class RunSpec:
     def noise_label(self) -> str:
         if self.noise == "public-seed":
             return "public-seed: noise and walk reproducible from the public run seed (testing only; NOT private)"
-        return "secret: node-local OS entropy (PCG64 seeded with 128 bits from the OS pool)"
+        return "secret: node-local OS entropy (ChaCha20 keyed with 256 bits from the OS pool)"
 
     def machine_params(self) -> dict[str, Any]:
         """Protocol parameters for :func:`hushnet.protocols.registry.make_machine` (the family maps them)."""
