@@ -98,7 +98,7 @@ def test_holder_killed_and_restarted_finishes_identically(net):
 def test_holder_never_back_is_reported_and_resumed(net):
     c: Client = net["client"]
     cl = net["cluster"]
-    spec = spec_for(seed=6, steps=3000, noise="node-secret")
+    spec = spec_for(seed=6, steps=3000, noise="secret")
     run_id = c.start_run(spec)
     wait_for(lambda: holder_now(c, run_id)[1] > 200, timeout=60, every=0.05)
     victim_id, _ = holder_now(c, run_id)
