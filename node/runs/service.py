@@ -26,6 +26,7 @@ import base64
 import functools
 import json
 import logging
+import os
 import pathlib
 import time
 from typing import Any
@@ -48,6 +49,10 @@ from hushnet.tasks.base import TaskError
 from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
 log = logging.getLogger("hushnet.runs")
+
+#: set to ``0`` in a node's environment to run new walks without checkpoints (the durability benchmark's
+#: baseline only: a node killed then loses the token it holds, as before issue 14)
+DURABLE_ENV = "HUSHNET_RUNS_DURABLE"
 
 RUN_PROTOCOL = "hushnet.run"
 LEDGER_FILE = "privacy_ledger.sqlite"
@@ -231,7 +236,8 @@ class RunService:
         # durable per-entry record (gossip schedule rows), if the family keeps one
         journal = family_of(spec.protocol).journal(self, spec, decision["vertex"], self._ids())
         store = None
-        if getattr(machine, "durable", False):  # on disk before the acceptance is answered
+        if getattr(machine, "durable", False) and os.environ.get(DURABLE_ENV, "1") != "0":
+            # on disk before the acceptance is answered
             store = self.store
             store.accept(spec.run_id, payload, decision["vertex"], out)
         self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
