@@ -408,6 +408,8 @@ class AsyncClient:
         unaccounted: dict[str, str] = {}
         if state == "finished":
             unaccounted = await self.close_run(run_id, deviated=bool(deviations))
+            if not deviations:
+                unaccounted = {}  # nothing to top up: a node that missed the close owes nothing
         return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason,
                           loss, loss_data, lost_info, unaccounted)
 
