@@ -289,7 +289,7 @@ def test_killed_node_mid_walk_deviation_or_pause(net):
     else:  # the killed node held the token: the run ends visibly as holder-lost, naming the node
         assert out.state in ("paused", "holder-lost") and "n5" in out.reason, out
     out2 = c.watch(pause, progress=False, timeout=180, pause_timeout=8)
-    assert out2.state == "paused" and "n5" in out2.reason, out2
+    assert out2.state in ("paused", "holder-lost") and "n5" in out2.reason, out2
     assert out2.step < 4000
     states = c.cancel(pause)
     assert states["n0"] == "cancelled"
