@@ -54,6 +54,40 @@ class RunOutcome:
     #: progress event; ``None`` when the spec names none (a loss on private data is never reported)
     loss: float | None = None
     loss_data: str | None = None
+    #: the walk's token holder that stopped answering (state ``holder-lost``), where the last durable copy is
+    lost_holder: dict[str, Any] | None = None
+    #: nodes whose deviation top-up is still owed (they did not receive the close): node → why
+    unaccounted: dict[str, str] = field(default_factory=dict)
+
+
+def find_lost_holder(states: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The walk's token holder that does not answer, from the nodes' run statuses (``token`` field).
+
+    The newest handoff any answering node knows of (acknowledged or still pending) names the node
+    the token went to; if that node is not among those that answered about the run (unreachable,
+    or restarted without the run), the token is with a node that is gone: ``{"holder", "step",
+    "copy_at", "acknowledged"}``.  ``copy_at`` keeps the last durable copy (``run resume`` takes the
+    walk up from there).  None when the token is with an answering node, or nobody handed it off yet.
+    """
+    best = None
+    for node, st in states.items():
+        tok = st.get("token") if isinstance(st, dict) else None
+        if not tok or tok.get("finished"):
+            if tok and tok.get("finished"):
+                return None
+            continue
+        for kind in ("pending", "passed"):
+            if f"{kind}_to" in tok:
+                cand = (int(tok[f"{kind}_step"]), kind == "pending", node, tok[f"{kind}_to"])
+                best = cand if best is None or cand > best else best
+    if best is None:
+        return None
+    step, pending, frm, to = best
+    if to in states:
+        return None
+    if any(isinstance(st, dict) and (st.get("token") or {}).get("last_step", -1) >= step for st in states.values()):
+        return None  # someone answering has already gone past that handoff
+    return {"holder": to, "step": step, "copy_at": frm, "acknowledged": not pending}
 
 
 @dataclass
@@ -278,6 +312,9 @@ class AsyncClient:
         reason = ""
         bar = None
         unreachable: dict[str, str] = {}
+        unknown: dict[str, str] = {}
+        stalled_since = time.monotonic()
+        lost_info: dict[str, Any] | None = None
         try:
             while True:
                 res = await asyncio.gather(*(self._control(i, "run.events", {"run_id": run_id, "after": cursors[i],
@@ -335,7 +372,17 @@ class AsyncClient:
                     state, reason = stopped[0]["state"], f"{stopped[0]['node']}: {stopped[0].get('reason', '')}"
                     break
                 if step != last_step:
-                    last_step, paused_since = step, None
+                    last_step, paused_since, stalled_since = step, None, time.monotonic()
+                if total and step < total and time.monotonic() - stalled_since > pause_timeout:
+                    lost = find_lost_holder(states)
+                    if lost is not None and lost["acknowledged"]:  # unacknowledged: the sender pauses on it
+                        why = unreachable.get(lost["holder"]) or unknown.get(lost["holder"]) or "does not answer"
+                        state = "holder-lost"
+                        reason = (f"{lost['holder']} holds the token since step {lost['step']} and is gone ({why[:200]}); "
+                                  f"the last durable copy is at {lost['copy_at']}: restart {lost['holder']} on its state "
+                                  f"directory, or 'hushnet run resume {run_id}' to continue without it")
+                        lost_info = lost
+                        break
                 if any(s["state"] == "paused" for s in states.values()) or (unreachable and step < total):
                     paused_since = paused_since or time.monotonic()
                     if time.monotonic() - paused_since > pause_timeout:
@@ -343,6 +390,12 @@ class AsyncClient:
                         who = [s["node"] for s in states.values() if s["state"] == "paused"]
                         reason = (f"paused at step {step} (held by {', '.join(who) or '?'}; unreachable: "
                                   f"{', '.join(sorted(unreachable)) or 'none'})")
+                        lost_info = find_lost_holder(states)
+                        if lost_info is not None and lost_info["acknowledged"]:
+                            state = "holder-lost"
+                            reason = (f"{lost_info['holder']} holds the token since step {lost_info['step']} and "
+                                      f"does not answer; the last durable copy is at {lost_info['copy_at']}: "
+                                      f"restart {lost_info['holder']}, or 'hushnet run resume {run_id}'")
                         break
                 else:
                     paused_since = None
@@ -352,11 +405,57 @@ class AsyncClient:
         finally:
             if bar is not None:
                 bar.close()
+        unaccounted: dict[str, str] = {}
         if state == "finished":
-            alive = [i for i in ids if i not in unreachable]
-            await self._all("run.close", {"run_id": run_id, "deviated": bool(deviations)}, nodes=alive)
+            unaccounted = await self.close_run(run_id, deviated=bool(deviations))
+            if not deviations:
+                unaccounted = {}  # nothing to top up: a node that missed the close owes nothing
         return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason,
-                          loss, loss_data)
+                          loss, loss_data, lost_info, unaccounted)
+
+    async def close_run(self, run_id: str, *, deviated: bool = False) -> dict[str, str]:
+        """Tell every node the run is over (``deviated``: top every contribution up to the local-DP bound).
+
+        Returns the nodes that did not get the close, with why: their top-up is owed until they do
+        (a node restarted on its state directory keeps the run, so calling this again reaches it;
+        the top-up is applied once).  Idempotent."""
+        await self.refresh()
+        res = await self._all("run.close", {"run_id": run_id, "deviated": bool(deviated)})
+        return {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
+
+    async def resume(self, run_id: str, *, from_node: str | None = None) -> dict[str, Any]:
+        """Resume a walk whose token holder never came back, from the last durable copy of the token.
+
+        The holder is found from the nodes' statuses (:func:`find_lost_holder`); every answering node
+        is told to refuse its tokens from now on and to leave it out of its row; the node with the
+        copy (or ``from_node``, whose own copy is used — the other nodes then drop what they did
+        after that copy's step) hands the token on.  This is a deviation: the copy's token reaches a
+        second next holder, so on close every node is topped up to the local-DP bound (each node's
+        noisy contributions, observed by any number of nodes, stay within it)."""
+        await self.refresh()
+        res = await self._all("run.status", {"run_id": run_id})
+        states = {i: r for i, r in res.items() if isinstance(r, dict)}
+        if not states:
+            raise ClientError(why_no_run(run_id, {i: str(r) for i, r in res.items()}))
+        lost = find_lost_holder(states)
+        if lost is None:
+            raise ClientError(f"run {run_id}: no lost holder — the token is with a node that answers "
+                              "(watch it, or restart the node that is down)")
+        src = from_node or lost["copy_at"]
+        if src not in states:
+            raise ClientError(f"{src} does not answer about run {run_id}: it cannot resume the walk")
+        tok = states[src].get("token") or {}
+        step = tok.get("pending_step") if tok.get("pending_to") == lost["holder"] else tok.get("passed_step")
+        if step is None or (tok.get("passed_to") != lost["holder"] and tok.get("pending_to") != lost["holder"]):
+            raise ClientError(f"{src} holds no copy of the token it handed to {lost['holder']}")
+        others = [i for i in states if i != src]
+        fence = await self._all("run.resume", {"run_id": run_id, "lost": [lost["holder"]], "take_up": False,
+                                               "from_step": int(step)}, nodes=others) if others else {}
+        r = await self._control(src, "run.resume", {"run_id": run_id, "lost": [lost["holder"]], "take_up": True})
+        if not r.get("resumed_here"):
+            raise ClientError(f"{src} did not take the walk up (state {r.get('state')})")
+        return {"run_id": run_id, "lost": lost["holder"], "from": src, "step": int(step),
+                "not_told": sorted(i for i, v in fence.items() if isinstance(v, ClientError))}
 
     async def cancel(self, run_id: str, reason: str = "cancelled by the operator") -> dict[str, Any]:
         await self.refresh()
@@ -368,6 +467,7 @@ class AsyncClient:
         await self.refresh()
         res = await self._all("run.list")
         runs: dict[str, dict[str, Any]] = {}
+        per_run: dict[str, dict[str, dict[str, Any]]] = {}
         order = {"accepted": 0, "running": 1, "paused": 2, "closed": 3, "finished": 4, "cancelled": 5, "stopped": 6}
         for i, r in res.items():
             if isinstance(r, ClientError):
@@ -377,11 +477,22 @@ class AsyncClient:
                                                      "step": -1, "steps": st["steps"], "nodes": 0})
                 row["nodes"] += 1
                 row["step"] = max(row["step"], st["step"])
+                per_run.setdefault(st["run_id"], {})[i] = st
                 if order.get(st["state"], 0) > order.get(row["state"], 0):
                     row["state"] = st["state"]
             for rf in r.get("refused", []):
                 runs.setdefault(rf.get("run_id", "?"), {"run_id": rf.get("run_id", "?"), "protocol": "?", "state": "refused",
                                                         "step": -1, "steps": 0, "nodes": 0})
+            for u in r.get("unrestored", []):
+                row = runs.setdefault(u["run_id"], {"run_id": u["run_id"], "protocol": "?", "state": "running",
+                                                    "step": -1, "steps": 0, "nodes": 0})
+                row.setdefault("unrestored", {})[i] = u["reason"]
+        for rid, row in runs.items():
+            if row["state"] in ("running", "paused"):
+                lost = find_lost_holder(per_run.get(rid, {}))
+                if lost is not None:
+                    row["state"] = "holder-lost"
+                    row["lost_holder"] = lost
         return sorted(runs.values(), key=lambda d: d["run_id"])
 
     async def report(self, run_id: str):

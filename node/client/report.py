@@ -75,7 +75,16 @@ class RunReport:
         ends = [t["finished"] for t in times if t.get("finished")]
         out["run_seconds"] = (max(ends) - min(starts)) if starts and ends else None
         out["deviations"] = [d for r in self.per_node.values() for d in r.get("deviations_list", [])]
-        out["deviation_accounted"] = any(r.get("deviation_accounted") for r in self.per_node.values())
+        # a deviation is accounted only when *every* node has topped up: a node that was down at the
+        # close (or answers without the top-up) is named, with why, instead of being hidden by the others
+        missing = {}
+        for i, r in self.per_node.items():
+            if "error" in r:
+                missing[i] = f"no answer ({r['error'][:160]})"
+            elif not r.get("deviation_accounted") and r.get("contributions"):
+                missing[i] = f"not topped up yet (state {r.get('state', '?')})"
+        out["deviation_unaccounted"] = missing if out["deviations"] else {}
+        out["deviation_accounted"] = bool(out["deviations"]) and not missing
         out["errors"] = {i: r["error"] for i, r in self.per_node.items() if "error" in r}
         return out
 
@@ -207,8 +216,13 @@ class RunReport:
             if s.get("paper_bound"):
                 lines.append(f"  {s['paper_bound']}")
         if s["deviations"]:
-            lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: "
-                         f"{'yes' if s['deviation_accounted'] else 'no'})")
+            if s["deviation_accounted"]:
+                lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: yes, every node)")
+            else:
+                who = "; ".join(f"{i}: {why}" for i, why in sorted(s["deviation_unaccounted"].items()))
+                lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: NOT YET at "
+                             f"{len(s['deviation_unaccounted'])} node(s) — {who}; when they are back, "
+                             f"'hushnet run close {self.run_id} --deviated' tops them up)")
         if s["run_seconds"] is not None:
             lines.append(f"run time: {s['run_seconds']:.2f} s")
         for i, e in s["errors"].items():

@@ -81,6 +81,12 @@ class Client:
     def list_runs(self):
         return self._call(self._async.list_runs())
 
+    def resume(self, run_id: str, *, from_node: str | None = None):
+        return self._call(self._async.resume(run_id, from_node=from_node))
+
+    def close_run(self, run_id: str, *, deviated: bool = False):
+        return self._call(self._async.close_run(run_id, deviated=deviated))
+
     def report(self, run_id: str):
         return self._call(self._async.report(run_id))
 

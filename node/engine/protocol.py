@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -76,3 +76,19 @@ class Protocol(ABC):
 
     def on_timer(self, name: str) -> list[Action]:
         return []
+
+    # ---- durability hooks (issue 14) -------------------------------------------------------------
+    #: whether :meth:`checkpoint` / :meth:`restore` are implemented (a machine without them is not
+    #: resumed after its node restarts: its run is reported as lost there instead)
+    durable: ClassVar[bool] = False
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything this machine needs to continue after its process dies: plain values, numpy
+        arrays and bytes only (the driver stores it before any ``Send`` of the batch leaves).  It
+        must include the node generator's state, so a restored machine draws the same noise."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no checkpoint")
+
+    def restore(self, state: dict[str, Any]) -> list[Action]:
+        """Load a :meth:`checkpoint` into a freshly built machine of the same run; returns the actions
+        that put it back in motion (e.g. re-send a token whose handoff was not acknowledged)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no checkpoint")

@@ -68,6 +68,7 @@ class RWDPSGD(WalkMachine):
     """One node of RW DP-SGD."""
 
     name: ClassVar[str] = "rw-dpsgd"
+    durable: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -88,6 +89,14 @@ class RWDPSGD(WalkMachine):
         self._eta_ready = False  # _eta already holds this node's next draw (see _send_token)
         if params.x0 is not None and len(params.x0) != task.dim:
             raise ValueError(f"x0 has {len(params.x0)} entries, the model has {task.dim}")
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"eta": self._eta.copy(), "eta_ready": self._eta_ready}
+
+    def _restore_extra(self, extra: dict[str, Any]) -> None:
+        if "eta" in extra:
+            self._eta[:] = extra["eta"]
+            self._eta_ready = bool(extra["eta_ready"])
 
     def initial_token(self) -> tuple[np.ndarray, int, list[Action]]:
         x0 = np.zeros(self.dim) if self.p.x0 is None else np.asarray(self.p.x0, dtype=np.float64)

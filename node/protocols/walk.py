@@ -93,6 +93,10 @@ class WalkMachine(Protocol):
         self._down: set[int] = set()
         self._paused = False
         self._held: tuple[int, np.ndarray, int] | None = None  # token kept while a handoff is unresolved
+        # the last token this node handed off and had acknowledged: (dst, step, x, aux) — the durable
+        # copy the operator resumes from if its receiver never comes back (see :meth:`resume`)
+        self._copy: tuple[int, int, np.ndarray, int] | None = None
+        self._fenced: set[int] = set()  # lost holders whose tokens this run no longer accepts
 
     # ---- subclass hooks -------------------------------------------------------------------------
 
@@ -122,6 +126,9 @@ class WalkMachine(Protocol):
             return self._on_ack(src, decode_ack(payload))
         if kind != KIND_TOKEN:
             raise MalformedMessage(f"unknown message kind {kind} for protocol {self.name}")
+        if src in self._fenced:
+            raise UnexpectedSender(f"node {src} was declared a lost holder of run {self.ctx.run_id} and the walk "
+                                   "resumed without it; its tokens are refused")
         tok = decode_token(payload, self.dim)
         if tok.total != self.total:
             raise MalformedMessage(f"token for a run of {tok.total} steps; this run has {self.total}")
@@ -204,12 +211,119 @@ class WalkMachine(Protocol):
         if self._pending is None or self._pending[0] != src or self._pending[2] != step:
             return []  # late or duplicate ack: harmless
         self._pending = None
+        if self._held is not None:
+            self._copy = (src, *self._held)
         self._held = None
         acts: list[Action] = [CancelTimer(_HANDOFF)]
         if self._paused:
             self._paused = False
             acts.append(Metric("resumed", step, step, self.ctx.node))
         return acts
+
+    # ---- durability (issue 14) ------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The walk's state at this node: generator state, counters, replay digests, the token it holds
+        or has not had acknowledged, the last acknowledged handoff (the resume copy), excluded and
+        fenced neighbours.  Subclasses add their own fields with :meth:`_checkpoint_extra`."""
+        self._settle()
+        return {"rng": self.ctx.rng.bit_generator.state, "contributions": self.contributions, "visits": self.visits,
+                "last_step": self.last_step, "finished": self.finished, "seen": dict(self._seen),
+                "pending": self._pending, "held": self._held, "copy": self._copy, "down": set(self._down),
+                "fenced": set(self._fenced), "paused": self._paused, "extra": self._checkpoint_extra()}
+
+    def restore(self, state: dict[str, Any]) -> list[Action]:
+        """Load :meth:`checkpoint` into this (freshly built) machine; re-send an unacknowledged token."""
+        self.ctx.rng.bit_generator.state = state["rng"]
+        self.contributions = int(state["contributions"])
+        self.visits = int(state["visits"])
+        self.last_step = int(state["last_step"])
+        self.finished = bool(state["finished"])
+        self._seen = {int(k): bytes(v) for k, v in state["seen"].items()}
+        self._recent = None
+        self._pending = None if state["pending"] is None else tuple(state["pending"])  # type: ignore[assignment]
+        self._held = None if state["held"] is None else tuple(state["held"])  # type: ignore[assignment]
+        self._copy = None if state["copy"] is None else tuple(state["copy"])  # type: ignore[assignment]
+        self._down = {int(v) for v in state["down"]}
+        self._fenced = {int(v) for v in state["fenced"]}
+        self._paused = bool(state["paused"])
+        if self._down:
+            rule = self.hop.without(self._down)
+            if rule is not None:
+                self.hop = rule
+        self._restore_extra(state.get("extra") or {})
+        if self._pending is not None and not self.finished:
+            dst, payload, _, _ = self._pending
+            return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+        return []
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_extra(self, extra: dict[str, Any]) -> None:
+        pass
+
+    def whereabouts(self) -> dict[str, Any]:
+        """Where the token is, as far as this node knows: the last step it processed, a handoff awaiting
+        its ack (``pending_to``/``pending_step``), and its last acknowledged handoff (``passed_to``/
+        ``passed_step``) — what the operator's watch uses to name a holder that stopped answering."""
+        out: dict[str, Any] = {"last_step": self.last_step, "finished": self.finished}
+        if self._pending is not None:
+            out["pending_to"], out["pending_step"] = int(self._pending[0]), int(self._pending[2])
+        if self._copy is not None:
+            out["passed_to"], out["passed_step"] = int(self._copy[0]), int(self._copy[1])
+        return out
+
+    def resume(self, lost: set[int], *, take_up: bool = True, from_step: int | None = None) -> list[Action]:
+        """The operator declared ``lost`` (holders that never came back): refuse their tokens from now on,
+        drop them from this node's row, and — if this node's last handoff went to one of them and
+        nothing newer passed through here — take the walk up again from its copy of that token.
+
+        Resuming is a deviation (the walk no longer follows the public W, and the copy's token is now
+        seen by a second next holder), recorded as such: the operator's close then tops every node up
+        to the local-DP bound, which holds for any number of observers of each noisy contribution.
+        """
+        lost = {int(v) for v in lost} - {self.ctx.node}
+        self._fenced |= lost
+        self._down |= lost
+        rule = self.hop.without(self._down)
+        if rule is not None:
+            self.hop = rule
+        if self.finished:
+            return []
+        if not take_up:
+            # another node takes the walk up from its copy of step ``from_step``: everything this node
+            # did from that step on belongs to the abandoned branch (its contributions stay counted
+            # toward the cap and stay on the ledger — the safe side)
+            if from_step is None:
+                return []
+            acts: list[Action] = []
+            if self._pending is not None and self._pending[2] >= from_step:
+                self._pending, self._held, self._paused = None, None, False
+                acts.append(CancelTimer(_HANDOFF))
+            if self._copy is not None and self._copy[1] >= from_step:
+                self._copy = None
+            self._settle()
+            self._seen = {k: v for k, v in self._seen.items() if k < from_step}
+            self.last_step = min(self.last_step, from_step - 1)
+            return acts
+        token = None
+        if self._pending is not None and self._pending[0] in lost and self._held is not None:
+            token = self._held
+        elif self._pending is None and self._copy is not None and self._copy[0] in lost:
+            token = self._copy[1:]
+            self.last_step = min(self.last_step, int(token[0]) - 1)
+        if token is None or rule is None:
+            return []
+        step, x, aux = token
+        self._settle()
+        self._seen = {k: v for k, v in self._seen.items() if k < step}
+        self._pending = None
+        self._held = None
+        self._paused = False
+        dev = Deviation(self.ctx.node, step, "holder-lost", {"dead": sorted(lost)[0], "lost": sorted(lost),
+                                                             "resumed_from": self.ctx.node})
+        return [CancelTimer(_HANDOFF), dev, Metric("resumed", step, step, self.ctx.node)] + self._forward(step, x, aux)
 
     # ---- the walk -------------------------------------------------------------------------------
 

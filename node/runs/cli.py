@@ -62,6 +62,22 @@ def register(subparsers) -> None:
     _state(li)
     li.set_defaults(handler=cmd_list)
 
+    rs = rsub.add_parser("resume", help="continue a walk whose token holder never came back, from the last "
+                                        "durable copy of the token (a deviation: every node is topped up on close)")
+    rs.add_argument("run_id")
+    rs.add_argument("--from", dest="from_node", default=None,
+                    help="node whose copy to resume from (default: the one with the newest copy)")
+    rs.add_argument("--json", action="store_true")
+    _state(rs)
+    rs.set_defaults(handler=cmd_resume)
+
+    cl = rsub.add_parser("close", help="end a run on every node (again): reaches nodes that were down at the close")
+    cl.add_argument("run_id")
+    cl.add_argument("--deviated", action="store_true", help="top every contribution up to the local-DP bound")
+    cl.add_argument("--json", action="store_true")
+    _state(cl)
+    cl.set_defaults(handler=cmd_close)
+
     ca = rsub.add_parser("cancel", help="cancel a run on every node")
     ca.add_argument("run_id")
     ca.add_argument("--json", action="store_true", help="print {node: state} as JSON")
@@ -190,7 +206,10 @@ async def _watch(c, run_id: str, args) -> int:
             print(f"  loss of the final model on the public evaluation data {o.loss_data}: {o.loss:.4f}")
         for d in o.deviations:
             print(f"  deviation at step {d.get('step')}: {d.get('reason')} (dead: {d.get('dead_node', '?')}); "
-                  "accounted with the local-DP bound")
+                  "accounted with the local-DP bound" + (" where the close reached" if o.unaccounted else ""))
+        for node, why in sorted(o.unaccounted.items()):
+            print(f"  NOT YET ACCOUNTED at {node}: the close did not reach it ({why[:200]}); "
+                  f"'hushnet run close {run_id} --deviated' when it is back")
         for f in o.faults:
             print(f"  refused message at {f.get('node')}: {f.get('code')}: {f.get('message')}")
     return 0 if o.state == "finished" else 3
@@ -233,7 +252,42 @@ def cmd_list(args) -> int:
         w = [max(len(r[k]) for r in rows) for k in range(5)]
         for r in rows:
             print("  ".join(x.ljust(wk) for x, wk in zip(r, w)).rstrip())
+        for r in runs:
+            if r.get("lost_holder"):
+                lh = r["lost_holder"]
+                print(f"  {r['run_id']}: {lh['holder']} holds the token since step {lh['step']} and does not answer; "
+                      f"copy at {lh['copy_at']} ('hushnet run resume {r['run_id']}')")
+            for node, why in (r.get("unrestored") or {}).items():
+                print(f"  {r['run_id']}: {node} could not take the run up again after a restart: {why}")
         return 0
+
+    return _go(args, fn)
+
+
+def cmd_resume(args) -> int:
+    async def fn(c):
+        res = await c.resume(args.run_id, from_node=args.from_node)
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"run {args.run_id}: resumed from {res['from']}'s copy of step {res['step']} without {res['lost']}"
+                  + (f" (not told: {', '.join(res['not_told'])})" if res["not_told"] else ""))
+        return 0
+
+    return _go(args, fn)
+
+
+def cmd_close(args) -> int:
+    async def fn(c):
+        missing = await c.close_run(args.run_id, deviated=args.deviated)
+        if args.json:
+            print(json.dumps({"not_reached": missing}))
+        elif missing:
+            for node, why in sorted(missing.items()):
+                print(f"{node}: not reached ({why}); close again when it is back")
+        else:
+            print(f"run {args.run_id} closed on every node")
+        return 0 if not missing else 3
 
     return _go(args, fn)
 

@@ -90,7 +90,7 @@ class RunDriver:
     def __init__(self, spec: RunSpec, vertex: int, ids: list[str], machine: Protocol, send: SendFn, *,
                  ledger: Ledger | None = None, cost: ContributionCost | None = None, W: Any = None,
                  decision: dict[str, Any] | None = None, journal: Callable[[LedgerEntry], None] | None = None,
-                 public_eval: PublicEval | None = None) -> None:
+                 public_eval: PublicEval | None = None, store: Any = None) -> None:
         self.spec = spec
         self.run_id = spec.run_id
         self.vertex = vertex
@@ -130,10 +130,18 @@ class RunDriver:
         self._early: list[tuple[str, bytes]] = []  # (sender, payload) received before run.start
         self._early_bytes = 0
         self.early_dropped = 0
+        # durable runs (issue 14): a RunStore and a machine with checkpoint/restore hooks
+        self.store = store if (store is not None and getattr(machine, "durable", False)) else None
+        self.used_sigmas: dict[float, int] = {}  # noise multiplier → data contributions (for a top-up)
+        self.ledger_credit = 0  # data charges already on the ledger for steps a restored machine redoes
+        self.restored = 0  # how many times this run was restored from disk at this node
+        self._event_base = 0  # events before the last restart are gone; seq numbers go on from here
+        self.checkpoints = 0
+        self.checkpoint_seconds = 0.0
 
     # ------------------------------------------------------------------ event stream
     def _emit(self, kind: str, **fields: Any) -> None:
-        self.events.append({"seq": len(self.events), "t": time.time(), "node": self.node_id, "type": kind, **fields})
+        self.events.append({"seq": self._event_base + len(self.events), "t": time.time(), "node": self.node_id, "type": kind, **fields})
         asyncio.get_event_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
@@ -142,14 +150,20 @@ class RunDriver:
 
     async def wait_events(self, after: int, wait: float) -> list[dict[str, Any]]:
         """Events with ``seq >= after``; waits up to ``wait`` seconds for one (long poll)."""
-        if len(self.events) <= after and wait > 0 and self.state not in TERMINAL:
+        def seq_end() -> int:
+            return self._event_base + len(self.events)
+
+        if seq_end() <= after and wait > 0 and self.state not in TERMINAL:
             async with self._cond:
                 try:
-                    await asyncio.wait_for(self._cond.wait_for(lambda: len(self.events) > after or self.state in TERMINAL),
-                                           wait)
+                    await asyncio.wait_for(self._cond.wait_for(lambda: seq_end() > after or self.state in TERMINAL), wait)
                 except asyncio.TimeoutError:
                     pass
-        return self.events[after:]
+        return self.events[max(0, after - self._event_base):]
+
+    def next_seq(self) -> int:
+        """The seq number the next event will carry (a watcher's cursor after reading everything)."""
+        return self._event_base + len(self.events)
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -160,7 +174,7 @@ class RunDriver:
         self.state = "running"
         self.timings.started = time.time()
         self._emit("started")
-        self._execute(self.machine.handle(RunStarted()))
+        self._execute(self.machine.handle(RunStarted()), persist=True)
         early, self._early, self._early_bytes = self._early, [], 0
         for sender, payload in early:
             if self.state in TERMINAL:
@@ -207,11 +221,113 @@ class RunDriver:
         self._execute(self.machine.handle(TimerFired(name)))
 
     # ------------------------------------------------------------------ actions
-    def _execute(self, actions: list) -> list[Fault]:
-        """Carry out a batch through :class:`NodeEffects`; returns the batch's faults (the sender is told)."""
+    def _execute(self, actions: list, *, persist: bool = False) -> list[Fault]:
+        """Carry out a batch through :class:`NodeEffects`; returns the batch's faults (the sender is told).
+
+        Durable run: a batch that sends, finishes or deviates is checkpointed after its ledger charges
+        and before any of its messages leave (the sends are held back until then) — so an ack only
+        ever leaves for a token already on disk.  A checkpoint that cannot be written stops the run
+        and nothing of the batch is sent."""
         fx = NodeEffects(self)
+        if self.store is None:
+            execute(actions, fx)
+            return fx.faults
+        fx.outbox = []
         execute(actions, fx)
+        if persist or fx.outbox or fx.changed:
+            try:
+                self.persist()
+            except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave
+                self._stop(f"cannot write the run's checkpoint ({exc}); nothing of this step was sent")
+                return fx.faults
+        for dst, payload in fx.outbox:
+            self._enqueue(dst, payload)
         return fx.faults
+
+    # ------------------------------------------------------------------ durability
+    def durable_state(self) -> dict[str, Any]:
+        """The driver's part of a checkpoint (the machine adds its own)."""
+        return {"state": self.state, "reason": self.reason, "contributions": self.contributions,
+                "noise_visits": self.noise_visits, "used_sigmas": dict(self.used_sigmas), "last_step": self.last_step,
+                "topped_up": self.topped_up, "run_rdp": self.run_rdp, "model": self.model,
+                "finish_step": self.finish_step, "finish_result": self.finish_result, "deviations": self.deviations,
+                "faults": self.faults[-50:], "started": self.timings.started, "finished": self.timings.finished,
+                "restored": self.restored, "event_base": self.next_seq(), "messages_in": self.messages_in,
+                "messages_out": self.messages_out}
+
+    def persist(self) -> None:
+        """Write the run's checkpoint (driver and machine) in one fsync'd transaction."""
+        if self.store is None:
+            return
+        t0 = time.perf_counter()
+        machine = None if self.state == "accepted" else self.machine.checkpoint()
+        self.store.checkpoint(self.run_id, self.state, self.reason, self.durable_state(), machine)
+        self.checkpoints += 1
+        self.checkpoint_seconds += time.perf_counter() - t0
+
+    def restore(self, driver: dict[str, Any] | None, machine: dict[str, Any] | None, state: str, reason: str,
+                charged: int) -> None:
+        """Put a run read back from the store in motion again after the node restarted.
+
+        ``charged`` is the number of data entries of this run on the node's ledger: those beyond
+        the checkpoint's count were charged for a step the node had not checkpointed when it died;
+        the restored machine redoes that step identically (same token, same generator state), so
+        the next that-many charges are not repeated (``ledger_credit``)."""
+        self.restored = 1
+        if driver is not None:
+            self.contributions = int(driver["contributions"])
+            self.noise_visits = int(driver["noise_visits"])
+            self.used_sigmas = {float(k): int(v) for k, v in driver["used_sigmas"].items()}
+            self.last_step = int(driver["last_step"])
+            self.topped_up = bool(driver["topped_up"])
+            self.run_rdp = driver["run_rdp"]
+            self.model = driver["model"]
+            self.finish_step = driver["finish_step"]
+            self.finish_result = driver["finish_result"] or {}
+            self.deviations = list(driver["deviations"])
+            self.faults = list(driver["faults"])
+            self.timings.started = driver["started"]
+            self.timings.finished = driver["finished"]
+            self.restored = int(driver.get("restored", 0)) + 1
+            self._event_base = int(driver["event_base"])
+            self.messages_in = int(driver.get("messages_in", 0))
+            self.messages_out = int(driver.get("messages_out", 0))
+        self.ledger_credit = max(0, int(charged) - sum(self.used_sigmas.values()))
+        self.state, self.reason = state, reason
+        if state == "accepted":
+            return
+        if state in TERMINAL:
+            return
+        self._emit("restored", step=self.last_step, ledger_credit=self.ledger_credit)
+        if machine is None:  # started, but died before its first checkpoint: start the machine again
+            self._execute(self.machine.handle(RunStarted()), persist=True)
+            return
+        acts = self.machine.restore(machine)
+        self._execute(acts, persist=bool(acts))
+
+    def resume(self, lost: list[str], *, take_up: bool = True, from_step: int | None = None) -> dict[str, Any]:
+        """The operator declared ``lost`` holders gone: see :meth:`hushnet.protocols.walk.WalkMachine.resume`."""
+        fn = getattr(self.machine, "resume", None)
+        if fn is None:
+            raise RunRefused("not-resumable", f"{self.spec.protocol} runs cannot be resumed from a copy")
+        if self.state in TERMINAL:
+            raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
+        unknown = [n for n in lost if n not in self.vertex_of]
+        if unknown:
+            raise RunRefused("unknown-node", f"{', '.join(unknown)} not in run {self.run_id}'s graph")
+        before = len(self.deviations)
+        self._execute(fn({self.vertex_of[n] for n in lost}, take_up=take_up, from_step=from_step), persist=True)
+        return {**self.status(), "resumed_here": len(self.deviations) > before}
+
+    def whereabouts(self) -> dict[str, Any] | None:
+        fn = getattr(self.machine, "whereabouts", None)
+        if fn is None or self.state == "accepted":
+            return None
+        w = fn()
+        for k in ("pending_to", "passed_to"):
+            if k in w:
+                w[k] = self.ids[w[k]]
+        return w
 
     def note_progress(self, step: int) -> None:
         """Record that the machine reached ``step`` outside a ``step`` metric (e.g. a served request) and
@@ -253,16 +369,20 @@ class RunDriver:
         if not ev.uses_data:  # noise-only visit, or a gossip round's schedule record
             self.noise_visits += ev.kind == "noise"
             return True
+        self.used_sigmas[float(ev.sigma)] = self.used_sigmas.get(float(ev.sigma), 0) + 1
         if self.cost is not None:
             try:
                 entry = self.cost.entry(ev, self.run_id, self.node_id)
             except ValueError as exc:  # an entry this node cannot account: the data must not leave
                 self._stop(f"cannot account the {ev.kind} contribution at step {ev.step}: {exc}")
                 return False
-            if self.ledger is not None:
+            if self.ledger_credit > 0:  # charged before the crash, for this very step (see restore)
+                self.ledger_credit -= 1
+            elif self.ledger is not None:
                 try:
                     self.ledger.charge(entry, report=False)  # durable (committed) before the Send below runs
                 except BudgetExceeded as exc:
+                    self.used_sigmas[float(ev.sigma)] -= 1
                     self._stop(f"privacy budget exhausted at step {ev.step}: {exc}; the contribution was not sent")
                     return False
             curves = np.stack([entry.rdp[t] for t in self.cost.targets]) if self.cost.targets else np.zeros((0, 1))
@@ -303,6 +423,17 @@ class RunDriver:
         self.reason = reason
         self._cancel_timers()
         self._emit("stopped", reason=reason)
+        self._persist_state()
+
+    def _persist_state(self) -> None:
+        """Record a state change (stopped, cancelled, closed, topped up) durably; a failure is logged —
+        the run's checkpoint is still the last good one."""
+        if self.store is None:
+            return
+        try:
+            self.persist()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("run %s: cannot record state %s durably: %s", self.run_id, self.state, exc)
 
     async def _drain(self, timeout: float = 5.0) -> None:
         if self._queues:
@@ -326,6 +457,7 @@ class RunDriver:
         self._early, self._early_bytes = [], 0  # never started: what neighbours sent early is dropped
         self.shutdown()
         self._emit("cancelled", reason=reason)
+        self._persist_state()
 
     def close(self, *, deviated: bool = False) -> None:
         """The operator ends the run everywhere after it finished (at some node).
@@ -344,18 +476,23 @@ class RunDriver:
         elif self.state == "finished":
             self.timings.closed = time.time()
             self.shutdown()
+        self._persist_state()
 
     def _top_up(self) -> None:
         from hushnet.privacy.ledger import PrivacyEntry
 
         self.topped_up = True
-        used = [e for e in self.engine_entries if e.uses_data]
+        # by noise multiplier, from counters kept in the run's checkpoint: a node restarted since its
+        # contributions still knows them (its in-memory engine entries are gone)
+        used = sum(self.used_sigmas.values())
         if not used or self.cost is None:
             return
         total = np.zeros((len(self.cost.targets), self.cost.orders.size))
-        for e in used:
-            ldp = np.broadcast_to(self.cost.orders / (2.0 * e.sigma**2), total.shape)
-            total += ldp - self.cost.curves(e.sigma)
+        for sigma, count in self.used_sigmas.items():
+            if count <= 0:
+                continue
+            ldp = np.broadcast_to(self.cost.orders / (2.0 * sigma**2), total.shape)
+            total += count * (ldp - self.cost.curves(sigma))
         total = np.maximum(total, 0.0)
         entry = PrivacyEntry.from_row(self.run_id, self.spec.protocol, self.spec.view_model, "certified", self.cost.targets,
                                       total, note="deviation top-up: walk deviated from the public W, "
@@ -370,7 +507,7 @@ class RunDriver:
                 self._emit("over_budget", reason=str(exc))
                 self.ledger.charge(entry, enforce_budget=False)  # spending already happened
         self.run_rdp = total if self.run_rdp is None else self.run_rdp + total
-        self._emit("accounted_deviation", contributions=len(used))
+        self._emit("accounted_deviation", contributions=used)
 
     # ------------------------------------------------------------------ reports
     def status(self) -> dict[str, Any]:
@@ -378,7 +515,9 @@ class RunDriver:
                 "reason": self.reason, "step": self.last_step, "contributions": self.contributions,
                 "protocol": self.spec.protocol, "steps": self.spec.total_steps(), "holds_model": self.model is not None,
                 "deviations": len(self.deviations), "faults": len(self.faults), "events": len(self.events),
-                "early_buffered": len(self._early), "early_dropped": self.early_dropped}
+                "early_buffered": len(self._early), "early_dropped": self.early_dropped,
+                "durable": self.store is not None, "restored": self.restored, "token": self.whereabouts(),
+                "deviation_accounted": self.topped_up}
 
     def report(self) -> dict[str, Any]:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values
@@ -433,9 +572,15 @@ class NodeEffects:
     def __init__(self, driver: RunDriver) -> None:
         self.driver = driver
         self.faults: list[Fault] = []
+        #: durable runs: the batch's sends, held back until its checkpoint is written (None: send at once)
+        self.outbox: list[tuple[str, bytes]] | None = None
+        self.changed = False  # the batch finished or deviated: checkpoint it even without a send
 
     def send(self, act: Send) -> None:
         d = self.driver
+        if self.outbox is not None:
+            self.outbox.append((d.ids[act.dst], act.payload))
+            return
         d._enqueue(d.ids[act.dst], act.payload)
 
     def charge(self, act: LedgerEntry) -> bool:
@@ -472,6 +617,7 @@ class NodeEffects:
         if "dead" in act.detail and isinstance(act.detail["dead"], (int, np.integer)):
             rec["dead_node"] = d.ids[int(act.detail["dead"])]
         d.deviations.append(rec)
+        self.changed = True
         d._emit("deviation", **rec)
 
     def pause(self, act: Paused) -> None:
@@ -493,6 +639,7 @@ class NodeEffects:
         d.last_step = max(d.last_step, int(act.step))
         d.finish_result = _jsonable(act.result)
         d.state = "finished"
+        self.changed = True
         d.timings.finished = time.time()
         d._cancel_timers()
         scored = d._final_loss()

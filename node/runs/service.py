@@ -26,6 +26,7 @@ import base64
 import functools
 import json
 import logging
+import os
 import pathlib
 import time
 from typing import Any
@@ -42,11 +43,16 @@ from hushnet.families import FAMILIES, family_of
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
+from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE, RunStore
 from hushnet.runs.spec import SignedRunSpec, SpecError, loads_bounded, verify_spec
 from hushnet.tasks.base import TaskError
 from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
 
 log = logging.getLogger("hushnet.runs")
+
+#: set to ``0`` in a node's environment to run new walks without checkpoints (the durability benchmark's
+#: baseline only: a node killed then loses the token it holds, as before issue 14)
+DURABLE_ENV = "HUSHNET_RUNS_DURABLE"
 
 RUN_PROTOCOL = "hushnet.run"
 LEDGER_FILE = "privacy_ledger.sqlite"
@@ -67,20 +73,30 @@ class RunService:
         self.state_dir = pathlib.Path(state_dir or node.state_dir)
         self.runs: dict[str, RunDriver] = {}
         self.refused: dict[str, dict[str, Any]] = {}
+        self.unrestored: dict[str, str] = {}  # durable runs this node could not take up again after a restart
         self._ledger: Ledger | None = None
+        self._store: RunStore | None = None
+        self._restore_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> "RunService":
         self.node.register_handler(self, replace=True)
         for name, fn in self.commands().items():
             self.node.register_control(name, fn, replace=True)
+        if (self.state_dir / RUN_STORE_FILE).exists():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:  # a restarted node: take its runs up again once it knows the network
+                self._restore_task = loop.create_task(self.restore_runs())
         return self
 
     def commands(self) -> dict[str, Any]:
         return {"run.submit": self.c_submit, "run.start": self.c_start, "run.events": self.c_events,
                 "run.status": self.c_status, "run.list": self.c_list, "run.report": self.c_report,
                 "run.model": self.c_model, "run.cancel": self.c_cancel, "run.close": self.c_close,
-                "run.ledger": self.c_ledger,
+                "run.ledger": self.c_ledger, "run.resume": self.c_resume,
                 **{name: functools.partial(fn, self) for f in FAMILIES for name, fn in f.commands().items()}}
 
     @property
@@ -88,6 +104,72 @@ class RunService:
         if self._ledger is None:
             self._ledger = Ledger(self.state_dir / LEDGER_FILE, node_id=self.node.node_id)
         return self._ledger
+
+    @property
+    def store(self) -> RunStore:
+        if self._store is None:
+            self._store = RunStore(self.state_dir / RUN_STORE_FILE)
+        return self._store
+
+    # ------------------------------------------------------------------ restart
+    async def restore_runs(self, *, wait: float = 120.0) -> list[str]:
+        """Take up every durable run of this node again after a restart (waits for the directory).
+
+        Each run is rebuilt from its stored signed spec (signature checked again), then its driver
+        and machine are loaded from the last checkpoint; a walk that had not had its handoff
+        acknowledged re-sends the token.  A run that cannot be rebuilt is listed in ``run list``
+        under ``unrestored`` with the reason."""
+        end = time.monotonic() + wait
+        while self.node.directory is None and time.monotonic() < end:
+            await asyncio.sleep(0.1)
+        if self.node.directory is None:
+            log.warning("runs not restored: the node has no directory after %.0f s", wait)
+            return []
+        done = []
+        loop = asyncio.get_running_loop()
+        for row in self.store.runs():
+            rid = row["run_id"]
+            if rid in self.runs:
+                continue
+            try:
+                run = await loop.run_in_executor(None, self._rebuild, row)
+            except Exception as exc:  # noqa: BLE001 - reported, never silently dropped
+                self.unrestored[rid] = f"{type(exc).__name__}: {exc}"[:500]
+                log.warning("run %s could not be restored after the restart: %s", rid, self.unrestored[rid])
+                continue
+            self.runs[rid] = run
+            charged = sum(1 for e in self.ledger.entries(rid) if not e["note"].startswith("deviation top-up"))
+            run.restore(row["driver"], row["machine"], row["state"], row["reason"], charged)
+            log.info("restored run %s at step %d (state %s)", rid, run.last_step, run.state)
+            done.append(rid)
+        return done
+
+    def _rebuild(self, row: dict[str, Any]) -> RunDriver:
+        signed = SignedRunSpec.from_bytes(row["signed"])
+        spec = self._verify(signed).validate()
+        ids = self._ids()
+        vertex = int(row["vertex"])
+        if vertex != self.node.identity.vertex:
+            raise SpecError(f"stored run was accepted as vertex {vertex}, this node is now vertex {self.node.identity.vertex}")
+        W = transition_matrix(spec.graph, spec.weights)
+        policy = NodePolicy.load(self.state_dir)
+        task = load_task(spec, policy)
+        check_task(task, spec)
+        public_eval = load_public_eval(self.state_dir, spec.protocol_params.get("eval_data"), task)
+        family = family_of(spec.protocol)
+        cost = contribution_cost(spec, vertex, ids, W, self.ledger.orders)
+        machine = family.node_machine(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
+        journal = family.journal(self, spec, vertex, ids)
+        return RunDriver(spec, vertex, ids, machine, self._sender(spec), ledger=self.ledger, cost=cost, W=W,
+                         decision=row["decision"], public_eval=public_eval, journal=journal, store=self.store)
+
+    def _sender(self, spec):
+        node = self.node
+
+        async def send(dst: str, data: bytes):
+            return await node.send(dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0)
+
+        return send
 
     # handler API of hushnet.net.handlers
     protocol = RUN_PROTOCOL
@@ -149,15 +231,18 @@ class RunService:
             return _json(out)
         spec, machine, cost, W = decision.pop("_spec"), decision.pop("_machine"), decision.pop("_cost"), decision.pop("_W")
         public_eval = decision.pop("_public_eval", None)
-        node = self.node
-
-        async def send(dst: str, data: bytes):
-            return await node.send(dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0)
+        send = self._sender(spec)
 
         # durable per-entry record (gossip schedule rows), if the family keeps one
         journal = family_of(spec.protocol).journal(self, spec, decision["vertex"], self._ids())
+        store = None
+        if getattr(machine, "durable", False) and os.environ.get(DURABLE_ENV, "1") != "0":
+            # on disk before the acceptance is answered
+            store = self.store
+            store.accept(spec.run_id, payload, decision["vertex"], out)
         self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
-                                           cost=cost, W=W, decision=out, public_eval=public_eval, journal=journal)
+                                           cost=cost, W=W, decision=out, public_eval=public_eval, journal=journal,
+                                           store=store)
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
         return _json(out)
 
@@ -237,6 +322,8 @@ class RunService:
         if run is None:
             if run_id in self.refused:
                 raise KeyError(f"run {run_id} was refused here: {self.refused[run_id]['reason']}")
+            if run_id in self.unrestored:
+                raise KeyError(f"run {run_id} could not be restored here after a restart: {self.unrestored[run_id]}")
             raise KeyError(f"no run {run_id!r} at {self.node.node_id}")
         return run, args
 
@@ -250,7 +337,8 @@ class RunService:
         after = int(args.get("after", 0))
         wait = min(float(args.get("wait", 0.0)), 30.0)
         events = await run.wait_events(after, wait)
-        return _json({"node": self.node.node_id, "events": events, "next": after + len(events), "status": run.status()})
+        nxt = events[-1]["seq"] + 1 if events else after
+        return _json({"node": self.node.node_id, "events": events, "next": nxt, "status": run.status()})
 
     async def c_status(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
@@ -258,7 +346,8 @@ class RunService:
 
     async def c_list(self, payload: bytes) -> bytes:
         return _json({"node": self.node.node_id, "runs": [r.status() for r in self.runs.values()],
-                      "refused": list(self.refused.values())})
+                      "refused": list(self.refused.values()),
+                      "unrestored": [{"run_id": k, "reason": v} for k, v in self.unrestored.items()]})
 
     async def c_report(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
@@ -279,6 +368,17 @@ class RunService:
         run, args = self._run(payload)
         run.cancel(str(args.get("reason") or "cancelled by the operator"))
         return _json(run.status())
+
+    async def c_resume(self, payload: bytes) -> bytes:
+        """``{"run_id", "lost": [node ids]}``: the operator declares holders that never came back; see
+        :meth:`RunDriver.resume` (the node holding the last durable copy takes the walk up again)."""
+        run, args = self._run(payload)
+        lost = args.get("lost")
+        if not isinstance(lost, list) or not lost or not all(isinstance(n, str) for n in lost):
+            raise ValueError("run.resume needs 'lost': a non-empty list of node ids")
+        from_step = args.get("from_step")
+        return _json(run.resume(lost, take_up=bool(args.get("take_up", True)),
+                                from_step=None if from_step is None else int(from_step)))
 
     async def c_close(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
@@ -301,11 +401,16 @@ class RunService:
                       "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta}})
 
     def close(self) -> None:
+        if self._restore_task is not None:
+            self._restore_task.cancel()
         for r in self.runs.values():
             r.shutdown()
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 def install(node) -> RunService:

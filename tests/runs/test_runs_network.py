@@ -282,12 +282,14 @@ def test_killed_node_mid_walk_deviation_or_pause(net):
         assert out.deviations, "a dead neighbour was skipped without a recorded deviation"
         assert all(d.get("dead_node") == "n5" for d in out.deviations)
         rep = c.report(dev)
-        assert rep.summary()["deviation_accounted"]
+        # every live node topped up; the dead one is named as not yet accounted (issue 14), not hidden
+        assert set(rep.summary()["deviation_unaccounted"]) == {"n5"}, rep.summary()["deviation_unaccounted"]
+        assert not rep.summary()["deviation_accounted"]
         assert "n5" in rep.summary()["errors"]  # the dead node's own report is unavailable, and says so
-    else:  # the killed node held the token: the run stalls visibly, naming the unreachable node
-        assert out.state == "paused" and "n5" in out.reason, out
+    else:  # the killed node held the token: the run ends visibly as holder-lost, naming the node
+        assert out.state in ("paused", "holder-lost") and "n5" in out.reason, out
     out2 = c.watch(pause, progress=False, timeout=180, pause_timeout=8)
-    assert out2.state == "paused" and "n5" in out2.reason, out2
+    assert out2.state in ("paused", "holder-lost") and "n5" in out2.reason, out2
     assert out2.step < 4000
     states = c.cancel(pause)
     assert states["n0"] == "cancelled"

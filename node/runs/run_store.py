@@ -1,0 +1,164 @@
+"""Durable runs: what a node needs to continue a run after its process dies (issue 14).
+
+One SQLite file in the node's state directory (next to the privacy ledger), ``synchronous=FULL``
+(every commit is fsync'd), holding per run
+
+* the **signed spec** as the operator sent it, the node's vertex and acceptance record — a restarted
+  node re-verifies the signature and rebuilds the machine from it;
+* the run's **state** at this node (accepted / running / finished / closed / …) and why;
+* the latest **checkpoint**: the driver's counters (contributions by noise multiplier, so a later
+  deviation top-up can be computed; whether it was topped up; the final model if it finished here)
+  and the machine's own :meth:`~hushnet.engine.protocol.Protocol.checkpoint` (for a walk: the token
+  it holds or has not yet had acknowledged, its step, its generator state, pre-drawn noise).
+
+The invariant the driver keeps (:class:`hushnet.runs.driver.RunDriver`): a batch of actions that
+sends anything, finishes or deviates is checkpointed *after* its ledger charges and *before* any of
+its messages leave.  So an acknowledgement (which is one of those messages) is only ever sent for a
+token already on disk, and the sender, whose own checkpoint still holds the token until the ack
+arrives, can always re-send it.  A node killed between its ledger charge and its checkpoint re-does
+the same step after the restart from the same generator state, so the output is identical and the
+charge is not repeated (:meth:`RunStore.load` reports how many data entries are already on the ledger).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+#: the store's file in a node's state directory
+STORE_FILE = "runs.sqlite"
+#: environment variable choosing the checkpoint's sync mode (``full``, the default, or ``normal``)
+SYNC_ENV = "HUSHNET_RUNS_SYNC"
+
+
+def encode(x: Any) -> Any:
+    """JSON-able form of a checkpoint value (arrays, bytes, tuples and sets kept distinct)."""
+    if isinstance(x, np.ndarray):
+        a = np.ascontiguousarray(x)
+        return {"__nd__": base64.b64encode(a.tobytes()).decode(), "dtype": a.dtype.str, "shape": list(a.shape)}
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return {"__b__": base64.b64encode(bytes(x)).decode()}
+    if isinstance(x, tuple):
+        return {"__t__": [encode(v) for v in x]}
+    if isinstance(x, (set, frozenset)):
+        return {"__s__": sorted(encode(v) for v in x)}
+    if isinstance(x, dict):
+        if all(isinstance(k, str) for k in x):
+            return {"__d__": {k: encode(v) for k, v in x.items()}}
+        return {"__kv__": [[encode(k), encode(v)] for k, v in x.items()]}
+    if isinstance(x, list):
+        return [encode(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    raise TypeError(f"cannot checkpoint a {type(x).__name__}")
+
+
+def decode(x: Any) -> Any:
+    """Inverse of :func:`encode`."""
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if "__nd__" in x:
+        return np.frombuffer(base64.b64decode(x["__nd__"]), dtype=np.dtype(x["dtype"])).reshape(x["shape"]).copy()
+    if "__b__" in x:
+        return base64.b64decode(x["__b__"])
+    if "__t__" in x:
+        return tuple(decode(v) for v in x["__t__"])
+    if "__s__" in x:
+        return {decode(v) for v in x["__s__"]}
+    if "__kv__" in x:
+        return {decode(k): decode(v) for k, v in x["__kv__"]}
+    return {k: decode(v) for k, v in x["__d__"].items()}
+
+
+class RunStore:
+    """The durable runs of one node (all of them, one SQLite file)."""
+
+    def __init__(self, path: str | pathlib.Path) -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL (default): every checkpoint is fsync'd before the batch's messages leave — survives power
+        # loss.  ``HUSHNET_RUNS_SYNC=normal``: written to the WAL (the OS has it) but not fsync'd —
+        # survives any process crash (kill -9), like the privacy ledger's own NORMAL, at a tenth of the
+        # cost per hop on a slow disk (see benchmarks/bench_durable.py)
+        mode = os.environ.get(SYNC_ENV, "full").strip().lower()
+        if mode not in ("full", "normal"):
+            raise ValueError(f"{SYNC_ENV} must be 'full' or 'normal', got {mode!r}")
+        self.sync = mode
+        self._db.execute(f"PRAGMA synchronous={mode.upper()}")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS runs (
+                run_id TEXT PRIMARY KEY, signed BLOB NOT NULL, vertex INTEGER NOT NULL, decision TEXT NOT NULL,
+                state TEXT NOT NULL, reason TEXT NOT NULL, updated REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS checkpoints (
+                run_id TEXT PRIMARY KEY REFERENCES runs(run_id), seq INTEGER NOT NULL, driver TEXT NOT NULL,
+                machine TEXT, written REAL NOT NULL);
+            """
+        )
+
+    def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
+        """Record an accepted run (before the acceptance is answered)."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO runs(run_id, signed, vertex, decision, state, reason, updated) "
+                             "VALUES (?,?,?,?,?,?,?)",
+                             (run_id, signed, int(vertex), json.dumps(encode(decision)), "accepted", "", time.time()))
+
+    def set_state(self, run_id: str, state: str, reason: str = "") -> None:
+        with self._lock:
+            self._db.execute("UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
+                             (state, reason, time.time(), run_id))
+
+    def checkpoint(self, run_id: str, state: str, reason: str, driver: dict[str, Any],
+                   machine: dict[str, Any] | None) -> None:
+        """Replace the run's checkpoint and state in one fsync'd transaction."""
+        d = json.dumps(encode(driver))
+        m = None if machine is None else json.dumps(encode(machine))
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
+                                 "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
+                                 "machine = excluded.machine, written = excluded.written",
+                                 (run_id, 0, d, m, time.time()))
+                self._db.execute("UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
+                                 (state, reason, time.time(), run_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every stored run: ``run_id, signed, vertex, decision, state, reason, driver, machine``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.run_id, r.signed, r.vertex, r.decision, r.state, r.reason, c.driver, c.machine "
+                "FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.run_id ORDER BY r.updated").fetchall()
+        out = []
+        for rid, signed, vertex, dec, state, reason, drv, mach in rows:
+            out.append({"run_id": rid, "signed": bytes(signed), "vertex": int(vertex), "decision": decode(json.loads(dec)),
+                        "state": state, "reason": reason,
+                        "driver": None if drv is None else decode(json.loads(drv)),
+                        "machine": None if mach is None else decode(json.loads(mach))})
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+__all__ = ["STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode"]
