@@ -1,7 +1,8 @@
 """Durable runs: what a node needs to continue a run after its process dies (issue 14).
 
-One SQLite file in the node's state directory (next to the privacy ledger), ``synchronous=FULL``
-(every commit is fsync'd), holding per run
+One SQLite file in the node's state directory (next to the privacy ledger), WAL with
+``synchronous=NORMAL`` (every commit survives a process crash; ``HUSHNET_RUNS_SYNC=full`` fsyncs each one
+so it also survives a power loss), holding per run
 
 * the **signed spec** as the operator sent it, the node's vertex and acceptance record — a restarted
   node re-verifies the signature and rebuilds the machine from it;
@@ -26,6 +27,7 @@ import json
 import os
 import pathlib
 import sqlite3
+import struct
 import threading
 import time
 from typing import Any
@@ -34,27 +36,36 @@ import numpy as np
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
-#: environment variable choosing the checkpoint's sync mode (``full``, the default, or ``normal``)
+#: environment variable choosing the checkpoint's sync mode (``normal``, the default, or ``full``)
 SYNC_ENV = "HUSHNET_RUNS_SYNC"
 
 
-def encode(x: Any) -> Any:
-    """JSON-able form of a checkpoint value (arrays, bytes, tuples and sets kept distinct)."""
+def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
+    """JSON-able form of a checkpoint value (arrays, bytes, tuples and sets kept distinct).
+
+    With ``bufs``, arrays and bytes go there raw (the JSON keeps their index): :func:`pack` writes them
+    after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop."""
     if isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x)
+        if bufs is not None:
+            bufs.append(a.tobytes())
+            return {"__nd__": len(bufs) - 1, "dtype": a.dtype.str, "shape": list(a.shape)}
         return {"__nd__": base64.b64encode(a.tobytes()).decode(), "dtype": a.dtype.str, "shape": list(a.shape)}
     if isinstance(x, (bytes, bytearray, memoryview)):
+        if bufs is not None:
+            bufs.append(bytes(x))
+            return {"__b__": len(bufs) - 1}
         return {"__b__": base64.b64encode(bytes(x)).decode()}
     if isinstance(x, tuple):
-        return {"__t__": [encode(v) for v in x]}
+        return {"__t__": [encode(v, bufs) for v in x]}
     if isinstance(x, (set, frozenset)):
-        return {"__s__": sorted(encode(v) for v in x)}
+        return {"__s__": sorted(encode(v, bufs) for v in x)}
     if isinstance(x, dict):
         if all(isinstance(k, str) for k in x):
-            return {"__d__": {k: encode(v) for k, v in x.items()}}
-        return {"__kv__": [[encode(k), encode(v)] for k, v in x.items()]}
+            return {"__d__": {k: encode(v, bufs) for k, v in x.items()}}
+        return {"__kv__": [[encode(k, bufs), encode(v, bufs)] for k, v in x.items()]}
     if isinstance(x, list):
-        return [encode(v) for v in x]
+        return [encode(v, bufs) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating,)):
@@ -64,23 +75,53 @@ def encode(x: Any) -> Any:
     raise TypeError(f"cannot checkpoint a {type(x).__name__}")
 
 
-def decode(x: Any) -> Any:
+def decode(x: Any, bufs: list[bytes] | None = None) -> Any:
     """Inverse of :func:`encode`."""
     if isinstance(x, list):
-        return [decode(v) for v in x]
+        return [decode(v, bufs) for v in x]
     if not isinstance(x, dict):
         return x
     if "__nd__" in x:
-        return np.frombuffer(base64.b64decode(x["__nd__"]), dtype=np.dtype(x["dtype"])).reshape(x["shape"]).copy()
+        raw = bufs[x["__nd__"]] if bufs is not None else base64.b64decode(x["__nd__"])
+        return np.frombuffer(raw, dtype=np.dtype(x["dtype"])).reshape(x["shape"]).copy()
     if "__b__" in x:
-        return base64.b64decode(x["__b__"])
+        return bufs[x["__b__"]] if bufs is not None else base64.b64decode(x["__b__"])
     if "__t__" in x:
-        return tuple(decode(v) for v in x["__t__"])
+        return tuple(decode(v, bufs) for v in x["__t__"])
     if "__s__" in x:
-        return {decode(v) for v in x["__s__"]}
+        return {decode(v, bufs) for v in x["__s__"]}
     if "__kv__" in x:
-        return {decode(k): decode(v) for k, v in x["__kv__"]}
-    return {k: decode(v) for k, v in x["__d__"].items()}
+        return {decode(k, bufs): decode(v, bufs) for k, v in x["__kv__"]}
+    return {k: decode(v, bufs) for k, v in x["__d__"].items()}
+
+
+_MAGIC = b"HNC1"
+
+
+def pack(x: Any) -> bytes:
+    """A checkpoint value as bytes: ``HNC1``, a length-prefixed JSON header (structure, dtypes, buffer
+    sizes), then the raw buffers.  No pickle: a damaged file is refused, never executed."""
+    bufs: list[bytes] = []
+    head = json.dumps({"v": encode(x, bufs), "sizes": [len(b) for b in bufs]}).encode()
+    return b"".join([_MAGIC, struct.pack("<Q", len(head)), head, *bufs])
+
+
+def unpack(blob: bytes | str) -> Any:
+    """Inverse of :func:`pack` (also reads the older all-JSON form)."""
+    if isinstance(blob, str):
+        return decode(json.loads(blob))
+    mv = memoryview(blob)
+    if bytes(mv[:4]) != _MAGIC:
+        raise ValueError("not a hushnet checkpoint (bad magic)")
+    (n,) = struct.unpack_from("<Q", mv, 4)
+    head = json.loads(bytes(mv[12 : 12 + n]))
+    bufs, off = [], 12 + n
+    for size in head["sizes"]:
+        if off + size > len(mv):
+            raise ValueError("truncated hushnet checkpoint")
+        bufs.append(bytes(mv[off : off + size]))
+        off += size
+    return decode(head["v"], bufs)
 
 
 class RunStore:
@@ -91,11 +132,11 @@ class RunStore:
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        # FULL (default): every checkpoint is fsync'd before the batch's messages leave — survives power
-        # loss.  ``HUSHNET_RUNS_SYNC=normal``: written to the WAL (the OS has it) but not fsync'd —
-        # survives any process crash (kill -9), like the privacy ledger's own NORMAL, at a tenth of the
-        # cost per hop on a slow disk (see benchmarks/bench_durable.py)
-        mode = os.environ.get(SYNC_ENV, "full").strip().lower()
+        # NORMAL (default): every checkpoint is in the WAL (the OS has it) before the batch's messages
+        # leave — survives any process crash (kill -9), like the privacy ledger, whose commits are NORMAL
+        # too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
+        # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py)
+        mode = os.environ.get(SYNC_ENV, "normal").strip().lower()
         if mode not in ("full", "normal"):
             raise ValueError(f"{SYNC_ENV} must be 'full' or 'normal', got {mode!r}")
         self.sync = mode
@@ -126,8 +167,8 @@ class RunStore:
     def checkpoint(self, run_id: str, state: str, reason: str, driver: dict[str, Any],
                    machine: dict[str, Any] | None) -> None:
         """Replace the run's checkpoint and state in one fsync'd transaction."""
-        d = json.dumps(encode(driver))
-        m = None if machine is None else json.dumps(encode(machine))
+        d = pack(driver)
+        m = None if machine is None else pack(machine)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -152,8 +193,8 @@ class RunStore:
         for rid, signed, vertex, dec, state, reason, drv, mach in rows:
             out.append({"run_id": rid, "signed": bytes(signed), "vertex": int(vertex), "decision": decode(json.loads(dec)),
                         "state": state, "reason": reason,
-                        "driver": None if drv is None else decode(json.loads(drv)),
-                        "machine": None if mach is None else decode(json.loads(mach))})
+                        "driver": None if drv is None else unpack(drv),
+                        "machine": None if mach is None else unpack(mach)})
         return out
 
     def close(self) -> None:
@@ -161,4 +202,4 @@ class RunStore:
             self._db.close()
 
 
-__all__ = ["STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode"]
+__all__ = ["STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]
