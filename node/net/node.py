@@ -329,7 +329,7 @@ class Node:
         self.identity = await self._join(key, x_key, ca_pem)
         from hushnet.net import logs as _logs
 
-        _logs.set_identity(self.identity.node_id)
+        _logs.bind_node(self.identity.node_id)  # this task and the server/loop tasks it creates
         self.log.extra["node"] = self.identity.node_id
         if self.config.builtin_handlers:
             for h in (PingProtocol(self.store), DiscardProtocol()):
@@ -884,6 +884,9 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
         return
     waiter.cancel()
     start.result()  # raise NodeError if start failed
+    from hushnet.net import logs as _logs
+
+    _logs.set_identity(node.node_id)  # a process of one node: every record of the process is its own
     await stop.wait()
     for obj in installed:
         close = getattr(obj, "close", None)
