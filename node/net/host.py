@@ -133,17 +133,24 @@ def rss_mb(pid: int | str = "self") -> float:
     return 0.0
 
 
-def check_capacity(limits: HostLimits, hosted: int) -> None:
-    """Raise :class:`HostLimitError` if one more node would break a limit; ``hosted``: nodes running."""
+def check_capacity(limits: HostLimits, hosted: int, fd_base: int = 0) -> None:
+    """Raise :class:`HostLimitError` if one more node would break a limit.
+
+    ``hosted``: nodes admitted so far; ``fd_base``: descriptors the process held before its first
+    node.  Descriptors are budgeted, not only counted: a node admitted a moment ago has not yet
+    received its neighbours' connections, so each admitted node counts ``fds_per_node`` (or what
+    is really open, if that is more).
+    """
     if limits.max_nodes is not None and hosted >= limits.max_nodes:
         raise HostLimitError(f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
                              "(--max-nodes)")
     limit, used = fd_limit(), open_fds()
-    if used + limits.fds_per_node + limits.fd_reserve > limit:
+    budget = max(used, fd_base + hosted * limits.fds_per_node)
+    if budget + limits.fds_per_node + limits.fd_reserve > limit:
         raise HostLimitError(
-            f"node host refuses another node: {used} of {limit} file descriptors in use, a node may need "
-            f"{limits.fds_per_node} and {limits.fd_reserve} stay reserved (raise 'ulimit -n', host fewer nodes "
-            "per process, or lower --fds-per-node for a sparse graph)")
+            f"node host refuses another node: {hosted} nodes hosted, {budget} of {limit} file descriptors "
+            f"in use or promised, a node may need {limits.fds_per_node} and {limits.fd_reserve} stay reserved "
+            "(raise 'ulimit -n', host fewer nodes per process, or lower --fds-per-node for a sparse graph)")
     free = mem_available_mb()
     if free is not None and free - limits.mem_per_node_mb < limits.min_free_mb:
         raise HostLimitError(
@@ -208,6 +215,7 @@ class NodeHost:
         self.watchdog_s = watchdog_s
         self.entries: list[HostedNode] = [HostedNode(c, Node(c)) for c in (configs or [])]
         self.max_stall_s = 0.0
+        self.fd_base = open_fds()
         self._admit = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
 
@@ -258,7 +266,7 @@ class NodeHost:
     async def _start_entry(self, entry: HostedNode) -> None:
         try:
             async with self._admit:  # check and admit one at a time, so two starts cannot share the last slot
-                check_capacity(self.limits, sum(1 for e in self.entries if e.admitted and not e.error))
+                check_capacity(self.limits, sum(1 for e in self.entries if e.admitted and not e.error), self.fd_base)
                 entry.admitted = True
             entry.installed = [plugin(entry.node) for plugin in entry.config.plugins]
             await entry.node.start()
