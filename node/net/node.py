@@ -37,6 +37,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from hushnet.net import VERSION, pki
+from hushnet.net import shared as _shared
 from hushnet.net.handlers import (
     ControlRegistry,
     Handler,
@@ -233,6 +234,7 @@ class Node:
         self.incarnation = 0
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
+        self._boot: _shared.SharedBootstrap | None = None  # the process's bootstrap channel, see hushnet.net.shared
 
     # ------------------------------------------------------------------ public API
     @property
@@ -365,6 +367,9 @@ class Node:
                     await bpb_grpc.BootstrapStub(ch).Leave(self._signed("Leave"), timeout=1.5)
             except (grpc.aio.AioRpcError, asyncio.TimeoutError, OSError):
                 pass
+        if self._boot is not None:
+            await _shared.release(self._boot)
+            self._boot = None
         if self._server is not None:
             await self._server.stop(grace)
         for link in list(self.links.values()):
@@ -416,15 +421,11 @@ class Node:
             return stored.read_text().strip()
         raise NodeError("no join token: pass --token TOKEN (or --token-file) on first start")
 
-    def _bootstrap_channel(self) -> grpc.aio.Channel:
-        ca_pem = (self.state_dir / "ca.pem").read_bytes()
-        return grpc.aio.secure_channel(
-            self.config.bootstrap, pki.channel_credentials(ca_pem),
-            options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
-                     ("grpc.max_receive_message_length", 64 * MiB),
-                     ("grpc.initial_reconnect_backoff_ms", 500),
-                     ("grpc.max_reconnect_backoff_ms", 5000)],
-        )
+    def _bootstrap_channel(self):
+        """The bootstrap channel this process's nodes share (requests are signed per node), for one call."""
+        if self._boot is None:
+            self._boot = _shared.acquire(self.config.bootstrap, (self.state_dir / "ca.pem").read_bytes())
+        return _shared.borrow(self._boot)
 
     async def _join(self, key, x_key, ca_pem: bytes) -> Identity:
         token = self._token()
@@ -703,7 +704,8 @@ class Node:
                 self.controls.register(name, fn)
 
     # ------------------------------------------------------------------ directory, channels, probes
-    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False) -> None:
+    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False,
+                                 max_age: float = 0.0) -> None:
         """Read the directory from the bootstrap, at most once per ``min_interval``.
 
         With ``wait`` a call inside the interval sleeps until it ends and then reads (unless another read started
@@ -720,8 +722,9 @@ class Node:
             now = time.monotonic()
         self._last_dir_fetch = now
         try:
-            async with self._bootstrap_channel() as ch:
-                directory = await bpb_grpc.BootstrapStub(ch).GetDirectory(bpb.DirectoryRequest(), timeout=5.0)
+            self._bootstrap_channel()
+            # a read begun after we asked (or at most max_age before), shared with this process's other nodes
+            directory = await self._boot.directory(since=now - max_age, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
             if self._bootstrap_ok:
                 self.log.warning("bootstrap %s unreachable (%s); keeping the last directory",
@@ -816,7 +819,7 @@ class Node:
         while True:
             await asyncio.sleep(self.config.directory_refresh_s)
             try:
-                await self._refresh_directory(force=False)
+                await self._refresh_directory(force=False, max_age=self.config.directory_refresh_s / 2)
             except NodeError:
                 pass
 
