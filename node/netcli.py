@@ -83,8 +83,9 @@ def register(subparsers) -> None:
     ns.set_defaults(handler=cmd_node_serve)
 
     # up
-    up = subparsers.add_parser("up", help="start a local network (bootstrap + N nodes on 127.0.0.x)",
-                               description="Start a bootstrap and N node processes on distinct 127.0.0.x addresses, "
+    up = subparsers.add_parser("up", help="start a local network (bootstrap + N nodes, K per process)",
+                               description="Start a bootstrap and N nodes (one process per node on distinct 127.0.0.x "
+                                           "addresses, or K nodes per process on 127.0.0.1:PORT+i), "
                                            "wait until every node is healthy and connected to its neighbours, print "
                                            "a table, and stay in the foreground until Ctrl-C or "
                                            "'hushnet down --state-dir DIR'. Crashed processes are restarted.")

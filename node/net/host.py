@@ -179,7 +179,8 @@ def default_per_process(n: int, *, cores: int | None = None, nofile: int | None 
     k = min(math.ceil(n / cores), by_fds)
     if limits.max_nodes is not None:
         k = min(k, limits.max_nodes)
-    return max(1, k)
+    k = max(1, k)
+    return math.ceil(n / math.ceil(n / k))  # the same number of processes, evenly loaded
 
 
 # ------------------------------------------------------------------------ the host

@@ -236,9 +236,9 @@ def test_default_per_process_follows_the_machine() -> None:
     # small networks: a process per node while that is cheap
     assert default_per_process(8, cores=2, nofile=20000, mem_mb=20000) == 1
     # larger: one process per core, capped by the descriptors a process may hold
-    assert default_per_process(1024, cores=2, nofile=20000, mem_mb=20000) == 493
+    assert default_per_process(1024, cores=2, nofile=20000, mem_mb=20000) == 342  # 3 processes, not 493+493+38
     assert default_per_process(1024, cores=8, nofile=20000, mem_mb=20000) == 128
-    assert default_per_process(1024, cores=2, nofile=4096, mem_mb=20000) == (4096 - 256) // 40
+    assert default_per_process(1024, cores=2, nofile=4096, mem_mb=20000) == 94  # ≤ (4096-256)//40 = 96, 11 processes
     # little memory: no process per node even for a small network
     assert default_per_process(8, cores=2, nofile=20000, mem_mb=1000) == 4
     with pytest.raises(ValueError):
