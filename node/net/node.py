@@ -742,10 +742,10 @@ class Node:
 
     def _apply_directory(self, directory: bpb.Directory) -> None:
         self.directory = directory
-        self.members = {m.node_id: m for m in directory.members}
-        by_vertex = {m.vertex: m for m in directory.members}
-        me = self.identity.vertex
-        nbr_vertices = sorted({e.v for e in directory.edges if e.u == me} | {e.u for e in directory.edges if e.v == me})
+        view = _shared.view_of(directory)  # built once per directory for all nodes of this process
+        self.members = dict(view.members)
+        by_vertex = view.by_vertex
+        nbr_vertices = view.adjacency.get(self.identity.vertex, [])
         neighbors = [by_vertex[v].node_id for v in nbr_vertices if v in by_vertex]
         if neighbors != self.neighbors:
             self.log.info("neighbours: %s", ", ".join(neighbors) or "(none)",

@@ -118,3 +118,42 @@ async def release(shared: SharedBootstrap) -> None:
 
 def borrow(shared: SharedBootstrap) -> _Borrowed:
     return _Borrowed(shared.channel)
+
+
+# ------------------------------------------------------------------------ directory indexes
+
+
+class DirectoryView:
+    """Indexes of one directory (members by id and vertex, adjacency), built once per process.
+
+    Why: each node used to scan every member and every edge of the directory on each change, so a
+    process hosting K nodes of an n-node graph did K × |E| work per change — 1.5–2 s of blocked
+    event loop per change at n = 1024, K = 342.  The coalesced reads hand the same directory
+    object to all K nodes, so its indexes are built once.
+    """
+
+    __slots__ = ("members", "by_vertex", "adjacency")
+
+    def __init__(self, directory: bpb.Directory) -> None:
+        self.members = {m.node_id: m for m in directory.members}
+        self.by_vertex = {m.vertex: m for m in directory.members}
+        adjacency: dict[int, set[int]] = {}
+        for e in directory.edges:
+            adjacency.setdefault(e.u, set()).add(e.v)
+            adjacency.setdefault(e.v, set()).add(e.u)
+        self.adjacency = {v: sorted(ns) for v, ns in adjacency.items()}
+
+
+_VIEWS: dict[int, tuple[bpb.Directory, DirectoryView]] = {}
+
+
+def view_of(directory: bpb.Directory) -> DirectoryView:
+    """The indexes of ``directory`` (cached while it is one of the last few seen; read-only)."""
+    hit = _VIEWS.get(id(directory))
+    if hit is not None and hit[0] is directory:
+        return hit[1]
+    view = DirectoryView(directory)
+    if len(_VIEWS) >= 8:
+        _VIEWS.pop(next(iter(_VIEWS)))
+    _VIEWS[id(directory)] = (directory, view)  # holding the directory keeps its id from being reused
+    return view

@@ -258,3 +258,55 @@ def test_walk_node_process_loads_neither_networkx_nor_scipy_stats() -> None:
                          env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_records_of_plain_loggers_in_a_hosted_handler_name_their_node(tmp_path: pathlib.Path) -> None:
+    """A feature's own logger (not the node's adapter) inside a handler still signs with the hosting node's id."""
+    import logging
+
+    from hushnet.net.logs import _IdentityFilter, set_identity
+
+    seen: list[tuple[str, str]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.getMessage(), record.node))
+
+    class Loud:
+        protocol = "test.loud"
+
+        def __init__(self, me: str) -> None:
+            self.me = me
+
+        def handle(self, envelope) -> None:
+            logging.getLogger("hushnet.feature").warning("handled at %s", self.me)
+
+    cap = Capture()
+    cap.addFilter(_IdentityFilter())
+    feature = logging.getLogger("hushnet.feature")
+    feature.addHandler(cap)
+    set_identity("host")
+
+    async def go():
+        addr, stop, btask = await _bootstrap(tmp_path, "complete:3")
+        host = NodeHost(_configs(tmp_path, addr, ["n0", "n1", "n2"]))
+        try:
+            await host.start()
+            nodes = {x.node_id: x for x in host.running}
+            await _healthy(list(nodes.values()), 3)
+            for name, node in nodes.items():
+                node.register_handler(Loud(name))
+            await nodes["n0"].send("n1", b"x", protocol="test.loud")
+            await nodes["n1"].send("n2", b"x", protocol="test.loud")
+            await nodes["n2"].send("n0", b"x", protocol="test.loud")
+        finally:
+            await host.stop()
+            stop.set()
+            await btask
+
+    try:
+        uvloop.run(go())
+    finally:
+        feature.removeHandler(cap)
+        set_identity("-")
+    assert sorted(seen) == [("handled at n0", "n0"), ("handled at n1", "n1"), ("handled at n2", "n2")]
