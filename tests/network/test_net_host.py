@@ -310,3 +310,15 @@ def test_records_of_plain_loggers_in_a_hosted_handler_name_their_node(tmp_path: 
         feature.removeHandler(cap)
         set_identity("-")
     assert sorted(seen) == [("handled at n0", "n0"), ("handled at n1", "n1"), ("handled at n2", "n2")]
+
+
+def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathlib.Path) -> None:
+    """Health probes cost a host the same whatever K: each node probes every max(probe_s, K / rate) s."""
+    configs = hosted_configs([tmp_path / f"d{i}" for i in range(300)], "127.0.0.1:0", bootstrap="127.0.0.1:1")
+    host = NodeHost(configs, limits=HostLimits(probe_rounds_per_s=50.0))
+    assert {e.config.probe_s for e in host.entries} == {6.0}
+    assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
+    small = NodeHost(configs[:8])
+    assert {e.config.probe_s for e in small.entries} == {2.0}
+    with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
+        HostLimits(probe_rounds_per_s=0)
