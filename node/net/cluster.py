@@ -275,31 +275,45 @@ class LocalCluster:
         """Poll until all nodes are members, healthy, and connected to every neighbour.
 
         ``should_stop()`` is polled too (Ctrl-C during start-up raises :class:`InterruptedError`).
+        One operator (one channel per node) serves every sweep: a sweep over fresh channels costs n
+        TLS handshakes, which at n = 1024 made the sweep itself the slowest part of start-up.
         """
+        import asyncio
+
         import grpc
+        import uvloop
+
+        from hushnet.net.operator import Operator, OperatorCredentials
 
         deadline = time.monotonic() + timeout
         last: dict | str = "no answer yet"
-        while time.monotonic() < deadline:
-            if should_stop():
-                raise InterruptedError("interrupted while waiting for the network to become healthy")
-            for child in [self.bootstrap, *self.processes]:
-                if not child.alive() and not self.restart:
-                    raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see {child.log_path}:\n"
-                                       f"{_tail(child.log_path)}")
-            self.poll()
-            try:
-                doc = self.network_status()
-                last = doc
-                if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
-                        and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
-                    return doc
-            except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
-                last = str(exc)
-            time.sleep(0.5)
-        summary = last if isinstance(last, str) else {n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors"))
-                                                      for n in last["nodes"]}
-        raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
+
+        async def go() -> dict:
+            nonlocal last
+            async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
+                while time.monotonic() < deadline:
+                    if should_stop():
+                        raise InterruptedError("interrupted while waiting for the network to become healthy")
+                    for child in [self.bootstrap, *self.processes]:
+                        if not child.alive() and not self.restart:
+                            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see "
+                                               f"{child.log_path}:\n{_tail(child.log_path)}")
+                    self.poll()
+                    try:
+                        doc = await op.network_status(timeout=max(3.0, self.n_nodes / 200))
+                        last = doc
+                        if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
+                                and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
+                            return doc
+                    except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
+                        last = str(exc)
+                    await asyncio.sleep(0.5)
+            summary = last if isinstance(last, str) else {
+                n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors")) for n in last["nodes"]
+                if not (n["healthy"] and n.get("all_neighbors_connected"))}
+            raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
+
+        return uvloop.run(go())
 
     # ------------------------------------------------------------------ supervision and stop
     def poll(self) -> list[str]:
