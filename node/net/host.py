@@ -68,7 +68,8 @@ class HostLimits:
     #: health-probe rounds per second across the host: each hosted node probes its links every
     #: max(probe_s, hosted / probe_rounds_per_s) seconds, so probing costs a process the same CPU
     #: whatever K is (at K = 342, degree 10, 2 s probes were 1 700 Health RPCs a second per process).
-    #: Dead connections are still found by keepalive and by every send's own deadline.
+    #: Dead connections are still found by keepalive and by every send's own deadline.  Heartbeats
+    #: are stretched the same way (the node still renews at least every lease / 3).
     probe_rounds_per_s: float = 50.0
 
     def __post_init__(self) -> None:
@@ -264,8 +265,11 @@ class NodeHost:
 
     def _paced(self, config: NodeConfig, hosted: int) -> NodeConfig:
         """``config`` with its probe period stretched to the host's probe budget (see :class:`HostLimits`)."""
-        probe_s = max(config.probe_s, hosted / self.limits.probe_rounds_per_s)
-        return config if probe_s == config.probe_s else dataclasses.replace(config, probe_s=probe_s)
+        pace = hosted / self.limits.probe_rounds_per_s
+        probe_s, heartbeat_s = max(config.probe_s, pace), max(config.heartbeat_s, pace)  # heartbeat ≤ lease/3 anyway
+        if (probe_s, heartbeat_s) == (config.probe_s, config.heartbeat_s):
+            return config
+        return dataclasses.replace(config, probe_s=probe_s, heartbeat_s=heartbeat_s)
 
     async def add(self, config: NodeConfig) -> Node:
         """Start one more node on this host; raises :class:`HostLimitError` or :class:`NodeError`."""
@@ -332,8 +336,9 @@ class NodeHost:
             stall = time.monotonic() - t0 - period
             if stall > 0.5:
                 self.max_stall_s = max(self.max_stall_s, stall)
-                log.warning("event loop blocked for %.1f s: code of a hosted node is not yielding; every node "
-                            "of this process was stalled", stall, extra={"event": "host_stall", "stall_s": stall})
+                log.warning("event loop stalled for %.1f s (hosted code not yielding, or the process starved of "
+                            "CPU); every node of this process was stalled", stall,
+                            extra={"event": "host_stall", "stall_s": stall})
             for entry in self.entries:
                 if not entry.started or entry.error:
                     continue

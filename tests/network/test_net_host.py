@@ -316,7 +316,7 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     """Health probes cost a host the same whatever K: each node probes every max(probe_s, K / rate) s."""
     configs = hosted_configs([tmp_path / f"d{i}" for i in range(300)], "127.0.0.1:0", bootstrap="127.0.0.1:1")
     host = NodeHost(configs, limits=HostLimits(probe_rounds_per_s=50.0))
-    assert {e.config.probe_s for e in host.entries} == {6.0}
+    assert {(e.config.probe_s, e.config.heartbeat_s) for e in host.entries} == {(6.0, 6.0)}
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
     small = NodeHost(configs[:8])
     assert {e.config.probe_s for e in small.entries} == {2.0}
