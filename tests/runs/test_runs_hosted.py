@@ -1,6 +1,7 @@
 """A hosted network: 64 complete peers in 2 OS processes (``hushnet up --per-process 32``), real mutual
 TLS on 127.0.0.1:port, comes up healthy and runs a private random walk to completion through the client,
-with every node's ledger charged for exactly the contributions it made."""
+with every node's ledger charged for exactly the contributions it made; a host process killed with
+SIGKILL takes its 32 nodes down, is restarted, and they rejoin with the same identities."""
 from __future__ import annotations
 
 import pathlib
@@ -10,7 +11,11 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "network"))
-from nethelpers import UpProcess  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+from nethelpers import UpProcess, cli, pid_alive, wait_for  # noqa: E402
 from runs_helpers import synthetic_shards, write_node_data  # noqa: E402
 
 from hushnet.client import Client  # noqa: E402
@@ -56,5 +61,25 @@ def test_64_hosted_nodes_in_two_processes_run_a_walk(tmp_path: pathlib.Path) -> 
             assert s["worst_pair_epsilon"] >= s["mean_pair_epsilon"] > 0
         finally:
             client.close()
+
+        # what a process crash takes with it: all its nodes; up restarts it and they rejoin as themselves
+        victim = doc["processes"][1]
+        certs = {i: (state / "nodes" / f"n{i}" / "identity.json").read_text() for i in (32, 63)}
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait_for(lambda: (lambda p: p["pid"] != victim["pid"] and pid_alive(p["pid"]))(up.cluster()["processes"][1]),
+                 60, what="host process restarted")
+
+        def healthy():
+            p = cli("status", "--state-dir", str(state), "--json", "--timeout", "5")
+            if p.returncode != 0:
+                return None
+            st = json.loads(p.stdout)
+            return st if len(st["nodes"]) == N and all(n["all_neighbors_connected"] for n in st["nodes"]) else None
+
+        wait_for(healthy, 120, what="all 64 nodes healthy again")
+        assert {n["pid"] for n in up.cluster()["nodes"][32:]} == {up.cluster()["processes"][1]["pid"]}
+        for i, before in certs.items():  # same node id, vertex and key after the rejoin
+            a, b = json.loads(before), json.loads((state / "nodes" / f"n{i}" / "identity.json").read_text())
+            assert (a["node_id"], a["vertex"], a["key_sha256"]) == (b["node_id"], b["vertex"], b["key_sha256"])
     finally:
         up.close()
