@@ -48,11 +48,18 @@ def register(subparsers) -> None:
     np_ = subparsers.add_parser("node", help="a hushnet node", description="Node commands.")
     nsub = np_.add_subparsers(dest="node_command", metavar="COMMAND")
     np_.set_defaults(handler=lambda a: (np_.print_help(), 2)[1])
-    ns = nsub.add_parser("serve", help="run a node",
+    ns = nsub.add_parser("serve", help="run a node (or host many in this process)",
                          description="Join the network through the bootstrap (or re-join with the identity stored "
-                                     "in --state-dir) and serve the peer API over mutual TLS.")
-    ns.add_argument("--state-dir", required=True, type=pathlib.Path, help="node state directory (keys, certificate)")
-    ns.add_argument("--listen", required=True, help="HOST:PORT to serve on, e.g. 127.0.0.2:7500")
+                                     "in --state-dir) and serve the peer API over mutual TLS. Several --state-dir "
+                                     "(or --count N with one base directory) host several complete nodes in this "
+                                     "process, each with its own identity, state and port.")
+    ns.add_argument("--state-dir", required=True, type=pathlib.Path, action="append",
+                    help="node state directory (keys, certificate); repeat to host several nodes")
+    ns.add_argument("--count", type=int, default=None,
+                    help="host COUNT nodes in BASE/node-000, BASE/node-001, ... (one --state-dir BASE)")
+    ns.add_argument("--listen", required=True,
+                    help="HOST:PORT to serve on, e.g. 127.0.0.2:7500; with several nodes node i gets PORT+i "
+                         "(PORT 0: a free port each)")
     ns.add_argument("--advertise", help="address published in the directory (default: --listen)")
     ns.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help=f"bootstrap HOST:PORT (default {DEFAULT_BOOTSTRAP})")
     ns.add_argument("--ca", type=pathlib.Path, help="network CA certificate (the bootstrap's ca.pem); "
@@ -60,21 +67,36 @@ def register(subparsers) -> None:
     tok = ns.add_mutually_exclusive_group()
     tok.add_argument("--token", help="join token")
     tok.add_argument("--token-file", type=pathlib.Path, help="file holding the join token")
-    ns.add_argument("--node-id", help="requested node id (default: assigned by the bootstrap, n<vertex>)")
+    ns.add_argument("--node-id", action="append",
+                    help="requested node id (default: assigned by the bootstrap, n<vertex>); with several nodes "
+                         "repeat it once per node, in --state-dir order")
     ns.add_argument("--max-message-mb", type=float, default=128.0,
                     help="largest envelope payload accepted or sent, in MiB (default 128)")
     ns.add_argument("--join-timeout", type=float, default=None,
                     help="give up joining after this many seconds (default: retry forever with backoff)")
+    ns.add_argument("--max-nodes", type=int, default=None,
+                    help="refuse to host more nodes than this in the process (default: what descriptors and "
+                         "memory allow)")
+    ns.add_argument("--fds-per-node", type=int, default=None,
+                    help="file descriptors reserved per hosted node (default 40: degree up to ~12)")
+    ns.add_argument("--min-free-mb", type=float, default=None,
+                    help="refuse a new node when less memory than this would stay available (default 512)")
+    ns.add_argument("--start-concurrency", type=int, default=16,
+                    help="hosted nodes joining at the same time (default 16)")
     _add_logging(ns)
     ns.set_defaults(handler=cmd_node_serve)
 
     # up
-    up = subparsers.add_parser("up", help="start a local network (bootstrap + N nodes on 127.0.0.x)",
-                               description="Start a bootstrap and N node processes on distinct 127.0.0.x addresses, "
+    up = subparsers.add_parser("up", help="start a local network (bootstrap + N nodes, K per process)",
+                               description="Start a bootstrap and N nodes (one process per node on distinct 127.0.0.x "
+                                           "addresses, or K nodes per process on 127.0.0.1:PORT+i), "
                                            "wait until every node is healthy and connected to its neighbours, print "
                                            "a table, and stay in the foreground until Ctrl-C or "
                                            "'hushnet down --state-dir DIR'. Crashed processes are restarted.")
     up.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    up.add_argument("--per-process", type=int, default=None,
+                    help="nodes hosted by each OS process (default: chosen from cores, memory and the "
+                         "open-file limit; 1 for small networks)")
     up.add_argument("--topology", help="graph SPEC with the same number of vertices (default complete:N)")
     up.add_argument("--state-dir", required=True, type=pathlib.Path, help="directory for all state and logs")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for health (default 120)")
@@ -136,18 +158,43 @@ def cmd_node_serve(args) -> int:
     from hushnet.net.node import MiB, NodeConfig, run
     from hushnet.net.plugins import load_plugins
 
-    _setup(args, args.node_id or "node")
+    dirs, ids = list(args.state_dir), list(args.node_id or [])
+    if args.count is not None:
+        if args.count < 1:
+            return _fail("--count must be at least 1")
+        if len(dirs) != 1:
+            return _fail("--count takes exactly one --state-dir (the base directory of the hosted nodes)")
+        dirs = [dirs[0] / f"node-{i:03d}" for i in range(args.count)]
+    hosted = len(dirs) > 1 or args.count is not None
+    if ids and len(ids) != len(dirs):
+        return _fail(f"{len(ids)} --node-id for {len(dirs)} nodes: give one per node or none")
+    if hosted and args.advertise:
+        return _fail("--advertise names one address: it cannot be used when hosting several nodes")
+    _setup(args, ids[0] if len(dirs) == 1 and ids else ("host" if hosted else "node"))
     token = args.token
     if args.token_file is not None:
         try:
             token = args.token_file.read_text().strip()
         except OSError as exc:
             return _fail(f"cannot read --token-file: {exc}")
-    config = NodeConfig(state_dir=args.state_dir, listen=args.listen, advertise=args.advertise,
-                        bootstrap=args.bootstrap, token=token, ca_file=args.ca, node_id=args.node_id,
-                        max_message_bytes=int(args.max_message_mb * MiB), join_timeout_s=args.join_timeout,
-                        plugins=load_plugins())
-    return run(config)
+    common = dict(bootstrap=args.bootstrap, token=token, ca_file=args.ca,
+                  max_message_bytes=int(args.max_message_mb * MiB), join_timeout_s=args.join_timeout,
+                  plugins=load_plugins())
+    if not hosted:
+        config = NodeConfig(state_dir=dirs[0], listen=args.listen, advertise=args.advertise,
+                            node_id=ids[0] if ids else None, **common)
+        return run(config)
+    from hushnet.net.host import HostLimits, hosted_configs, run_host
+
+    try:
+        limits = HostLimits(**{k: v for k, v in (("max_nodes", args.max_nodes), ("fds_per_node", args.fds_per_node),
+                                                 ("min_free_mb", args.min_free_mb)) if v is not None})
+        configs = hosted_configs(dirs, args.listen, ids or None, **common)
+        if args.start_concurrency < 1:
+            raise ValueError("--start-concurrency must be at least 1")
+    except ValueError as exc:
+        return _fail(str(exc))
+    return run_host(configs, limits=limits, concurrency=args.start_concurrency)
 
 
 def _check_topology(nodes: int, spec: str | None) -> str:
@@ -178,8 +225,13 @@ def cmd_up(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.per_process is not None and args.per_process < 1:
+        return _fail("--per-process must be at least 1")
+    from hushnet.net.host import default_per_process
+
+    per_process = args.per_process or default_per_process(args.nodes)
     cluster = LocalCluster(args.state_dir, args.nodes, spec, log_json=args.log_json, restart=not args.no_restart,
-                           max_message_mb=args.max_message_mb, supervisor=True)
+                           max_message_mb=args.max_message_mb, supervisor=True, per_process=per_process)
     try:
         cluster.start()
         doc = cluster.wait_healthy(timeout=args.timeout, should_stop=lambda: stop["flag"])

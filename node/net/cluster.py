@@ -1,15 +1,19 @@
-"""A local hushnet network: one bootstrap and N node *processes* on distinct loopback addresses.
+"""A local hushnet network: one bootstrap and N nodes, one per process or many per process.
 
-This is what ``hushnet up`` runs, and what the demo and the integration tests use. Node ``i``
-serves on ``127.0.0.{2+i}`` (Linux routes all of 127/8 to loopback), so each node has its own
-address as it would on a real network, and the bootstrap on ``127.0.0.1``.
+This is what ``hushnet up`` runs, and what the demo and the integration tests use. With one node
+per process (``per_process=1``, up to 253 nodes) node ``i`` serves on ``127.0.0.{2+i}`` (Linux
+routes all of 127/8 to loopback), so each node has its own address as it would on a real network,
+and the bootstrap on ``127.0.0.1``. With ``per_process=K > 1`` (or more than 253 nodes) each
+process hosts K complete nodes (:mod:`hushnet.net.host`) and node ``i`` serves on
+``127.0.0.1:{P+i}``: addresses are host:port, so one host carries any number of nodes.
 
 Layout of the state directory::
 
     cluster.json          supervisor pid, addresses, pids (rewritten when a child restarts)
     bootstrap/            bootstrap state (CA, operator certificate, join token, SQLite)
     nodes/<id>/           node state (keys, certificate, identity.json, node.sqlite)
-    logs/<id>.log         stdout+stderr of each process (``bootstrap.log`` for the bootstrap)
+    logs/<id>.log         stdout+stderr of each process (``bootstrap.log`` for the bootstrap,
+                          ``host-<k>.log`` for a process hosting several nodes)
 
 Children get ``PR_SET_PDEATHSIG`` so they die with the supervisor even if it is SIGKILLed; the
 supervisor restarts a crashed child with backoff (unless ``restart=False``).
@@ -57,6 +61,19 @@ def _port_free(host: str, port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+def pick_port_range(host: str, count: int, start: int | None = None) -> int:
+    """A first port P with P .. P+count-1 all free on ``host`` (hosted nodes: node i on P+i)."""
+    import random
+
+    rng = random.Random()
+    for _ in range(200):
+        port = start if start else rng.randint(20000, 60000 - count)
+        start = None
+        if port + count <= 65535 and all(_port_free(host, port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no range of {count} free ports found on {host}")
 
 
 def pick_port(hosts: list[str], start: int | None = None) -> int:
@@ -112,9 +129,17 @@ class LocalCluster:
     nodes: list[Child] = field(default_factory=list)
     bootstrap_address: str = ""
     supervisor: bool = False  # True in `hushnet up`: record our pid so `hushnet down` can signal us
+    per_process: int = 1  # nodes hosted by each OS process (hushnet.net.host)
+    processes: list[Child] = field(default_factory=list)  # what is spawned: the node children, or the hosts
 
     def __post_init__(self) -> None:
         self.state_dir = pathlib.Path(self.state_dir).resolve()
+        if self.per_process < 1:
+            raise ValueError(f"per_process must be at least 1, got {self.per_process}")
+
+    @property
+    def hosted(self) -> bool:
+        return self.per_process > 1 or self.n_nodes > 253
 
     # ------------------------------------------------------------------ start
     def _cli(self, *args: str) -> list[str]:
@@ -143,6 +168,9 @@ class LocalCluster:
         self._write_state()
         self._wait_bootstrap(timeout)
 
+        if self.hosted:
+            self._start_hosts(old, bdir, logs)
+            return
         ips = [node_ip(i) for i in range(self.n_nodes)]
         nport = old.get("node_port") if old else None
         if not nport or not all(_port_free(ip, nport) for ip in ips):
@@ -161,7 +189,43 @@ class LocalCluster:
                           state_dir=str(ndir))
             child.spawn()
             self.nodes.append(child)
+        self.processes = self.nodes
         self._write_state()
+
+    def _start_hosts(self, old: dict, bdir: pathlib.Path, logs: pathlib.Path) -> None:
+        """Hosted layout: node i on 127.0.0.1:P+i, ``per_process`` consecutive nodes per host process."""
+        host = "127.0.0.1"
+        nport = old.get("node_port") if old and old.get("per_process") == self.per_process else None
+        if not nport or not all(_port_free(host, nport + i) for i in range(self.n_nodes)):
+            nport = pick_port_range(host, self.n_nodes)
+        self.node_port = nport
+        self.nodes, self.processes = [], []
+        for k, first in enumerate(range(0, self.n_nodes, self.per_process)):
+            ids = [f"n{i}" for i in range(first, min(first + self.per_process, self.n_nodes))]
+            args = ["node", "serve", "--listen", f"{host}:{nport + first}", "--bootstrap", self.bootstrap_address,
+                    "--ca", str(bdir / "ca.pem"), "--token-file", str(bdir / "join_token")]
+            for node_id in ids:
+                args += ["--state-dir", str(self.state_dir / "nodes" / node_id), "--node-id", node_id]
+            if self.max_message_mb:
+                args += ["--max-message-mb", str(self.max_message_mb)]
+            proc = Child(f"host-{k:03d}", self._cli(*args), logs / f"host-{k:03d}.log",
+                         address=f"{host}:{nport + first}", state_dir=str(self.state_dir / "nodes"))
+            proc.spawn()
+            self.processes.append(proc)
+            for j, node_id in enumerate(ids):
+                self.nodes.append(Child(node_id, proc.argv, proc.log_path, proc=proc.proc,
+                                        address=f"{host}:{nport + first + j}",
+                                        state_dir=str(self.state_dir / "nodes" / node_id)))
+        self._write_state()
+
+    def _sync_views(self) -> None:
+        """Point each hosted node's view at its host's current process (after a restart)."""
+        if self.processes is self.nodes:
+            return
+        by_log = {p.log_path: p for p in self.processes}
+        for view in self.nodes:
+            host = by_log[view.log_path]
+            view.proc, view.restarts = host.proc, host.restarts
 
     def _wait_bootstrap(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -184,8 +248,10 @@ class LocalCluster:
             "n_nodes": self.n_nodes,
             "bootstrap_port": int(self.bootstrap_address.rsplit(":", 1)[1]) if self.bootstrap_address else None,
             "node_port": getattr(self, "node_port", None),
+            "per_process": self.per_process,
             "bootstrap": self._child_doc(self.bootstrap) if self.bootstrap else None,
             "nodes": [self._child_doc(c) for c in self.nodes],
+            "processes": [self._child_doc(c) for c in self.processes],
         }
         pki.write_public(self.state_dir / "cluster.json", json.dumps(doc, indent=2).encode())
 
@@ -209,31 +275,45 @@ class LocalCluster:
         """Poll until all nodes are members, healthy, and connected to every neighbour.
 
         ``should_stop()`` is polled too (Ctrl-C during start-up raises :class:`InterruptedError`).
+        One operator (one channel per node) serves every sweep: a sweep over fresh channels costs n
+        TLS handshakes, which at n = 1024 made the sweep itself the slowest part of start-up.
         """
+        import asyncio
+
         import grpc
+        import uvloop
+
+        from hushnet.net.operator import Operator, OperatorCredentials
 
         deadline = time.monotonic() + timeout
         last: dict | str = "no answer yet"
-        while time.monotonic() < deadline:
-            if should_stop():
-                raise InterruptedError("interrupted while waiting for the network to become healthy")
-            for child in [self.bootstrap, *self.nodes]:
-                if not child.alive() and not self.restart:
-                    raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see {child.log_path}:\n"
-                                       f"{_tail(child.log_path)}")
-            self.poll()
-            try:
-                doc = self.network_status()
-                last = doc
-                if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
-                        and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
-                    return doc
-            except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
-                last = str(exc)
-            time.sleep(0.5)
-        summary = last if isinstance(last, str) else {n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors"))
-                                                      for n in last["nodes"]}
-        raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
+
+        async def go() -> dict:
+            nonlocal last
+            async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
+                while time.monotonic() < deadline:
+                    if should_stop():
+                        raise InterruptedError("interrupted while waiting for the network to become healthy")
+                    for child in [self.bootstrap, *self.processes]:
+                        if not child.alive() and not self.restart:
+                            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see "
+                                               f"{child.log_path}:\n{_tail(child.log_path)}")
+                    self.poll()
+                    try:
+                        doc = await op.network_status(timeout=max(3.0, self.n_nodes / 200))
+                        last = doc
+                        if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
+                                and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
+                            return doc
+                    except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
+                        last = str(exc)
+                    await asyncio.sleep(0.5)
+            summary = last if isinstance(last, str) else {
+                n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors")) for n in last["nodes"]
+                if not (n["healthy"] and n.get("all_neighbors_connected"))}
+            raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
+
+        return uvloop.run(go())
 
     # ------------------------------------------------------------------ supervision and stop
     def poll(self) -> list[str]:
@@ -242,7 +322,7 @@ class LocalCluster:
         if not self.restart:
             return restarted
         now = time.monotonic()
-        for child in [c for c in [self.bootstrap, *self.nodes] if c is not None]:
+        for child in [c for c in [self.bootstrap, *self.processes] if c is not None]:
             if child.proc is not None and child.proc.poll() is not None:
                 if child.next_restart == 0.0:
                     delay = min(0.5 * (2 ** min(child.restarts, 5)), 10.0)
@@ -256,13 +336,14 @@ class LocalCluster:
                     restarted.append(child.name)
                     log.info("restarted %s (pid %d)", child.name, child.pid, extra={"event": "child_restart"})
         if restarted:
+            self._sync_views()
             self._write_state()
         return restarted
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM nodes (they leave the network), then the bootstrap; SIGKILL what lingers."""
         self.restart = False
-        for group in (self.nodes, [self.bootstrap] if self.bootstrap else []):
+        for group in (self.processes, [self.bootstrap] if self.bootstrap else []):
             for child in group:
                 if child.alive():
                     child.proc.send_signal(signal.SIGTERM)
@@ -298,10 +379,13 @@ def stop_recorded(state_dir: pathlib.Path, timeout: float = 30.0) -> str:
             raise RuntimeError(f"supervisor {sup} did not stop within {timeout:.0f} s")
         return f"stopped the network in {state_dir} (supervisor pid {sup})"
     killed = []
-    for child in [doc.get("bootstrap") or {}, *doc.get("nodes", [])]:
+    for child in [doc.get("bootstrap") or {}, *(doc.get("processes") or doc.get("nodes", []))]:
         pid = child.get("pid")
         if pid and child.get("start") and _proc_start(pid) == child.get("start"):
-            os.kill(pid, signal.SIGTERM)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
             killed.append(child["id"])
     return f"supervisor not running; terminated leftover processes: {', '.join(killed) or 'none'}"
 

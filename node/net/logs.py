@@ -7,12 +7,16 @@ grep for an event); the default is a compact human format.
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
 import time
 
 _ROLE = {"id": "-"}
+#: the node whose code is running: set by each node in its own task, so that the many nodes one
+#: process may host (:mod:`hushnet.net.host`) each sign their records; the process role is the fallback
+_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("hushnet_node", default=None)
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
 
@@ -22,10 +26,19 @@ def set_identity(name: str) -> None:
     _ROLE["id"] = name
 
 
+def bind_node(name: str) -> None:
+    """Attribute the records of the current task, and of every task it creates from now on, to ``name``."""
+    _NODE.set(name)
+
+
+def current_identity() -> str:
+    return _NODE.get() or _ROLE["id"]
+
+
 class _IdentityFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "node"):
-            record.node = _ROLE["id"]
+            record.node = current_identity()
         return True
 
 
@@ -36,7 +49,7 @@ class JsonFormatter(logging.Formatter):
         out = {
             "ts": round(record.created, 6),
             "level": record.levelname.lower(),
-            "node": getattr(record, "node", _ROLE["id"]),
+            "node": getattr(record, "node", None) or current_identity(),
             "logger": record.name,
             "msg": record.getMessage(),
         }

@@ -38,6 +38,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from hushnet.net import VERSION, pki
+from hushnet.net import shared as _shared
 from hushnet.net.handlers import (
     ControlRegistry,
     Handler,
@@ -246,6 +247,7 @@ class Node:
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
         self.rlog = RateLimitedLog(self.log, config.log_interval_s)
+        self._boot: _shared.SharedBootstrap | None = None  # the process's bootstrap channel, see hushnet.net.shared
 
     # ------------------------------------------------------------------ public API
     @property
@@ -385,7 +387,7 @@ class Node:
         self.identity = await self._join(key, x_key, ca_pem)
         from hushnet.net import logs as _logs
 
-        _logs.set_identity(self.identity.node_id)
+        _logs.bind_node(self.identity.node_id)  # this task and the server/loop tasks it creates
         self.log.extra["node"] = self.identity.node_id
         if self.config.builtin_handlers:
             for h in (PingProtocol(self.store), DiscardProtocol()):
@@ -424,6 +426,9 @@ class Node:
                     await bpb_grpc.BootstrapStub(ch).Leave(self._signed("Leave"), timeout=1.5)
             except (grpc.aio.AioRpcError, asyncio.TimeoutError, OSError):
                 pass
+        if self._boot is not None:
+            await _shared.release(self._boot)
+            self._boot = None
         if self._server is not None:
             await self._server.stop(grace)
         for link in list(self.links.values()):
@@ -480,15 +485,11 @@ class Node:
             return stored.read_text().strip()
         raise NodeError("no join token: pass --token TOKEN (or --token-file) on first start")
 
-    def _bootstrap_channel(self) -> grpc.aio.Channel:
-        ca_pem = (self.state_dir / "ca.pem").read_bytes()
-        return grpc.aio.secure_channel(
-            self.config.bootstrap, pki.channel_credentials(ca_pem),
-            options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
-                     ("grpc.max_receive_message_length", 64 * MiB),
-                     ("grpc.initial_reconnect_backoff_ms", 500),
-                     ("grpc.max_reconnect_backoff_ms", 5000)],
-        )
+    def _bootstrap_channel(self):
+        """The bootstrap channel this process's nodes share (requests are signed per node), for one call."""
+        if self._boot is None:
+            self._boot = _shared.acquire(self.config.bootstrap, (self.state_dir / "ca.pem").read_bytes())
+        return _shared.borrow(self._boot)
 
     async def _join(self, key, x_key, ca_pem: bytes) -> Identity:
         token = self._token()
@@ -787,7 +788,8 @@ class Node:
                 self.controls.register(name, fn)
 
     # ------------------------------------------------------------------ directory, channels, probes
-    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False) -> None:
+    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False,
+                                 max_age: float = 0.0) -> None:
         """Read the directory from the bootstrap, at most once per ``min_interval``.
 
         With ``wait`` a call inside the interval sleeps until it ends and then reads (unless another read started
@@ -804,8 +806,9 @@ class Node:
             now = time.monotonic()
         self._last_dir_fetch = now
         try:
-            async with self._bootstrap_channel() as ch:
-                directory = await bpb_grpc.BootstrapStub(ch).GetDirectory(bpb.DirectoryRequest(), timeout=5.0)
+            self._bootstrap_channel()
+            # a read begun after we asked (or at most max_age before), shared with this process's other nodes
+            directory = await self._boot.directory(since=now - max_age, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
             if self._bootstrap_ok:
                 self.log.warning("bootstrap %s unreachable (%s); keeping the last directory",
@@ -823,10 +826,10 @@ class Node:
 
     def _apply_directory(self, directory: bpb.Directory) -> None:
         self.directory = directory
-        self.members = {m.node_id: m for m in directory.members}
-        by_vertex = {m.vertex: m for m in directory.members}
-        me = self.identity.vertex
-        nbr_vertices = sorted({e.v for e in directory.edges if e.u == me} | {e.u for e in directory.edges if e.v == me})
+        view = _shared.view_of(directory)  # built once per directory for all nodes of this process
+        self.members = dict(view.members)
+        by_vertex = view.by_vertex
+        nbr_vertices = view.adjacency.get(self.identity.vertex, [])
         neighbors = [by_vertex[v].node_id for v in nbr_vertices if v in by_vertex]
         if neighbors != self.neighbors:
             self.log.info("neighbours: %s", ", ".join(neighbors) or "(none)",
@@ -906,7 +909,7 @@ class Node:
         while True:
             await asyncio.sleep(self.config.directory_refresh_s)
             try:
-                await self._refresh_directory(force=False)
+                await self._refresh_directory(force=False, max_age=self.config.directory_refresh_s / 2)
             except NodeError:
                 pass
 
@@ -1021,6 +1024,9 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
         return
     waiter.cancel()
     start.result()  # raise NodeError if start failed
+    from hushnet.net import logs as _logs
+
+    _logs.set_identity(node.node_id)  # a process of one node: every record of the process is its own
     await stop.wait()
     for obj in installed:
         close = getattr(obj, "close", None)

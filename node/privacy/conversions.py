@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -187,6 +186,8 @@ def gaussian_pld_epsilon(mus, delta: float, *, counts=None, value_discretization
 
 
 def _log_ndtr(x: float) -> float:
+    from scipy import special  # lazily: a node process that never converts GDP need not load scipy
+
     return float(special.log_ndtr(x))
 
 
@@ -220,6 +221,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         hi *= 2.0
         if hi > 1e8:
             return math.inf
+    from scipy import optimize
+
     return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
@@ -230,6 +233,8 @@ def gdp_mu(eps: float, delta: float) -> float:
     lo, hi = 0.0, 1.0
     while gdp_delta(hi, eps) < delta:
         hi *= 2.0
+    from scipy import optimize
+
     return float(optimize.brentq(lambda m: gdp_delta(m, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13))
 
 

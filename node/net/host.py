@@ -1,0 +1,431 @@
+"""Node hosting: one OS process runs many complete hushnet peers on one event loop.
+
+Why: a node alone costs one interpreter (~150 MB resident, ~1 s of imports) although almost all
+of it is shared code; the papers' experiments need thousands of peers on one machine.  Each hosted
+node is still a complete peer — its own identity, certificate, X25519 key, state directory,
+SQLite store and ledger, mutual-TLS server on its own ``host:port``, its own channels to its
+neighbours — and only the interpreter, the imports, the event loop and pure public computations
+are shared.
+
+Isolation (what a hosted node's failure takes with it):
+
+* an exception in a protocol handler or control command is already caught per RPC by the node
+  (the caller gets ``INTERNAL`` with the reason); neighbours on the same host are unaffected;
+* a coroutine that never returns (a stuck handler) holds only its own RPC until the caller's
+  deadline; the others keep being served;
+* a node that fails to start (bad state directory, refused join, limit reached) is reported in
+  :attr:`NodeHost.failed` and logged; the others start and keep running;
+* a node whose background task (heartbeat, directory, probe) dies with an exception is stopped
+  and reported by the watchdog; the others keep running;
+* what cannot be contained in one process: code that blocks the event loop synchronously stalls
+  every hosted node (the watchdog logs the stall), and a crash of the process (segfault, OOM
+  kill, SIGKILL) takes all its nodes down; ``hushnet up`` then restarts the process, and every
+  node rejoins with its stored identity.
+
+Limits (:class:`HostLimits`): before a node starts, the host checks that the descriptors it may
+need and the memory it will take are available, and refuses it with :class:`HostLimitError`
+otherwise, instead of letting every hosted node fail later on ``EMFILE`` or the OOM killer.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import os
+import pathlib
+import resource
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hushnet.net.node import Node, NodeConfig, NodeError
+
+log = logging.getLogger("hushnet.host")
+
+
+class HostLimitError(NodeError):
+    """The host refuses a new node: it would run out of descriptors, memory, or its node cap."""
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """Capacity rules of a node host (see ``docs/network.md``, "Node hosting").
+
+    ``fds_per_node`` is what a node is assumed to need at most: one listening socket, one client
+    socket per neighbour channel, one server-side socket per neighbour's channel to it (a link
+    between two nodes of the same process therefore holds two descriptors), its SQLite files and
+    a transient bootstrap channel.  The default fits degrees up to ~12 (hypercube:12); raise it
+    for denser graphs.
+    """
+
+    max_nodes: int | None = None  # None: as many as descriptors and memory allow
+    fds_per_node: int = 40
+    fd_reserve: int = 256  # kept free for the process itself (logs, bootstrap and operator calls)
+    mem_per_node_mb: float = 8.0  # expected marginal resident memory of one hosted node
+    min_free_mb: float = 512.0  # memory the machine must keep available after the node starts
+    #: health-probe rounds per second across the host: each hosted node probes its links every
+    #: max(probe_s, hosted / probe_rounds_per_s) seconds, so probing costs a process the same CPU
+    #: whatever K is (at K = 342, degree 10, 2 s probes were 1 700 Health RPCs a second per process).
+    #: Dead connections are still found by keepalive and by every send's own deadline.  Heartbeats
+    #: are stretched the same way (the node still renews at least every lease / 3).
+    probe_rounds_per_s: float = 50.0
+
+    def __post_init__(self) -> None:
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ValueError(f"max_nodes must be at least 1, got {self.max_nodes}")
+        if self.fds_per_node < 4:
+            raise ValueError(f"fds_per_node must be at least 4, got {self.fds_per_node}")
+        if self.fd_reserve < 0 or self.mem_per_node_mb < 0 or self.min_free_mb < 0:
+            raise ValueError("fd_reserve, mem_per_node_mb and min_free_mb must not be negative")
+        if self.probe_rounds_per_s <= 0:
+            raise ValueError(f"probe_rounds_per_s must be positive, got {self.probe_rounds_per_s}")
+
+
+# ------------------------------------------------------------------------ machine probes
+
+
+def fd_limit() -> int:
+    """The soft open-file limit of this process."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft open-file limit to the hard one (allowed without privileges); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def open_fds() -> int:
+    """Descriptors this process holds now."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: count nothing rather than refuse everything
+        return 0
+
+
+def mem_available_mb() -> float | None:
+    """Memory this process may still take: the smaller of the machine's and its cgroup's headroom."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) / 1024
+                    break
+    except OSError:
+        pass
+    try:
+        limit = pathlib.Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(pathlib.Path("/sys/fs/cgroup/memory.current").read_text())
+            room = (int(limit) - used) / (1024 * 1024)
+            avail = room if avail is None else min(avail, room)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident memory of a process (MB), from /proc."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def check_capacity(limits: HostLimits, hosted: int, fd_base: int = 0) -> None:
+    """Raise :class:`HostLimitError` if one more node would break a limit.
+
+    ``hosted``: nodes admitted so far; ``fd_base``: descriptors the process held before its first
+    node.  Descriptors are budgeted, not only counted: a node admitted a moment ago has not yet
+    received its neighbours' connections, so each admitted node counts ``fds_per_node`` (or what
+    is really open, if that is more).
+    """
+    if limits.max_nodes is not None and hosted >= limits.max_nodes:
+        raise HostLimitError(f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
+                             "(--max-nodes)")
+    limit, used = fd_limit(), open_fds()
+    budget = max(used, fd_base + hosted * limits.fds_per_node)
+    if budget + limits.fds_per_node + limits.fd_reserve > limit:
+        raise HostLimitError(
+            f"node host refuses another node: {hosted} nodes hosted, {budget} of {limit} file descriptors "
+            f"in use or promised, a node may need {limits.fds_per_node} and {limits.fd_reserve} stay reserved "
+            "(raise 'ulimit -n', host fewer nodes per process, or lower --fds-per-node for a sparse graph)")
+    free = mem_available_mb()
+    if free is not None and free - limits.mem_per_node_mb < limits.min_free_mb:
+        raise HostLimitError(
+            f"node host refuses another node: {free:.0f} MB of memory available, a node takes about "
+            f"{limits.mem_per_node_mb:.0f} MB and {limits.min_free_mb:.0f} MB must stay free (--min-free-mb)")
+
+
+def default_per_process(n: int, *, cores: int | None = None, nofile: int | None = None,
+                        mem_mb: float | None = None, limits: HostLimits = HostLimits(),
+                        process_mb: float = 160.0) -> int:
+    """How many nodes one process should host when ``hushnet up`` starts ``n`` nodes.
+
+    Small networks keep a process per node while that fits comfortably (at most 4 per core and a
+    quarter of the available memory): full crash isolation is worth 150 MB a node there.  Larger
+    ones spread the nodes over one process per core (a single event loop uses one core), each
+    capped by what its descriptor limit and the memory allow.
+    """
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    cores = cores or os.cpu_count() or 1
+    nofile = nofile or fd_limit()
+    mem_mb = mem_mb if mem_mb is not None else (mem_available_mb() or 4096.0)
+    if n <= 4 * cores and n * process_mb <= mem_mb / 4:
+        return 1
+    by_fds = max(1, (nofile - limits.fd_reserve) // limits.fds_per_node)
+    k = min(math.ceil(n / cores), by_fds)
+    if limits.max_nodes is not None:
+        k = min(k, limits.max_nodes)
+    k = max(1, k)
+    return math.ceil(n / math.ceil(n / k))  # the same number of processes, evenly loaded
+
+
+# ------------------------------------------------------------------------ the host
+
+
+@dataclass
+class HostedNode:
+    """One node of a host and what became of it."""
+
+    config: NodeConfig
+    node: Node
+    installed: list = field(default_factory=list)
+    error: str = ""
+    started: bool = False
+    admitted: bool = False  # counted against the limits while it starts
+    exc: BaseException | None = None
+
+
+class NodeHost:
+    """Many :class:`Node` objects on one event loop, started, watched and stopped together.
+
+    ``await start()`` starts every configured node (``concurrency`` at a time, so that a thousand
+    joins do not all hit the bootstrap at once), each in its own task and context (its log records
+    carry its own node id); ``await add(config)`` starts one more; ``await stop()`` stops all.
+    """
+
+    def __init__(self, configs: list[NodeConfig] | None = None, *, limits: HostLimits = HostLimits(),
+                 concurrency: int = 16, watchdog_s: float = 1.0) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.limits = limits
+        self.concurrency = concurrency
+        self.watchdog_s = watchdog_s
+        configs = [self._paced(c, len(configs or [])) for c in (configs or [])]
+        self.entries: list[HostedNode] = [HostedNode(c, Node(c)) for c in configs]
+        self.max_stall_s = 0.0
+        self.fd_base = open_fds()
+        self._admit = asyncio.Lock()
+        self._watchdog: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ views
+    @property
+    def running(self) -> list[Node]:
+        return [e.node for e in self.entries if e.started and not e.error]
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """State directory → reason, for every node that could not start or was stopped by the watchdog."""
+        return {str(e.config.state_dir): e.error for e in self.entries if e.error}
+
+    def summary(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "running": len(self.running), "failed": self.failed,
+                "open_fds": open_fds(), "fd_limit": fd_limit(), "rss_mb": round(rss_mb(), 1),
+                "tasks": len(asyncio.all_tasks()), "max_stall_s": round(self.max_stall_s, 3)}
+
+    # ------------------------------------------------------------------ start / add / stop
+    async def start(self) -> None:
+        """Start all configured nodes; failures are recorded, not raised (unless none started)."""
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(entry: HostedNode) -> None:
+            async with sem:
+                await self._start_entry(entry)
+
+        loop = asyncio.get_running_loop()
+        # one task per node: each gets a copy of the context, so its log identity stays its own
+        await asyncio.gather(*(loop.create_task(one(e)) for e in self.entries if not e.started and not e.error))
+        if self._watchdog is None:
+            self._watchdog = loop.create_task(self._watch(), name="host-watchdog")
+        if self.entries and not self.running:
+            reasons = "; ".join(f"{d}: {r}" for d, r in list(self.failed.items())[:5])
+            raise NodeError(f"no hosted node started ({len(self.entries)} tried): {reasons}")
+
+    def _paced(self, config: NodeConfig, hosted: int) -> NodeConfig:
+        """``config`` with its probe period stretched to the host's probe budget (see :class:`HostLimits`)."""
+        pace = hosted / self.limits.probe_rounds_per_s
+        probe_s, heartbeat_s = max(config.probe_s, pace), max(config.heartbeat_s, pace)  # heartbeat ≤ lease/3 anyway
+        if (probe_s, heartbeat_s) == (config.probe_s, config.heartbeat_s):
+            return config
+        return dataclasses.replace(config, probe_s=probe_s, heartbeat_s=heartbeat_s)
+
+    async def add(self, config: NodeConfig) -> Node:
+        """Start one more node on this host; raises :class:`HostLimitError` or :class:`NodeError`."""
+        config = self._paced(config, len(self.entries) + 1)
+        entry = HostedNode(config, Node(config))
+        self.entries.append(entry)
+        await asyncio.get_running_loop().create_task(self._start_entry(entry))
+        if entry.exc is not None:
+            raise entry.exc
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch(), name="host-watchdog")
+        return entry.node
+
+    async def _start_entry(self, entry: HostedNode) -> None:
+        try:
+            async with self._admit:  # check and admit one at a time, so two starts cannot share the last slot
+                check_capacity(self.limits, sum(1 for e in self.entries if e.admitted and not e.error), self.fd_base)
+                entry.admitted = True
+            entry.installed = [plugin(entry.node) for plugin in entry.config.plugins]
+            await entry.node.start()
+            entry.started = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one node's failure is reported; the host and the others carry on
+            entry.admitted = False
+            entry.exc = exc
+            entry.error = str(exc) if isinstance(exc, NodeError) else f"{type(exc).__name__}: {exc}"
+            log.error("node in %s did not start: %s", entry.config.state_dir, entry.error,
+                      extra={"event": "host_node_failed", "node": entry.config.node_id or "-",
+                             "state_dir": str(entry.config.state_dir)})
+            await self._close_entry(entry, leave=False)
+
+    async def _close_entry(self, entry: HostedNode, leave: bool = True) -> None:
+        for obj in entry.installed:
+            close = getattr(obj, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing a plugin of %s failed", entry.node.node_id or entry.config.state_dir)
+        entry.installed = []
+        try:
+            await entry.node.stop(leave=leave)
+        except Exception:
+            log.exception("stopping node %s failed", entry.node.node_id or entry.config.state_dir)
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            try:
+                await self._watchdog
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._watchdog = None
+        await asyncio.gather(*(self._close_entry(e) for e in self.entries if e.started and not e.error))
+
+    # ------------------------------------------------------------------ watchdog
+    async def _watch(self) -> None:
+        """Stop nodes whose background tasks died; log event-loop stalls (a blocking hosted node)."""
+        period = self.watchdog_s
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(period)
+            stall = time.monotonic() - t0 - period
+            if stall > 0.5:
+                self.max_stall_s = max(self.max_stall_s, stall)
+                log.warning("event loop stalled for %.1f s (hosted code not yielding, or the process starved of "
+                            "CPU); every node of this process was stalled", stall,
+                            extra={"event": "host_stall", "stall_s": stall})
+            for entry in self.entries:
+                if not entry.started or entry.error:
+                    continue
+                for task in entry.node._tasks:
+                    if task.done() and not task.cancelled() and task.exception() is not None:
+                        exc = task.exception()
+                        entry.error = f"background task {task.get_name()} failed: {type(exc).__name__}: {exc}"
+                        log.error("node %s: %s; stopping this node, the others keep running", entry.node.node_id,
+                                  entry.error, extra={"event": "host_node_crashed", "node": entry.node.node_id})
+                        asyncio.get_running_loop().create_task(self._close_entry(entry))
+                        break
+
+
+# ------------------------------------------------------------------------ process entry point
+
+
+async def serve_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), concurrency: int = 16,
+                     stop: asyncio.Event | None = None) -> NodeHost:
+    """Host ``configs`` until ``stop`` is set (default: SIGINT/SIGTERM); returns the stopped host."""
+    if stop is None:
+        stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    host = NodeHost(configs, limits=limits, concurrency=concurrency)
+    t0 = time.monotonic()
+    start = loop.create_task(host.start())
+    waiter = loop.create_task(stop.wait())
+    await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not start.done():  # stopped while still starting
+        start.cancel()
+        try:
+            await start
+        except (asyncio.CancelledError, NodeError):
+            pass
+        await host.stop()
+        return host
+    waiter.cancel()
+    try:
+        start.result()
+    except NodeError:
+        await host.stop()
+        raise
+    doc = host.summary()
+    log.info("hosting %d nodes (%d failed) after %.1f s: %.0f MB resident, %d of %d descriptors",
+             doc["running"], len(doc["failed"]), time.monotonic() - t0, doc["rss_mb"], doc["open_fds"],
+             doc["fd_limit"], extra={"event": "host_serving", **{k: doc[k] for k in ("running", "rss_mb", "open_fds")}})
+    await stop.wait()
+    await host.stop()
+    return host
+
+
+def run_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), concurrency: int = 16) -> int:
+    """Run a node host process on uvloop: exit 0 after a clean stop, 1 if no node could start."""
+    import uvloop
+
+    from hushnet.net.node import log as node_log
+
+    raise_fd_limit()
+    try:
+        uvloop.run(serve_host(configs, limits=limits, concurrency=concurrency))
+    except NodeError as exc:
+        node_log.error("%s", exc, extra={"event": "fatal"})
+        return 1
+    return 0
+
+
+def hosted_configs(state_dirs: list[pathlib.Path], listen: str, node_ids: list[str] | None = None,
+                   **common: Any) -> list[NodeConfig]:
+    """One :class:`NodeConfig` per state directory; ``listen`` ``HOST:0`` gives each node a free port,
+    ``HOST:P`` gives node ``i`` port ``P + i``."""
+    from hushnet.net import pki
+
+    if node_ids and len(node_ids) != len(state_dirs):
+        raise ValueError(f"{len(node_ids)} node ids for {len(state_dirs)} state directories: give one per node or none")
+    if len({pathlib.Path(d).resolve() for d in state_dirs}) != len(state_dirs):
+        raise ValueError("the same state directory is given twice: every hosted node needs its own")
+    host, port = pki.split_address(listen)
+    if port and port + len(state_dirs) - 1 > 65535:
+        raise ValueError(f"ports {port}..{port + len(state_dirs) - 1} exceed 65535")
+    out = []
+    for i, d in enumerate(state_dirs):
+        addr = f"{host}:{port + i if port else 0}"
+        out.append(NodeConfig(state_dir=pathlib.Path(d), listen=addr,
+                              node_id=node_ids[i] if node_ids else None, **common))
+    return out
+
+
+__all__ = ["HostLimitError", "HostLimits", "NodeHost", "check_capacity", "default_per_process", "fd_limit",
+           "hosted_configs", "mem_available_mb", "open_fds", "raise_fd_limit", "rss_mb", "run_host", "serve_host"]
