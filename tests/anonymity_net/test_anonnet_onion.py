@@ -127,14 +127,15 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
             outcome = await net.client.watch(run_id, progress=False, timeout=30)
             assert outcome.state == "finished"
 
-            # --- exact ledgers: one anonymous-sender charge per contribution, nothing else ------------
+            # --- exact ledgers: one local-DP charge per contribution, nothing else (relays see the walk's
+            # trajectory, so no walk bound is certified for onion runs) ----------------------------------
             total = 0
             for v, d in drivers.items():
                 led = net.svc_by_vertex[v].ledger
                 entries = led.entries(run_id)
                 assert len(entries) == d.contributions
                 total += d.contributions
-                assert "anonymous" in d.cost.bound_name
+                assert "local-DP" in d.cost.bound_name
                 cost = contribution_cost(spec, v, ids, d.W, led.orders)
                 if d.contributions:
                     want = cost.curves(spec.sigma) * d.contributions
@@ -142,8 +143,9 @@ def test_onion_run_receiver_view_replay_tamper_exact_ledgers(tmp_path: pathlib.P
                     for j, t in enumerate(cost.targets):
                         np.testing.assert_allclose(led.rdp(t), want[j], rtol=1e-9)
                 view = d.report()["accounting_view"]  # the report says which view, and why
-                assert view["view_model"] == "anonymous" and view["relays"] >= HOPS and "onion" in view["reason"]
+                assert view["view_model"] == "local" and view["relays"] >= HOPS and "trajectory" in view["reason"]
+                assert view["sender_hidden_per_delivery"] is True
             assert total == spec.steps  # cap not reached: every step used exactly one node's data
-            assert drivers[holder].finish_result["accounting_view"]["view_model"] == "anonymous"
+            assert drivers[holder].finish_result["accounting_view"]["view_model"] == "local"
 
     uvloop.run(go())
