@@ -58,6 +58,29 @@ class Family(ABC):
     def __contains__(self, protocol: object) -> bool:
         return protocol in self.protocols
 
+    # ---- what a spec of this family must give (checked by RunSpec.validate) ------------------------
+
+    def task_kind(self, protocol: str) -> str | None:
+        """``"gradient"``, ``"sum"`` or ``"histogram"``: the kind of task the protocol's machines need
+        (built-in tasks of another kind are refused), or None when any task may do."""
+        return None
+
+    def graph_kind(self, protocol: str) -> str | None:
+        """``"ring"`` or ``"complete"`` when the protocol only runs on that graph family, else None."""
+        return None
+
+    def rounds_per_node(self, protocol: str) -> bool:
+        """Whether the run's length is ``rounds`` per node (a ring's laps, ``rounds·n`` steps) instead of ``steps``."""
+        return False
+
+    def needs_sigma(self, protocol: str) -> bool:
+        """Whether the spec's ``sigma`` (the noise multiplier) must be a positive number."""
+        return self.task_kind(protocol) in ("gradient", "sum")
+
+    def needs_gamma(self, protocol: str) -> bool:
+        """Whether the spec's ``gamma`` (randomized-response probability) must lie in (0, 1)."""
+        return self.task_kind(protocol) == "histogram"
+
     # ---- machines -------------------------------------------------------------------------------
 
     @abstractmethod

@@ -11,6 +11,9 @@ class CentralFamily(Family):
     name = "central"
     protocols = {"central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"}
 
+    def task_kind(self, protocol: str) -> str:
+        return "gradient"
+
     def machine_params(self, spec) -> dict[str, Any]:
         return {"steps": spec.steps, "step_size": spec.step_size, "noise_std": 2.0 * spec.clip * spec.sigma}
 

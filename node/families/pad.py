@@ -16,6 +16,15 @@ class PadFamily(Family):
         "pad-complete-histogram": "P-AD Alg. 5: private histogram on the complete graph",
     }
 
+    def task_kind(self, protocol: str) -> str:
+        return "histogram" if protocol.endswith("-histogram") else "sum"
+
+    def graph_kind(self, protocol: str) -> str:
+        return "ring" if protocol.startswith("pad-ring-") else "complete"
+
+    def rounds_per_node(self, protocol: str) -> bool:
+        return protocol.startswith("pad-ring-")
+
     def machine_params(self, spec) -> dict[str, Any]:
         p = spec.protocol
         if p == "pad-ring-sum":

@@ -17,6 +17,12 @@ class SecAggFamily(Family):
                         "shares are summed by secure summation under a rotating leader; distributed DP, no trusted party",
     }
 
+    def task_kind(self, protocol: str) -> str | None:
+        return "gradient" if protocol == "secagg-dpsgd" else None
+
+    def graph_kind(self, protocol: str) -> str | None:
+        return "complete" if protocol == "secagg-dpsgd" else None
+
     def machine_params(self, spec) -> dict[str, Any]:
         if spec.protocol == "secagg-dpsgd":
             from hushnet.runs.ddp_runs import ddp_params

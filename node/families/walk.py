@@ -17,6 +17,12 @@ class WalkFamily(Family):
     #: protocols charged with the random-walk bound (∧ local DP); the local-DP baseline is not
     walk_accounted = ("rw-dpsgd", "pad-complete-sgd")
 
+    def task_kind(self, protocol: str) -> str:
+        return "gradient"
+
+    def graph_kind(self, protocol: str) -> str | None:
+        return "complete" if protocol == "pad-complete-sgd" else None
+
     def machine_params(self, spec) -> dict[str, Any]:
         return {"steps": spec.steps, "step_size": spec.step_size, "sigma": spec.sigma, "cap": spec.cap,
                 "start": spec.start}

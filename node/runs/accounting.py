@@ -22,7 +22,7 @@ import numpy as np
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
 from hushnet.privacy.ledger import PrivacyEntry
-from hushnet.runs.spec import WALK_SGD, RunSpec
+from hushnet.runs.spec import RunSpec
 
 #: protocols whose contributions are charged with the walk bound; others use the local-DP bound
 WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion")
@@ -149,4 +149,4 @@ def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tup
 
 
 __all__ = ["paper_bound", "RW_PAPER_LABEL", "ContributionCost", "contribution_cost", "walk_cost", "local_dp_cost",
-           "dp_from_rdp", "paper_row", "WALK_ACCOUNTED", "WALK_SGD"]
+           "dp_from_rdp", "paper_row", "WALK_ACCOUNTED"]

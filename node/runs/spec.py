@@ -29,12 +29,6 @@ from cryptography.x509 import Certificate, load_pem_x509_certificate
 from hushnet.engine.protocol import VIEW_MODELS
 from hushnet.engine.rng import node_generator, secret_generator
 
-#: walk-SGD protocols whose privacy the node can project with the random-walk accountant
-WALK_SGD = ("rw-dpsgd", "pad-complete-sgd", "local-dp-sgd")
-GRADIENT_PROTOCOLS = WALK_SGD + ("central-dpsgd", "secagg-dpsgd")
-SUM_PROTOCOLS = ("pad-ring-sum", "pad-complete-sum")
-HIST_PROTOCOLS = ("pad-ring-histogram", "pad-complete-histogram")
-RING_PROTOCOLS = ("pad-ring-sum", "pad-ring-histogram")
 ON_PEER_DOWN = ("pause", "deviate")
 CONSTRAINTS = ("strict", "proof")
 #: where a node's DP noise and walk randomness come from (see :meth:`RunSpec.node_rng`)
@@ -117,7 +111,9 @@ class RunSpec:
         return parse_graph(self.graph).n
 
     def total_steps(self, n: int | None = None) -> int:
-        if self.protocol in RING_PROTOCOLS:
+        from hushnet.families import family_of
+
+        if family_of(self.protocol).rounds_per_node(self.protocol):
             return int(self.rounds or 0) * (self.n if n is None else n)
         return int(self.steps)
 
@@ -171,8 +167,10 @@ class RunSpec:
 
     def task_kwargs(self) -> dict[str, Any]:
         """Public task parameters, with ``clip`` added for gradient protocols."""
+        from hushnet.families import family_of
+
         kw = dict(self.task_params)
-        if self.protocol in GRADIENT_PROTOCOLS:
+        if family_of(self.protocol).task_kind(self.protocol) == "gradient":
             kw.setdefault("clip", self.clip)
         return kw
 
@@ -181,7 +179,7 @@ class RunSpec:
     def validate(self, *, resolve_task: bool = True) -> "RunSpec":
         """Check the spec is complete and consistent; raise :class:`SpecError` with every problem found."""
         from hushnet.privacy.graphs import GraphSpecError, parse_graph
-        from hushnet.families import protocols
+        from hushnet.families import family_of, protocols
         from hushnet.tasks.base import GradientTask, TaskError
         from hushnet.tasks.registry import resolve_task_class
         from hushnet.tasks.values import HistogramTask, SumTask
@@ -190,8 +188,15 @@ class RunSpec:
         bad = _non_finite(self.to_dict())
         if bad:
             errs.append(f"{', '.join(bad)} must be a finite number (NaN and infinity are refused)")
+        family = None
         if self.protocol not in protocols():
             errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(protocols()))})")
+        else:
+            family = family_of(self.protocol)
+        p = self.protocol
+        kind = family.task_kind(p) if family else None
+        graph_kind = family.graph_kind(p) if family else None
+        per_node = bool(family and family.rounds_per_node(p))
         n = 0
         order = graph_order(self.graph) if isinstance(self.graph, str) else None
         if order is not None and order > MAX_RUN_NODES:  # refused from the string: never build it
@@ -223,19 +228,17 @@ class RunSpec:
             errs.append("budget.epsilon must be a positive number")
         if not (_finite(b.delta) and 0 < b.delta < 1):
             errs.append("budget.delta must lie in (0, 1)")
-        if self.protocol in RING_PROTOCOLS:
+        if per_node:
             if not (isinstance(self.rounds, int) and self.rounds >= 1):
                 errs.append(f"{self.protocol} needs rounds >= 1")
             elif n and self.rounds * n > MAX_RUN_STEPS:
                 errs.append(f"rounds = {self.rounds} on {n} nodes makes {self.rounds * n} steps, more than the limit "
                             f"of {MAX_RUN_STEPS} steps per run")
-            if not self.graph.startswith("ring:"):
-                errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
         elif not (isinstance(self.steps, int) and self.steps >= 1):
             errs.append("steps must be an integer >= 1")
         elif self.steps > MAX_RUN_STEPS:
             errs.append(f"steps = {self.steps} is more than the limit of {MAX_RUN_STEPS} steps per run")
-        if isinstance(self.rounds, int) and self.rounds > MAX_RUN_STEPS and self.protocol not in RING_PROTOCOLS:
+        if isinstance(self.rounds, int) and self.rounds > MAX_RUN_STEPS and not per_node:
             errs.append(f"rounds = {self.rounds} is more than the limit of {MAX_RUN_STEPS} per run")
         pp = self.protocol_params if isinstance(self.protocol_params, dict) else {}
         for key in ("rounds", "steps", "K"):  # gossip protocols take their length from here
@@ -246,16 +249,18 @@ class RunSpec:
         if isinstance(ks, list) and (len(ks) > MAX_RUN_STEPS or sum(
                 k for k in ks if isinstance(k, (int, float)) and not isinstance(k, bool)) > MAX_RUN_STEPS):
             errs.append(f"protocol_params.ks adds up to more than the limit of {MAX_RUN_STEPS} rounds per run")
-        if self.protocol in ("pad-complete-sum", "pad-complete-histogram", "pad-complete-sgd", "secagg-dpsgd") and not self.graph.startswith("complete:"):
+        if graph_kind == "ring" and not str(self.graph).startswith("ring:"):
+            errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
+        if graph_kind == "complete" and not str(self.graph).startswith("complete:"):
             errs.append(f"{self.protocol} runs on the complete graph: graph must be 'complete:N'")
-        if self.protocol in GRADIENT_PROTOCOLS:
+        if kind == "gradient":
             if not (_finite(self.step_size) and self.step_size > 0):
                 errs.append("step_size must be > 0")
             if not (_finite(self.clip) and self.clip > 0):
                 errs.append("clip must be > 0")
-        if self.protocol in GRADIENT_PROTOCOLS + SUM_PROTOCOLS and not (_finite(self.sigma) and self.sigma > 0):
+        if family and family.needs_sigma(p) and not (_finite(self.sigma) and self.sigma > 0):
             errs.append("sigma must be > 0 (a run without noise is not private)")
-        if self.protocol in HIST_PROTOCOLS and not (self.gamma is not None and 0 < self.gamma < 1):
+        if family and family.needs_gamma(p) and not (self.gamma is not None and 0 < self.gamma < 1):
             errs.append(f"{self.protocol} needs gamma in (0, 1)")
         if self.cap is not None and not (isinstance(self.cap, int) and 1 <= self.cap <= MAX_RUN_STEPS):
             errs.append(f"cap must be an integer in 1..{MAX_RUN_STEPS} when given")
@@ -267,11 +272,11 @@ class RunSpec:
             except TaskError as exc:
                 errs.append(str(exc))
             else:
-                if self.protocol in GRADIENT_PROTOCOLS and not issubclass(cls, GradientTask) and cls.__module__.startswith("hushnet."):
+                if kind == "gradient" and not issubclass(cls, GradientTask) and cls.__module__.startswith("hushnet."):
                     errs.append(f"{self.protocol} needs a gradient task, {self.task!r} is not one")
-                if self.protocol in SUM_PROTOCOLS and not issubclass(cls, SumTask):
+                if kind == "sum" and not issubclass(cls, SumTask):
                     errs.append(f"{self.protocol} needs a 'sum' or 'mean' task, got {self.task!r}")
-                if self.protocol in HIST_PROTOCOLS and not issubclass(cls, HistogramTask):
+                if kind == "histogram" and not issubclass(cls, HistogramTask):
                     errs.append(f"{self.protocol} needs a 'histogram' task, got {self.task!r}")
         if errs:
             raise SpecError("invalid run spec: " + "; ".join(errs))
@@ -506,7 +511,9 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     from hushnet.privacy.randomwalk import LOCAL_DP, WALK, alpha_max, rw_pndp_matrix
     from hushnet.protocols.registry import transition_matrix
 
-    if spec.protocol not in WALK_SGD:
+    from hushnet.families import WALK as WALK_FAMILY
+
+    if spec.protocol not in WALK_FAMILY.protocols:
         raise SpecError(f"no certified node-side accountant for protocol {spec.protocol!r} yet; the node cannot project its loss")
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
