@@ -251,13 +251,15 @@ class AsyncClient:
     async def start_run(self, spec: RunSpec | str | pathlib.Path) -> str:
         """Submit; if every node accepts, start the run everywhere and return its id, else raise
         :class:`RunRefusedError` (the run does not start)."""
-        if isinstance(spec, RunSpec) and spec.protocol == "central-dpsgd":
-            raise ClientError("central-dpsgd is driven by the operator's aggregator: use run_central(spec) "
+        from hushnet.families import family_of
+
+        if isinstance(spec, RunSpec) and family_of(spec.protocol).operator_driven:
+            raise ClientError(f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
                               "('hushnet run start' does so)")
         spec, decisions = await self.submit(spec)
-        if spec.protocol == "central-dpsgd":
-            await self._all("run.cancel", {"run_id": spec.run_id, "reason": "central-dpsgd needs run_central"})
-            raise ClientError("central-dpsgd is driven by the operator's aggregator: use run_central(spec) "
+        if family_of(spec.protocol).operator_driven:
+            await self._all("run.cancel", {"run_id": spec.run_id, "reason": f"{spec.protocol} needs run_central"})
+            raise ClientError(f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
                               "('hushnet run start' does so)")
         if not all(d.get("accept") for d in decisions.values()):
             accepted = [i for i, d in decisions.items() if d.get("accept")]

@@ -54,6 +54,8 @@ class Family(ABC):
     name: str = ""
     #: protocol name → one-line description (shown by CLIs; the node refuses any other name)
     protocols: Mapping[str, str] = {}
+    #: the operator's process drives the run (a trusted aggregator), not the nodes' own start
+    operator_driven: bool = False
 
     def __contains__(self, protocol: object) -> bool:
         return protocol in self.protocols

@@ -10,6 +10,7 @@ from hushnet.families.base import Family
 class CentralFamily(Family):
     name = "central"
     protocols = {"central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"}
+    operator_driven = True  # the operator's run_central aggregates (node/client/central.py)
 
     def task_kind(self, protocol: str) -> str:
         return "gradient"

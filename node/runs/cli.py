@@ -150,7 +150,10 @@ def cmd_start(args) -> int:
         return _fail(str(exc))
 
     async def fn(c):
-        if _protocol_of(args.spec) == "central-dpsgd":
+        from hushnet.families import family_of, protocols
+
+        proto = _protocol_of(args.spec)
+        if proto in protocols() and family_of(proto).operator_driven:
             return await _central(c, args)
         run_id = await c.start_run(args.spec)
         if not (args.json and args.watch):  # --json --watch: one document, the final outcome (it has the run id)
