@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.rng import node_generator, node_generators
+from hushnet.engine.rng import node_generators
 from hushnet.families.gossip import FAMILY as GOSSIP
 from hushnet.privacy.graphs import chebyshev_gamma
 from hushnet.privacy.muffliato import randomized_schedule
@@ -235,10 +235,3 @@ def run_gossip(machines: Sequence[Protocol], *, latency: float = 1e-3, kill: Seq
         if f.model is not None:
             models[v] = f.model
     return GossipRun(res, models, {v: f.result for v, f in res.finishes.items()}, list(machines))
-
-
-def node_machine(protocol: str, node: int, n: int, task: Task, *, run_seed: int, run_id: str, params: dict[str, Any],
-                 W=None, view_model: str = "sender-known", options: GossipOptions | None = None) -> Protocol:
-    """What a networked node builds for itself (same generator as in :func:`build_gossip_machines`)."""
-    ctx = NodeContext(node, n, run_id, node_generator(run_seed, n, node), view_model)
-    return make_gossip_machine(protocol, ctx, task, params, W, options)
