@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hushnet.net.cluster import die_with_parent
+
+    die_with_parent()  # a node or bootstrap started by `hushnet up` ends with its supervisor
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

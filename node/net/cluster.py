@@ -39,13 +39,26 @@ log = logging.getLogger("hushnet.cluster")
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+#: set by a supervisor for its children: the child ends itself when that process dies
+PARENT_ENV = "HUSHNET_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """In a child started by :class:`Child`: get SIGTERM when the supervisor dies (Linux PDEATHSIG).
+
+    Called by the child itself at startup (``hushnet`` CLI), not between fork and exec: no Python may run
+    there while the parent has gRPC threads (gRPC's fork handlers abort the child: "epoll_wait error:
+    Bad file descriptor").  If the supervisor is already gone by then, the child stops at once."""
+    want = os.environ.get(PARENT_ENV)
+    if not want:
+        return
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
-        pass
-    os.setpgrp()  # Ctrl-C in the terminal goes to the supervisor only; it stops children in order
+        return
+    if os.getppid() != int(want):  # the supervisor died before the child could ask
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def node_ip(i: int) -> str:
@@ -110,9 +123,11 @@ class Child:
     def spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logf:
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+            # process_group=0: its own process group (Ctrl-C in the terminal goes to the supervisor only, which
+            # stops children in order), set by the C fork path — no preexec_fn (see die_with_parent)
             self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent, env=env)
+                                         process_group=0, env=env)
 
 
 @dataclass
