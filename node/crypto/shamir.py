@@ -24,6 +24,8 @@ from functools import lru_cache
 from operator import mul
 from typing import Sequence
 
+import numpy as np
+
 from hushnet.crypto.errors import InconsistentShares
 
 PRIME = (1 << 256) + 297
@@ -80,16 +82,26 @@ def split_many(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> l
     xs = [int(x) for x in xs]
     if len(set(xs)) != len(xs) or any(not 0 < x < PRIME for x in xs):
         raise ValueError("share points must be distinct and non-zero")
-    powers = [_powers(x, threshold) for x in xs]
-    rnd = os.urandom(_COEFF_LEN * (threshold - 1) * len(secrets))
-    out = []
-    for k, secret in enumerate(secrets):
-        base = k * (threshold - 1) * _COEFF_LEN
-        coeffs = [int.from_bytes(secret, "big")] + [
-            int.from_bytes(rnd[base + j * _COEFF_LEN : base + (j + 1) * _COEFF_LEN], "big") % PRIME
-            for j in range(threshold - 1)]
-        out.append([Share(x, sum(map(mul, coeffs, pw)) % PRIME) for x, pw in zip(xs, powers)])
-    return out
+    S, t = len(secrets), threshold
+    if S == 0:
+        return []
+    powers = [_powers(x, t) for x in xs]
+    # All S polynomials are evaluated at once: coefficient j of every secret is packed into one integer
+    # C_j = Σ_k c_kj·2^(k·W), so a point costs t products of one long integer by x^j instead of S·t
+    # products (each a Python call), and the shares are cut out of the result.  The slots never carry
+    # into each other: a slot holds Σ_j c_kj·x^j < t·2^320·max(x^j) < 2^W.  The random coefficients go
+    # in unreduced (320 CSPRNG bits each): the shares are taken mod PRIME, which is the evaluation of
+    # the reduced polynomial, so their law is exactly that of reducing each coefficient first.
+    wb = (8 * _COEFF_LEN + max(max(pw) for pw in powers).bit_length() + t.bit_length() + 8) // 8  # slot bytes
+    slots = np.zeros((t, S, wb), dtype=np.uint8)  # little-endian slots, coefficient-major
+    slots[0, :, :SECRET_LEN] = np.frombuffer(b"".join(secrets), dtype=np.uint8).reshape(S, SECRET_LEN)[:, ::-1]
+    slots[1:, :, :_COEFF_LEN] = np.frombuffer(os.urandom(_COEFF_LEN * (t - 1) * S), dtype=np.uint8).reshape(t - 1, S, _COEFF_LEN)
+    packed = [int.from_bytes(slots[j].tobytes(), "little") for j in range(t)]
+    cols = []
+    for pw in powers:
+        y = sum(map(mul, packed, pw)).to_bytes(S * wb, "little")
+        cols.append([int.from_bytes(y[k * wb : (k + 1) * wb], "little") % PRIME for k in range(S)])
+    return [[Share(x, col[k]) for x, col in zip(xs, cols)] for k in range(S)]
 
 
 @lru_cache(maxsize=1024)

@@ -15,7 +15,9 @@ Every signed message starts with a purpose label chosen by the caller (e.g.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -67,13 +69,38 @@ class SignerDirectory:
             raise IntegrityError(f"node {node} has no signing key in the directory")
         if len(spki) > MAX_SPKI_LEN or len(signature) > MAX_SIG_LEN or hashlib.sha256(spki).digest() != want:
             raise IntegrityError(f"the signing key presented for node {node} is not the one in the directory")
+        key = hashlib.sha256(b"".join((len(spki).to_bytes(2, "big"), spki, len(signature).to_bytes(2, "big"),
+                                       signature, message))).digest()
+        if key in _VERIFIED:  # this very (key, signature, message) verified before in this process
+            _VERIFIED.move_to_end(key)
+            return
         try:
-            pub = serialization.load_der_public_key(spki)
-            if not isinstance(pub, ec.EllipticCurvePublicKey):
-                raise ValueError("not an EC key")
+            pub = _public_key(spki)
             pub.verify(signature, message, _ALG)
         except (InvalidSignature, ValueError, TypeError):
             raise IntegrityError(f"signature of node {node} does not verify") from None
+        _VERIFIED[key] = None
+        if len(_VERIFIED) > _VERIFIED_MAX:
+            _VERIFIED.popitem(last=False)
+
+
+#: Successful verifications by SHA-256 of (length-prefixed key, length-prefixed signature, message): a
+#: secure-summation round has every member check the same quorum of signatures, and nodes hosted in one
+#: process (``hushnet up --per-process``, the in-process network) would each redo the same ECDSA
+#: verifications.  Only a verification that passed is recorded, keyed by everything it depended on
+#: (the directory's hash check above still runs for every call), so a hit is the same verdict; a
+#: failure is never cached and a forgery always meets the real check.
+_VERIFIED: OrderedDict[bytes, None] = OrderedDict()
+_VERIFIED_MAX = 1 << 14
+
+
+@lru_cache(maxsize=1024)
+def _public_key(spki: bytes) -> ec.EllipticCurvePublicKey:
+    """The parsed key of a DER SubjectPublicKeyInfo (cached: the same few keys sign every round)."""
+    pub = serialization.load_der_public_key(spki)
+    if not isinstance(pub, ec.EllipticCurvePublicKey):
+        raise ValueError("not an EC key")
+    return pub
 
 
 def signer_directory(signers: list[Signer] | dict[int, Signer]) -> SignerDirectory:

@@ -40,7 +40,7 @@ from hushnet.engine.errors import (
     WrongDimension,
     WrongRun,
 )
-from hushnet.engine.events import Event, MessageArrived, RunStarted, TimerFired
+from hushnet.engine.events import Delivered, Event, MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generators, node_seed_sequences
 from hushnet.engine.wire import Envelope
@@ -48,6 +48,6 @@ from hushnet.engine.wire import Envelope
 __all__ = [
     "Action", "CancelTimer", "Deviation", "Fault", "Finish", "LedgerEntry", "Metric", "Paused", "Send",
     "SetTimer", "MalformedMessage", "ProtocolError", "ReplayedMessage", "UnexpectedSender", "WrongDimension",
-    "WrongRun", "Event", "MessageArrived", "RunStarted", "TimerFired", "NodeContext", "Protocol",
+    "WrongRun", "Event", "Delivered", "MessageArrived", "RunStarted", "TimerFired", "NodeContext", "Protocol",
     "node_generators", "node_seed_sequences", "Envelope",
 ]

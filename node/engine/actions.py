@@ -12,10 +12,16 @@ from hushnet.engine.errors import ProtocolError
 @dataclass(frozen=True, slots=True)
 class Send:
     """Deliver ``payload`` to neighbour ``dst`` (the driver wraps it in its transport's envelope: the
-    engine's :class:`~hushnet.engine.wire.Envelope` in the simulator, the protobuf one on the network)."""
+    engine's :class:`~hushnet.engine.wire.Envelope` in the simulator, the protobuf one on the network).
+
+    ``receipt``: when non-empty, a driver whose transport confirms delivery (the node's gRPC
+    ``Deliver`` answers only after the receiver's machine accepted the bytes) feeds
+    :class:`~hushnet.engine.events.Delivered` ``(dst, receipt)`` back on success — so a protocol can
+    use the transport's own response as its acknowledgement instead of a second message."""
 
     dst: int
     payload: bytes
+    receipt: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,4 +29,16 @@ class TimerFired:
     name: str
 
 
-Event = RunStarted | MessageArrived | TimerFired
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """The transport confirmed that neighbour ``dst`` accepted a ``Send`` that asked for ``receipt``.
+
+    Only drivers whose transport answers each message after the receiver's machine processed it emit
+    this (the networked node); a machine must not rely on it unless its driver said so.
+    """
+
+    dst: int
+    receipt: str
+
+
+Event = RunStarted | MessageArrived | TimerFired | Delivered

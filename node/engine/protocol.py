@@ -10,7 +10,7 @@ import numpy as np
 
 from hushnet.engine.actions import Action, Fault
 from hushnet.engine.errors import ProtocolError
-from hushnet.engine.events import Event, MessageArrived, RunStarted, TimerFired
+from hushnet.engine.events import Delivered, Event, MessageArrived, RunStarted, TimerFired
 
 VIEW_MODELS = ("sender-known", "anonymous")
 
@@ -64,6 +64,8 @@ class Protocol(ABC):
                 return self.on_timer(event.name)
             if isinstance(event, RunStarted):
                 return self.on_start()
+            if isinstance(event, Delivered):
+                return self.on_delivered(event.dst, event.receipt)
         except ProtocolError as err:
             return [Fault(self.ctx.node, err)]
         raise TypeError(f"unknown event {event!r}")
@@ -75,6 +77,10 @@ class Protocol(ABC):
     def on_message(self, src: int, payload: bytes) -> list[Action]: ...
 
     def on_timer(self, name: str) -> list[Action]:
+        return []
+
+    def on_delivered(self, dst: int, receipt: str) -> list[Action]:
+        """The transport's receipt for a ``Send(…, receipt=…)`` (only from drivers that give receipts)."""
         return []
 
     # ---- durability hooks (issue 14) -------------------------------------------------------------

@@ -9,7 +9,10 @@ independently of the sender.  A relay learns only its previous hop (the link) an
 are whole fixed-size cells (:mod:`hushnet.crypto.cells`), one size for every hop and path length.
 
 Each hop is acknowledged and retransmitted hop-by-hop (the inner walk then runs with
-``reliable=False``: an end-to-end ack would have to travel back to an anonymous sender).  Bad
+``reliable=False``: an end-to-end ack would have to travel back to an anonymous sender).  The ack is
+a ``KIND_HOP_ACK`` message, or — with ``link_receipts`` (the networked node, whose ``Deliver`` RPC
+answers only after the receiving machine accepted the packet) — the transport's own response, fed
+back as :class:`~hushnet.engine.events.Delivered`: one RPC per link hop instead of two.  Bad
 input — truncated/oversized cells, a tampered layer, a replayed packet, a packet for an unknown
 key epoch, a packet from a non-neighbour or routed to a non-neighbour — is refused with a typed,
 counted :class:`~hushnet.engine.actions.Fault`; nothing reaches the inner machine (nor its ledger).
@@ -280,6 +283,9 @@ class OnionParams:
     reliable: bool = True
     ack_timeout: float = 0.05
     max_retries: int = 3
+    #: the driver reports each hop's transport receipt (``Delivered``), which then is the hop ack: set
+    #: only by a driver whose transport answers after the receiver's machine accepted the bytes
+    link_receipts: bool = False
     pause_retry: float = 1.0
 
     def __post_init__(self) -> None:
@@ -369,9 +375,10 @@ class OnionLayer(Protocol):
         dst, data, attempts = self._pending[key]
         attempts += 1
         self._pending[key] = (dst, data, attempts)
+        send = Send(dst, data, key if self.p.link_receipts else "")
         if attempts <= self.p.max_retries:
-            return [Send(dst, data), SetTimer(name, self.p.ack_timeout)]
-        acts: list[Action] = [Send(dst, data), SetTimer(name, self.p.pause_retry)]
+            return [send, SetTimer(name, self.p.ack_timeout)]
+        acts: list[Action] = [send, SetTimer(name, self.p.pause_retry)]
         if attempts == self.p.max_retries + 1:
             acts.insert(0, Paused(self.ctx.node, -1, f"onion hop to neighbour {dst} unacknowledged after {self.p.max_retries} retries"))
         return acts
@@ -391,7 +398,9 @@ class OnionLayer(Protocol):
         if src not in self.neighbours:
             raise UnexpectedSender(f"onion packet from node {src}, which is not a neighbour of node {self.ctx.node}")
         packet = from_cells(payload[1:], self.p.cell_body, expected_cells=self.p.cells)
-        ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable else []
+        # the hop ack: a message, or (link receipts) the transport's answer to this very delivery, which
+        # leaves when this handler returns — after the same checks in every role, before any role work
+        ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable and not self.p.link_receipts else []
         try:
             res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len, ad=self._ad)
         except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
@@ -406,9 +415,16 @@ class OnionLayer(Protocol):
         self._work_n += 1
         key = str(self._work_n)
         self._work[key] = (src, res)
-        if not ack:  # no hop ack (unreliable links): nothing to keep apart from the role's work
+        if not self.p.reliable:  # no hop ack (unreliable links): nothing to keep apart from the role's work
             return self._role_work(*self._work.pop(key))
         return ack + [SetTimer(_WORK + key, 0.0)]
+
+    def on_delivered(self, dst: int, receipt: str) -> list[Action]:
+        """A hop's transport receipt (``link_receipts``): the neighbour's layer accepted the packet."""
+        if receipt not in self._pending or self._pending[receipt][0] != dst:
+            return []  # a receipt for a retransmission of a hop already acknowledged: harmless
+        del self._pending[receipt]
+        return [CancelTimer(_TIMER + receipt)]
 
     def _role_work(self, src: int, res) -> list[Action]:
         """What differs by role, deferred behind the hop ack: deliver to the inner machine, or forward."""
@@ -427,7 +443,7 @@ class OnionLayer(Protocol):
             return [Send(dst, data)]
         key = _digest(data).hex()
         self._pending[key] = (dst, data, 0)
-        return [Send(dst, data), SetTimer(_TIMER + key, self.p.ack_timeout)]
+        return [Send(dst, data, key if self.p.link_receipts else ""), SetTimer(_TIMER + key, self.p.ack_timeout)]
 
     def wrap(self, dst: int, message: bytes) -> tuple[list[int], list[Action]]:
         """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
@@ -550,6 +566,7 @@ def make_anonymity_machine(
         if W is None:
             raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
         shared = p.pop("onion_keyring", None)  # a deployed node's per-epoch keyring (all epochs it holds)
+        receipts = bool(p.pop("link_receipts", False))  # only the networked node's driver reports them
         op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
         if shared is not None:
             key, directory = None, p.pop("onion_directory")
@@ -568,7 +585,7 @@ def make_anonymity_machine(
         cell_body = int(op.pop("cell_body", CELL_BODY))
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
         par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
-                          epoch=directory.epoch, reliable=base.reliable, **op)
+                          epoch=directory.epoch, reliable=base.reliable, link_receipts=receipts, **op)
         keyring = shared if shared is not None else OnionKeyring.single(key, directory.epoch, replay=replay)
         return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":

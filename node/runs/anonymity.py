@@ -344,6 +344,9 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
         kp, directory = _keys(node, ids, vertex, _epoch(spec))
         params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory,
                   "replay_cache": node_replay_cache(node, "onion")}
+    # the node's Deliver answers after the receiving machine accepted the packet: that answer is the hop
+    # ack (Delivered, from RunDriver), so no second RPC per link hop
+    params["link_receipts"] = True
     return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
                         W=W, view_model="anonymous", options=options, rng=spec.node_rng(vertex, len(ids)))
 

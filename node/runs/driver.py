@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 
 from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFired
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.privacy.conversions import CONVERSION_LABEL
@@ -240,8 +240,8 @@ class RunDriver:
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave
                 self._stop(f"cannot write the run's checkpoint ({exc}); nothing of this step was sent")
                 return fx.faults
-        for dst, payload in fx.outbox:
-            self._enqueue(dst, payload)
+        for dst, payload, receipt in fx.outbox:
+            self._enqueue(dst, payload, receipt)
         return fx.faults
 
     # ------------------------------------------------------------------ durability
@@ -390,18 +390,21 @@ class RunDriver:
         self.contributions += 1
         return True
 
-    def _enqueue(self, dst: str, payload: bytes) -> None:
+    def _enqueue(self, dst: str, payload: bytes, receipt: str = "") -> None:
         q = self._queues.get(dst)
         if q is None:
             q = self._queues[dst] = asyncio.Queue()
             self._workers[dst] = asyncio.get_event_loop().create_task(self._sender(dst, q))
         self.messages_out += 1
-        q.put_nowait(payload)
+        q.put_nowait((payload, receipt))
 
     async def _sender(self, dst: str, q: asyncio.Queue) -> None:
-        """FIFO per destination; a failed delivery is recorded — the machine's ack timer retries it."""
+        """FIFO per destination; a failed delivery is recorded — the machine's ack timer retries it.
+
+        A ``Send`` that asked for a receipt gets :class:`Delivered` once ``Deliver`` answered: the
+        receiver's driver answers only after its machine accepted the bytes (a refusal is an error)."""
         while True:
-            payload = await q.get()
+            payload, receipt = await q.get()
             try:
                 await self._send(dst, payload)
             except asyncio.CancelledError:
@@ -411,6 +414,9 @@ class RunDriver:
                 if self.send_failures <= 3 or self.send_failures % 50 == 0:
                     log.warning("run %s: delivery to %s failed (%s); the protocol will retry", self.run_id, dst, exc)
                 self._emit("send_failed", to=dst, error=str(exc)[:300])
+            else:
+                if receipt and self.state not in TERMINAL:
+                    self._execute(self.machine.handle(Delivered(self.vertex_of[dst], receipt)))
 
     # ------------------------------------------------------------------ ending
     def _cancel_timers(self) -> None:
@@ -573,15 +579,15 @@ class NodeEffects:
         self.driver = driver
         self.faults: list[Fault] = []
         #: durable runs: the batch's sends, held back until its checkpoint is written (None: send at once)
-        self.outbox: list[tuple[str, bytes]] | None = None
+        self.outbox: list[tuple[str, bytes, str]] | None = None
         self.changed = False  # the batch finished or deviated: checkpoint it even without a send
 
     def send(self, act: Send) -> None:
         d = self.driver
         if self.outbox is not None:
-            self.outbox.append((d.ids[act.dst], act.payload))
+            self.outbox.append((d.ids[act.dst], act.payload, act.receipt))
             return
-        d._enqueue(d.ids[act.dst], act.payload)
+        d._enqueue(d.ids[act.dst], act.payload, act.receipt)
 
     def charge(self, act: LedgerEntry) -> bool:
         return self.driver._charge(act)  # False: contribution refused, nothing after it is executed
