@@ -22,7 +22,6 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
-from hushnet.privacy import conversions
 from hushnet.privacy.linear_gaussian import epsilon_of
 from hushnet.privacy.muffliato import _csr, _neighbours, muffliato_observer_losses, simulate
 
@@ -32,7 +31,6 @@ __all__ = [
     "fit_linear_attacker",
     "audit_muffliato",
     "audit_gossip_stream",
-    "paper_epsilon_from_rdp_slope",
 ]
 
 
@@ -114,12 +112,6 @@ def _run_views(record: Callable[[np.ndarray, np.random.Generator], np.ndarray], 
     return np.concatenate(out, axis=0)
 
 
-def paper_epsilon_from_rdp_slope(slope: float, delta: float) -> float:
-    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov (the paper's)."""
-    orders = conversions.DEFAULT_ORDERS
-    return conversions.rdp_to_dp(orders, slope * orders, delta, method="classic")[0]
-
-
 def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sensitivity: float = 1.0,
                     view: str = "neighbourhood", chebyshev: bool = False, n_train: int = 3000,
                     n_test: int = 12000, delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
@@ -169,7 +161,9 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sens
     slope_paper = float(muffliato_observer_losses(Wc, observer, T, 2.0, 1.0, bound="paper")[source]) / 2.0
     slope_paper *= sensitivity**2 / sigma**2
     cert_eps = epsilon_of(sens_cert, sigma, delta)
-    paper_eps = paper_epsilon_from_rdp_slope(slope_paper, delta)
+    from hushnet.privacy.paper.conversions import classic_epsilon_from_rdp_slope  # labelled "paper"
+
+    paper_eps = classic_epsilon_from_rdp_slope(slope_paper, delta)
     return {
         "source": int(source),
         "observer": int(observer),

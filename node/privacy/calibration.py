@@ -24,7 +24,6 @@ import numpy as np
 
 from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
-    gaussian_sigma_classic,
     gaussian_sigma_tight,
     rdp_epsilon,
     rdp_to_dp,
@@ -232,6 +231,8 @@ def gaussian_sigma(sensitivity: float, eps: float, delta: float, method: str = "
     if method == "classic":
         if eps > 1.0:
             raise CalibrationError("the classic Gaussian calibration is only valid for eps <= 1")
+        from hushnet.privacy.paper.conversions import gaussian_sigma_classic  # the papers' rule, on request
+
         return gaussian_sigma_classic(sensitivity, eps, delta), method
     if method == "rdp":
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
