@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "privacy_pair": "hushnet.privacy.api",
     "make_query": "hushnet.privacy.api",
     "Query": "hushnet.privacy.api",
+    "QueryOptions": "hushnet.privacy.api",
     "PROTOCOLS": "hushnet.privacy.api",
     "PrivacyMatrix": "hushnet.privacy.matrix",
     # graphs and gossip matrices
@@ -42,16 +43,20 @@ _EXPORTS: dict[str, str] = {
     "graph_from_edges": "hushnet.privacy.graphs",
     "metropolis_hastings": "hushnet.privacy.graphs",
     # certified accountants, one per protocol family
+    "WalkLossOptions": "hushnet.privacy.randomwalk",
     "rw_pndp_matrix": "hushnet.privacy.randomwalk",
     "rw_pair_loss": "hushnet.privacy.randomwalk",
     "rw_collusion_loss": "hushnet.privacy.randomwalk",
     "muffliato_loss_matrix": "hushnet.privacy.muffliato",
     "muffliato_pair": "hushnet.privacy.muffliato",
+    "MuffliatoOptions": "hushnet.privacy.muffliato",
     "gossip_stream_loss_matrix": "hushnet.privacy.koskela",
     "gossip_stream_pair": "hushnet.privacy.koskela",
+    "StreamOptions": "hushnet.privacy.koskela",
     "SecureSumView": "hushnet.privacy.secure_sum",
     "calibrate_sigma": "hushnet.privacy.calibration",
     "CalibrationResult": "hushnet.privacy.calibration",
+    "CalibrationOptions": "hushnet.privacy.calibration",
     # conversions between RDP, GDP and (eps, delta)
     "DEFAULT_ORDERS": "hushnet.privacy.conversions",
     "rdp_to_dp": "hushnet.privacy.conversions",

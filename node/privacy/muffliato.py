@@ -30,6 +30,7 @@ because ``P_t(W)`` rows span the same space as the ``W^s`` rows, s ≤ t.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ from hushnet.privacy.matrix import PrivacyMatrix
 __all__ = [
     "muffliato_loss_matrix",
     "muffliato_pair",
+    "MuffliatoOptions",
     "muffliato_observer_losses",
     "exact_sensitivity_matrix",
     "observer_sensitivities",
@@ -438,15 +440,39 @@ def muffliato_observer_losses(W, observer: int, T: int, alpha: float, sigma: flo
     return rdp_of(alpha, sensitivity**2 * thm1_to_observer(Wc, observer, T, convention), sigma)
 
 
-def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float, *, bound: str = "certified",
-                   view: str = "neighbourhood", chebyshev: bool = False, delta: float | None = None,
-                   sensitivity: float = 1.0) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MuffliatoOptions:
+    """How one Muffliato pair is accounted: ``bound`` ("certified" exact view divergence, or
+    "paper" [M] Theorem 1), observer ``view``, Chebyshev-accelerated gossip, the δ at which to add
+    an (ε, δ) value (``None``: RDP only) and the input's L2 ``sensitivity``."""
+
+    bound: str = "certified"
+    view: str = "neighbourhood"
+    chebyshev: bool = False
+    delta: float | None = None
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.bound not in ("certified", "paper"):
+            raise ValueError("bound must be 'certified' or 'paper'")
+        if self.view not in VIEWS:
+            raise ValueError(f"view must be one of {VIEWS}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not self.sensitivity > 0:
+            raise ValueError(f"sensitivity must be > 0, got {self.sensitivity!r}")
+
+
+def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float,
+                   options: MuffliatoOptions | None = None) -> dict[str, Any]:
     """One pair: ``{"rdp", "sensitivity_sq", "mu_gdp", "bound", "view", ...}`` (+ ``epsilon`` with delta).
 
     ``sensitivity_sq`` is Δ² in the units of the input (RDP = α·sensitivity_sq/(2σ²)).  For the
     paper bound, ``mu_gdp``/``epsilon`` are what the paper's number *would* imply if it were a
     Gaussian guarantee — labelled "paper".
     """
+    o = options if options is not None else MuffliatoOptions()
+    bound, view, chebyshev, delta, sensitivity = o.bound, o.view, o.chebyshev, o.delta, o.sensitivity
     _check(T, alpha, sigma, bound, view)
     if source == observer:
         raise ValueError("source and observer must differ")

@@ -51,10 +51,12 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from hushnet.privacy.matrix import PrivacyMatrix, adjacency_of
+from hushnet.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.options import resolve
 from scipy.special import digamma
 
 __all__ = [
+    "WalkLossOptions",
     "PrivacyMatrix",
     "with_local_dp",
     "WALK",
@@ -548,26 +550,57 @@ def _certified_harmonic_tail(spec: RWSpectrum | np.ndarray, T: int) -> float:
     return float(power_harmonic_tail_bound(lam[:-1], T).max())
 
 
-def rw_pndp_matrix(
-    W: Any,
-    T: int,
-    alpha: float,
-    sigma: float,
-    *,
-    bound: str = "certified",
-    horizon: str | None = None,
-    contributions: Any = None,
-    sender_known: bool = False,
-    constraint: str = "strict",
-    passage: str = "power",
-    max_contributions: float | None = None,
-    on_violation: str = "refuse",
-) -> PrivacyMatrix:
+@dataclass(frozen=True)
+class WalkLossOptions:
+    """How a random-walk loss is accounted (shared by :func:`rw_pndp_matrix` and :func:`rw_pair_loss`).
+
+    ``bound``: "certified" or "paper" (Theorem 3 as the reference code computes it; a labelled
+    reproduction).  ``horizon``: "exact" / "harmonic" (certified) or "lnT" (paper only); ``None`` is
+    the bound's default.  ``contributions``: None → ``T/n`` (expected count), a scalar, or a per-node
+    vector ``N_u``; ``max_contributions`` caps N_u (Remark 5).  ``constraint``: the σ condition
+    ("strict" σ² ≥ 2α(α−1) as printed, "proof" σ² ≥ α(α−1)/2); ``on_violation``: "refuse" or "clamp"
+    α to the largest admissible order.  ``passage``: "power" ((W^i)_uv) or "first_passage".
+    """
+
+    bound: str = "certified"
+    horizon: str | None = None
+    contributions: Any = None
+    sender_known: bool = False
+    constraint: str = "strict"
+    passage: str = "power"
+    max_contributions: float | None = None
+    on_violation: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if self.bound not in ("certified", "paper"):
+            raise ValueError(f"bound must be 'certified' or 'paper', got {self.bound!r}")
+        if self.horizon is not None and self.horizon not in _HORIZONS:
+            raise ValueError(f"horizon must be one of {_HORIZONS}, got {self.horizon!r}")
+        if self.bound == "certified" and self.horizon == "lnT":
+            raise ValueError("horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for "
+                             "bound='certified'")
+        if self.bound == "certified" and self.constraint not in ("strict", "proof"):
+            raise ValueError("bound='certified' needs constraint='strict' (σ² ≥ 2α(α−1), printed) or 'proof' "
+                             f"(σ² ≥ α(α−1)/2); got {self.constraint!r}")
+        if self.passage not in _PASSAGES:
+            raise ValueError(f"passage must be one of {_PASSAGES}, got {self.passage!r}")
+        if self.on_violation not in ("refuse", "clamp"):
+            raise ValueError(f"on_violation must be 'refuse' or 'clamp', got {self.on_violation!r}")
+        if self.max_contributions is not None and not self.max_contributions > 0:
+            raise ValueError(f"max_contributions must be > 0, got {self.max_contributions!r}")
+
+
+def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLossOptions | None = None,
+                   **legacy: Any) -> PrivacyMatrix:
     """All-pairs PNDP matrix ``ε_{u→v} = N_u · S[u, v]`` (RDP of order α), labelled certified or paper.
 
-    ``contributions``: None → ``T/n`` (expected count); a scalar; or a per-node vector ``N_u``.
-    ``max_contributions`` caps N_u (Remark 5).  See the module docstring for what "certified" means.
+    ``options`` (:class:`WalkLossOptions`) says how; the same fields are also accepted as keywords (the
+    old call form, kept for the many callers) and override ``options``.  See the module docstring
+    for what "certified" means.
     """
+    o = resolve(WalkLossOptions, options, legacy, "rw_pndp_matrix")
+    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
+    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
     T = int(T)
     notes: list[str] = []
     h, used_constraint, a = _resolve(bound, horizon, constraint, alpha, sigma, on_violation, notes)
@@ -670,23 +703,8 @@ def _first_passage_column(Ws: sp.csr_matrix, targets: Sequence[int], T: int) -> 
     return acc
 
 
-def rw_pair_loss(
-    W: Any,
-    u: int,
-    v: int,
-    T: int,
-    alpha: float,
-    sigma: float,
-    *,
-    bound: str = "certified",
-    horizon: str | None = None,
-    contributions: Any = None,
-    sender_known: bool = False,
-    constraint: str = "strict",
-    passage: str = "power",
-    max_contributions: float | None = None,
-    on_violation: str = "refuse",
-) -> float:
+def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
+                 options: WalkLossOptions | None = None) -> float:
     """``ε_{u→v}`` for one pair, equal to ``rw_pndp_matrix(...).matrix[u, v]`` with the same options.
 
     Cheaper than the matrix: O(n) from a cached spectrum, else T sparse mat-vecs (exact horizon) when that costs
@@ -694,6 +712,9 @@ def rw_pair_loss(
     the clamped order (see :func:`rw_pndp_matrix`).  Certified values are ``min(walk bound, local-DP bound)``
     (:func:`with_local_dp`), as in the matrix.
     """
+    o = resolve(WalkLossOptions, options, {}, "rw_pair_loss")
+    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
+    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
     T = int(T)
     if u == v:
         return 0.0

@@ -106,7 +106,7 @@ def test_stream_accountant_on_schedule_matches_koskela():
     # aggregate view: [K]'s single-node view plus the final aggregate (the node's own output) — never less
     for src in (5, 9):
         mine = stream_sensitivity(sched, src, 0, view="aggregate")["value"]
-        ref = ks.gossip_stream_pair(W, src, 0, 5, 2.0, 1.0, view="aggregate")["sensitivity_sq"]
+        ref = ks.gossip_stream_pair(W, src, 0, 5, 2.0, 1.0, ks.StreamOptions(view="aggregate"))["sensitivity_sq"]
         assert mine >= ref - 1e-10
 
 

@@ -195,7 +195,7 @@ def test_cycle_counterexamples():
     s = mf.observer_sensitivities(W, 0, 6, own_noise_known=False)
     assert s[6] == pytest.approx(5 / 6, abs=1e-6)
     assert mf.observer_sensitivities(W, 0, 2, own_noise_known=False)[2] == pytest.approx(2 / 3, abs=1e-6)
-    paper = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0, bound="paper")
+    paper = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0, mf.MuffliatoOptions(bound="paper"))
     # the spec rounds this value to 2.0e-4; the formula (checked by hand below) gives 2.234e-4
     assert paper["rdp"] == pytest.approx(2.2338880822e-4, rel=1e-8) and paper["rdp"] < 0.001
     Wd = W.toarray(); P = np.eye(12); manual = 0.0
@@ -203,7 +203,7 @@ def test_cycle_counterexamples():
         manual += sum(P[w, 6] ** 2 / (P[w] ** 2).sum() for w in (1, 11))
         P = Wd @ P
     assert paper["rdp"] == pytest.approx(manual, rel=1e-12)
-    assert mf.muffliato_pair(W, 2, 0, 2, 2.0, 1.0, bound="paper")["rdp"] == pytest.approx(1 / 3, rel=1e-9)
+    assert mf.muffliato_pair(W, 2, 0, 2, 2.0, 1.0, mf.MuffliatoOptions(bound="paper"))["rdp"] == pytest.approx(1 / 3, rel=1e-9)
     # hushnet's convention (observer sees its own states and knows its own noise): full recovery
     cert = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0)
     assert cert["rdp"] == pytest.approx(1.0, abs=1e-9) and cert["bound"] == "certified"
@@ -270,7 +270,7 @@ def test_loss_matrix_api_and_scaling():
     assert pp.bound == "paper" and any("NOT a guarantee" in n for n in pp.notes)
     s = pm.summary(parse_graph("ring:10"))
     assert s["bound"] == "certified" and "mean_by_distance" in s
-    pair = mf.muffliato_pair(W, 3, 0, 4, 2.0, 1.0, delta=1e-5)
+    pair = mf.muffliato_pair(W, 3, 0, 4, 2.0, 1.0, mf.MuffliatoOptions(delta=1e-5))
     assert pair["rdp"] == pytest.approx(pm.matrix[3, 0]) and pair["epsilon"] > 0
     with pytest.raises(ValueError):
         mf.muffliato_loss_matrix(W, 4, 1.0, 1.0)

@@ -122,7 +122,7 @@ def test_complete_graph_reference_totals_n2048():
     P = rw.rw_pndp_matrix(W64, 1150, alpha, sigma, constraint="proof")
     off = P.off_diagonal()
     assert np.allclose(off, 2 * rw.harmonic_number(1150) / 64 * (1150 / 64), rtol=1e-12)
-    assert rw.rw_pair_loss(W64, 3, 7, 1150, alpha, sigma, constraint="proof") == pytest.approx(off[0], rel=1e-12)
+    assert rw.rw_pair_loss(W64, 3, 7, 1150, alpha, sigma, rw.WalkLossOptions(constraint="proof")) == pytest.approx(off[0], rel=1e-12)
     assert rw.rw_pndp_matrix(W64, 1150, alpha, sigma, bound="paper").matrix[0, 1] == pytest.approx(
         2 * math.log(1150) / 64 * (1150 / 64), rel=1e-12)
 
@@ -300,12 +300,12 @@ def test_pair_loss_matches_matrix(kw):
     rw._SPECTRUM_CACHE.clear()  # exercise the cheap (no-eigh) path first
     W = W_of("grid:4x5")
     vals = [(0, 19), (3, 4), (7, 12)]
-    pairs = [rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, **kw) for u, v in vals]
+    pairs = [rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) for u, v in vals]
     P = rw.rw_pndp_matrix(W, 150, 2.0, 1.0, **kw).matrix
     for (u, v), x in zip(vals, pairs):
         assert x == pytest.approx(P[u, v], rel=1e-9)
-        assert rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, **kw) == pytest.approx(P[u, v], rel=1e-9)  # cached path
-    assert rw.rw_pair_loss(W, 2, 2, 150, 2.0, 1.0, **kw) == 0.0
+        assert rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) == pytest.approx(P[u, v], rel=1e-9)  # cached path
+    assert rw.rw_pair_loss(W, 2, 2, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) == 0.0
 
 
 def test_dense_and_sparse_inputs_agree():
