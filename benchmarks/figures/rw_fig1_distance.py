@@ -32,6 +32,7 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hushnet.privacy import randomwalk as rw  # noqa: E402
+from hushnet.privacy.paper import randomwalk as prw  # noqa: E402
 from hushnet.privacy.graphs import Graph, graph_from_edges, metropolis_hastings, parse_graph  # noqa: E402
 from benchmarks.figures._png import save_palette_png  # noqa: E402
 
@@ -116,7 +117,7 @@ def compute(name: str, g: Graph, with_certified_gossip: bool = True, seed: int =
             curves[key] = clipped
             out[f"{key}_mean"] = float(clipped[1:].mean())
     t0 = time.perf_counter()
-    gp = rw.gossip_baseline_loss_vector(W, g, 0, ALPHA, SIGMA, T_g=T_g, clip_at=EPS_LOCAL)
+    gp = prw.gossip_baseline_loss_vector(W, g, 0, ALPHA, SIGMA, T_g=T_g, clip_at=EPS_LOCAL)
     curves["gossip_paper"] = gp
     out["gossip_paper_mean"] = float(gp[1:].mean())
     out["gossip_paper_seconds"] = time.perf_counter() - t0

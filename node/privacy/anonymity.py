@@ -29,16 +29,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
+
+from hushnet.privacy.options import resolve
 
 Mode = Literal["paw", "cor", "full"]
 Normalizer = Literal["printed", "tight"]
 MODES: tuple[str, ...] = ("paw", "cor", "full")
 
 __all__ = [
+    "Theorem3Options",
     "Mode",
     "MODES",
     "RRGModel",
@@ -569,27 +572,43 @@ def _kappa_grid(model: RRGModel, t1: float, ell2: int, grid_factor: float) -> np
     return np.concatenate([np.arange(lo, hi + 1, dtype=float), [math.inf]])
 
 
-def theorem3_alpha(
-    model: RRGModel,
-    ell1: int,
-    ell2: int,
-    kappa: float,
-    delta_prime: float,
-    *,
-    p: np.ndarray | None = None,
-    mode: Mode = "paw",
-    delta: float = 5.0,
-    A: np.ndarray | None = None,
-    version: Literal["printed", "corrected", "shifted"] = "printed",
-    normalizer: Normalizer = "printed",
-    eps_scale: float = 1.0,
-    grid_factor: float = 20.0,
-) -> Theorem3Result:
+@dataclass(frozen=True)
+class Theorem3Options:
+    """The knobs of :func:`theorem3_alpha`: the routing distribution ``p`` (default ``p*_{κ,δ}`` in
+    the same ``mode``; pass the uniform vector for the baseline), the slack ``delta`` of ``p*``,
+    shell sizes ``A`` (default: the model's), which Theorem 1 ``version`` and ``normalizer``,
+    ``eps_scale``, and how far the κ' grid reaches (``grid_factor``·N/c')."""
+
+    p: np.ndarray | None = None
+    mode: Mode = "paw"
+    delta: float = 5.0
+    A: np.ndarray | None = None
+    version: Literal["printed", "corrected", "shifted"] = "printed"
+    normalizer: Normalizer = "printed"
+    eps_scale: float = 1.0
+    grid_factor: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.version not in ("printed", "corrected", "shifted"):
+            raise ValueError(f"version must be 'printed', 'corrected' or 'shifted', got {self.version!r}")
+        if self.normalizer not in ("printed", "tight"):
+            raise ValueError(f"normalizer must be 'printed' or 'tight', got {self.normalizer!r}")
+        if not self.eps_scale > 0 or not self.grid_factor > 0:
+            raise ValueError("eps_scale and grid_factor must be > 0")
+
+
+def theorem3_alpha(model: RRGModel, ell1: int, ell2: int, kappa: float, delta_prime: float,
+                   options: Theorem3Options | None = None, **legacy: Any) -> Theorem3Result:
     """``α_emp = min_{κ'≥t1} H(W_{δ,κ'})`` and ``α_bound = THM2(max_{κ'≥t1} THM1(κ,κ'))``.
 
-    ``p`` defaults to ``p*_{κ,δ}`` in the same mode (pass the uniform vector for the baseline).
+    ``options`` (:class:`Theorem3Options`, or its fields as keywords: the old call form).
     The grid is the integers ``⌈t1⌉ … ⌈grid_factor·N/c'⌉`` plus ``κ' = ∞`` (§3.6).
     """
+    o = resolve(Theorem3Options, options, legacy, "theorem3_alpha")
+    p, mode, delta, A, version = o.p, o.mode, o.delta, o.A, o.version
+    normalizer, eps_scale, grid_factor = o.normalizer, o.eps_scale, o.grid_factor
     t1 = t1_return_bound(model.n, model.c, ell1, delta_prime)
     grid = _kappa_grid(model, t1, ell2, grid_factor)
     if p is None:

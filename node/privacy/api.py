@@ -3,7 +3,7 @@
 ``privacy_matrix`` answers "how much does every node leak to every other node" for one protocol on
 one graph; ``privacy_pair`` the same for one (contributor, observer) pair, with the extra detail an
 accountant has for a single pair.  Both take a :class:`Query` (typed options, parsed once) or
-keyword arguments, and dispatch to the accountant that owns the protocol.  The command line
+keyword arguments (the fields of :class:`QueryOptions`), and dispatch to the accountant that owns the protocol.  The command line
 (``hushnet privacy``) is a thin layer over these two functions, so the CLI and a notebook get the
 same certified value.
 """
@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from hushnet.privacy.graphs import Graph, metropolis_hastings, parse_graph
 from hushnet.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.options import build
 
 PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
 
@@ -67,48 +68,63 @@ def matrix_fn(q: Query) -> Callable[[], Any]:
 
 
 
-def make_query(
-    graph: str | Graph,
-    protocol: str,
-    *,
-    alpha: float,
-    sigma: float,
-    steps: int,
-    bound: str = "certified",
-    horizon: str | None = None,
-    contributions: float | None = None,
-    constraint: str = "strict",
-    chebyshev: bool = False,
-    weights: str = "hamilton",
-) -> Query:
-    """Validate the options and build the :class:`Query` (raises ``ValueError`` with the reason)."""
+@dataclass(frozen=True)
+class QueryOptions:
+    """What to compute, checked once: Rényi order ``alpha`` (> 1), noise ``sigma`` (> 0), ``steps``
+    (walk length or gossip rounds, >= 1), the ``bound`` label ("certified" or "paper"), the random
+    walk's ``horizon``, ``contributions`` and σ ``constraint``, Chebyshev-accelerated gossip, and the
+    gossip matrix ``weights`` ("hamilton", or "paper" for the printed Metropolis–Hastings rule)."""
+
+    alpha: float
+    sigma: float
+    steps: int
+    bound: str = "certified"
+    horizon: str | None = None
+    contributions: float | None = None
+    constraint: str = "strict"
+    chebyshev: bool = False
+    weights: str = "hamilton"
+
+    def __post_init__(self) -> None:
+        if not self.sigma > 0:
+            raise ValueError("sigma must be positive")
+        if not self.alpha > 1:
+            raise ValueError("alpha is a Rényi order and must be > 1")
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+        if self.bound not in ("certified", "paper"):
+            raise ValueError(f"bound must be 'certified' or 'paper', got {self.bound!r}")
+
+
+def make_query(graph: str | Graph, protocol: str, options: QueryOptions) -> Query:
+    """Validate the graph and protocol and build the :class:`Query` (raises ``ValueError`` with the reason)."""
     g = parse_graph(graph) if isinstance(graph, str) else graph
     if not g.is_connected():
         raise ValueError(f"graph {g.spec} is not connected; the accountants need a connected graph")
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
-    if not sigma > 0:
-        raise ValueError("sigma must be positive")
-    if not alpha > 1:
-        raise ValueError("alpha is a Rényi order and must be > 1")
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    W = metropolis_hastings(g, "hamilton" if weights == "hamilton" else "paper")
-    return Query(g, W, protocol, float(alpha), float(sigma), int(steps), bound, horizon, contributions, constraint,
-                 chebyshev, weights)
+    o = options
+    W = metropolis_hastings(g, "hamilton" if o.weights == "hamilton" else "paper")
+    return Query(g, W, protocol, float(o.alpha), float(o.sigma), int(o.steps), o.bound, o.horizon, o.contributions,
+                 o.constraint, o.chebyshev, o.weights)
+
+
+def _query(graph: str | Graph | Query, protocol: str | None, options: dict[str, Any], where: str) -> Query:
+    """A ready :class:`Query`, or one built from the keyword options (unknown names: one-line error)."""
+    if isinstance(graph, Query):
+        return graph
+    return make_query(graph, protocol or "", build(QueryOptions, options, where))
 
 
 def privacy_matrix(graph: str | Graph | Query, protocol: str | None = None, **options: Any) -> PrivacyMatrix:
     """All-pairs Rényi losses ``eps[u -> v]`` (row = contributor, column = observer)."""
-    q = graph if isinstance(graph, Query) else make_query(graph, protocol or "", **options)
-    return matrix_fn(q)()
+    return matrix_fn(_query(graph, protocol, options, "privacy_matrix"))()
 
 
 def privacy_pair(graph: str | Graph | Query, protocol: str | None = None, *, source: int, observer: int,
                  **options: Any) -> dict[str, Any]:
     """The loss of one pair (``rdp``, ``bound``, ``view`` and what the accountant adds)."""
-    q = graph if isinstance(graph, Query) else make_query(graph, protocol or "", **options)
-    return pair(q, source, observer)
+    return pair(_query(graph, protocol, options, "privacy_pair"), source, observer)
 
 
 def pair(q: Query, u: int, v: int) -> dict[str, Any]:
@@ -116,11 +132,13 @@ def pair(q: Query, u: int, v: int) -> dict[str, Any]:
         from hushnet.privacy import muffliato
 
         view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
-        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev))
+        opts = muffliato.MuffliatoOptions(bound=q.bound, view=view, chebyshev=q.chebyshev)
+        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, opts))
     if q.protocol == "gossip-stream":
         from hushnet.privacy import koskela
 
-        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma, view="neighbourhood"))
+        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma,
+                                               koskela.StreamOptions(view="neighbourhood")))
     pm = matrix_fn(q)()
     out = {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
     if pm.components:  # several valid bounds: each one's value and the one that won

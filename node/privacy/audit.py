@@ -17,12 +17,12 @@ Certified ε(δ) must never fall below ε_emp; a paper value that does is refute
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 from scipy import stats
 
-from hushnet.privacy import conversions
 from hushnet.privacy.linear_gaussian import epsilon_of
 from hushnet.privacy.muffliato import _csr, _neighbours, muffliato_observer_losses, simulate
 
@@ -30,9 +30,9 @@ __all__ = [
     "clopper_pearson",
     "empirical_epsilon",
     "fit_linear_attacker",
+    "AuditOptions",
     "audit_muffliato",
     "audit_gossip_stream",
-    "paper_epsilon_from_rdp_slope",
 ]
 
 
@@ -114,22 +114,40 @@ def _run_views(record: Callable[[np.ndarray, np.random.Generator], np.ndarray], 
     return np.concatenate(out, axis=0)
 
 
-def paper_epsilon_from_rdp_slope(slope: float, delta: float) -> float:
-    """(ε, δ) implied by an RDP curve ``ε(α) = slope·α`` (Theorem 1 is linear in α) via Mironov (the paper's)."""
-    orders = conversions.DEFAULT_ORDERS
-    return conversions.rdp_to_dp(orders, slope * orders, delta, method="classic")[0]
+@dataclass(frozen=True)
+class AuditOptions:
+    """The attack experiment shared by every audit: ``n_train`` runs to fit the attacker, ``n_test``
+    runs per hypothesis to score it, the δ of the reported ε values, the Clopper–Pearson
+    ``confidence``, the seed, and how many runs are simulated per batch (``chunk``, memory only)."""
+
+    n_train: int = 3000
+    n_test: int = 12000
+    delta: float = 1e-5
+    confidence: float = 0.95
+    seed: int = 0
+    chunk: int = 2000
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "n_test", "chunk"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
 
 
-def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sensitivity: float = 1.0,
-                    view: str = "neighbourhood", chebyshev: bool = False, n_train: int = 3000,
-                    n_test: int = 12000, delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
-                    chunk: int = 2000) -> dict[str, Any]:
+def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, options: AuditOptions | None = None, *,
+                    sensitivity: float = 1.0, view: str = "neighbourhood",
+                    chebyshev: bool = False) -> dict[str, Any]:
     """Audit Muffliato averaging for one pair: certified vs paper vs what a trained attacker achieves.
 
     Neighbouring inputs: everyone's input is 0 except the source's, which is 0 or ``sensitivity``.
     The observer records what the convention says it sees (closed-neighbourhood messages
     ``x^t_w``, t < T, or its own received aggregates) and its own noise.
     """
+    o = options if options is not None else AuditOptions()
+    n_train, n_test, delta, confidence, seed, chunk = o.n_train, o.n_test, o.delta, o.confidence, o.seed, o.chunk
     Wc = _csr(W)
     n = Wc.shape[0]
     if view == "neighbourhood":
@@ -169,7 +187,9 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sens
     slope_paper = float(muffliato_observer_losses(Wc, observer, T, 2.0, 1.0, bound="paper")[source]) / 2.0
     slope_paper *= sensitivity**2 / sigma**2
     cert_eps = epsilon_of(sens_cert, sigma, delta)
-    paper_eps = paper_epsilon_from_rdp_slope(slope_paper, delta)
+    from hushnet.privacy.paper.conversions import classic_epsilon_from_rdp_slope  # labelled "paper"
+
+    paper_eps = classic_epsilon_from_rdp_slope(slope_paper, delta)
     return {
         "source": int(source),
         "observer": int(observer),
@@ -191,10 +211,9 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, *, sens
     }
 
 
-def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: int, sigma: float, *,
-                        known: np.ndarray | list[int] = (), pattern: np.ndarray | None = None,
-                        n_train: int = 3000, n_test: int = 12000, delta: float = 1e-5,
-                        confidence: float = 0.95, seed: int = 0, chunk: int = 2000) -> dict[str, Any]:
+def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: int, sigma: float,
+                        options: AuditOptions | None = None, *, known: np.ndarray | list[int] = (),
+                        pattern: np.ndarray | None = None) -> dict[str, Any]:
     """Audit [K] streaming gossip: the source adds ``b·c_t`` each round (c = 1 by default).
 
     ``pattern`` is either T numbers (a scalar model) or a (T, d) array whose rows are the source's
@@ -204,6 +223,8 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
     empirical ε lower bound and the certified ε, which must cover every pattern in the box — vector
     patterns included — and the pattern's own squared sensitivity ``tr(M C Cᵀ)``.
     """
+    o = options if options is not None else AuditOptions()
+    n_train, n_test, delta, confidence, seed, chunk = o.n_train, o.n_test, o.delta, o.confidence, o.seed, o.chunk
     from hushnet.privacy.koskela import stream_sensitivity
 
     Wc = _csr(W)

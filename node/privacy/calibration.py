@@ -19,22 +19,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
-    gaussian_sigma_classic,
     gaussian_sigma_tight,
     rdp_epsilon,
     rdp_to_dp,
 )
+from hushnet.privacy.options import resolve
 
 __all__ = [
     "CalibrationError",
     "UnreachableTarget",
     "CalibrationResult",
     "calibrate_sigma",
+    "CalibrationOptions",
     "linear_rdp_epsilon",
     "alpha_max_for_constraint",
     "gaussian_sigma",
@@ -139,10 +141,41 @@ def _loss(values, *, kind: str, pair, delta, orders, exclude_diagonal) -> tuple[
     return eps, {"best_order": a, "worst_index": i}
 
 
-def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float, *, pair="worst",
-                    kind: str = "dp", delta: float | None = None, orders=None, exclude_diagonal: bool = True,
-                    sigma_init: float = 1.0, sigma_min: float = 1e-8, sigma_max: float = 1e8,
-                    rtol: float = 1e-7, bound: str = "certified") -> CalibrationResult:
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """How :func:`calibrate_sigma` reads the loss and searches σ (checked once, here).
+
+    ``pair``: "worst", "mean" or a ``(u, v)`` tuple; ``kind``: "dp" (ε arrays) or "rdp" (RDP
+    tensors converted at ``delta`` on ``orders``); the search brackets from ``sigma_init`` within
+    ``[sigma_min, sigma_max]`` to relative ``rtol``; ``bound`` labels the loss being calibrated.
+    """
+
+    pair: Any = "worst"
+    kind: str = "dp"
+    delta: float | None = None
+    orders: Any = None
+    exclude_diagonal: bool = True
+    sigma_init: float = 1.0
+    sigma_min: float = 1e-8
+    sigma_max: float = 1e8
+    rtol: float = 1e-7
+    bound: str = "certified"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dp", "rdp"):
+            raise CalibrationError("kind must be 'dp' or 'rdp'")
+        if not (self.pair in ("worst", "mean") or (isinstance(self.pair, tuple) and len(self.pair) == 2)):
+            raise CalibrationError("pair must be 'worst', 'mean' or a (u, v) tuple")
+        if self.kind == "rdp" and self.delta is None:
+            raise CalibrationError("kind='rdp' needs delta")
+        if not 0 < self.sigma_min <= self.sigma_init <= self.sigma_max:
+            raise CalibrationError("need 0 < sigma_min <= sigma_init <= sigma_max")
+        if not self.rtol > 0:
+            raise CalibrationError("rtol must be > 0")
+
+
+def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
+                    options: CalibrationOptions | None = None, **legacy: Any) -> CalibrationResult:
     """Smallest σ (to ``rtol``) whose loss meets ``target_eps``.
 
     ``loss_fn(σ)`` returns, for ``kind="dp"``, an array of ε values at the caller's δ (an
@@ -150,6 +183,7 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float, *
     ignored when ``exclude_diagonal``; or any array of pair losses); for ``kind="rdp"`` an
     ``(n, n, len(orders))`` RDP tensor converted at ``delta`` with hushnet's one rule
     (:func:`hushnet.privacy.conversions.rdp_epsilon`, dp-accounting's improved conversion).
+    ``options`` (:class:`CalibrationOptions`, or its fields as keywords: the old call form).
     ``pair`` is ``"worst"`` (max over pairs), ``"mean"`` (mean over pairs; for RDP, the mean
     RDP curve converted once, the random-walk paper's ε̄) or a tuple ``(u, v)``.
 
@@ -160,16 +194,11 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float, *
     """
     if not target_eps > 0:
         raise CalibrationError("target_eps must be > 0")
-    if kind not in ("dp", "rdp"):
-        raise CalibrationError("kind must be 'dp' or 'rdp'")
-    if not (pair in ("worst", "mean") or (isinstance(pair, tuple) and len(pair) == 2)):
-        raise CalibrationError("pair must be 'worst', 'mean' or a (u, v) tuple")
+    o = resolve(CalibrationOptions, options, legacy, "calibrate_sigma")
+    pair, kind, delta, orders, exclude_diagonal = o.pair, o.kind, o.delta, o.orders, o.exclude_diagonal
+    sigma_init, sigma_min, sigma_max, rtol, bound = o.sigma_init, o.sigma_min, o.sigma_max, o.rtol, o.bound
     if kind == "rdp":
-        if delta is None:
-            raise CalibrationError("kind='rdp' needs delta")
         orders = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
-    if not 0 < sigma_min <= sigma_init <= sigma_max:
-        raise CalibrationError("need 0 < sigma_min <= sigma_init <= sigma_max")
     evals = 0
     cache: dict[float, tuple[float, dict]] = {}
 
@@ -232,6 +261,8 @@ def gaussian_sigma(sensitivity: float, eps: float, delta: float, method: str = "
     if method == "classic":
         if eps > 1.0:
             raise CalibrationError("the classic Gaussian calibration is only valid for eps <= 1")
+        from hushnet.privacy.paper.conversions import gaussian_sigma_classic  # the papers' rule, on request
+
         return gaussian_sigma_classic(sensitivity, eps, delta), method
     if method == "rdp":
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)

@@ -16,14 +16,15 @@ from typing import Any
 import numpy as np
 
 from hushnet.privacy.graphs import GraphSpecError
-from hushnet.privacy.api import PROTOCOLS, Query, make_query, matrix_fn, pair
+from hushnet.privacy.api import PROTOCOLS, Query, QueryOptions, make_query, matrix_fn, pair
 from hushnet.privacy.matrix import PrivacyMatrix, json_number
 
 def _query(args: argparse.Namespace) -> Query:
     try:
-        return make_query(args.graph, args.protocol, alpha=args.alpha, sigma=args.sigma, steps=args.steps,
-                          bound=args.bound, horizon=args.horizon, contributions=args.contributions,
-                          constraint=args.constraint, chebyshev=args.chebyshev, weights=args.weights)
+        return make_query(args.graph, args.protocol, QueryOptions(
+            alpha=args.alpha, sigma=args.sigma, steps=args.steps, bound=args.bound, horizon=args.horizon,
+            contributions=args.contributions, constraint=args.constraint, chebyshev=args.chebyshev,
+            weights=args.weights))
     except (GraphSpecError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
 

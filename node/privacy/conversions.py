@@ -35,7 +35,6 @@ __all__ = [
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
-    "gaussian_sigma_classic",
     "gaussian_sigma_tight",
     "rdp_gaussian_mu",
 ]
@@ -241,15 +240,6 @@ def gdp_mu(eps: float, delta: float) -> float:
 def gaussian_sigma_tight(sensitivity: float, eps: float, delta: float) -> float:
     """σ for the Gaussian mechanism to be exactly (ε, δ)-DP (tight, via GDP)."""
     return float(sensitivity / gdp_mu(eps, delta))
-
-
-def gaussian_sigma_classic(sensitivity: float, eps: float, delta: float) -> float:
-    """Dwork–Roth ``σ = Δ sqrt(2 ln(1.25/δ))/ε``; only valid for ε ≤ 1 (kept because papers use it)."""
-    if eps > 1.0:
-        import warnings
-
-        warnings.warn("classic Gaussian calibration is only valid for eps <= 1", RuntimeWarning, stacklevel=2)
-    return float(sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / eps)
 
 
 def rdp_gaussian_mu(rdp: float, alpha: float) -> float:

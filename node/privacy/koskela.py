@@ -29,6 +29,7 @@ the structural null space, and a signal component outside the kept range makes t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ __all__ = [
     "explicit_sensitivity_matrix",
     "observer_set",
     "gossip_stream_pair",
+    "StreamOptions",
     "gossip_stream_loss_matrix",
     "coalition_sensitivity",
     "VIEWS",
@@ -228,14 +230,41 @@ def coalition_sensitivity(W, T: int, coalition: Sequence[int], source: int, *, s
     return stream_sensitivity(W, T, coal, source, known=coal if secldp else (), exact_limit=exact_limit)
 
 
-def gossip_stream_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float, *,
-                       view: str = "neighbourhood", known_noise: str | Iterable[int] = "own",
-                       delta: float | None = None, sensitivity: float = 1.0, exact_limit: int = 20) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StreamOptions:
+    """How one streaming-gossip pair is accounted: the observer ``view``, whose noise the observer
+    knows (``known_noise``: "own", "none", "observers" or node ids), the δ at which to add an
+    (ε, δ) value (``None``: RDP only), the per-round contribution bound ``sensitivity`` and the
+    largest T for which the box maximum is enumerated exactly (``exact_limit``)."""
+
+    view: str = "neighbourhood"
+    known_noise: Any = "own"
+    delta: float | None = None
+    sensitivity: float = 1.0
+    exact_limit: int = 20
+
+    def __post_init__(self) -> None:
+        if self.view not in VIEWS:
+            raise ValueError(f"view must be one of {VIEWS}, got {self.view!r}")
+        if isinstance(self.known_noise, str) and self.known_noise not in KNOWN:
+            raise ValueError(f"known_noise must be one of {KNOWN} or node ids, got {self.known_noise!r}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not self.sensitivity > 0:
+            raise ValueError(f"sensitivity must be > 0, got {self.sensitivity!r}")
+        if not self.exact_limit >= 0:
+            raise ValueError(f"exact_limit must be >= 0, got {self.exact_limit!r}")
+
+
+def gossip_stream_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float,
+                       options: StreamOptions | None = None) -> dict[str, Any]:
     """One pair of streaming gossip (T rounds, fresh noise, per-round contribution bound ``sensitivity``).
 
     Returns ``rdp``, ``sensitivity_sq`` (certified Δ²·sensitivity²), ``mu_gdp``, the bounds
     ``lower``/``spectral``/``abs``/``exact`` (unit per-round sensitivity) and the method used.
     """
+    o = options if options is not None else StreamOptions()
+    view, known_noise, delta, sensitivity, exact_limit = o.view, o.known_noise, o.delta, o.sensitivity, o.exact_limit
     if not alpha > 1 or not sigma > 0:
         raise ValueError("need alpha > 1 and sigma > 0")
     if source == observer:

@@ -7,7 +7,7 @@ observer can do far better by combining them.  Spec gossip.md §1.3.9 shows the 
 the antipode's noisy input *exactly* on the paper's own hypercube setting.  Hence two numbers:
 
 * ``bound="paper"``: [M] eq. (6) (Theorem 1), unclipped — a labelled reproduction, never a
-  guarantee.  (Figures clip it at the LDP value α Δ²/2σ² when drawing, as the paper's code does.)
+  guarantee; the printed formulas live in :mod:`hushnet.privacy.paper.muffliato`.  (Figures clip it at the LDP value α Δ²/2σ² when drawing, as the paper's code does.)
 * ``bound="certified"``: the exact Rényi divergence of the observer's whole Gaussian view,
   ``α Δ²/(2σ²) · ‖Π_{row(R̃_v)} e_u‖²`` where ``R̃_v`` stacks the rows the observer sees with the
   observer's own column removed (it knows its own noise) — [K] Lemma 6 applied to Muffliato.
@@ -30,6 +30,7 @@ because ``P_t(W)`` rows span the same space as the ``W^s`` rows, s ≤ t.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -47,15 +48,11 @@ from hushnet.privacy.matrix import PrivacyMatrix
 __all__ = [
     "muffliato_loss_matrix",
     "muffliato_pair",
+    "MuffliatoOptions",
     "muffliato_observer_losses",
     "exact_sensitivity_matrix",
     "observer_sensitivities",
     "observer_view_matrix",
-    "thm1_matrix",
-    "thm1_schedule_matrix",
-    "thm1_from_source",
-    "cor1_matrix",
-    "thm4_er_bound",
     "t_mix",
     "gossip_rows",
     "simulate",
@@ -376,117 +373,6 @@ def dense_exact_pair(W, source: int, observer: int, T: int, *, view: str = "neig
 
 
 # --------------------------------------------------------------------------------------------
-# the paper's bounds ([M] Theorem 1, Corollary 1, Theorem 4)
-# --------------------------------------------------------------------------------------------
-def thm1_matrix(W, T: int, *, convention: str = "paper") -> np.ndarray:
-    """[M] eq. (6) without the α Δ²/2σ² factor: ``F[u, v] = Σ_t Σ_{w∈N(v)} P_t[w,u]²/‖P_t[w,:]‖²``.
-
-    Row u = source, column v = observer.  ``convention="paper"`` sums t = 0..T−1 (``W_{0:0} = I``,
-    the theorem); ``"code"`` sums t = 1..T as the reference code's averaging figures do.
-    Unclipped; O(T·nnz(W)·n) time and O(n²) memory (spec §1.3.1).
-    """
-    if convention not in ("paper", "code"):
-        raise ValueError("convention must be 'paper' or 'code'")
-    Wc = _csr(W)
-    n = Wc.shape[0]
-    A = _adjacency(Wc)
-    P = np.eye(n) if convention == "paper" else Wc.toarray()
-    F = np.zeros((n, n))
-    for _t in range(T):
-        F += _thm1_term(A, P)
-        P = np.asarray(Wc @ P)
-    return F.T.copy()
-
-
-def _thm1_term(A: sp.csr_matrix, P: np.ndarray) -> np.ndarray:
-    """``A C`` with ``C[w,u] = P[w,u]²/‖P[w,:]‖²`` (row = observer v, column = source u)."""
-    sq = P * P
-    norms = sq.sum(axis=1)
-    C = sq / np.where(norms > 0, norms, 1.0)[:, None]
-    return np.asarray(A @ C)
-
-
-def thm1_from_source(W, source: int, T: int, *, convention: str = "paper",
-                     eig: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Theorem 1 from one source to every observer (unit-free), for fixed symmetric W.
-
-    ``f(u → v) = Σ_t Σ_{w∈N(v)} (W^t)_{w,u}² / ‖(W^t)_{w,:}‖²``.  Column u of ``W^t`` comes from
-    sparse propagation; the row norms are ``(W^{2t})_{ww} = Σ_k Q_wk² λ_k^{2t}`` from one
-    eigendecomposition, so nothing n×n is multiplied per step (grid 45×45 with T = 243 in ~2 s).
-    """
-    if convention not in ("paper", "code"):
-        raise ValueError("convention must be 'paper' or 'code'")
-    Wc = _csr(W)
-    n = Wc.shape[0]
-    lam, Q = np.linalg.eigh(Wc.toarray()) if eig is None else eig  # reuse across sources if given
-    Q2 = Q * Q
-    A = _adjacency(Wc)
-    col = np.zeros(n)
-    col[source] = 1.0
-    ts = range(T) if convention == "paper" else range(1, T + 1)
-    acc = np.zeros(n)
-    t_prev = 0
-    for t in ts:
-        for _ in range(t - t_prev):
-            col = np.asarray(Wc @ col)
-        t_prev = t
-        norms = Q2 @ (lam ** (2 * t))
-        acc += col * col / np.where(norms > 0, norms, 1.0)
-    f = np.asarray(A @ acc)
-    f[source] = 0.0
-    return f
-
-
-def thm1_schedule_matrix(products: Sequence[np.ndarray], adjacencies: Sequence[sp.spmatrix]) -> np.ndarray:
-    """Theorem 1 for time-varying graphs: ``products[t] = W_{0:t}``, ``adjacencies[t]`` = E_t.
-
-    Row w / column u of ``W_{0:t}`` (spec §1.3.1 FIX), summed over ``{v,w} ∈ E_t``.  Source-major.
-    """
-    n = products[0].shape[0]
-    F = np.zeros((n, n))
-    for P, A in zip(products, adjacencies):
-        A = sp.csr_matrix(A, dtype=float)
-        A.setdiag(0.0)
-        A.eliminate_zeros()
-        F += _thm1_term(A, np.asarray(P, dtype=float))
-    return F.T.copy()
-
-
-def cor1_matrix(W, T: int) -> np.ndarray:
-    """[M] Corollary 1 (random-walk form), unit-free: ``n·max_{w∼v} W_vw^{-2} Σ_{t=1..T} (W^t)_{u,v}²``."""
-    Wc = _csr(W)
-    n = Wc.shape[0]
-    Wd = Wc.toarray()
-    maxinv = np.zeros(n)
-    for v in range(n):
-        nb = _neighbours(Wc, v)
-        maxinv[v] = np.max(1.0 / Wd[v, nb] ** 2) if nb.size else 0.0
-    P = np.eye(n)
-    acc = np.zeros((n, n))
-    for _t in range(T):
-        P = Wd @ P
-        acc += P * P
-    return n * acc * maxinv[None, :]
-
-
-def thm4_er_bound(W, source: int, T: int, alpha: float, sigma: float, q: float, delta_sens: float = 1.0) -> np.ndarray:
-    """[M] Theorem 4 per observer (paper value): LDP for neighbours of the source, else
-    ``α Δ² T d_v/(σ² (n − d_v))`` capped at LDP.  Requires ``σ² ≥ Δ² α(α−1)/2`` (checked)."""
-    if sigma**2 < delta_sens**2 * alpha * (alpha - 1) / 2:
-        raise ValueError("Theorem 4 needs sigma^2 >= Delta^2 alpha (alpha-1)/2")
-    Wc = _csr(W)
-    n = Wc.shape[0]
-    A = _adjacency(Wc)
-    d = np.asarray(A.sum(axis=1)).ravel()
-    ldp = alpha * delta_sens**2 / (2 * sigma**2)
-    out = np.minimum(alpha * delta_sens**2 * T * d / (sigma**2 * (n - d)), ldp)
-    nb = _neighbours(Wc, source)
-    out[nb] = ldp
-    out[source] = 0.0
-    return out
-
-
-# --------------------------------------------------------------------------------------------
 # public API (used by the CLI)
 # --------------------------------------------------------------------------------------------
 def _check(T: int, alpha: float, sigma: float, bound: str, view: str) -> None:
@@ -515,7 +401,9 @@ def muffliato_loss_matrix(W, T: int, alpha: float, sigma: float, *, bound: str =
     """
     _check(T, alpha, sigma, bound, view)
     scale = sensitivity**2
-    if bound == "paper":
+    if bound == "paper":  # labelled reproduction of the printed bound
+        from hushnet.privacy.paper.muffliato import thm1_matrix
+
         F = thm1_matrix(W, T, convention="paper")
         np.fill_diagonal(F, 0.0)
         mat = rdp_of(alpha, scale * F, sigma)
@@ -547,29 +435,44 @@ def muffliato_observer_losses(W, observer: int, T: int, alpha: float, sigma: flo
     if bound == "certified":
         s = observer_sensitivities(Wc, observer, T, view=view, chebyshev=chebyshev)
         return rdp_of(alpha, sensitivity**2 * s, sigma)
-    nb = _neighbours(Wc, observer)
-    if convention == "paper":
-        Y = gossip_rows(Wc, nb, T)
-    elif convention == "code":
-        Y = gossip_rows(Wc, nb, T, extra_multiply=True)
-    else:
-        raise ValueError("convention must be 'paper' or 'code'")
-    sq = Y * Y
-    norms = sq.sum(axis=1, keepdims=True)
-    F = (sq / np.where(norms > 0, norms, 1.0)).sum(axis=(0, 2))
-    F[observer] = 0.0
-    return rdp_of(alpha, sensitivity**2 * F, sigma)
+    from hushnet.privacy.paper.muffliato import thm1_to_observer  # labelled reproduction
+
+    return rdp_of(alpha, sensitivity**2 * thm1_to_observer(Wc, observer, T, convention), sigma)
 
 
-def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float, *, bound: str = "certified",
-                   view: str = "neighbourhood", chebyshev: bool = False, delta: float | None = None,
-                   sensitivity: float = 1.0) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MuffliatoOptions:
+    """How one Muffliato pair is accounted: ``bound`` ("certified" exact view divergence, or
+    "paper" [M] Theorem 1), observer ``view``, Chebyshev-accelerated gossip, the δ at which to add
+    an (ε, δ) value (``None``: RDP only) and the input's L2 ``sensitivity``."""
+
+    bound: str = "certified"
+    view: str = "neighbourhood"
+    chebyshev: bool = False
+    delta: float | None = None
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.bound not in ("certified", "paper"):
+            raise ValueError("bound must be 'certified' or 'paper'")
+        if self.view not in VIEWS:
+            raise ValueError(f"view must be one of {VIEWS}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not self.sensitivity > 0:
+            raise ValueError(f"sensitivity must be > 0, got {self.sensitivity!r}")
+
+
+def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float,
+                   options: MuffliatoOptions | None = None) -> dict[str, Any]:
     """One pair: ``{"rdp", "sensitivity_sq", "mu_gdp", "bound", "view", ...}`` (+ ``epsilon`` with delta).
 
     ``sensitivity_sq`` is Δ² in the units of the input (RDP = α·sensitivity_sq/(2σ²)).  For the
     paper bound, ``mu_gdp``/``epsilon`` are what the paper's number *would* imply if it were a
     Gaussian guarantee — labelled "paper".
     """
+    o = options if options is not None else MuffliatoOptions()
+    bound, view, chebyshev, delta, sensitivity = o.bound, o.view, o.chebyshev, o.delta, o.sensitivity
     _check(T, alpha, sigma, bound, view)
     if source == observer:
         raise ValueError("source and observer must differ")
@@ -641,8 +544,9 @@ def randomized_exact_matrix(W, T: int, alpha: float, sigma: float, seed: int, *,
             continue
         R = np.array(rows)
         if bound == "paper":
-            c = (R * R) / (R * R).sum(axis=1, keepdims=True)
-            col = c.sum(axis=0)
+            from hushnet.privacy.paper.muffliato import cor2_column  # labelled reproduction
+
+            col = cor2_column(R)
         else:
             M = R.T.copy()
             M[v, :] = 0.0
@@ -692,6 +596,8 @@ def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta
     else:
         for r, W in enumerate(Ws):
             if bound == "paper":
+                from hushnet.privacy.paper.muffliato import thm1_matrix  # labelled reproduction
+
                 F = thm1_matrix(W, K, convention="paper")
                 np.fill_diagonal(F, 0.0)
                 total += F

@@ -51,10 +51,12 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from hushnet.privacy.matrix import PrivacyMatrix, adjacency_of
+from hushnet.privacy.matrix import PrivacyMatrix
+from hushnet.privacy.options import resolve
 from scipy.special import digamma
 
 __all__ = [
+    "WalkLossOptions",
     "PrivacyMatrix",
     "with_local_dp",
     "WALK",
@@ -78,13 +80,10 @@ __all__ = [
     "rw_first_passage_single_matrix",
     "rw_collusion_loss",
     "rw_mean_single_loss",
-    "gossip_baseline_loss_vector",
     "calibrate_sigma_mean",
     "ring_single_loss_closed_form",
     "ring_M_closed_form",
-    "ring_loss_printed_thm5",
     "star_transition_matrix",
-    "star_loss_printed_thm4",
 ]
 
 # k in the σ condition  σ² ≥ k·α(α−1)  (spec B.4.2 / B.8).
@@ -551,26 +550,57 @@ def _certified_harmonic_tail(spec: RWSpectrum | np.ndarray, T: int) -> float:
     return float(power_harmonic_tail_bound(lam[:-1], T).max())
 
 
-def rw_pndp_matrix(
-    W: Any,
-    T: int,
-    alpha: float,
-    sigma: float,
-    *,
-    bound: str = "certified",
-    horizon: str | None = None,
-    contributions: Any = None,
-    sender_known: bool = False,
-    constraint: str = "strict",
-    passage: str = "power",
-    max_contributions: float | None = None,
-    on_violation: str = "refuse",
-) -> PrivacyMatrix:
+@dataclass(frozen=True)
+class WalkLossOptions:
+    """How a random-walk loss is accounted (shared by :func:`rw_pndp_matrix` and :func:`rw_pair_loss`).
+
+    ``bound``: "certified" or "paper" (Theorem 3 as the reference code computes it; a labelled
+    reproduction).  ``horizon``: "exact" / "harmonic" (certified) or "lnT" (paper only); ``None`` is
+    the bound's default.  ``contributions``: None → ``T/n`` (expected count), a scalar, or a per-node
+    vector ``N_u``; ``max_contributions`` caps N_u (Remark 5).  ``constraint``: the σ condition
+    ("strict" σ² ≥ 2α(α−1) as printed, "proof" σ² ≥ α(α−1)/2); ``on_violation``: "refuse" or "clamp"
+    α to the largest admissible order.  ``passage``: "power" ((W^i)_uv) or "first_passage".
+    """
+
+    bound: str = "certified"
+    horizon: str | None = None
+    contributions: Any = None
+    sender_known: bool = False
+    constraint: str = "strict"
+    passage: str = "power"
+    max_contributions: float | None = None
+    on_violation: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if self.bound not in ("certified", "paper"):
+            raise ValueError(f"bound must be 'certified' or 'paper', got {self.bound!r}")
+        if self.horizon is not None and self.horizon not in _HORIZONS:
+            raise ValueError(f"horizon must be one of {_HORIZONS}, got {self.horizon!r}")
+        if self.bound == "certified" and self.horizon == "lnT":
+            raise ValueError("horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for "
+                             "bound='certified'")
+        if self.bound == "certified" and self.constraint not in ("strict", "proof"):
+            raise ValueError("bound='certified' needs constraint='strict' (σ² ≥ 2α(α−1), printed) or 'proof' "
+                             f"(σ² ≥ α(α−1)/2); got {self.constraint!r}")
+        if self.passage not in _PASSAGES:
+            raise ValueError(f"passage must be one of {_PASSAGES}, got {self.passage!r}")
+        if self.on_violation not in ("refuse", "clamp"):
+            raise ValueError(f"on_violation must be 'refuse' or 'clamp', got {self.on_violation!r}")
+        if self.max_contributions is not None and not self.max_contributions > 0:
+            raise ValueError(f"max_contributions must be > 0, got {self.max_contributions!r}")
+
+
+def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLossOptions | None = None,
+                   **legacy: Any) -> PrivacyMatrix:
     """All-pairs PNDP matrix ``ε_{u→v} = N_u · S[u, v]`` (RDP of order α), labelled certified or paper.
 
-    ``contributions``: None → ``T/n`` (expected count); a scalar; or a per-node vector ``N_u``.
-    ``max_contributions`` caps N_u (Remark 5).  See the module docstring for what "certified" means.
+    ``options`` (:class:`WalkLossOptions`) says how; the same fields are also accepted as keywords (the
+    old call form, kept for the many callers) and override ``options``.  See the module docstring
+    for what "certified" means.
     """
+    o = resolve(WalkLossOptions, options, legacy, "rw_pndp_matrix")
+    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
+    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
     T = int(T)
     notes: list[str] = []
     h, used_constraint, a = _resolve(bound, horizon, constraint, alpha, sigma, on_violation, notes)
@@ -673,23 +703,8 @@ def _first_passage_column(Ws: sp.csr_matrix, targets: Sequence[int], T: int) -> 
     return acc
 
 
-def rw_pair_loss(
-    W: Any,
-    u: int,
-    v: int,
-    T: int,
-    alpha: float,
-    sigma: float,
-    *,
-    bound: str = "certified",
-    horizon: str | None = None,
-    contributions: Any = None,
-    sender_known: bool = False,
-    constraint: str = "strict",
-    passage: str = "power",
-    max_contributions: float | None = None,
-    on_violation: str = "refuse",
-) -> float:
+def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
+                 options: WalkLossOptions | None = None) -> float:
     """``ε_{u→v}`` for one pair, equal to ``rw_pndp_matrix(...).matrix[u, v]`` with the same options.
 
     Cheaper than the matrix: O(n) from a cached spectrum, else T sparse mat-vecs (exact horizon) when that costs
@@ -697,6 +712,9 @@ def rw_pair_loss(
     the clamped order (see :func:`rw_pndp_matrix`).  Certified values are ``min(walk bound, local-DP bound)``
     (:func:`with_local_dp`), as in the matrix.
     """
+    o = resolve(WalkLossOptions, options, {}, "rw_pair_loss")
+    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
+    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
     T = int(T)
     if u == v:
         return 0.0
@@ -867,45 +885,6 @@ def calibrate_sigma_mean(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Gossip baseline (spec B.5, "paper")
-# ----------------------------------------------------------------------------------------------------------------
-def gossip_baseline_loss_vector(
-    W: Any,
-    graph: Any,
-    u: int,
-    alpha: float,
-    sigma: float,
-    *,
-    T_g: int | None = None,
-    clip_at: float | None = None,
-) -> np.ndarray:
-    """[CODE, "paper"] Muffliato gossip-averaging loss of u towards every v, as the P-RW figures compute it.
-
-    ``ε_{u→v} = (α/(2σ²)) Σ_{t=1}^{T_g} Σ_{w∈N(v)} ((W^t)_{wu}/‖(W^t)_{w,:}‖₂)²`` (plain powers of W).  This is
-    Muffliato Theorem 1's per-message sum — a *paper* value, not a guarantee (see ``hushnet.privacy.muffliato`` for
-    the exact accountant).  ``T_g`` defaults to :func:`gossip_T_mix`.  ``clip_at``: clip to ``[0, clip_at]``
-    (figures use ε_local = 1) and set the source's own entry to ``clip_at``.
-    """
-    Ws = _csr_W(W)
-    n = Ws.shape[0]
-    adj = adjacency_of(graph) if graph is not None else rw_spectrum(W).adjacency
-    if T_g is None:
-        T_g = gossip_T_mix(W, sigma)
-    P = np.eye(n)
-    eps = np.zeros(n)
-    for _ in range(int(T_g)):
-        P = np.asarray(Ws @ P)
-        rn2 = np.einsum("ij,ij->i", P, P)
-        c = P[:, u] ** 2 / rn2
-        eps += adj @ c
-    eps *= alpha / (2.0 * sigma**2)
-    if clip_at is not None:
-        eps = np.clip(eps, 0.0, clip_at)
-        eps[u] = clip_at
-    return eps
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Ring and star closed forms (spec B.4.5, B.4.6)
 # ----------------------------------------------------------------------------------------------------------------
 def ring_M_closed_form(n: int, a: int) -> float:
@@ -932,34 +911,9 @@ def ring_single_loss_closed_form(n: int, a: int, T: int, alpha: float, sigma: fl
     return float(alpha / (n * sigma**2) * (c + np.sum(np.cos(2 * np.pi * a * k / n) * g)))
 
 
-def ring_loss_printed_thm5(n: int, u: int, v: int, T: int, alpha: float, sigma: float) -> float:
-    """[paper, ERRATUM] Theorem 5 exactly as printed (1-indexed u, v) — wrong; kept for regression tests only.
-
-    ``α' ln(T) cos(2πa/n)/(nσ²) + (2α/(nσ²)) Σ_k cos(πak/n) ln(3 csc²(πk/n)/4)``, ``a = (u+v−2) mod n``,
-    ``α' = α·1_{|u−v|=1}``.
-    """
-    a = (u + v - 2) % n
-    ap = alpha if abs(u - v) == 1 else 0.0
-    k = np.arange(1, n)
-    s = np.sum(np.cos(np.pi * a * k / n) * np.log(3.0 / (4.0 * np.sin(np.pi * k / n) ** 2)))
-    return float(ap * math.log(T) * math.cos(2 * math.pi * a / n) / (n * sigma**2) + 2 * alpha / (n * sigma**2) * s)
-
-
 def star_transition_matrix(n: int) -> np.ndarray:
     """The valid symmetric bi-stochastic star chain (centre 0): centre→leaf 1/(n−1), leaf self-loop (n−2)/(n−1)."""
     W = np.zeros((n, n))
     W[0, 1:] = W[1:, 0] = 1.0 / (n - 1)
     W[np.arange(1, n), np.arange(1, n)] = (n - 2.0) / (n - 1.0)
     return W
-
-
-def star_loss_printed_thm4(n: int, alpha: float, sigma: float, *, centre_pair: bool, kappa: float = 0.0) -> float:
-    """[paper, ERRATUM] Theorem 4 as printed (single contribution) — derived from a non-stochastic W; not valid.
-
-    leaf–leaf: ``−α(1−κ)/(σ²(n−1)) ln(1 − 1/(n−1))``; centre pair: ``α(1−κ)/(2σ²√(n−1)) ln((√(n−1)+1)/(√(n−1)−1))``.
-    """
-    m = n - 1
-    if centre_pair:
-        r = math.sqrt(m)
-        return alpha * (1 - kappa) / (2 * sigma**2 * r) * math.log((r + 1) / (r - 1))
-    return -alpha * (1 - kappa) / (sigma**2 * m) * math.log(1 - 1 / m)

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
 from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights
-from hushnet.privacy.ledger import PrivacyEntry
+from hushnet.privacy.ledger_math import PrivacyEntry
 from hushnet.privacy.linear_gaussian import rdp_of
 
 __all__ = [

@@ -119,20 +119,15 @@ def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
 
 def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.ndarray | None:
     """Theorem 3 as printed (ln T horizon, no σ condition), best order — labelled "paper"; None if n/a."""
-    from hushnet.privacy.randomwalk import rw_single_loss_matrix
+    from hushnet.privacy.paper.randomwalk import theorem3_printed_row
     from hushnet.protocols.registry import transition_matrix
 
     if spec.protocol not in WALK_ACCOUNTED:
         return None
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
-    S = rw_single_loss_matrix(W, spec.steps, 1.0, spec.sigma, horizon="lnT", sender_known=sender_known(spec, W))
-    slope = np.maximum(S[vertex] * contributions, 0.0)
-    L = math.log(1.0 / spec.budget.delta)
-    a = 1.0 + np.sqrt(L / np.maximum(slope, 1e-300))
-    eps = a * slope + L / (a - 1.0)
-    eps[vertex] = 0.0
-    return eps
+    return theorem3_printed_row(W, spec.steps, spec.sigma, vertex, contributions, spec.budget.delta,
+                                sender_known=sender_known(spec, W))
 
 
 #: what the random-walk report's "paper" column is

@@ -6,7 +6,7 @@ from hushnet.crypto.errors import InconsistentShares
 from hushnet.crypto.shamir import PRIME, SHARE_LEN, Share
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived
-from hushnet.privacy.audit import audit_muffliato
+from hushnet.privacy.audit import AuditOptions, audit_muffliato
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.privacy.muffliato import muffliato_observer_losses
 from hushnet.protocols import secagg as sa
@@ -170,8 +170,9 @@ def test_aggregate_view_leaks_less_than_neighbourhood_view():
     cert_nb = muffliato_observer_losses(W, 0, 3, 2.0, 1.0, view="neighbourhood")
     cert_ag = muffliato_observer_losses(W, 0, 3, 2.0, 1.0, view="aggregate")
     assert np.all(cert_ag <= cert_nb + 1e-12) and cert_ag[1] < cert_nb[1]
-    nb = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, view="neighbourhood", n_train=1000, n_test=4000, seed=0)
-    ag = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, view="aggregate", n_train=1000, n_test=4000, seed=0)
+    opts = AuditOptions(n_train=1000, n_test=4000, seed=0)
+    nb = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, options=opts, view="neighbourhood")
+    ag = audit_muffliato(W, source=1, observer=0, T=3, sigma=1.0, options=opts, view="aggregate")
     assert ag["certified_epsilon"] < nb["certified_epsilon"]
     assert ag["empirical_epsilon"] < nb["empirical_epsilon"]
     assert ag["empirical_epsilon"] <= ag["certified_epsilon"] and nb["empirical_epsilon"] <= nb["certified_epsilon"]

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from gossip_helpers import gossip_matrix, noisy_inputs, run, value_tasks
 from hushnet.privacy import koskela as ks
 from hushnet.privacy import muffliato as mf
+from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 from hushnet.protocols.gossip_accounting import (
     averaging_sensitivities,
     certified_report,
@@ -64,7 +65,7 @@ def test_no_dropout_accountant_equals_public_w_accountant():
             S = averaging_sensitivities(sched, ms[0].gamma, view=view)
             assert np.allclose(S, mf.exact_sensitivity_matrix(W, 8, chebyshev=cheb, view=view), atol=1e-9)
         F = averaging_thm1(sched)
-        assert np.allclose(F, np.where(np.eye(N, dtype=bool), 0, mf.thm1_matrix(W, 8)), atol=1e-12)
+        assert np.allclose(F, np.where(np.eye(N, dtype=bool), 0, pmf.thm1_matrix(W, 8)), atol=1e-12)
 
 
 def test_dropout_certified_values_are_replayed_and_charged(tmp_path):
@@ -105,7 +106,7 @@ def test_stream_accountant_on_schedule_matches_koskela():
     # aggregate view: [K]'s single-node view plus the final aggregate (the node's own output) — never less
     for src in (5, 9):
         mine = stream_sensitivity(sched, src, 0, view="aggregate")["value"]
-        ref = ks.gossip_stream_pair(W, src, 0, 5, 2.0, 1.0, view="aggregate")["sensitivity_sq"]
+        ref = ks.gossip_stream_pair(W, src, 0, 5, 2.0, 1.0, ks.StreamOptions(view="aggregate"))["sensitivity_sq"]
         assert mine >= ref - 1e-10
 
 

@@ -11,7 +11,6 @@ from scipy.stats import norm
 from hushnet.privacy.conversions import (
     DEFAULT_ORDERS,
     gaussian_rdp,
-    gaussian_sigma_classic,
     gaussian_sigma_tight,
     gdp_delta,
     gdp_epsilon,
@@ -21,6 +20,7 @@ from hushnet.privacy.conversions import (
     rdp_epsilon,
     rdp_to_dp,
 )
+from hushnet.privacy.paper.conversions import gaussian_sigma_classic
 
 
 def test_mironov_conversion_formula():

@@ -132,7 +132,7 @@ def test_known_source_noise_is_infinite():
     W = metropolis_hastings(parse_graph("ring:6"))
     r = ks.stream_sensitivity(W, 3, [0, 1], 1, known=[0, 1])
     assert r["value"] == np.inf and "infinite" in r["method"]
-    pair = ks.gossip_stream_pair(W, 1, 0, 3, 2.0, 1.0, known_noise=[0, 1])
+    pair = ks.gossip_stream_pair(W, 1, 0, 3, 2.0, 1.0, ks.StreamOptions(known_noise=[0, 1]))
     assert pair["rdp"] == np.inf
 
 
@@ -153,7 +153,7 @@ def test_all_sources_vectorised_and_matrix_api():
     np.testing.assert_allclose(pm.matrix[:, 2][np.arange(g.n) != 2], np.delete(val, 2), rtol=1e-9, atol=1e-12)
     pm2 = ks.gossip_stream_loss_matrix(W, T, 4.0, 2.0)
     np.testing.assert_allclose(pm2.matrix, pm.matrix * 2 / 4, rtol=1e-12)
-    pair = ks.gossip_stream_pair(W, 5, 2, T, 2.0, 1.0, delta=1e-5)
+    pair = ks.gossip_stream_pair(W, 5, 2, T, 2.0, 1.0, ks.StreamOptions(delta=1e-5))
     assert pair["rdp"] == pytest.approx(pm.matrix[5, 2], rel=1e-9) and pair["epsilon"] > 0
 
 

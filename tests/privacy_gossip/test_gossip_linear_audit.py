@@ -118,7 +118,7 @@ def test_audit_refutes_theorem1_on_hypercube():
     a least-squares attacker trained on simulated runs beats Theorem 1's claim for the antipode,
     and never beats the certified value."""
     W = metropolis_hastings(parse_graph("hypercube:11"))
-    r = audit.audit_muffliato(W, 2047, 0, 19, 1.0, n_train=3000, n_test=6000, seed=1)
+    r = audit.audit_muffliato(W, 2047, 0, 19, 1.0, audit.AuditOptions(n_train=3000, n_test=6000, seed=1))
     assert r["paper_rdp_at_alpha2"] == pytest.approx(0.009453986, rel=1e-6)
     assert r["paper_epsilon"] < r["empirical_epsilon"] <= r["certified_epsilon"]
     assert r["certified_sensitivity_sq"] == pytest.approx(1.0, abs=1e-9)
@@ -132,7 +132,8 @@ def test_audit_refutes_theorem1_on_hypercube():
 def test_certified_dominates_empirical(spec, src, obs, T, view, cheb):
     g = parse_graph(spec).largest_component()
     W = metropolis_hastings(g)
-    r = audit.audit_muffliato(W, src, obs, T, 1.0, view=view, chebyshev=cheb, n_train=2000, n_test=6000, seed=2)
+    r = audit.audit_muffliato(W, src, obs, T, 1.0, audit.AuditOptions(n_train=2000, n_test=6000, seed=2), view=view,
+                             chebyshev=cheb)
     assert r["empirical_epsilon"] <= r["certified_epsilon"] + 1e-12
 
 
@@ -141,7 +142,7 @@ def test_gossip_stream_audit():
     W = metropolis_hastings(g)
     nb = ks.observer_set(W, 0, "neighbourhood")
     src = int(next(j for j in range(g.n - 1, 0, -1) if j not in set(nb.tolist())))
-    r = audit.audit_gossip_stream(W, src, nb, 8, 0.5, known=[0], n_train=2000, n_test=6000, seed=3)
+    r = audit.audit_gossip_stream(W, src, nb, 8, 0.5, audit.AuditOptions(n_train=2000, n_test=6000, seed=3), known=[0])
     assert r["empirical_epsilon"] <= r["certified_epsilon"] + 1e-12
     assert r["pattern_sensitivity_sq"] <= r["certified_sensitivity_sq"] + 1e-9
 

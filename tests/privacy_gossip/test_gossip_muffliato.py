@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.privacy import muffliato as mf
+from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 from hushnet.privacy.matrix import PrivacyMatrix
 
 HC11_THM1 = [2.507378, 2.252921, 0.6337308, 0.2385205, 0.1180818, 0.06995213, 0.04535872, 0.03172148,
@@ -82,7 +83,7 @@ def test_hypercube11_exact_joint_view(hc11):
 def test_hypercube11_thm1_matrix_identity_and_symmetry(hc11):
     """§1.3.1 mean identity Σ_u f(u,v) = T d_v (= 209 here, incl. u = v); symmetry on the hypercube."""
     W, dist = hc11
-    F = mf.thm1_matrix(W, 19)
+    F = pmf.thm1_matrix(W, 19)
     np.testing.assert_allclose(F.sum(axis=0), 209.0, rtol=1e-9)
     np.testing.assert_allclose(F, F.T, atol=1e-12)
     col = F[:, 0].copy()
@@ -104,7 +105,7 @@ def test_hypercubes_fig3_theorem1(d):
         # distance 0 (u = v) is reported as 0 by the matrix API; the spec's table includes it
         np.testing.assert_allclose(_by_distance(v, dist, d)[1:], table[d][1:], rtol=2e-3)
     if d <= 8:  # distance-0 value (u = v) from the full matrix
-        F = mf.thm1_matrix(W, T)
+        F = pmf.thm1_matrix(W, T)
         assert F[0, 0] == pytest.approx(HC_THM1[d][0], rel=2e-3)
 
 
@@ -115,7 +116,7 @@ def test_grid_45_theorem1_reference():
     lam_code = 1 - eig[0][-2]
     assert lam_code == pytest.approx(9.8512e-4, rel=1e-4)
     assert math.ceil(math.log(2025) / math.sqrt(lam_code)) == 243
-    f = mf.thm1_from_source(W, 0, 243, eig=eig)
+    f = pmf.thm1_from_source(W, 0, 243, eig=eig)
     dist = g.shortest_path_lengths(0)
     ref = {1: (29.68, None, None), 2: (27.21, 23.44, 34.75), 5: (16.72, 11.30, 20.57), 10: (6.550, 3.032, 9.168),
            15: (2.168, 0.563, 3.614), 18: (1.015, 0.165, 1.930), 20: (0.5865, 0.0666, 1.209),
@@ -125,7 +126,7 @@ def test_grid_45_theorem1_reference():
         assert cls.mean() == pytest.approx(mean, rel=2e-3)
         if lo is not None:
             assert cls.min() == pytest.approx(lo, rel=3e-3) and cls.max() == pytest.approx(hi, rel=3e-3)
-    f2 = mf.thm1_from_source(W, 1035, 243, eig=eig)
+    f2 = pmf.thm1_from_source(W, 1035, 243, eig=eig)
     d2 = g.shortest_path_lengths(1035)
     for k, mean in {1: 18.20, 5: 8.434, 10: 2.855, 15: 0.8142, 20: 0.1882, 25: 0.03987}.items():
         assert f2[d2 == k].mean() == pytest.approx(mean, rel=2e-3)
@@ -134,7 +135,7 @@ def test_grid_45_theorem1_reference():
 def test_complete_graph_closed_form():
     n, T = 9, 5
     W = sp.csr_matrix(np.full((n, n), 1.0 / n))
-    F = mf.thm1_matrix(W, T)
+    F = pmf.thm1_matrix(W, T)
     off = ~np.eye(n, dtype=bool)
     np.testing.assert_allclose(F[off], 1 + (T - 1) * (n - 1) / n, rtol=1e-12)
 
@@ -142,10 +143,10 @@ def test_complete_graph_closed_form():
 def test_thm1_from_source_matches_matrix():
     g = parse_graph("er:40:0.15:3")
     W = metropolis_hastings(g.largest_component())
-    F = mf.thm1_matrix(W, 7)
+    F = pmf.thm1_matrix(W, 7)
     for conv in ("paper", "code"):
-        F = mf.thm1_matrix(W, 7, convention=conv)
-        f = mf.thm1_from_source(W, 2, 7, convention=conv)
+        F = pmf.thm1_matrix(W, 7, convention=conv)
+        f = pmf.thm1_from_source(W, 2, 7, convention=conv)
         np.testing.assert_allclose(f[np.arange(W.shape[0]) != 2], np.delete(F[2], 2), rtol=1e-9, atol=1e-13)
 
 
@@ -153,8 +154,8 @@ def test_cor1_dominates_thm1():
     for seed in range(3):
         g = parse_graph(f"er:30:0.2:{seed}").largest_component()
         W = metropolis_hastings(g)
-        F = mf.thm1_matrix(W, 6)  # Thm 1 term t bounds the Cor. 1 term t + 1
-        C = mf.cor1_matrix(W, 6)
+        F = pmf.thm1_matrix(W, 6)  # Thm 1 term t bounds the Cor. 1 term t + 1
+        C = pmf.cor1_matrix(W, 6)
         off = ~np.eye(W.shape[0], dtype=bool)
         assert np.all(C[off] >= F[off] - 1e-12)
 
@@ -174,7 +175,7 @@ def test_time_varying_uses_row_w_column_u():
     assert not np.allclose(W0 @ W1, W1 @ W0)
     prods = [np.eye(n), W0, W1 @ W0]
     adjs = [A0, A1, A0]
-    F = mf.thm1_schedule_matrix(prods, [sp.csr_matrix(a) for a in adjs])
+    F = pmf.thm1_schedule_matrix(prods, [sp.csr_matrix(a) for a in adjs])
     manual = np.zeros((n, n))
     transposed = np.zeros((n, n))
     for P, A in zip(prods, adjs):
@@ -194,7 +195,7 @@ def test_cycle_counterexamples():
     s = mf.observer_sensitivities(W, 0, 6, own_noise_known=False)
     assert s[6] == pytest.approx(5 / 6, abs=1e-6)
     assert mf.observer_sensitivities(W, 0, 2, own_noise_known=False)[2] == pytest.approx(2 / 3, abs=1e-6)
-    paper = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0, bound="paper")
+    paper = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0, mf.MuffliatoOptions(bound="paper"))
     # the spec rounds this value to 2.0e-4; the formula (checked by hand below) gives 2.234e-4
     assert paper["rdp"] == pytest.approx(2.2338880822e-4, rel=1e-8) and paper["rdp"] < 0.001
     Wd = W.toarray(); P = np.eye(12); manual = 0.0
@@ -202,7 +203,7 @@ def test_cycle_counterexamples():
         manual += sum(P[w, 6] ** 2 / (P[w] ** 2).sum() for w in (1, 11))
         P = Wd @ P
     assert paper["rdp"] == pytest.approx(manual, rel=1e-12)
-    assert mf.muffliato_pair(W, 2, 0, 2, 2.0, 1.0, bound="paper")["rdp"] == pytest.approx(1 / 3, rel=1e-9)
+    assert mf.muffliato_pair(W, 2, 0, 2, 2.0, 1.0, mf.MuffliatoOptions(bound="paper"))["rdp"] == pytest.approx(1 / 3, rel=1e-9)
     # hushnet's convention (observer sees its own states and knows its own noise): full recovery
     cert = mf.muffliato_pair(W, 6, 0, 6, 2.0, 1.0)
     assert cert["rdp"] == pytest.approx(1.0, abs=1e-9) and cert["bound"] == "certified"
@@ -269,7 +270,7 @@ def test_loss_matrix_api_and_scaling():
     assert pp.bound == "paper" and any("NOT a guarantee" in n for n in pp.notes)
     s = pm.summary(parse_graph("ring:10"))
     assert s["bound"] == "certified" and "mean_by_distance" in s
-    pair = mf.muffliato_pair(W, 3, 0, 4, 2.0, 1.0, delta=1e-5)
+    pair = mf.muffliato_pair(W, 3, 0, 4, 2.0, 1.0, mf.MuffliatoOptions(delta=1e-5))
     assert pair["rdp"] == pytest.approx(pm.matrix[3, 0]) and pair["epsilon"] > 0
     with pytest.raises(ValueError):
         mf.muffliato_loss_matrix(W, 4, 1.0, 1.0)
@@ -325,7 +326,7 @@ def test_gd_hidden_state_leaks_more_than_composition():
 def test_thm4_er_bound():
     g = parse_graph("er:50:0.15:0").largest_component()
     W = metropolis_hastings(g)
-    out = mf.thm4_er_bound(W, 0, 10, 2.0, 1.0, q=0.15)
+    out = pmf.thm4_er_bound(W, 0, 10, 2.0, 1.0, q=0.15)
     d = g.degrees
     n = g.n
     for v in range(1, n):
@@ -334,7 +335,7 @@ def test_thm4_er_bound():
         else:
             assert out[v] == pytest.approx(min(2 * 10 * d[v] / (n - d[v]), 1.0))
     with pytest.raises(ValueError):
-        mf.thm4_er_bound(W, 0, 10, 4.0, 1.0, q=0.15)
+        pmf.thm4_er_bound(W, 0, 10, 4.0, 1.0, q=0.15)
 
 
 def _rank_mod_p(rows: list[list[int]], p: int) -> int:

@@ -209,8 +209,8 @@ def test_audit_with_a_planar_pattern_stays_below_the_certified_value():
     assert best == pytest.approx(V[0], abs=1e-9)
     with pytest.raises(ValueError, match="norm <= 1"):
         audit.audit_gossip_stream(W, 0, observer_set(W, 1, "neighbourhood"), 4, 1.0, known=[1], pattern=2 * pattern)
-    r = audit.audit_gossip_stream(W, 0, observer_set(W, 1, "neighbourhood"), 4, 1.0, known=[1], pattern=pattern,
-                                  n_train=3000, n_test=8000, seed=5)
+    r = audit.audit_gossip_stream(W, 0, observer_set(W, 1, "neighbourhood"), 4, 1.0,
+                                  audit.AuditOptions(n_train=3000, n_test=8000, seed=5), known=[1], pattern=pattern)
     assert r["pattern_sensitivity_sq"] == pytest.approx(best, rel=1e-7)
     assert r["pattern_sensitivity_sq"] > r["scalar_sensitivity_sq"] + 3e-4  # the old certified value
     assert r["pattern_sensitivity_sq"] <= r["certified_sensitivity_sq"] + 1e-9

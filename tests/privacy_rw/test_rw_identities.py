@@ -10,6 +10,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 
 from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.paper import randomwalk as prw  # the printed formulas (labelled "paper")
 from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 
@@ -121,7 +122,7 @@ def test_complete_graph_reference_totals_n2048():
     P = rw.rw_pndp_matrix(W64, 1150, alpha, sigma, constraint="proof")
     off = P.off_diagonal()
     assert np.allclose(off, 2 * rw.harmonic_number(1150) / 64 * (1150 / 64), rtol=1e-12)
-    assert rw.rw_pair_loss(W64, 3, 7, 1150, alpha, sigma, constraint="proof") == pytest.approx(off[0], rel=1e-12)
+    assert rw.rw_pair_loss(W64, 3, 7, 1150, alpha, sigma, rw.WalkLossOptions(constraint="proof")) == pytest.approx(off[0], rel=1e-12)
     assert rw.rw_pndp_matrix(W64, 1150, alpha, sigma, bound="paper").matrix[0, 1] == pytest.approx(
         2 * math.log(1150) / 64 * (1150 / 64), rel=1e-12)
 
@@ -184,11 +185,11 @@ def test_ring_closed_form_corrected_equals_recipe_and_printed_form_does_not():
     totals = rw.rw_pndp_matrix(W, T, alpha, sigma, bound="paper").matrix[0, 1:7]
     assert np.allclose(totals, [178.557, 95.941, 69.420, 57.433, 51.833, 50.166], atol=1e-3)
     # the printed Theorem 5 (u+v−2, factor 2, cos(πak/n)) is not the loss: regression against using it as oracle
-    printed = [rw.ring_loss_printed_thm5(n, 1, 1 + d, T, alpha, sigma) for d in range(1, 7)]
+    printed = [prw.ring_loss_printed_thm5(n, 1, 1 + d, T, alpha, sigma) for d in range(1, 7)]
     lnT_single = rw.rw_single_loss_matrix(W, T, alpha, sigma, horizon="lnT")[0, 1:7]
     assert np.max(np.abs(np.array(printed) - lnT_single)) > 0.1
     # …and it is not even a function of the distance (u+v dependence)
-    assert abs(rw.ring_loss_printed_thm5(n, 1, 3, T, alpha, sigma) - rw.ring_loss_printed_thm5(n, 4, 6, T, alpha, sigma)) > 1e-3
+    assert abs(prw.ring_loss_printed_thm5(n, 1, 3, T, alpha, sigma) - prw.ring_loss_printed_thm5(n, 4, 6, T, alpha, sigma)) > 1e-3
 
 
 # --- D9: star ------------------------------------------------------------------------------------------------------
@@ -201,8 +202,8 @@ def test_star_true_loss_vs_printed_theorem4(n, leaf_leaf, centre_leaf, printed_l
     assert S[1, 2] == pytest.approx(leaf_leaf, rel=3e-3)  # the spec prints 3 significant digits
     assert S[0, 1] == pytest.approx(centre_leaf, rel=3e-3)
     assert S[0, 1] > S[1, 2] and S[1, 0] > S[2, 1]  # pairs with the centre leak more (the valid claim)
-    p_ll = rw.star_loss_printed_thm4(n, 2.0, 1.0, centre_pair=False)
-    p_cl = rw.star_loss_printed_thm4(n, 2.0, 1.0, centre_pair=True)
+    p_ll = prw.star_loss_printed_thm4(n, 2.0, 1.0, centre_pair=False)
+    p_cl = prw.star_loss_printed_thm4(n, 2.0, 1.0, centre_pair=True)
     assert p_ll == pytest.approx(printed_ll, rel=1e-2) and p_cl == pytest.approx(printed_cl, rel=1e-2)
     assert p_ll < S[1, 2] and p_cl < S[0, 1]  # the printed bound is below the true value: not a bound
 
@@ -299,12 +300,12 @@ def test_pair_loss_matches_matrix(kw):
     rw._SPECTRUM_CACHE.clear()  # exercise the cheap (no-eigh) path first
     W = W_of("grid:4x5")
     vals = [(0, 19), (3, 4), (7, 12)]
-    pairs = [rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, **kw) for u, v in vals]
+    pairs = [rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) for u, v in vals]
     P = rw.rw_pndp_matrix(W, 150, 2.0, 1.0, **kw).matrix
     for (u, v), x in zip(vals, pairs):
         assert x == pytest.approx(P[u, v], rel=1e-9)
-        assert rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, **kw) == pytest.approx(P[u, v], rel=1e-9)  # cached path
-    assert rw.rw_pair_loss(W, 2, 2, 150, 2.0, 1.0, **kw) == 0.0
+        assert rw.rw_pair_loss(W, u, v, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) == pytest.approx(P[u, v], rel=1e-9)  # cached path
+    assert rw.rw_pair_loss(W, 2, 2, 150, 2.0, 1.0, rw.WalkLossOptions(**kw)) == 0.0
 
 
 def test_dense_and_sparse_inputs_agree():

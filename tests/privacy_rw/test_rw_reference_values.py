@@ -10,6 +10,7 @@ from scipy.linalg import expm
 from scipy.stats import spearmanr
 
 from hushnet.privacy import randomwalk as rw
+from hushnet.privacy.paper import randomwalk as prw  # the printed formulas (labelled "paper")
 from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
 
 
@@ -63,7 +64,7 @@ def test_hypercube11_experiment_parameters_and_rw_losses(hypercube11):
 
 def test_hypercube11_gossip_baseline_and_rw_below_gossip(hypercube11):
     g, W = hypercube11
-    gv = rw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
+    gv = prw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
     dist = g.shortest_path_lengths(0)
     ref = {1: 1.000, 2: 0.6416, 3: 0.2449, 4: 0.1246, 6: 5.073e-2, 11: 1.210e-2}
     for d, r in ref.items():
@@ -87,7 +88,7 @@ def test_er_rw_below_gossip_at_every_distance():
     T = rw.compute_T_walk(W, 1.0)
     assert rw.vplambda(W) == pytest.approx(0.0781, rel=0.2)
     a0 = np.clip(rw.rw_pndp_matrix(W, T, 2.0, 1.0, bound="paper").matrix[0], 0, 1)
-    gv = rw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
+    gv = prw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
     dist = g.shortest_path_lengths(0)
     for d in range(1, int(dist.max()) + 1):
         assert by_distance(a0, dist, d) < by_distance(gv, dist, d)
@@ -220,7 +221,7 @@ def test_grid45_corner_rw_not_better_than_gossip():
     assert T == 193225 and rw.gossip_T_mix(W, 1.0) == 243
     assert rw.vplambda(W) == pytest.approx(0.00099, rel=0.01)
     a0 = np.clip(rw.rw_pndp_matrix(W, T, 2.0, 1.0, bound="paper").matrix[0], 0, 1)
-    gv = rw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
+    gv = prw.gossip_baseline_loss_vector(W, g, 0, 2.0, 1.0, clip_at=1.0)
     assert a0[1:].mean() == pytest.approx(0.569, rel=1e-3)
     assert gv[1:].mean() == pytest.approx(0.120, rel=2e-3)
     dist = g.shortest_path_lengths(0)

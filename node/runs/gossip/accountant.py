@@ -115,17 +115,18 @@ PAPER_LABELS = {
 def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
     """(n,) the paper's unit-free ``Δ²(vertex → v)/Δ²`` on the public schedule (0 toward itself).
 
-    Muffliato: [M] Thm 1 (:func:`hushnet.privacy.muffliato.thm1_from_source`, T resolved rounds; acceleration
+    Muffliato: [M] Thm 1 (:func:`hushnet.privacy.paper.muffliato.thm1_from_source`, T resolved rounds; acceleration
     does not change it).  Muffliato-GD: Thm 6 eq. (13), Thm 1 with K rounds per step (on the
     step's graph), summed over steps.  Streaming gossip: [K] Thm 15 with ``m = |N̄_v|`` (1 in the
     aggregate view), ``ρ = max(|λ₂|, |λ_n|)``:
-    ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive).
+    ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive;
+    :func:`hushnet.privacy.paper.koskela.thm15_sensitivities`).
     """
-    from hushnet.privacy.muffliato import thm1_from_source
+    from hushnet.privacy.paper.koskela import thm15_sensitivities
+    from hushnet.privacy.paper.muffliato import thm1_from_source
     from hushnet.protocols.gossip_sim import mh_matrix
 
     Wc = sp.csr_matrix(W, dtype=float)
-    n = Wc.shape[0]
     p = resolved(spec, Wc)
     if spec.protocol == "muffliato":
         out = thm1_from_source(Wc, vertex, int(p["rounds"]))
@@ -136,17 +137,7 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
         eig = np.linalg.eigh(Wc.toarray())
         out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
     elif spec.protocol == "gossip-stream":
-        T = int(p["rounds"])
-        lam = np.sort(np.abs(np.linalg.eigvalsh(Wc.toarray())))[::-1]
-        rho = float(lam[1]) if n > 1 else 0.0
-        m = np.diff(Wc.indptr) + (Wc.diagonal() == 0)  # closed neighbourhood (the diagonal is in W's support)
-        if view_of(spec) == "aggregate":  # secure summation: one observer row, S = e_iᵀ (Thm 15 with m = 1)
-            m = np.ones(n)
-        if rho >= 1.0 - 1e-12:
-            out = np.full(n, np.inf)
-        else:
-            x = m * T / n
-            out = x + 2.0 / (1.0 - rho) ** 2 * np.sqrt(x) + 2.0 / (1.0 - rho) ** 4
+        out = thm15_sensitivities(Wc, int(p["rounds"]), aggregate=view_of(spec) == "aggregate")
     else:
         raise ValueError(f"no paper bound for {spec.protocol}")
     out = np.array(out, dtype=float)
