@@ -27,6 +27,18 @@ STEP = {"local": 0.0673, "central": 0.0342, "network": 0.0342}
 CAP = math.ceil(1.25 * T / N)
 PROTOCOL = {"central": "central-dpsgd", "network": "pad-complete-sgd", "local": "local-dp-sgd"}
 SPEC_SIGMA = {10.0: {"local": 5.871, "central": 0.6968, "network": 1.2270}, 1.0: {"local": 46.87, "central": 6.968, "network": 10.98}}
+NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is about
+    "Re-run on OpenML 823's label (non-private full-batch 0.966). eps = 10: central 0.962 +- 0.002, network "
+    "(complete graph) 0.961 +- 0.004, local 0.885 +- 0.089 -- the paper's picture (network matches central, "
+    "both beat local). eps = 1: central 0.885 +- 0.042, network 0.784 +- 0.051, local 0.564 +- 0.094 with "
+    "final objective 0.81 > ln 2 (diverges, as the paper says); network 'nearly bridges the gap' in objective"
+    " (0.514 between central 0.396 and local 0.806) but is 0.10 below central in accuracy, so the check "
+    "network_close_to_central_accuracy is false at eps = 1. (Old label: 0.81 / 0.80 / 0.70 at eps = 10, 0.72 "
+    "/ 0.61 / 0.52 at eps = 1.) Setup differences from the paper: step sizes are the reference code's fixed "
+    "ones (0.0342 network and central, 0.0673 local), where the paper tunes each method's step in [1e-4, 2]; "
+    "10 runs instead of 20; the noise is the code's clip-after-noise update; at eps = 1 the network curve "
+    "still climbs late (0.73 at 12 000 steps, 0.78-0.80 at 16 000-20 000)."
+)
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -102,6 +114,7 @@ def main(out_dir: pathlib.Path) -> dict:
     fig.tight_layout()
     fig.savefig(out_dir / "pad_fig2.png", dpi=90)
     plt.close(fig)
+    result["note"] = NOTE
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
     (out_dir / "pad_fig2.json").write_text(json.dumps(result, indent=2))
     return result
