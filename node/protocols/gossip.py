@@ -602,9 +602,11 @@ class GossipMachine(Protocol):
         return self.final_model()[0]
 
     # ---- durability (issue 14) --------------------------------------------------------------------
-    #: every event changes what the node would need after a crash (values heard, silence counts), so the
-    #: driver checkpoints after each one: a message the transport acknowledged is never forgotten
-    checkpoint_every_event: ClassVar[bool] = True
+    #: checkpointed with every batch that sends (at least twice a round: the phase closes), not after every
+    #: event: a value received since the last checkpoint is lost in a crash, and the restored node treats it
+    #: as late (missing from its row) — sound, since views are built from the *sender's* records — at a
+    #: fraction of the cost (per-event checkpoints of 10⁴-float rounds: 4.6 instead of 17.6 rounds/s)
+    checkpoint_every_event: ClassVar[bool] = False
     #: not part of a checkpoint: public construction inputs the rebuilt machine already has
     _NOT_STATE = frozenset({"ctx", "topo", "opt", "task", "secure", "_drop_rng", "_sets", "_skipping"})
 

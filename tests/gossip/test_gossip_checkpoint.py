@@ -31,7 +31,7 @@ def test_checkpoint_round_trip_continues_identically():
             a.handle(MessageArrived(j, encode_round(KIND_AVAIL, 0, 1)))
         for j in NB[: len(NB) // 2]:
             a.handle(MessageArrived(j, encode_round(KIND_VALUE, 0, 3, np.full(2, float(j)))))
-        assert a.durable and a.checkpoint_every_event
+        assert a.durable
         acts = b.restore(unpack(pack(a.checkpoint())))
         assert acts == [SetTimer("B0", a.opt.timeout / a.opt.ticks)]
         rest = [MessageArrived(j, encode_round(KIND_VALUE, 0, 3, np.full(2, float(j)))) for j in NB[len(NB) // 2:]]
