@@ -421,8 +421,14 @@ class AsyncClient:
         Returns the nodes that did not get the close, with why: their top-up is owed until they do
         (a node restarted on its state directory keeps the run, so calling this again reaches it;
         the top-up is applied once).  Idempotent."""
+        from hushnet.net import pki
+        from hushnet.runs.spec import sign_close
+
         await self.refresh()
-        res = await self._all("run.close", {"run_id": run_id, "deviated": bool(deviated)})
+        # signed: a node that was down keeps asking its neighbours for this record when it is back, and
+        # applies the close (its deviation top-up) from it without the operator calling again
+        record = sign_close(run_id, deviated, pki.load_key(self.creds.key_pem), self.creds.cert_pem)
+        res = await self._all("run.close", {"run_id": run_id, "deviated": bool(deviated), "record": record})
         return {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
 
     async def resume(self, run_id: str, *, from_node: str | None = None) -> dict[str, Any]:

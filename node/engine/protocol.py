@@ -87,6 +87,9 @@ class Protocol(ABC):
     #: whether :meth:`checkpoint` / :meth:`restore` are implemented (a machine without them is not
     #: resumed after its node restarts: its run is reported as lost there instead)
     durable: ClassVar[bool] = False
+    #: checkpoint after every event, not only after batches that send or finish (machines whose state
+    #: changes on receipt alone, e.g. gossip rounds collecting values)
+    checkpoint_every_event: ClassVar[bool] = False
 
     def checkpoint(self) -> dict[str, Any]:
         """Everything this machine needs to continue after its process dies: plain values, numpy

@@ -221,6 +221,9 @@ class Node:
         self.state_dir = pathlib.Path(config.state_dir)
         self.handlers = HandlerRegistry()
         self.controls = ControlRegistry()
+        #: fault injection (``HUSHNET_FAULT_INJECTION=1`` only; the chaos test): peers whose link is cut —
+        #: sends to them stall as on a dead link and fail at their deadline, their deliveries are refused
+        self.cut: set[str] = set()
         self.identity: Identity | None = None
         self.directory: bpb.Directory | None = None
         self.onion_keys = None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
@@ -299,6 +302,11 @@ class Node:
         delay = 0.2
         while True:
             remaining = deadline - time.monotonic()
+            if to in self.cut:  # fault injection: a cut link behaves like a dead one (retried until the deadline)
+                if remaining <= 0:
+                    raise DeliveryError(to, grpc.StatusCode.UNAVAILABLE, "link cut (fault injection)")
+                await asyncio.sleep(min(0.2, remaining))
+                continue
             try:
                 ack = await link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
                 link.sent += 1
@@ -654,6 +662,9 @@ class Node:
                                 kind="rejected:sender-mismatch",
                                 caller=who.name)
             await self._check_member(who, key_sha)
+            if who.name in self.cut:
+                raise _Rejected(grpc.StatusCode.UNAVAILABLE, f"link to {who.name} is cut (fault injection)",
+                                kind="rejected:link-cut", caller=who.name)
             if env.recipient and env.recipient != self.node_id:
                 raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"envelope addressed to {env.recipient!r}, this is {self.node_id}",
@@ -783,7 +794,20 @@ class Node:
             return json.dumps({"node": st.node_id, "neighbors": list(st.neighbors),
                                "connections": {c.peer_id: c.healthy for c in st.connections}}).encode()
 
-        for name, fn in (("ping_neighbors", ping_neighbors), ("inbox", inbox), ("status", status)):
+        async def cut(payload: bytes) -> bytes:
+            """``{"peers": [...], "cut": bool}``: cut (or restore) this node's side of links (fault injection)."""
+            args = json.loads(payload or b"{}")
+            peers = [str(p) for p in args.get("peers", [])]
+            if args.get("cut", True):
+                self.cut.update(peers)
+            else:
+                self.cut.difference_update(peers)
+            return json.dumps({"node": self.node_id, "cut": sorted(self.cut)}).encode()
+
+        builtins = [("ping_neighbors", ping_neighbors), ("inbox", inbox), ("status", status)]
+        if os.environ.get("HUSHNET_FAULT_INJECTION") == "1":  # never on a deployed node
+            builtins.append(("net.cut", cut))
+        for name, fn in builtins:
             if name not in self.controls.commands():
                 self.controls.register(name, fn)
 

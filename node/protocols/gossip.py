@@ -310,6 +310,9 @@ class GossipMachine(Protocol):
         self.secure: Any = None
         self._draining = False
         self._late: list[int] = []
+        #: restored from a checkpoint after a crash and not yet back in step with its neighbours (issue 14)
+        self._rejoining = False
+        self._skipping = False  # inside _fast_forward: silence of skipped rounds declares nobody gone
 
     # ---- hooks ------------------------------------------------------------------------------------
 
@@ -344,6 +347,21 @@ class GossipMachine(Protocol):
                                    "a release the aggregate-view accountant does not account)")
         if kind == KIND_JOIN and self.secure is None:
             raise MalformedMessage("a secure-summation JOIN in a plain gossip run")
+        pre: list[Action] = []
+        if self.durable and rnd < self.rounds and src in self.topo.neighbour_set(self.ctx.node, rnd):
+            if src in self.gone:  # a neighbour declared gone is alive again (restarted): wire it back in
+                pre = self._readmit(src)
+            if self._rejoining and rnd > self.t and self.phase in (_A, _B):
+                pre += self._fast_forward(rnd)
+        if pre:  # the message itself may be for a round this node has already closed: then only `pre`
+            try:
+                return pre + self._round_message(src, kind, rnd, aux, vec, payload)
+            except ProtocolError:
+                return pre
+        return self._round_message(src, kind, rnd, aux, vec, payload)
+
+    def _round_message(self, src: int, kind: int, rnd: int, aux: int, vec: np.ndarray | None,
+                       payload: bytes) -> list[Action]:
         if rnd >= self.rounds:
             raise MalformedMessage(f"round {rnd} outside 0..{self.rounds - 1}")
         if src in self.gone:
@@ -456,6 +474,7 @@ class GossipMachine(Protocol):
 
     def _accept(self, src: int, kind: int, aux: int, vec: np.ndarray | None) -> list[Action]:
         if self.phase == _A:
+            self._rejoining = False  # a neighbour's announcement for our round: back in step
             self._heard[src] = aux
             if len(self._heard) == self._cand.size:
                 return self._close_availability(timed_out=False)
@@ -553,7 +572,7 @@ class GossipMachine(Protocol):
         for j in self._cand:
             j = int(j)
             self._missed[j] = self._missed.get(j, 0) + 1 if j in silent else 0
-            if self._missed[j] >= self.opt.give_up_after and j not in self.gone:
+            if self._missed[j] >= self.opt.give_up_after and j not in self.gone and not self._skipping:
                 self.gone.add(j)
                 acts.append(Deviation(me, t, "neighbour-gone", {"neighbour": j, "silent_rounds": self._missed[j]}))
         acts.extend(self.incorporate(t, mixed))
@@ -581,6 +600,94 @@ class GossipMachine(Protocol):
 
     def current_state(self) -> np.ndarray:
         return self.final_model()[0]
+
+    # ---- durability (issue 14) --------------------------------------------------------------------
+    #: checkpointed with every batch that sends (at least twice a round: the phase closes), not after every
+    #: event: a value received since the last checkpoint is lost in a crash, and the restored node treats it
+    #: as late (missing from its row) — sound, since views are built from the *sender's* records — at a
+    #: fraction of the cost (per-event checkpoints of 10⁴-float rounds: 4.6 instead of 17.6 rounds/s)
+    checkpoint_every_event: ClassVar[bool] = False
+    #: not part of a checkpoint: public construction inputs the rebuilt machine already has
+    _NOT_STATE = frozenset({"ctx", "topo", "opt", "task", "secure", "_drop_rng", "_sets", "_skipping"})
+
+    @property
+    def durable(self) -> bool:  # type: ignore[override]
+        """Plain gossip is durable; secure summation is not (its SecAgg sessions hold one-time keys that a
+        restarted node must not reuse), so such a run is reported lost at a restarted node, as before."""
+        return self.secure is None
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The whole round state (round, phase, values heard, the state vector, the realised schedule,
+        neighbours declared gone) and the generators' states: a restored node continues the same run."""
+        state = {k: v for k, v in self.__dict__.items() if k not in self._NOT_STATE}
+        state["_rng"] = self.ctx.rng.bit_generator.state
+        if self._drop_rng is not None:
+            state["_drop_rng_state"] = self._drop_rng.bit_generator.state
+        return state
+
+    def restore(self, state: dict[str, Any]) -> list[Action]:
+        """Load a :meth:`checkpoint`; re-arm the current phase's timer.  The node is then *rejoining*: its
+        neighbours went on without it (it was a dropout of the rounds it missed), so the first message of
+        a later round moves it to that round (:meth:`_fast_forward`) and its heartbeats readmit it at
+        neighbours that had declared it gone."""
+        state = dict(state)
+        self.ctx.rng.bit_generator.state = state.pop("_rng")
+        drop = state.pop("_drop_rng_state", None)
+        if drop is not None and self._drop_rng is not None:
+            self._drop_rng.bit_generator.state = drop
+        unknown = set(state) - set(self.__dict__)
+        if unknown:
+            raise ValueError(f"gossip checkpoint has unknown fields {sorted(unknown)[:5]}")
+        self.__dict__.update(state)
+        self._cand = np.asarray(self._cand, dtype=np.int64)
+        if self.finished:
+            return []
+        self._rejoining = True
+        for j in self._awaited():
+            self._silence[j] = 0
+        return [SetTimer(f"{'AB'[self.phase]}{self.t}", self.opt.timeout / self.opt.ticks)]
+
+    def journal_entries(self) -> list[LedgerEntry]:
+        """The ``schedule`` entries of every round this machine closed (a restored driver re-journals them:
+        its checkpoint is written before the journal, so a crash between the two is repaired)."""
+        return [LedgerEntry(self.ctx.node, int(e["round"]), "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name,
+                            self.ctx.run_id, e) for e in self.schedule]
+
+    def _readmit(self, src: int) -> list[Action]:
+        """``src`` was declared gone but speaks again: it is a candidate again from the next round on (its
+        records and ours stay sender-side facts, so the accountant needs nothing more)."""
+        self.gone.discard(src)
+        self._missed[src] = 0
+        return [Metric("neighbour_back", float(src), self.t, self.ctx.node)]
+
+    def _fast_forward(self, rnd: int) -> list[Action]:
+        """A restored node learns its neighbours are in round ``rnd``: close its rounds before ``rnd`` as a
+        node nobody heard (exactly what a full timeout does: row empty, own value kept, the in-progress
+        round's record naming the neighbours it had already sent its value to), then announce itself for
+        ``rnd``.  Nothing of the skipped rounds is sent (the neighbours closed them), and silence during
+        the skip does not count toward declaring a neighbour gone."""
+        start, gone, missed = self.t, set(self.gone), dict(self._missed)
+        later = {k: v for k, v in self._buf.items() if k[0] >= rnd}
+        self._buf = {}
+        kept: list[Action] = []
+        self._skipping = True
+        try:
+            while not self.finished and self.t < rnd and self.phase in (_A, _B):
+                for j in self._awaited():
+                    self._silence[j] = self.opt.ticks
+                acts = self._close_availability(timed_out=True) if self.phase == _A else self._close_values(timed_out=True)
+                kept.extend(a for a in acts if not isinstance(a, (Send, Deviation)))
+        finally:
+            self._skipping = False
+        self.gone, self._missed = gone, {j: 0 for j in missed}
+        self._buf = later
+        if self.finished or self.phase != _A:
+            return kept
+        avail = encode_round(KIND_AVAIL, self.t, int(self._up))
+        kept.extend(Send(int(j), avail) for j in self._cand)
+        kept.append(Deviation(self.ctx.node, start, "rejoined",
+                              {"from_round": start, "to_round": self.t, "skipped": self.t - start}))
+        return kept + self._drain(_A)
 
     def data_entry(self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any) -> LedgerEntry:
         sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from hushnet.crypto.keys import KeyDirectory, KeyPair, public_bytes
-from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric
+from hushnet.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric
 from hushnet.engine.protocol import Protocol
 from hushnet.protocols.onion import VIEWS
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, evaluate_policy
@@ -434,6 +434,41 @@ class NetworkSecAgg(Protocol):
             if isinstance(a, Finish) and isinstance(a.result, dict):
                 a.result.setdefault("released_for", list(self.released_for))
         return out
+
+    # ---- durability (issue 14): membership survives a restart, the round's secrets do not ------------
+    durable = True
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Membership and progress only: whether the masked input left (and was charged), the phases, the
+        result if the round ended.  Never the one-time masks or the shares held: a restarted node must not
+        answer an unmask request for a round it may have been declared dropped in (revealing both a
+        member's self-mask and its pairwise seeds would expose its input)."""
+        m = self.inner
+        return {"charged": self.charged, "released_for": list(self.released_for), "finished": bool(m.finished),
+                "input_sent": bool(getattr(m, "input_sent", False)), "phase": getattr(m, "phase", ""),
+                "lphase": getattr(m, "lphase", ""), "round": int(m.p.round_id)}
+
+    def restore(self, state: dict[str, Any]) -> list[Action]:
+        """A round that ended stays ended.  A round in progress: a member is a dropout of it (the leader
+        removes its masks with the others' shares, or aborts below the threshold); a restarted leader has
+        lost the masked inputs, so it aborts the round and tells the members why."""
+        m = self.inner
+        self.charged = bool(state["charged"])  # the input is never masked and sent a second time
+        self.released_for = [int(v) for v in state["released_for"]]
+        m.input_sent = bool(state["input_sent"])
+        if state["finished"]:
+            m.finished = True
+            return []
+        rnd = int(state["round"])
+        if m.is_leader and state["lphase"] not in ("", "idle", "done"):
+            return m._abort("the leader restarted mid-round: the masked inputs it held are gone")  # noqa: SLF001
+        m.finished = True
+        m.phase = "done"
+        why = ("node restarted mid-round: a dropout of this round (its one-time masks and the shares it held are "
+               "gone; the sum goes on without it)")
+        return [Deviation(self.ctx.node, rnd, "restarted-mid-round", {"input_sent": m.input_sent}),
+                Finish(self.ctx.node, rnd, None, {"status": "dropped-out", "reason": why,
+                                                  "input_sent": m.input_sent, "released_for": list(self.released_for)})]
 
     # the wrapper only forwards: Protocol's dispatch is replaced by handle() above
     def on_start(self) -> list[Action]:  # pragma: no cover - never called (handle is overridden)

@@ -138,6 +138,7 @@ class RunDriver:
         self._event_base = 0  # events before the last restart are gone; seq numbers go on from here
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
+        self._journal_pending: list[LedgerEntry] = []  # durable run: journal entries of the batch in progress
 
     # ------------------------------------------------------------------ event stream
     def _emit(self, kind: str, **fields: Any) -> None:
@@ -234,12 +235,15 @@ class RunDriver:
             return fx.faults
         fx.outbox = []
         execute(actions, fx)
-        if persist or fx.outbox or fx.changed:
+        if persist or fx.outbox or fx.changed or self.machine.checkpoint_every_event:
             try:
                 self.persist()
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave
+                self._journal_pending = []
                 self._stop(f"cannot write the run's checkpoint ({exc}); nothing of this step was sent")
                 return fx.faults
+        if self._journal_pending and not self._flush_journal():
+            return fx.faults
         for dst, payload, receipt in fx.outbox:
             self._enqueue(dst, payload, receipt)
         return fx.faults
@@ -303,6 +307,10 @@ class RunDriver:
             self._execute(self.machine.handle(RunStarted()), persist=True)
             return
         acts = self.machine.restore(machine)
+        if self.journal is not None:  # records the checkpoint has but the crash kept from the journal
+            self._journal_pending = list(getattr(self.machine, "journal_entries", lambda: [])())
+            if not self._flush_journal():
+                return
         self._execute(acts, persist=bool(acts))
 
     def resume(self, lost: list[str], *, take_up: bool = True, from_step: int | None = None) -> dict[str, Any]:
@@ -357,9 +365,24 @@ class RunDriver:
             out["accuracy"] = m["accuracy"]
         return out
 
+    def _flush_journal(self) -> bool:
+        """Durable run: write the batch's journal entries, after its checkpoint and before its sends (so a
+        crash between the two leaves records the checkpoint already has: :meth:`restore` writes them)."""
+        pending, self._journal_pending = self._journal_pending, []
+        for ev in pending:
+            try:
+                self.journal(ev)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - not on disk: nothing after it may leave the node
+                self._stop(f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
+                           "nothing after it was sent")
+                return False
+        return True
+
     def _charge(self, ev: LedgerEntry) -> bool:
         self.engine_entries.append(ev)
-        if self.journal is not None:
+        if self.journal is not None and self.store is not None:
+            self._journal_pending.append(ev)  # written with the batch's checkpoint (see _execute)
+        elif self.journal is not None:
             try:
                 self.journal(ev)
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing after it may leave the node

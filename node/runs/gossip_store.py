@@ -61,12 +61,18 @@ class ScheduleStore:
                              (spec.run_id, int(vertex), json.dumps(list(ids)), json.dumps(spec.to_dict()), time.time()))
 
     def append(self, run_id: str, record: dict[str, Any]) -> None:
-        """Commit one round's record; a second record of the same round is an error (never overwritten)."""
+        """Commit one round's record; a second, different record of the same round is an error (never
+        overwritten); the same record again is a no-op (a restored node re-journals its checkpoint's rounds)."""
+        text = json.dumps(record, sort_keys=True)
         with self._lock:
             try:
                 self._db.execute("INSERT INTO records(run_id, round, record) VALUES (?,?,?)",
-                                 (run_id, int(record["round"]), json.dumps(record, sort_keys=True)))
+                                 (run_id, int(record["round"]), text))
             except sqlite3.IntegrityError:
+                row = self._db.execute("SELECT record FROM records WHERE run_id = ? AND round = ?",
+                                       (run_id, int(record["round"]))).fetchone()
+                if row is not None and row[0] == text:
+                    return
                 raise ValueError(f"round {record['round']} of run {run_id} is already recorded") from None
 
     def records(self, run_id: str) -> list[dict[str, Any]]:

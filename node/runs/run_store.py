@@ -149,6 +149,7 @@ class RunStore:
             CREATE TABLE IF NOT EXISTS checkpoints (
                 run_id TEXT PRIMARY KEY REFERENCES runs(run_id), seq INTEGER NOT NULL, driver TEXT NOT NULL,
                 machine TEXT, written REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS closes (run_id TEXT PRIMARY KEY, record TEXT NOT NULL, stored REAL NOT NULL);
             """
         )
 
@@ -182,6 +183,17 @@ class RunStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def put_close(self, run_id: str, record: str) -> None:
+        """Keep the operator's signed close record of a run (handed to neighbours that were down)."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO closes(run_id, record, stored) VALUES (?,?,?)",
+                             (run_id, record, time.time()))
+
+    def close_record(self, run_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT record FROM closes WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else str(row[0])
 
     def runs(self) -> list[dict[str, Any]]:
         """Every stored run: ``run_id, signed, vertex, decision, state, reason, driver, machine``."""

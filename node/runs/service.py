@@ -77,10 +77,12 @@ class RunService:
         self._ledger: Ledger | None = None
         self._store: RunStore | None = None
         self._restore_task: asyncio.Task | None = None
+        self._close_tasks: list[asyncio.Task] = []
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> "RunService":
         self.node.register_handler(self, replace=True)
+        self.node.register_handler(CloseRecords(self), replace=True)
         for name, fn in self.commands().items():
             self.node.register_control(name, fn, replace=True)
         if (self.state_dir / RUN_STORE_FILE).exists():
@@ -142,6 +144,8 @@ class RunService:
             run.restore(row["driver"], row["machine"], row["state"], row["reason"], charged)
             log.info("restored run %s at step %d (state %s)", rid, run.last_step, run.state)
             done.append(rid)
+            if run.state not in ("closed", "cancelled"):  # closed while this node was down? ask around
+                self._close_tasks.append(loop.create_task(self.ask_close(rid)))
         return done
 
     def _rebuild(self, row: dict[str, Any]) -> RunDriver:
@@ -382,8 +386,50 @@ class RunService:
 
     async def c_close(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
+        record = args.get("record")
+        if record is not None:  # the operator's signed close: kept for neighbours that are down right now
+            rid, deviated = self._verify_close(str(record))
+            if rid != run.run_id or deviated != bool(args.get("deviated", False)):
+                raise ValueError("the close record does not match the close request")
+            self.store.put_close(rid, str(record))
         run.close(deviated=bool(args.get("deviated", False)))
         return _json(run.status())
+
+    def _verify_close(self, record: str) -> tuple[str, bool]:
+        """A close record signed by an operator certificate of this network's CA: ``(run_id, deviated)``."""
+        from hushnet.runs.spec import parse_close, verify_close
+
+        _, _, _, cert_pem = parse_close(record)
+        cert = self._operator_cert(cert_pem)
+        return verify_close(record, cert)
+
+    def _operator_cert(self, cert_pem: bytes):
+        if not cert_pem:
+            raise SpecError("no operator certificate")
+        try:
+            cert = x509.load_pem_x509_certificate(cert_pem)
+            cert.verify_directly_issued_by(x509.load_pem_x509_certificate(self.node.identity.ca_pem))
+        except Exception as exc:  # noqa: BLE001 - any failure means "not our operator"
+            raise SpecError(f"the certificate was not issued by this network's CA ({type(exc).__name__})") from None
+        who = pki.identity_of(cert)
+        if who is None or not who.is_operator:
+            raise SpecError("signed by a certificate that is not an operator certificate")
+        return cert
+
+    # ---- close records between neighbours (issue 14: a top-up reaches a node that was down) ----------
+    async def ask_close(self, run_id: str, *, attempts: int = 12, every: float = 5.0) -> None:
+        """A restored run that may have been closed while this node was down: ask the run's neighbours for
+        the operator's signed close record until the run is closed here (the answer arrives as a
+        :class:`CloseRecords` envelope and is applied there) or ``attempts`` rounds passed."""
+        for _ in range(attempts):
+            run = self.runs.get(run_id)
+            if run is None or run.state in ("closed", "cancelled"):
+                return
+            ask = json.dumps({"ask": run_id}).encode()
+            nbrs = [n for n in self.node.neighbors if n in run.vertex_of]
+            await asyncio.gather(*(self.node.send(n, ask, protocol=CLOSE_PROTOCOL, run_id=run_id, timeout=every)
+                                   for n in nbrs), return_exceptions=True)
+            await asyncio.sleep(every)
 
     async def c_ledger(self, payload: bytes) -> bytes:
         args = json.loads(payload or b"{}")
@@ -403,6 +449,8 @@ class RunService:
     def close(self) -> None:
         if self._restore_task is not None:
             self._restore_task.cancel()
+        for t in self._close_tasks:
+            t.cancel()
         for r in self.runs.values():
             r.shutdown()
         if self._ledger is not None:
@@ -411,6 +459,44 @@ class RunService:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+CLOSE_PROTOCOL = "hushnet.run-close"
+
+
+class CloseRecords:
+    """Peer protocol: ``{"ask": run_id}`` → the operator's signed close record of that run, if this node
+    has it; ``{"record": …}`` → verified (operator certificate of this network's CA, signature), then the
+    run is closed here — with its deviation top-up, applied once (the driver's ``topped_up``).  A
+    neighbour cannot forge a close: only what the operator signed is applied."""
+
+    protocol = CLOSE_PROTOCOL
+
+    def __init__(self, service: RunService) -> None:
+        self.service = service
+
+    def handle(self, envelope):
+        from hushnet.net.handlers import OutgoingEnvelope
+
+        svc = self.service
+        doc = loads_bounded(bytes(envelope.payload) or b"{}", "close record message")
+        if not isinstance(doc, dict):
+            raise ValueError("close record message must be a JSON object")
+        if "ask" in doc:
+            rec = svc.store.close_record(str(doc["ask"]))
+            if rec is None:
+                return None
+            return [OutgoingEnvelope(to=envelope.sender, payload=json.dumps({"record": rec}).encode(),
+                                     run_id=str(doc["ask"]), protocol=CLOSE_PROTOCOL)]
+        rid, deviated = svc._verify_close(str(doc.get("record", "")))  # noqa: SLF001
+        run = svc.runs.get(rid)
+        if run is None or run.state in ("closed", "cancelled"):
+            return None
+        svc.store.put_close(rid, str(doc["record"]))
+        log.info("run %s closed from the operator's signed record relayed by %s (deviated=%s)", rid,
+                 envelope.sender, deviated)
+        run.close(deviated=deviated)
+        return None
 
 
 def install(node) -> RunService:

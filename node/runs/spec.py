@@ -446,6 +446,39 @@ def sign_spec(spec: RunSpec, key: ec.EllipticCurvePrivateKey, certificate_pem: b
     return SignedRunSpec(spec, key.sign(spec.canonical_bytes(), ec.ECDSA(hashes.SHA256())), certificate_pem)
 
 
+def close_record_bytes(run_id: str, deviated: bool) -> bytes:
+    """What the operator signs when it closes a run: the run id and whether it deviated."""
+    return json.dumps({"close": str(run_id), "deviated": bool(deviated)}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_close(run_id: str, deviated: bool, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b"") -> str:
+    """The operator's signed close record (JSON text).  Nodes keep it and hand it to a node that was down
+    when the run was closed, which verifies it like a spec and applies its close (and top-up) once."""
+    sig = key.sign(close_record_bytes(run_id, deviated), ec.ECDSA(hashes.SHA256()))
+    return json.dumps({"run_id": str(run_id), "deviated": bool(deviated), "signature": base64.b64encode(sig).decode(),
+                       "certificate": certificate_pem.decode()}, sort_keys=True, separators=(",", ":"))
+
+
+def parse_close(record: str | bytes) -> tuple[str, bool, bytes, bytes]:
+    """``(run_id, deviated, signature, certificate_pem)`` of a close record; :class:`SpecError` if malformed."""
+    try:
+        doc = json.loads(record)
+        return (str(doc["run_id"]), bool(doc["deviated"]), base64.b64decode(doc["signature"], validate=True),
+                str(doc.get("certificate", "")).encode())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"malformed close record ({type(exc).__name__})") from None
+
+
+def verify_close(record: str | bytes, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes) -> tuple[str, bool]:
+    """Check a close record's signature; ``(run_id, deviated)``."""
+    run_id, deviated, sig, _ = parse_close(record)
+    try:
+        _public_key(operator_key).verify(sig, close_record_bytes(run_id, deviated), ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise SpecSignatureError("close record signature does not verify under the operator's key") from None
+    return run_id, deviated
+
+
 def verify_spec(signed: SignedRunSpec | None, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes) -> RunSpec:
     """Verify the signature (key, certificate object, or PEM certificate/public key) and the run id; return the spec.
 

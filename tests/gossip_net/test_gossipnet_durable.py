@@ -8,6 +8,10 @@ the restarted one included, which no longer holds the run in memory — settles,
 ledger holds at least the certified loss on the realised schedule, whose unrecorded rounds of the
 crashed node are completed in the safe direction (never smaller than the replay without completion).
 Settling the restarted node again tops nothing up (what it was charged is read from its ledger).
+
+The nodes run with ``HUSHNET_RUNS_DURABLE=0`` (no run checkpoints): the restarted node does not take the
+run up again — the case of a node that never rejoins.  With checkpoints it rejoins and finishes the run
+(``test_gossipnet_rejoin.py``).
 """
 from __future__ import annotations
 
@@ -85,7 +89,8 @@ def _wait(pred, timeout: float, what: str):
 
 
 @pytest.mark.timeout(240)
-def test_sigkilled_gossip_node_restarts_and_settles(tmp_path: pathlib.Path) -> None:
+def test_sigkilled_gossip_node_restarts_and_settles(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HUSHNET_RUNS_DURABLE", "0")  # the node processes inherit it
     rng = np.random.default_rng(3)
     values = [rng.random(2) for _ in range(N)]
     for i in range(N):

@@ -125,7 +125,18 @@ def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[
     return doc, top
 
 
-def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None) -> dict[str, Any]:
+def _own_records(service, run) -> list[dict[str, Any]]:
+    """The node's own schedule records of a run it holds: from memory, or — for a run restored after a
+    restart, whose rounds before the crash are no longer in memory — from its durable store."""
+    if getattr(run, "restored", 0):
+        from hushnet.runs.gossip_store import store_for
+
+        return store_for(service.state_dir).records(run.run_id)
+    return schedule_records(run.engine_entries)
+
+
+def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None,
+           own: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Top the node's ledger up to its certified loss on the realised schedule (never refund).
 
     ``run`` is the node's :class:`~hushnet.runs.driver.RunDriver`; ``records`` vertex → that node's
@@ -136,10 +147,13 @@ def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | 
         raise ValueError(f"run {run.run_id} is not a networked gossip run")
     if cost.settled:
         return {**cost.settled, "again": True}
-    mine = schedule_records(run.engine_entries)
+    mine = schedule_records(run.engine_entries) if own is None else own
     _same_records(records.get(run.vertex), mine)
     recs = {**{int(k): v for k, v in records.items()}, run.vertex: mine}
-    charged = cost.charged if cost.charged is not None else np.zeros((len(cost.targets), cost.orders.size))
+    if getattr(run, "restored", 0) and run.ledger is not None:  # charges before the restart: on the ledger only
+        charged = _run_charged(run.ledger, run.run_id, cost.targets)
+    else:
+        charged = cost.charged if cost.charged is not None else np.zeros((len(cost.targets), cost.orders.size))
     doc, top = _settle_ledger(run.spec, run.vertex, run.ids, run.W, cost.targets, cost.orders, charged, recs,
                               run.ledger, run.run_id, run.node_id, real)
     if np.any(top > 0):
@@ -210,7 +224,7 @@ async def c_schedule(service, payload: bytes) -> bytes:
         return json.dumps({"node": service.node.node_id, "vertex": vertex, "run_id": run_id, "state": "lost",
                            "records": store_for(service.state_dir).records(run_id), "durable": True}).encode()
     return json.dumps({"node": service.node.node_id, "vertex": run.vertex, "run_id": run.run_id, "state": run.state,
-                       "records": schedule_records(run.engine_entries)}).encode()
+                       "records": _own_records(service, run)}).encode()
 
 
 async def c_settle(service, payload: bytes) -> bytes:
@@ -231,7 +245,8 @@ async def c_settle(service, payload: bytes) -> bytes:
         except ValueError as exc:
             return json.dumps({"node": service.node.node_id, "run_id": run_id, "error": str(exc)}).encode()
         return json.dumps(out, default=float).encode()
-    mine = {**recs, run.vertex: schedule_records(run.engine_entries)}
+    own = _own_records(service, run)
+    mine = {**recs, run.vertex: own}
     real = None
     if isinstance(run.cost, GossipCost) and not run.cost.settled and not _missing_records(mine):
         try:  # the replay runs off the event loop
@@ -240,7 +255,7 @@ async def c_settle(service, payload: bytes) -> bytes:
         except ValueError:
             real = None  # settle() reports the reason
     try:
-        out = settle(run, recs, real)
+        out = settle(run, recs, real, own)
     except ValueError as exc:
         return json.dumps({"node": service.node.node_id, "run_id": run.run_id, "error": str(exc)}).encode()
     return json.dumps(out, default=float).encode()
