@@ -1,0 +1,159 @@
+"""Channels to the neighbours: one mutual-TLS channel per neighbour, health probes, and sending envelopes
+over them with retries.  A mixin of :class:`hushnet.net.node.Node`."""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from hushnet.net import pki
+from hushnet.net.config import ENVELOPE_SLACK, PEER_SERVICE
+from hushnet.net.errors import DeliveryError, NotANeighbour, PayloadTooLarge
+from hushnet.net.handlers import OutgoingEnvelope
+from hushnet.net.wire import encode_envelope
+from hushnet.v1 import bootstrap_pb2 as bpb
+from hushnet.v1 import envelope_pb2 as epb
+from hushnet.v1 import peer_pb2 as ppb
+from hushnet.v1 import peer_pb2_grpc as ppb_grpc
+
+
+@dataclass
+class PeerLink:
+    """Our channel to one neighbour and what we know about its health."""
+
+    peer_id: str
+    address: str
+    channel: grpc.aio.Channel
+    stub: ppb_grpc.PeerStub
+    healthy: bool = False
+    last_ok: float = 0.0
+    sent: int = 0
+    failures: int = 0
+    ever_healthy: bool = False
+    deliver: Any = None  # Deliver with pre-encoded request bytes (see hushnet.net.wire)
+
+    def __post_init__(self) -> None:
+        if self.deliver is None:
+            self.deliver = self.channel.unary_unary(
+                f"/{PEER_SERVICE}/Deliver", request_serializer=None,
+                response_deserializer=epb.DeliveryAck.FromString)
+
+    def state(self) -> str:
+        try:
+            return self.channel.get_state(try_to_connect=False).name
+        except Exception:  # channel closed
+            return "SHUTDOWN"
+
+
+class ChannelsMixin:
+    """Links to the neighbours and delivery over them (state on :class:`~hushnet.net.node.Node`)."""
+
+    def next_seq(self, protocol: str, run_id: str, to: str = "") -> int:
+        """Sequence numbers unique per (protocol, run, link) across restarts (incarnation in the high bits).
+
+        One counter per *link*, not per node and run: a neighbour then sees only how many envelopes
+        this node sent *to it*, which it counted itself, never how busy the node is with others (with
+        onion relaying that would tell a receiver how much its last relay relayed — issue 11 finding 5).
+        Receivers deduplicate by ``(sender, protocol, run_id, seq)``, so per-link numbers stay unique there.
+        """
+        key = (protocol, run_id, to)
+        value = self._seq.get(key, 0)
+        self._seq[key] = value + 1
+        return (self.incarnation << 32) | value
+
+    async def send(self, to: str, payload: bytes, *, protocol: str, run_id: str = "", seq: int | None = None,
+                   timeout: float = 60.0) -> epb.DeliveryAck:
+        """Send one envelope to neighbour ``to`` and wait for its delivery receipt.
+
+        Raises :class:`NotANeighbour`, :class:`PayloadTooLarge` or :class:`DeliveryError`.
+        Transient failures are retried until ``timeout``; the receiver drops duplicates by
+        ``(sender, protocol, run_id, seq)``, so a retry never delivers twice.
+        """
+        link = self.links.get(to)
+        if link is None:
+            raise NotANeighbour(f"{to} is not a neighbour of {self.node_id} (neighbours: {', '.join(self.neighbors)})")
+        if len(payload) > self.config.max_message_bytes:
+            raise PayloadTooLarge(
+                f"payload of {len(payload)} bytes exceeds the configured limit of {self.config.max_message_bytes} bytes")
+        if seq is None:
+            seq = self.next_seq(protocol, run_id, to)
+        wire = encode_envelope(protocol, run_id, seq, payload, self.node_id, to)
+        deadline = time.monotonic() + timeout
+        delay = 0.2
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                ack = await link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
+                link.sent += 1
+                return ack
+            except grpc.aio.AioRpcError as exc:
+                link.failures += 1
+                code = exc.code()
+                if code == grpc.StatusCode.UNAVAILABLE and time.monotonic() + delay < deadline:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    link = self.links.get(to, link)
+                    continue
+                raise DeliveryError(to, code, exc.details() or "") from None
+
+    async def send_many(self, items: list[OutgoingEnvelope], *, timeout: float = 60.0) -> list[BaseException | epb.DeliveryAck]:
+        """Send several envelopes concurrently; returns an ack or the exception for each."""
+        coros = [self.send(o.to, o.payload, protocol=o.protocol or "", run_id=o.run_id, seq=o.seq, timeout=timeout)
+                 for o in items]
+        return await asyncio.gather(*coros, return_exceptions=True)
+
+    def _open_link(self, member: bpb.Member) -> PeerLink:
+        limit = self.config.max_message_bytes + ENVELOPE_SLACK
+        ident = self.identity
+        options = [
+            ("grpc.ssl_target_name_override", pki.node_dns(member.node_id)),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.initial_reconnect_backoff_ms", 250),
+            ("grpc.min_reconnect_backoff_ms", 250),
+            ("grpc.max_reconnect_backoff_ms", int(self.config.max_backoff_s * 1000)),
+            # a distinct channel per neighbour, never shared with another identity
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        creds = pki.channel_credentials(ident.ca_pem, ident.key_pem, ident.cert_pem)
+        channel = grpc.aio.secure_channel(member.address, creds, options=options)
+        channel.get_state(try_to_connect=True)
+        self.log.debug("opened channel to %s at %s", member.node_id, member.address)
+        return PeerLink(member.node_id, member.address, channel, ppb_grpc.PeerStub(channel))
+
+    async def _probe(self, link: PeerLink) -> None:
+        try:
+            reply = await link.stub.Health(ppb.HealthRequest(), timeout=max(self.config.probe_s, 1.0),
+                                           wait_for_ready=True)
+            ok = reply.ok and reply.node_id == link.peer_id
+        except grpc.aio.AioRpcError as exc:
+            ok = False
+            detail = exc.code().name
+        else:
+            detail = "ok"
+        if ok:
+            link.last_ok = time.time()
+            if not link.healthy:
+                self.log.info("%s neighbour %s at %s", "reconnected to" if link.ever_healthy else "connected to",
+                         link.peer_id, link.address, extra={"event": "link_up", "peer_id": link.peer_id})
+            link.ever_healthy = True
+        elif link.healthy:
+            self.log.warning("lost neighbour %s at %s (%s); reconnecting with backoff", link.peer_id, link.address, detail,
+                        extra={"event": "link_down", "peer_id": link.peer_id})
+        link.healthy = ok
+
+    async def _probe_loop(self) -> None:
+        while True:
+            links = list(self.links.values())
+            if links:
+                await asyncio.gather(*(self._probe(l) for l in links), return_exceptions=True)
+            await asyncio.sleep(self.config.probe_s * (0.9 + 0.2 * random.random()) if all(
+                l.healthy for l in self.links.values()) else 0.5)
