@@ -55,7 +55,7 @@ class DirectoryMixin:
     def _apply_directory(self, directory: bpb.Directory) -> None:
         self.directory = directory
         view = _shared.view_of(directory)  # built once per directory for all nodes of this process
-        self.members = dict(view.members)
+        self.members = view.members  # shared by this process's nodes: read-only
         by_vertex = view.by_vertex
         nbr_vertices = view.adjacency.get(self.identity.vertex, [])
         neighbors = [by_vertex[v].node_id for v in nbr_vertices if v in by_vertex]
@@ -76,9 +76,10 @@ class DirectoryMixin:
                 self.links[peer_id] = self._open_link(self.members[peer_id])
 
     async def _directory_loop(self) -> None:
+        """Follow the process's copy of the directory, which moves when the bootstrap's does (a long poll
+        shared by the process's nodes, see :mod:`hushnet.net.shared`), instead of polling."""
         while True:
-            await asyncio.sleep(self.config.directory_refresh_s)
-            try:
-                await self._refresh_directory(force=False, max_age=self.config.directory_refresh_s / 2)
-            except NodeError:
-                pass
+            self._bootstrap_channel()
+            directory = await self._boot.next_directory(self.directory.epoch if self.directory is not None else None)
+            if self.directory is None or directory.epoch != self.directory.epoch:
+                self._apply_directory(directory)

@@ -63,25 +63,17 @@ class LeaseMixin:
                 self.log.warning("onion-key rotation failed: %s", exc, extra={"event": "onion_keys_failed"})
 
     async def _heartbeat_loop(self) -> None:
-        failing = False
-        while True:
-            # renew well within the lease the bootstrap granted, whatever heartbeat_s says
-            await asyncio.sleep(min(self.config.heartbeat_s, self.lease_seconds / 3))
-            try:
-                async with self._bootstrap_channel() as ch:
-                    await bpb_grpc.BootstrapStub(ch).Heartbeat(self._signed("Heartbeat"), timeout=5.0)
-                if failing:
-                    self.log.info("lease renewed again", extra={"event": "lease_ok"})
-                failing = False
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    self.log.warning("bootstrap forgot this node; re-joining", extra={"event": "rejoin"})
-                    try:
-                        key, x_key = self._load_keys()
-                        self.identity = await self._join(key, x_key, self.identity.ca_pem)
-                    except NodeError as err:
-                        self.log.error("re-join failed: %s", err)
-                elif not failing:
-                    self.log.warning("heartbeat failed (%s); will keep trying", exc.code().name,
-                                extra={"event": "heartbeat_failed"})
-                failing = True
+        """Hold this node's lease in the process's batched renewal (see :class:`hushnet.net.shared.HostLease`):
+        one signed request per process and period renews all its nodes; cancelling this task silences
+        this node alone."""
+        self._bootstrap_channel()
+        await self._boot.lease.hold(self)
+
+    async def _rejoin(self) -> None:
+        """The bootstrap forgot this node (its state was reset): join again with the same key."""
+        self.log.warning("bootstrap forgot this node; re-joining", extra={"event": "rejoin"})
+        try:
+            key, x_key = self._load_keys()
+            self.identity = await self._join(key, x_key, self.identity.ca_pem)
+        except NodeError as err:
+            self.log.error("re-join failed: %s", err)
