@@ -30,7 +30,8 @@ class LeaseMixin:
         if self.onion_keys is None or (self.onion_keys.period, self.onion_keys.grace) != (period, grace):
             if self.onion_keys is not None:
                 self.onion_keys.close()
-            self.onion_keys = OnionKeyStore(self.state_dir, period, grace)
+            # its replay cache is a SQLite store: opened in a worker thread (fsyncs), as the node store is
+            self.onion_keys = await asyncio.to_thread(OnionKeyStore, self.state_dir, period, grace)
         published = self.onion_keys.maintain(now)
         mine = self.members.get(self.node_id)
         listed = sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys) if mine is not None else []

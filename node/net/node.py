@@ -137,7 +137,9 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
             raise
 
     async def _start(self) -> None:
-        self.store = NodeStore(self.state_dir / "node.sqlite")
+        # Opening (creating) a SQLite store in WAL mode waits for fsyncs (~10–20 ms on this disk): in a worker
+        # thread, so that a host starting hundreds of nodes does not block every node's event loop on them
+        self.store = await asyncio.to_thread(NodeStore, self.state_dir / "node.sqlite")
         self.incarnation = self.store.next_incarnation()
         key, x_key = self._load_keys()
         ca_pem = self._load_ca()
