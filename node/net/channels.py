@@ -36,6 +36,7 @@ class PeerLink:
     ever_healthy: bool = False
     next_probe: float = 0.0  # time.monotonic() when a healthy link is probed next
     missed: int = 0  # consecutive probes that timed out on a connected channel (see Node._probe)
+    last_rpc: float = 0.0  # time.monotonic() of the last Health RPC on this link
     deliver: Any = None  # Deliver with pre-encoded request bytes (see hushnet.net.wire)
 
     def __post_init__(self) -> None:
@@ -132,6 +133,10 @@ class ChannelsMixin:
         return PeerLink(member.node_id, member.address, channel, ppb_grpc.PeerStub(channel))
 
     async def _probe(self, link: PeerLink) -> None:
+        if (link.healthy and self.config.health_rpc_s > 0 and link.state() == "READY"
+                and time.monotonic() - link.last_rpc < self.config.health_rpc_s):
+            return  # still connected, and its identity was confirmed by a Health RPC recently: no RPC now
+        link.last_rpc = time.monotonic()
         try:
             reply = await link.stub.Health(ppb.HealthRequest(), timeout=max(self.config.probe_s, 1.0),
                                            wait_for_ready=True)

@@ -25,6 +25,10 @@ class NodeConfig:
     heartbeat_s: float = 3.0
     directory_refresh_s: float = 2.0
     probe_s: float = 2.0
+    #: a healthy link whose channel is still connected (READY) gets a Health RPC at most this often; the
+    #: probes in between only read the channel's state (no RPC). 0: every probe is an RPC.  Hosts of
+    #: many nodes set it (see hushnet.net.host.NodeHost): their probe RPCs were most of their idle CPU.
+    health_rpc_s: float = 0.0
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True

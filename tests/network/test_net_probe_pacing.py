@@ -12,6 +12,7 @@ import asyncio
 import collections
 import pathlib
 import sys
+import time
 
 import grpc
 import pytest
@@ -75,5 +76,42 @@ def test_a_timeout_on_a_connected_link_is_tolerated_once(tmp_path: pathlib.Path)
             assert link.healthy and link.missed == 0
         finally:
             await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
+
+
+def test_health_rpc_spaced_on_connected_links_and_a_lost_peer_still_seen(tmp_path: pathlib.Path) -> None:
+    """With ``health_rpc_s`` (hosts of many nodes), a probe of a connected link reads the channel state
+    only; the RPC comes every ``health_rpc_s``.  A neighbour that goes away is still seen at once."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            n0.config.health_rpc_s = 30.0
+            link = n0.links["n1"]
+            assert link.healthy
+            calls = []
+            real = link.stub.Health
+
+            async def health(*a, **kw):
+                calls.append(1)
+                return await real(*a, **kw)
+
+            link.stub.Health = health
+            link.last_rpc = time.monotonic()  # as if it had just been checked
+            await asyncio.sleep(2.0)  # ~6 probe periods of 0.3 s
+            assert calls == [] and link.healthy  # state reads only, no RPC
+            link.last_rpc = 0.0
+            await asyncio.sleep(1.0)
+            assert len(calls) == 1 and link.healthy  # due: one RPC, then spaced again
+            await nodes[1].stop()
+            for _ in range(100):
+                if not link.healthy:
+                    break
+                await asyncio.sleep(0.1)
+            assert not link.healthy  # a lost neighbour is not hidden by the spacing
+        finally:
+            await _shutdown([nodes[0], nodes[2]], stop, task)
 
     uvloop.run(go())
