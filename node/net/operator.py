@@ -132,8 +132,11 @@ class Operator:
         except ValueError:
             return bytes(reply.payload)
 
-    async def network_status(self, timeout: float = 3.0) -> dict:
-        """The ``hushnet status --json`` document: bootstrap view plus each node's own report."""
+    async def network_status(self, timeout: float = 3.0, only: set[str] | None = None) -> dict:
+        """The ``hushnet status --json`` document: bootstrap view plus each node's own report.
+
+        ``only``: ask just these nodes (``nodes`` then lists only them; ``members`` always lists every
+        member id), for callers that re-check only what was not healthy yet."""
         directory = await self.directory(timeout=timeout)
         by_vertex = {m.vertex: m.node_id for m in directory.members}
         expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
@@ -167,12 +170,13 @@ class Operator:
             )
             return entry
 
-        nodes = await asyncio.gather(*(one(m) for m in directory.members))
+        nodes = await asyncio.gather(*(one(m) for m in directory.members if only is None or m.node_id in only))
         return {
             "bootstrap": self.creds.bootstrap, "topology": directory.topology, "epoch": directory.epoch,
             "n_vertices": directory.n_vertices, "weight_rule": directory.weight_rule,
             "edges": [[e.u, e.v] for e in directory.edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
+            "members": [m.node_id for m in directory.members],
             # the network is healthy when every node serves AND is connected to all its neighbours: a run
             # started on a network that only serves can be refused for missing links
             "serving": bool(nodes) and all(n["serving"] for n in nodes),
