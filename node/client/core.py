@@ -319,8 +319,12 @@ class AsyncClient:
         lost_info: dict[str, Any] | None = None
         try:
             while True:
+                # a node holds run.events up to `wait` s; with more nodes than the operator's concurrency a
+                # held call would keep the others queued, so a large network is swept without holding
+                hold = poll if len(ids) <= self.op.max_concurrent else 0.0
+                swept = time.monotonic()
                 res = await asyncio.gather(*(self._control(i, "run.events", {"run_id": run_id, "after": cursors[i],
-                                                                             "wait": poll}, timeout=poll + 10)
+                                                                             "wait": hold}, timeout=poll + 10)
                                              for i in ids), return_exceptions=True)
                 states = {}
                 for i, r in zip(ids, res):
@@ -404,6 +408,8 @@ class AsyncClient:
                 if time.monotonic() - t0 > timeout:
                     state, reason = "timeout", f"no finish within {timeout:.0f} s (last step {step})"
                     break
+                if hold == 0.0:
+                    await asyncio.sleep(max(0.0, poll - (time.monotonic() - swept)))
         finally:
             if bar is not None:
                 bar.close()

@@ -303,8 +303,13 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         last: dict | str = "no answer yet"
 
+        entries: dict[str, dict] = {}  # node id -> its latest status entry
+        seen_at: dict[str, float] = {}
+        asked_with: dict[str, int] = {}  # node id -> number of members when it was asked
+        n_members = 0
+
         async def go() -> dict:
-            nonlocal last
+            nonlocal last, n_members
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
                 while time.monotonic() < deadline:
                     if should_stop():
@@ -313,12 +318,36 @@ class LocalCluster:
                         if not child.alive() and not self.restart:
                             raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see "
                                                f"{child.log_path}:\n{_tail(child.log_path)}")
-                    self.poll()
+                    if self.poll():  # restarted processes: every answer before that is stale
+                        entries.clear()
+                    # re-ask only the nodes not yet healthy (and any whose answer is older than 30 s): at
+                    # n = 2048 a full sweep took 15-25 s, so sweeping everyone until the last link was up
+                    # added most of a minute to start-up
+                    now = time.monotonic()
+                    only = None if not entries else {
+                        i for i, e in entries.items()
+                        if not (e["healthy"] and e.get("all_neighbors_connected")) or now - seen_at[i] > 30.0
+                        or asked_with.get(i) != n_members}  # "wired" was judged against fewer members
                     try:
-                        doc = await op.network_status(timeout=max(3.0, self.n_nodes / 200))
+                        doc = await op.network_status(timeout=max(3.0, self.n_nodes / 200), only=only)
+                        members = doc["members"]
+                        for e in doc["nodes"]:
+                            entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = e, now, len(members)
+                        n_members = len(members)
+                        for i in [i for i in entries if i not in members]:
+                            del entries[i]
+                        for i in members:  # a member we have not asked yet (joined since): ask next round
+                            if i not in entries:
+                                entries[i] = {"id": i, "healthy": False, "vertex": -1}
+                                seen_at[i] = now
+                        nodes = sorted(entries.values(), key=lambda e: e["vertex"])
+                        doc = {**doc, "nodes": nodes,
+                               "serving": bool(nodes) and all(n.get("serving") for n in nodes),
+                               "wired": bool(nodes) and all(n.get("wired") for n in nodes),
+                               "healthy": bool(nodes) and all(n.get("serving") and n.get("wired") for n in nodes)}
                         last = doc
-                        if (len(doc["nodes"]) == self.n_nodes and doc["healthy"]
-                                and all(n.get("all_neighbors_connected") for n in doc["nodes"])):
+                        if (len(nodes) == self.n_nodes and doc["healthy"]
+                                and all(n.get("all_neighbors_connected") for n in nodes)):
                             return doc
                     except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
                         last = str(exc)

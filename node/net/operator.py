@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 from dataclasses import dataclass
 from typing import Any
@@ -53,13 +54,33 @@ class OperatorCredentials:
                    (bdir / "operator.pem").read_bytes(), bootstrap or info["address"])
 
 
-class Operator:
-    """Async operator client; channels to nodes are cached and closed by :meth:`close`."""
+DEFAULT_MAX_CONCURRENT = 64
 
-    def __init__(self, creds: OperatorCredentials, max_message_bytes: int = 256 * MiB) -> None:
+
+class Operator:
+    """Async operator client; channels to nodes are cached and closed by :meth:`close`.
+
+    At most ``max_concurrent`` node calls are in flight (``HUSHNET_OPERATOR_CONCURRENCY``; default 64):
+    a status sweep or a command to every node of a 2048-node network is then a bounded stream of calls
+    (and of TLS handshakes on first contact) instead of 2048 at once, which starved the node processes
+    and timed out calls that were merely queued.  Timeouts count from when a call is sent.
+    """
+
+    def __init__(self, creds: OperatorCredentials, max_message_bytes: int = 256 * MiB,
+                 max_concurrent: int | None = None) -> None:
         self.creds = creds
         self.max_message_bytes = max_message_bytes
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        if max_concurrent is None:
+            raw = os.environ.get("HUSHNET_OPERATOR_CONCURRENCY", str(DEFAULT_MAX_CONCURRENT))
+            try:
+                max_concurrent = int(raw)
+            except ValueError:
+                raise OperatorError(f"HUSHNET_OPERATOR_CONCURRENCY must be an integer, got {raw!r}") from None
+        if max_concurrent < 1:
+            raise OperatorError(f"operator concurrency must be at least 1, got {max_concurrent}")
+        self.max_concurrent = max_concurrent
+        self._slots = asyncio.Semaphore(max_concurrent)
 
     async def close(self) -> None:
         for ch in self._channels.values():
@@ -94,14 +115,16 @@ class Operator:
         return ppb_grpc.PeerStub(ch)
 
     async def status(self, node_id: str, address: str, timeout: float = 3.0) -> ppb.StatusReply:
-        return await self._stub(node_id, address).Status(ppb.StatusRequest(), timeout=timeout)
+        async with self._slots:
+            return await self._stub(node_id, address).Status(ppb.StatusRequest(), timeout=timeout)
 
     async def control(self, node_id: str, address: str, command: str, args: Any = None,
                       timeout: float = 60.0) -> Any:
         """Run ``command`` on a node; JSON in and out (bytes pass through unchanged)."""
         payload = args if isinstance(args, (bytes, bytearray)) else json.dumps(args or {}).encode()
-        reply = await self._stub(node_id, address).Control(
-            ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout)
+        async with self._slots:
+            reply = await self._stub(node_id, address).Control(
+                ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout)
         if not reply.ok:
             raise OperatorError(f"{node_id}: {command} failed: {reply.error}")
         try:
@@ -109,8 +132,11 @@ class Operator:
         except ValueError:
             return bytes(reply.payload)
 
-    async def network_status(self, timeout: float = 3.0) -> dict:
-        """The ``hushnet status --json`` document: bootstrap view plus each node's own report."""
+    async def network_status(self, timeout: float = 3.0, only: set[str] | None = None) -> dict:
+        """The ``hushnet status --json`` document: bootstrap view plus each node's own report.
+
+        ``only``: ask just these nodes (``nodes`` then lists only them; ``members`` always lists every
+        member id), for callers that re-check only what was not healthy yet."""
         directory = await self.directory(timeout=timeout)
         by_vertex = {m.vertex: m.node_id for m in directory.members}
         expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
@@ -144,12 +170,13 @@ class Operator:
             )
             return entry
 
-        nodes = await asyncio.gather(*(one(m) for m in directory.members))
+        nodes = await asyncio.gather(*(one(m) for m in directory.members if only is None or m.node_id in only))
         return {
             "bootstrap": self.creds.bootstrap, "topology": directory.topology, "epoch": directory.epoch,
             "n_vertices": directory.n_vertices, "weight_rule": directory.weight_rule,
             "edges": [[e.u, e.v] for e in directory.edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
+            "members": [m.node_id for m in directory.members],
             # the network is healthy when every node serves AND is connected to all its neighbours: a run
             # started on a network that only serves can be refused for missing links
             "serving": bool(nodes) and all(n["serving"] for n in nodes),

@@ -345,6 +345,15 @@ def signed_message(method: str, node_id: str, unix_ms: int) -> bytes:
     return f"hushnet.v1|{method}|{node_id}|{unix_ms}".encode()
 
 
+def host_lease_message(node_ids: list[str], host_sha: str, unix_ms: int) -> bytes:
+    """What a host process signs to renew its nodes' leases in one HeartbeatHost (binds the exact node list;
+    ``host_sha`` is the hex SHA-256 of the host key's DER)."""
+    import hashlib
+
+    digest = hashlib.sha256("\n".join(node_ids).encode()).hexdigest()
+    return signed_message(f"HeartbeatHost:{digest}", host_sha, unix_ms)
+
+
 def sign(key: ec.EllipticCurvePrivateKey, message: bytes) -> bytes:
     return key.sign(message, ec.ECDSA(hashes.SHA256()))
 
@@ -354,6 +363,38 @@ def verify(cert: x509.Certificate, message: bytes, signature: bytes) -> bool:
 
     try:
         cert.public_key().verify(signature, message, ec.ECDSA(hashes.SHA256()))
+        return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+
+
+def public_key_der(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """DER SubjectPublicKeyInfo of ``key``'s public half (a host process's lease key, see HostHeartbeat)."""
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public_key().public_bytes(serialization.Encoding.DER,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def load_public_key_der(der: bytes) -> ec.EllipticCurvePublicKey:
+    """Parse a DER SubjectPublicKeyInfo; only ECDSA P-256 keys are accepted (clear error otherwise)."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_der_public_key(bytes(der))
+    except ValueError as exc:
+        raise IdentityError(f"malformed public key: {exc}") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise IdentityError("public key must be ECDSA P-256")
+    return key
+
+
+def verify_key(public_key: ec.EllipticCurvePublicKey, message: bytes, signature: bytes) -> bool:
+    """:func:`verify` against a bare public key."""
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
         return True
     except (InvalidSignature, ValueError, TypeError):
         return False

@@ -233,9 +233,9 @@ def cmd_report(args) -> int:
             import matplotlib
 
             matplotlib.use("Agg")
-            rep.save_heatmap(args.png)
+            numbers = rep.save_heatmap(args.png)
             if not args.json:
-                print(f"heatmap written to {args.png}")
+                print(f"heatmap written to {args.png} (its numbers: {numbers})")
         return 0
 
     return _go(args, fn)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -55,6 +57,18 @@ log = logging.getLogger("hushnet.runs")
 DURABLE_ENV = "HUSHNET_RUNS_DURABLE"
 
 RUN_PROTOCOL = "hushnet.run"
+#: signed specs already verified in this process (see RunService._verify)
+_VERIFIED: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+
+
+def _verified_key(signed: SignedRunSpec, ca_pem: bytes) -> str:
+    h = hashlib.sha256()
+    # the run id is not among the signed bytes (it is derived from them and checked): it is part of the key
+    for part in (ca_pem, signed.certificate_pem, signed.signature, signed.spec.canonical_bytes(),
+                 signed.spec.run_id.encode()):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
 LEDGER_FILE = "privacy_ledger.sqlite"
 
 def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOptions:
@@ -194,9 +208,26 @@ class RunService:
         return [by_vertex.get(v, f"vertex{v}") for v in range(d.n_vertices)]
 
     def _verify(self, signed: SignedRunSpec):
-        """Signature under an operator certificate issued by this network's CA."""
+        """Signature under an operator certificate issued by this network's CA.
+
+        A success is remembered per process (:data:`_VERIFIED`, keyed by the SHA-256 of the CA, the
+        certificate, the signature, the signed bytes and the run id): the K nodes a process hosts receive the same
+        signed spec, and K certificate-chain and signature checks of identical bytes would give K
+        identical answers.  Failures are not remembered (each is re-checked and refused with its reason).
+        """
         if not signed.certificate_pem:
             raise SpecError("run spec carries no operator certificate")
+        key = _verified_key(signed, self.node.identity.ca_pem)
+        if key in _VERIFIED:
+            _VERIFIED.move_to_end(key)
+            return signed.spec
+        spec = self._verify_once(signed)
+        _VERIFIED[key] = None
+        while len(_VERIFIED) > 1024:
+            _VERIFIED.popitem(last=False)
+        return spec
+
+    def _verify_once(self, signed: SignedRunSpec):
         try:
             cert = x509.load_pem_x509_certificate(signed.certificate_pem)
             ca = x509.load_pem_x509_certificate(self.node.identity.ca_pem)

@@ -12,6 +12,7 @@ wire on a node produce the same bytes.  Keys are passed in; this module never re
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import json
 import math
@@ -541,7 +542,7 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     converted at the best admissible order per target.  ``local-dp-sgd``: every contribution is
     seen in the clear by the next holder, so each target is charged ``N_u·α/(2σ²)`` (no amplification).
     """
-    from hushnet.privacy.randomwalk import LOCAL_DP, WALK, alpha_max, rw_pndp_matrix
+    from hushnet.privacy.randomwalk import LOCAL_DP, WALK, alpha_max
     from hushnet.protocols.registry import transition_matrix
 
     from hushnet.families import WALK as WALK_FAMILY
@@ -562,11 +563,9 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
         slope = np.full(n, N_u / (2.0 * spec.sigma**2))
         notes = ["local-DP baseline: no amplification, every contribution charged α/(2σ²) toward every node"]
     else:
-        a0 = min(2.0, amax)
-        pm = rw_pndp_matrix(W, T, a0, spec.sigma, bound="certified", contributions=N_u,
-                            sender_known=spec.view_model == "sender-known", constraint=spec.constraint)
-        slope = pm.components[WALK][node] / pm.alpha  # the walk bound's RDP per unit α (ε_{u→v} ∝ α)
-        notes = list(pm.notes)
+        slopes, pm_notes = _walk_slopes(spec, W, amax, N_u)
+        slope = slopes[node]  # the walk bound's RDP per unit α (ε_{u→v} ∝ α)
+        notes = list(pm_notes)
     eps = _best_order_dp(slope, amax, log_inv_delta)
     certified_by = np.full(n, LOCAL_DP if spec.protocol == "local-dp-sgd" else WALK, dtype=object)
     if spec.protocol != "local-dp-sgd":
@@ -582,6 +581,56 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     certified_by[node] = ""
     return eps, {"N_u": N_u, "alpha_max": amax, "constraint": spec.constraint, "view_model": spec.view_model,
                  "notes": notes, "certified_by": certified_by.tolist()}
+
+
+#: the all-pairs walk accountant's result per public parameters, shared by the nodes of a process
+_SLOPES: collections.OrderedDict[tuple, tuple[np.ndarray, tuple[str, ...]]] = collections.OrderedDict()
+_SLOPES_MAX = 4
+
+
+def _w_fingerprint(W: Any) -> tuple:
+    """Shape and SHA-256 of ``W``'s entries (sparse or dense): the cache key must bind the matrix itself."""
+    import scipy.sparse as sp
+
+    h = hashlib.sha256()
+    if sp.issparse(W):
+        C = sp.csr_matrix(W)
+        C.sum_duplicates()
+        C.sort_indices()
+        for a in (C.indptr, C.indices, C.data):
+            h.update(np.ascontiguousarray(a).tobytes())
+    else:
+        h.update(np.ascontiguousarray(np.asarray(W, dtype=float)).tobytes())
+    return (tuple(W.shape), h.hexdigest())
+
+
+def _walk_slopes(spec: RunSpec, W: Any, amax: float, N_u: float) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The walk bound's RDP per unit α for every pair (row u: u's loss toward each v), read-only.
+
+    Why cached: every node of a run projects its own row, and the accountant computes all pairs at once;
+    a process hosting K nodes computed the same n×n matrix K times (at n = 2048 that dominated accepting
+    a run).  The key holds every public input of the computation — protocol, walk length, noise, the
+    contributions per node, noise condition, view model, and the matrix W itself (its SHA-256) — so two
+    runs share an entry only when the accountant would return the same result.
+    """
+    from hushnet.privacy.randomwalk import WALK, rw_pndp_matrix
+
+    cache = _SLOPES
+    a0 = min(2.0, amax)
+    key = (spec.protocol, int(spec.steps), float(spec.sigma), float(N_u), float(a0), spec.constraint,
+           spec.view_model, _w_fingerprint(W))
+    hit = cache.get(key)
+    if hit is not None:
+        cache.move_to_end(key)
+        return hit
+    pm = rw_pndp_matrix(W, spec.steps, a0, spec.sigma, bound="certified", contributions=N_u,
+                        sender_known=spec.view_model == "sender-known", constraint=spec.constraint)
+    slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
+    slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
+    hit = cache[key] = (slopes, tuple(pm.notes))
+    while len(cache) > _SLOPES_MAX:
+        cache.popitem(last=False)
+    return hit
 
 
 def _best_order_dp(slope: np.ndarray, amax: float, log_inv_delta: float) -> np.ndarray:

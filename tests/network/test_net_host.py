@@ -317,8 +317,10 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     configs = hosted_configs([tmp_path / f"d{i}" for i in range(300)], "127.0.0.1:0", bootstrap="127.0.0.1:1")
     host = NodeHost(configs, limits=HostLimits(probe_rounds_per_s=50.0))
     assert {(e.config.probe_s, e.config.heartbeat_s) for e in host.entries} == {(6.0, 6.0)}
+    assert {e.config.health_rpc_s for e in host.entries} == {24.0}  # Health RPC every 4 probe periods
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
     small = NodeHost(configs[:8])
     assert {e.config.probe_s for e in small.entries} == {2.0}
+    assert {e.config.health_rpc_s for e in small.entries} == {0.0}  # small hosts: every probe an RPC
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)

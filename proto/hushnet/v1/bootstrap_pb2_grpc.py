@@ -59,6 +59,16 @@ class BootstrapStub:
                 request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.SerializeToString,
                 response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.FromString,
                 _registered_method=True)
+        self.HeartbeatHost = channel.unary_unary(
+                '/hushnet.v1.Bootstrap/HeartbeatHost',
+                request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.SerializeToString,
+                response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.FromString,
+                _registered_method=True)
+        self.WatchDirectory = channel.unary_unary(
+                '/hushnet.v1.Bootstrap/WatchDirectory',
+                request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.SerializeToString,
+                response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.FromString,
+                _registered_method=True)
 
 
 class BootstrapServicer:
@@ -101,6 +111,23 @@ class BootstrapServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HeartbeatHost(self, request, context):
+        """Renew the leases of all the nodes one host process runs, with one request signed once by the
+        process's ephemeral host key (each node delegates its lease to that key once, see HostHeartbeat).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchDirectory(self, request, context):
+        """Long poll: the directory changes after since_epoch, answered as soon as the epoch moves past it
+        (or after wait_seconds with no change). since_epoch = 0, or a version the bootstrap cannot
+        diff from (it restarted), gets the full snapshot.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BootstrapServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +155,16 @@ def add_BootstrapServicer_to_server(servicer, server):
                     servicer.PublishOnionKeys,
                     request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.FromString,
                     response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.SerializeToString,
+            ),
+            'HeartbeatHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.HeartbeatHost,
+                    request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.FromString,
+                    response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.SerializeToString,
+            ),
+            'WatchDirectory': grpc.unary_unary_rpc_method_handler(
+                    servicer.WatchDirectory,
+                    request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.FromString,
+                    response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +302,60 @@ class Bootstrap:
             '/hushnet.v1.Bootstrap/PublishOnionKeys',
             hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysRequest.SerializeToString,
             hushnet_dot_v1_dot_bootstrap__pb2.LeaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HeartbeatHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hushnet.v1.Bootstrap/HeartbeatHost',
+            hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.SerializeToString,
+            hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchDirectory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hushnet.v1.Bootstrap/WatchDirectory',
+            hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.SerializeToString,
+            hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.FromString,
             options,
             channel_credentials,
             insecure,

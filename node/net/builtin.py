@@ -1,0 +1,102 @@
+"""The built-in protocols (``net.ping``, ``net.discard``) and operator commands every node serves."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+from hushnet.net.errors import NodeError
+from hushnet.net.handlers import OutgoingEnvelope
+from hushnet.net.store import NodeStore
+from hushnet.v1 import envelope_pb2 as epb
+
+
+class PingProtocol:
+    """``net.ping``: records every envelope (sender, run, seq, size, SHA-256) in the inbox.
+
+    Used by the demo and the tests to prove that an envelope crossed an edge exactly once and
+    intact; returns nothing.
+    """
+
+    protocol = "net.ping"
+
+    def __init__(self, store: NodeStore) -> None:
+        self.store = store
+
+    def handle(self, envelope: epb.Envelope) -> list[OutgoingEnvelope]:
+        digest = hashlib.sha256(envelope.payload).hexdigest()
+        self.store.record(envelope.protocol, envelope.run_id, envelope.seq, envelope.sender,
+                          len(envelope.payload), digest)
+        return []
+
+
+class DiscardProtocol:
+    """``net.discard``: counts envelopes and drops them (transport benchmarks)."""
+
+    protocol = "net.discard"
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.bytes = 0
+
+    def handle(self, envelope: epb.Envelope) -> None:
+        self.count += 1
+        self.bytes += len(envelope.payload)
+        return None
+
+
+class BuiltinControlsMixin:
+    """Operator commands of every node: ``ping_neighbors``, ``inbox``, ``status``."""
+
+    def _register_builtin_controls(self) -> None:
+        async def ping_neighbors(payload: bytes) -> bytes:
+            args = json.loads(payload or b"{}")
+            run_id = str(args.get("run_id", "ping"))
+            size = int(args.get("size", 32))
+            targets = args.get("to") or list(self.neighbors)
+            results: dict[str, Any] = {}
+
+            async def one(peer: str) -> None:
+                body = os.urandom(size)
+                t0 = time.perf_counter()
+                try:
+                    ack = await self.send(peer, body, protocol="net.ping", run_id=run_id,
+                                          timeout=float(args.get("timeout", 30)))
+                    results[peer] = {"ok": bool(ack.accepted), "duplicate": ack.duplicate,
+                                     "rtt_ms": 1000 * (time.perf_counter() - t0),
+                                     "sha256": hashlib.sha256(body).hexdigest(), "size": size}
+                except NodeError as exc:
+                    results[peer] = {"ok": False, "error": str(exc)}
+
+            await asyncio.gather(*(one(p) for p in targets))
+            return json.dumps({"node": self.node_id, "run_id": run_id, "sent": results}).encode()
+
+        async def inbox(payload: bytes) -> bytes:
+            args = json.loads(payload or b"{}")
+            rows = self.store.inbox(args.get("protocol"), args.get("run_id"))
+            return json.dumps({"node": self.node_id, "inbox": rows}).encode()
+
+        async def status(payload: bytes) -> bytes:
+            st = self.status()
+            return json.dumps({"node": st.node_id, "neighbors": list(st.neighbors),
+                               "connections": {c.peer_id: c.healthy for c in st.connections}}).encode()
+
+        async def cut(payload: bytes) -> bytes:
+            """``{"peers": [...], "cut": bool}``: cut (or restore) this node's side of links (fault injection)."""
+            args = json.loads(payload or b"{}")
+            peers = [str(p) for p in args.get("peers", [])]
+            if args.get("cut", True):
+                self.cut.update(peers)
+            else:
+                self.cut.difference_update(peers)
+            return json.dumps({"node": self.node_id, "cut": sorted(self.cut)}).encode()
+
+        builtins = [("ping_neighbors", ping_neighbors), ("inbox", inbox), ("status", status)]
+        if os.environ.get("HUSHNET_FAULT_INJECTION") == "1":  # never on a deployed node
+            builtins.append(("net.cut", cut))
+        for name, fn in builtins:
+            if name not in self.controls.commands():
+                self.controls.register(name, fn)

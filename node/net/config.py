@@ -1,0 +1,38 @@
+"""A node's configuration and the transport constants the server and the channels agree on."""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+DEFAULT_MAX_MESSAGE = 128 * MiB
+ENVELOPE_SLACK = 64 * 1024  # room for the envelope's header fields around the payload
+PEER_SERVICE = "hushnet.v1.Peer"
+
+
+@dataclass
+class NodeConfig:
+    """Everything a node needs; paths are relative to the working directory."""
+
+    state_dir: pathlib.Path
+    listen: str = "127.0.0.1:0"
+    bootstrap: str = "127.0.0.1:7400"
+    token: str | None = None
+    ca_file: pathlib.Path | None = None
+    node_id: str | None = None
+    advertise: str | None = None  # address published in the directory (default: listen address)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE
+    heartbeat_s: float = 3.0
+    directory_refresh_s: float = 2.0
+    probe_s: float = 2.0
+    #: a healthy link whose channel is still connected (READY) gets a Health RPC at most this often; the
+    #: probes in between only read the channel's state (no RPC). 0: every probe is an RPC.  Hosts of
+    #: many nodes set it (see hushnet.net.host.NodeHost): their probe RPCs were most of their idle CPU.
+    health_rpc_s: float = 0.0
+    join_timeout_s: float | None = None  # None: retry forever
+    max_backoff_s: float = 10.0
+    builtin_handlers: bool = True
+    #: refused/failed inbound messages are logged at most once per kind per this many seconds (with counts)
+    log_interval_s: float = 10.0
+    #: callables ``fn(node) -> object | None`` run before start (see :mod:`hushnet.net.plugins`)
+    plugins: tuple = ()

@@ -1,0 +1,102 @@
+"""Acceptance projections computed once per process for the public parameters (issue 12).
+
+Every node of a run projects its own certified row; the walk accountant computes all pairs at once.
+The per-process cache must (a) compute the all-pairs matrix once for K nodes, (b) give every node
+exactly the row of an uncached computation, (c) miss whenever any public input differs — noise,
+walk length, contributions, view model, or the transition matrix itself — and (d) hand out
+read-only arrays, so one hosted node cannot change another's accounting.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import hushnet.privacy.randomwalk as rw
+from hushnet.protocols.registry import transition_matrix
+from hushnet.runs import spec as spec_mod
+from hushnet.runs.spec import Budget, RunSpec, evaluate_policy, projected_row
+
+N, GRAPH = 16, "hypercube:4"
+
+
+def _spec(**kw) -> RunSpec:
+    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=400, seed=5, budget=Budget(50.0, 1e-5),
+                sigma=8.0, clip=1.0, step_size=0.05, cap=40)
+    base.update(kw)
+    return RunSpec(**base).with_run_id()
+
+
+@pytest.fixture
+def counted(monkeypatch) -> list:
+    spec_mod._SLOPES.clear()
+    calls: list = []
+    real = rw.rw_pndp_matrix
+
+    def counting(*a, **kw):
+        calls.append(a[1:4])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_pndp_matrix", counting)
+    yield calls
+    spec_mod._SLOPES.clear()
+
+
+def _uncached_row(spec: RunSpec, node: int) -> np.ndarray:
+    spec_mod._SLOPES.clear()
+    row, _ = projected_row(spec, node)
+    spec_mod._SLOPES.clear()
+    return row
+
+
+def test_one_all_pairs_computation_for_all_hosted_nodes(counted) -> None:
+    spec = _spec()
+    fresh = [_uncached_row(spec, u) for u in range(N)]
+    assert len(counted) == N  # the uncached way: one all-pairs computation per node
+    counted.clear()
+    W = transition_matrix(spec.graph, spec.weights)
+    rows = [evaluate_policy(spec, u, None, W).epsilon_row for u in range(N)]
+    assert len(counted) == 1
+    for u in range(N):
+        np.testing.assert_array_equal(rows[u], fresh[u])
+        assert rows[u][u] == 0.0 and rows[u].max() > 0
+    # a copy of W with the same entries (another node's own transition_matrix call) shares the entry
+    projected_row(spec, 3, transition_matrix(spec.graph, spec.weights).copy())
+    assert len(counted) == 1
+
+
+@pytest.mark.parametrize("change", [dict(sigma=9.0), dict(steps=500), dict(cap=20), dict(view_model="anonymous-sender"),
+                                    dict(graph="ring:16")])
+def test_any_public_change_misses(counted, change) -> None:
+    spec = _spec()
+    projected_row(spec, 0)
+    other = dataclasses.replace(spec, **change)
+    row, _ = projected_row(other, 0)
+    assert len(counted) == 2, change
+    np.testing.assert_array_equal(row, _uncached_row(other, 0))
+
+
+def test_a_different_matrix_for_the_same_graph_name_misses(counted) -> None:
+    spec = _spec()
+    W = transition_matrix(spec.graph, spec.weights).toarray()
+    projected_row(spec, 0, W)
+    W2 = W.copy()
+    e = 0.01  # still symmetric and bi-stochastic, other entries
+    W2[0, 1] -= e
+    W2[1, 0] -= e
+    W2[0, 0] += e
+    W2[1, 1] += e
+    projected_row(spec, 0, W2)
+    assert len(counted) == 2
+
+
+def test_shared_slopes_are_read_only(counted) -> None:
+    spec = _spec()
+    W = transition_matrix(spec.graph, spec.weights)
+    slopes, _ = spec_mod._walk_slopes(spec, W, rw.alpha_max(spec.sigma, spec.constraint), 40.0)
+    with pytest.raises(ValueError):
+        slopes[0, 1] = 0.0
+    row, _ = projected_row(spec, 2, W)
+    row[:] = 0.0  # a node's own row is its own copy
+    assert projected_row(spec, 2, W)[0].max() > 0
