@@ -14,8 +14,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+test: lint
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q
+
+# ruff (configured in pyproject.toml): lint and formatting are part of the suite
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 demo: $(STAMP)
 	$(BIN)/python -m hushnet.runs.demo $(ARGS)

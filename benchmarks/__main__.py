@@ -1,4 +1,5 @@
 """``make bench``: run every ``benchmarks/bench_*.py`` and write ``benchmarks/out/<name>.json``."""
+
 import sys
 from pathlib import Path
 

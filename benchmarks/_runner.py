@@ -1,4 +1,5 @@
 """Discover and run benchmark or figure modules: each defines ``main(out_dir) -> dict``."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,14 +12,26 @@ import traceback
 from pathlib import Path
 
 
-def run(package: str, prefix: str, default_out: Path, argv: list[str] | None = None, write_json: bool = True) -> int:
+def run(
+    package: str,
+    prefix: str,
+    default_out: Path,
+    argv: list[str] | None = None,
+    write_json: bool = True,
+) -> int:
     """Run the modules of ``package`` whose names start with ``prefix`` (all of them by default)."""
     pkg = importlib.import_module(package)
     names = sorted(
-        m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith(prefix) and not m.name.startswith("_")
+        m.name
+        for m in pkgutil.iter_modules(pkg.__path__)
+        if m.name.startswith(prefix) and not m.name.startswith("_")
     )
-    parser = argparse.ArgumentParser(prog=f"python -m {package}", description=f"Run {package} modules.")
-    parser.add_argument("names", nargs="*", help=f"modules to run (default: all of {', '.join(names)})")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {package}", description=f"Run {package} modules."
+    )
+    parser.add_argument(
+        "names", nargs="*", help=f"modules to run (default: all of {', '.join(names)})"
+    )
     parser.add_argument("--out", type=Path, default=default_out, help="output directory")
     args = parser.parse_args(argv)
     selected = args.names or names
@@ -37,7 +50,9 @@ def run(package: str, prefix: str, default_out: Path, argv: list[str] | None = N
             failed.append(name)
             continue
         elapsed = time.perf_counter() - t0
-        if write_json and isinstance(result, dict):  # figure scripts write their own JSON beside the PNG
+        if write_json and isinstance(
+            result, dict
+        ):  # figure scripts write their own JSON beside the PNG
             result.setdefault("wall_seconds", round(elapsed, 3))
             (args.out / f"{name}.json").write_text(json.dumps(result, indent=2, default=float))
         print(f"   done in {elapsed:.1f} s", flush=True)

@@ -12,6 +12,7 @@
   and summed by the aggregator).  Members run in parallel on a real network, so the table also
   gives the critical path: the slowest member's CPU + the leader's.  Issue goal: ≤ 3× plain.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -60,7 +61,9 @@ def _onion(d: int) -> dict:
     def onion():
         for v in path:
             rings[v] = OnionKeyring.single(kps[v])
-        pkt = build_packet([(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen)
+        pkt = build_packet(
+            [(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen
+        )
         data = to_cells(pkt)
         for v in path:
             res = peel(rings[v], from_cells(data), slots=slots, payload_len=plen)
@@ -70,21 +73,41 @@ def _onion(d: int) -> dict:
 
     t_copy, t_direct, t_onion = _best(copy, 15), _best(direct, 15), _best(onion, 15)
     # per-hop share: the sender's wrap vs one relay's peel
-    pkt = build_packet([(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen)
-    t_wrap = _best(lambda: to_cells(build_packet([(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen)), 15)
+    pkt = build_packet(
+        [(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen
+    )
+    t_wrap = _best(
+        lambda: to_cells(
+            build_packet(
+                [(v, kps[v].public) for v in path], token, epoch=0, slots=slots, payload_len=plen
+            )
+        ),
+        15,
+    )
 
     def one_peel():
         r = OnionKeyring.single(kps[1])
         to_cells(peel(r, from_cells(to_cells(pkt)), slots=slots, payload_len=plen).packet)
 
     t_peel = _best(one_peel, 15)
-    t_parts = t_wrap + len(path) * t_peel  # end-to-end CPU from separately timed parts (robust to load spikes)
-    return {"model_entries": d, "token_bytes": len(token), "cells": len(to_cells(pkt)) // CELL_BODY,
-            "plain_copy_s": t_copy, "direct_hop_s": t_direct, "onion_3_relays_s": t_onion,
-            "onion_wrap_s": t_wrap, "onion_peel_per_hop_s": t_peel,
-            "onion_sum_of_parts_s": t_parts, "ratio_onion_parts_vs_direct": t_parts / t_direct,
-            "ratio_onion_vs_direct": t_onion / t_direct, "ratio_onion_vs_copy": t_onion / t_copy,
-            "ratio_peel_vs_direct": t_peel / t_direct}
+    t_parts = (
+        t_wrap + len(path) * t_peel
+    )  # end-to-end CPU from separately timed parts (robust to load spikes)
+    return {
+        "model_entries": d,
+        "token_bytes": len(token),
+        "cells": len(to_cells(pkt)) // CELL_BODY,
+        "plain_copy_s": t_copy,
+        "direct_hop_s": t_direct,
+        "onion_3_relays_s": t_onion,
+        "onion_wrap_s": t_wrap,
+        "onion_peel_per_hop_s": t_peel,
+        "onion_sum_of_parts_s": t_parts,
+        "ratio_onion_parts_vs_direct": t_parts / t_direct,
+        "ratio_onion_vs_direct": t_onion / t_direct,
+        "ratio_onion_vs_copy": t_onion / t_copy,
+        "ratio_peel_vs_direct": t_peel / t_direct,
+    }
 
 
 def _timed_machines(ms) -> dict[int, float]:
@@ -119,7 +142,9 @@ def _secagg(members: int, d: int, dropouts: int) -> dict:
 
     best = None
     for _ in range(3):
-        p = SecAggParams(members=tuple(range(members)), leader=members, threshold=members // 2 + 1, dim=d)
+        p = SecAggParams(
+            members=tuple(range(members)), leader=members, threshold=members // 2 + 1, dim=d
+        )
         ms, _ = build_round(vecs, p, members + 1, run_seed=2)
         cpu = _timed_machines(ms)
         sim = Simulator(ms, latency=1e-3)
@@ -132,35 +157,57 @@ def _secagg(members: int, d: int, dropouts: int) -> dict:
         surv = res.finish.result["survivors"]
         err = float(np.abs(res.model - stack[surv].sum(axis=0)).max())
         member_cpu = max(cpu.get(v, 0.0) for v in surv)
-        row = {"total_cpu_s": wall, "leader_cpu_s": cpu.get(members, 0.0), "slowest_member_cpu_s": member_cpu,
-               "critical_path_s": member_cpu + cpu.get(members, 0.0), "max_abs_error": err,
-               "error_bound": res.finish.result["error_bound"], "dropped": res.finish.result["dropped"]}
+        row = {
+            "total_cpu_s": wall,
+            "leader_cpu_s": cpu.get(members, 0.0),
+            "slowest_member_cpu_s": member_cpu,
+            "critical_path_s": member_cpu + cpu.get(members, 0.0),
+            "max_abs_error": err,
+            "error_bound": res.finish.result["error_bound"],
+            "dropped": res.finish.result["dropped"],
+        }
         if best is None or row["total_cpu_s"] < best["total_cpu_s"]:
             best = row
     t_plain, t_wire = _best(plain), _best(plain_wire)
     assert best is not None
-    best.update({"members": members, "entries": d, "dropouts": dropouts, "plain_sum_s": t_plain, "plain_wire_sum_s": t_wire,
-                 "ratio_total_vs_plain_wire": best["total_cpu_s"] / t_wire,
-                 "ratio_critical_path_vs_plain_wire": best["critical_path_s"] / t_wire,
-                 "ratio_total_vs_plain_sum": best["total_cpu_s"] / t_plain})
+    best.update(
+        {
+            "members": members,
+            "entries": d,
+            "dropouts": dropouts,
+            "plain_sum_s": t_plain,
+            "plain_wire_sum_s": t_wire,
+            "ratio_total_vs_plain_wire": best["total_cpu_s"] / t_wire,
+            "ratio_critical_path_vs_plain_wire": best["critical_path_s"] / t_wire,
+            "ratio_total_vs_plain_sum": best["total_cpu_s"] / t_plain,
+        }
+    )
     return best
 
 
 def main(out_dir: pathlib.Path) -> dict:
     onion = [_onion(d) for d in (1_000, 100_000)]
-    print(f"{'model entries':>14} {'copy ms':>9} {'direct ms':>10} {'onion ms':>9} {'wrap ms':>8} {'peel/hop ms':>12} "
-          f"{'onion/direct':>13} {'parts/direct':>13} {'peel/direct':>12}")
+    print(
+        f"{'model entries':>14} {'copy ms':>9} {'direct ms':>10} {'onion ms':>9} {'wrap ms':>8} {'peel/hop ms':>12} "
+        f"{'onion/direct':>13} {'parts/direct':>13} {'peel/direct':>12}"
+    )
     for r in onion:
-        print(f"{r['model_entries']:>14} {1e3 * r['plain_copy_s']:9.3f} {1e3 * r['direct_hop_s']:10.3f} "
-              f"{1e3 * r['onion_3_relays_s']:9.3f} {1e3 * r['onion_wrap_s']:8.3f} {1e3 * r['onion_peel_per_hop_s']:12.3f} "
-              f"{r['ratio_onion_vs_direct']:13.1f} {r['ratio_onion_parts_vs_direct']:13.1f} {r['ratio_peel_vs_direct']:12.2f}")
+        print(
+            f"{r['model_entries']:>14} {1e3 * r['plain_copy_s']:9.3f} {1e3 * r['direct_hop_s']:10.3f} "
+            f"{1e3 * r['onion_3_relays_s']:9.3f} {1e3 * r['onion_wrap_s']:8.3f} {1e3 * r['onion_peel_per_hop_s']:12.3f} "
+            f"{r['ratio_onion_vs_direct']:13.1f} {r['ratio_onion_parts_vs_direct']:13.1f} {r['ratio_peel_vs_direct']:12.2f}"
+        )
     sec = [_secagg(16, 100_000, k) for k in (0, 3)]
-    print(f"{'dropouts':>9} {'plain ms':>9} {'wire ms':>8} {'secagg total ms':>16} {'crit. path ms':>14} "
-          f"{'total/wire':>11} {'crit/wire':>10} {'max err':>9} {'bound':>9}")
+    print(
+        f"{'dropouts':>9} {'plain ms':>9} {'wire ms':>8} {'secagg total ms':>16} {'crit. path ms':>14} "
+        f"{'total/wire':>11} {'crit/wire':>10} {'max err':>9} {'bound':>9}"
+    )
     for r in sec:
-        print(f"{r['dropouts']:>9} {1e3 * r['plain_sum_s']:9.2f} {1e3 * r['plain_wire_sum_s']:8.2f} {1e3 * r['total_cpu_s']:16.1f} "
-              f"{1e3 * r['critical_path_s']:14.1f} {r['ratio_total_vs_plain_wire']:11.1f} {r['ratio_critical_path_vs_plain_wire']:10.1f} "
-              f"{r['max_abs_error']:9.2e} {r['error_bound']:9.2e}")
+        print(
+            f"{r['dropouts']:>9} {1e3 * r['plain_sum_s']:9.2f} {1e3 * r['plain_wire_sum_s']:8.2f} {1e3 * r['total_cpu_s']:16.1f} "
+            f"{1e3 * r['critical_path_s']:14.1f} {r['ratio_total_vs_plain_wire']:11.1f} {r['ratio_critical_path_vs_plain_wire']:10.1f} "
+            f"{r['max_abs_error']:9.2e} {r['error_bound']:9.2e}"
+        )
     return {
         "onion": onion,
         "secure_sum": sec,

@@ -13,6 +13,7 @@ cached after the first round, Shamir shares and sealed envelopes per member per 
 every node's crypto is serialised on one event loop — pessimistic for the masked round.  The plain and
 masked runs alternate, ``REPEATS`` times; medians are reported, ratios never asserted.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -38,16 +39,34 @@ def _shards(d: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _spec(seed: int, aggregation: str) -> RunSpec:
-    return RunSpec(protocol="secagg-dpsgd", task="logreg", graph=f"complete:{N}", steps=ROUNDS, seed=seed,
-                   budget=Budget(1e9, 1e-5), sigma=2.0, clip=1.0, step_size=0.1,
-                   protocol_params={"threshold": THRESHOLD, "collusion": COLLUSION, "aggregation": aggregation,
-                                    "round_timeout": 5.0}).with_run_id()
+    return RunSpec(
+        protocol="secagg-dpsgd",
+        task="logreg",
+        graph=f"complete:{N}",
+        steps=ROUNDS,
+        seed=seed,
+        budget=Budget(1e9, 1e-5),
+        sigma=2.0,
+        clip=1.0,
+        step_size=0.1,
+        protocol_params={
+            "threshold": THRESHOLD,
+            "collusion": COLLUSION,
+            "aggregation": aggregation,
+            "round_timeout": 5.0,
+        },
+    ).with_run_id()
 
 
 async def _one(net, spec: RunSpec) -> float:
     run_id = await net.client.start_run(spec)
-    await net.wait(lambda: all((d := net.driver(v, run_id)) is not None and d.state == "finished" for v in range(N)),
-                   300, what=f"{spec.protocol_params['aggregation']} run to finish")
+    await net.wait(
+        lambda: all(
+            (d := net.driver(v, run_id)) is not None and d.state == "finished" for v in range(N)
+        ),
+        300,
+        what=f"{spec.protocol_params['aggregation']} run to finish",
+    )
     ds = [net.driver(v, run_id) for v in range(N)]
     assert all(not d.faults for d in ds), [d.faults for d in ds if d.faults][:1]
     return (max(d.timings.finished for d in ds) - min(d.timings.started for d in ds)) / ROUNDS
@@ -59,13 +78,22 @@ async def _bench(tmp: pathlib.Path) -> dict:
     out = {}
     for i, d in enumerate(DIMS):
         times: dict[str, list[float]] = {"plain": [], "secure": []}
-        async with network(tmp / f"d{d}", f"complete:{N}", N, shards=_shards(d), epsilon=1e9, base_ip=150 + 20 * i) as net:
+        async with network(
+            tmp / f"d{d}", f"complete:{N}", N, shards=_shards(d), epsilon=1e9, base_ip=150 + 20 * i
+        ) as net:
             for rep in range(REPEATS):
-                for agg in (("plain", "secure") if rep % 2 == 0 else ("secure", "plain")):
-                    times[agg].append(await _one(net, _spec(100 * i + 10 * rep + (agg == "secure"), agg)))
+                for agg in ("plain", "secure") if rep % 2 == 0 else ("secure", "plain"):
+                    times[agg].append(
+                        await _one(net, _spec(100 * i + 10 * rep + (agg == "secure"), agg))
+                    )
         plain, secure = statistics.median(times["plain"]), statistics.median(times["secure"])
-        out[f"d={d + 1}"] = {"plain_round_s": plain, "secure_round_s": secure, "ratio": secure / plain,
-                             "plain_all_s": times["plain"], "secure_all_s": times["secure"]}
+        out[f"d={d + 1}"] = {
+            "plain_round_s": plain,
+            "secure_round_s": secure,
+            "ratio": secure / plain,
+            "plain_all_s": times["plain"],
+            "secure_all_s": times["secure"],
+        }
     return out
 
 
@@ -74,10 +102,21 @@ def main(out_dir: pathlib.Path) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         res = uvloop.run(_bench(pathlib.Path(tmp)))
-    print(f"secagg-dpsgd, {N} nodes in one process, t={THRESHOLD}, c={COLLUSION}, {ROUNDS} rounds per run, "
-          f"median of {REPEATS}; goal: secure ≤ 3× plain")
+    print(
+        f"secagg-dpsgd, {N} nodes in one process, t={THRESHOLD}, c={COLLUSION}, {ROUNDS} rounds per run, "
+        f"median of {REPEATS}; goal: secure ≤ 3× plain"
+    )
     for k, r in res.items():
-        print(f"  model {k:>9}: plain round {r['plain_round_s']:.4f} s, secure round {r['secure_round_s']:.4f} s, "
-              f"ratio {r['ratio']:.2f}")
-    return {"nodes": N, "rounds_per_run": ROUNDS, "repeats": REPEATS, "threshold": THRESHOLD, "collusion": COLLUSION,
-            "setting": "one process (local_net), complete:16, mutual TLS", "results": res}
+        print(
+            f"  model {k:>9}: plain round {r['plain_round_s']:.4f} s, secure round {r['secure_round_s']:.4f} s, "
+            f"ratio {r['ratio']:.2f}"
+        )
+    return {
+        "nodes": N,
+        "rounds_per_run": ROUNDS,
+        "repeats": REPEATS,
+        "threshold": THRESHOLD,
+        "collusion": COLLUSION,
+        "setting": "one process (local_net), complete:16, mutual TLS",
+        "results": res,
+    }

@@ -11,6 +11,7 @@
 
 Ratios are reported, never asserted.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,18 @@ SIZE, STEPS = 10_000, 600
 def _spec(seed: int, steps: int = STEPS):
     from hushnet.runs.spec import Budget, RunSpec
 
-    return RunSpec(protocol="rw-dpsgd", task="hushnet.runs.synthetic:ZeroGradientTask", graph=GRAPH, steps=steps,
-                   seed=seed, budget=Budget(1e9, 1e-5), sigma=1.0, step_size=0.01, task_params={"size": SIZE},
-                   on_peer_down="pause")
+    return RunSpec(
+        protocol="rw-dpsgd",
+        task="hushnet.runs.synthetic:ZeroGradientTask",
+        graph=GRAPH,
+        steps=steps,
+        seed=seed,
+        budget=Budget(1e9, 1e-5),
+        sigma=1.0,
+        step_size=0.01,
+        task_params={"size": SIZE},
+        on_peer_down="pause",
+    )
 
 
 def _holder(c, run_id: str) -> tuple[str, int]:
@@ -42,9 +52,8 @@ def _cluster(durable: bool, out: dict, key: str, resume: bool, sync: str = "norm
     from hushnet.client import Client
     from hushnet.net.cluster import LocalCluster
     from hushnet.runs.policy import NodePolicy
-    from hushnet.runs.service import DURABLE_ENV
-
     from hushnet.runs.run_store import SYNC_ENV
+    from hushnet.runs.service import DURABLE_ENV
 
     old, old_sync = os.environ.get(DURABLE_ENV), os.environ.get(SYNC_ENV)
     os.environ[DURABLE_ENV] = "1" if durable else "0"
@@ -67,7 +76,12 @@ def _cluster(durable: bool, out: dict, key: str, resume: bool, sync: str = "norm
                         run_id = c.start_run(_spec(seed=7 + rep))
                         o = c.watch(run_id, progress=False, timeout=600)
                         r = c.report(run_id)
-                        hops = sum(x["messages"]["out"] for x in r.per_node.values() if "messages" in x) / 2
+                        hops = (
+                            sum(
+                                x["messages"]["out"] for x in r.per_node.values() if "messages" in x
+                            )
+                            / 2
+                        )
                         rates.append(hops / r.summary()["run_seconds"])
                         assert o.state == "finished", o
                     out[key] = {"hops_per_s": max(rates), "runs_hops_per_s": rates}
@@ -92,9 +106,14 @@ def _cluster(durable: bool, out: dict, key: str, resume: bool, sync: str = "norm
                             time.sleep(0.05)
                         t_moving = time.monotonic() - t0
                         o = c.watch(run_id, progress=False, timeout=600, pause_timeout=60)
-                        out["resume"] = {"killed_holder": victim, "killed_at_step": at,
-                                         "restart_to_restored_s": t_restored, "restart_to_walk_moving_s": t_moving,
-                                         "final_state": o.state, "final_step": o.step}
+                        out["resume"] = {
+                            "killed_holder": victim,
+                            "killed_at_step": at,
+                            "restart_to_restored_s": t_restored,
+                            "restart_to_walk_moving_s": t_moving,
+                            "final_state": o.state,
+                            "final_step": o.step,
+                        }
             finally:
                 cluster.stop(timeout=15)
     finally:
@@ -107,18 +126,26 @@ def _cluster(durable: bool, out: dict, key: str, resume: bool, sync: str = "norm
 
 def main(out_dir: pathlib.Path) -> dict:
     out: dict = {"nodes": N_NODES, "graph": GRAPH, "model_floats": SIZE, "steps": STEPS}
-    _cluster(True, out, "durable", resume=True)  # the default: survives kill -9 (WAL, synchronous=NORMAL)
-    _cluster(True, out, "durable_sync_full", resume=False, sync="full")  # also survives power loss (fsync per hop)
+    _cluster(
+        True, out, "durable", resume=True
+    )  # the default: survives kill -9 (WAL, synchronous=NORMAL)
+    _cluster(
+        True, out, "durable_sync_full", resume=False, sync="full"
+    )  # also survives power loss (fsync per hop)
     _cluster(False, out, "not_durable", resume=False)
     base = out["not_durable"]["hops_per_s"]
     out["ratio_durable_vs_not"] = out["durable"]["hops_per_s"] / base
     out["ratio_durable_sync_full_vs_not"] = out["durable_sync_full"]["hops_per_s"] / base
-    print(f"hops/s: durable (default, sync=normal) {out['durable']['hops_per_s']:.1f}, durable (fsync) "
-          f"{out['durable_sync_full']['hops_per_s']:.1f}, without {base:.1f}; ratios "
-          f"{out['ratio_durable_vs_not']:.2f} / {out['ratio_durable_sync_full_vs_not']:.2f} (goal >= 0.8)")
+    print(
+        f"hops/s: durable (default, sync=normal) {out['durable']['hops_per_s']:.1f}, durable (fsync) "
+        f"{out['durable_sync_full']['hops_per_s']:.1f}, without {base:.1f}; ratios "
+        f"{out['ratio_durable_vs_not']:.2f} / {out['ratio_durable_sync_full_vs_not']:.2f} (goal >= 0.8)"
+    )
     r = out["resume"]
-    print(f"holder {r['killed_holder']} killed at step {r['killed_at_step']}: restored {r['restart_to_restored_s']} s "
-          f"after restart, walk moving again after {r['restart_to_walk_moving_s']:.2f} s; run {r['final_state']}")
+    print(
+        f"holder {r['killed_holder']} killed at step {r['killed_at_step']}: restored {r['restart_to_restored_s']} s "
+        f"after restart, walk moving again after {r['restart_to_walk_moving_s']:.2f} s; run {r['final_state']}"
+    )
     return out
 
 

@@ -17,6 +17,7 @@ throughput the rounds use).  The nodes share the
 machine's cores, so the numbers are for this host, not a real deployment.  Ratios are reported,
 never asserted.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -43,7 +44,9 @@ def _network(out: dict) -> None:
         for i in range(N_NODES):
             d = state / "nodes" / f"n{i}"
             d.mkdir(parents=True)
-            np.savez(d / "data.npz", X=rng.random((DIM, 1)), y=np.zeros(DIM))  # one 10⁴-vector per node
+            np.savez(
+                d / "data.npz", X=rng.random((DIM, 1)), y=np.zeros(DIM)
+            )  # one 10⁴-vector per node
             NodePolicy.write(d, epsilon=1e9, delta=1e-5, data_path="data.npz")
         cluster = LocalCluster(state, N_NODES, GRAPH, restart=False)
         try:
@@ -54,11 +57,23 @@ def _network(out: dict) -> None:
             with Client(state) as c:
                 rtts = []
                 for _ in range(30):
-                    r = c._call(c.aio._control("n0", "ping_neighbors", {"size": 8 * DIM, "to": ["n1"]}, timeout=60))
+                    r = c._call(
+                        c.aio._control(
+                            "n0", "ping_neighbors", {"size": 8 * DIM, "to": ["n1"]}, timeout=60
+                        )
+                    )
                     rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
                 bare = 1.0 / statistics.mean(rtts)
-                spec = RunSpec(protocol="muffliato", task="mean", graph=GRAPH, steps=ROUNDS, seed=5,
-                               budget=Budget(1e9, 1e-5), sigma=1.0, protocol_params={"timeout": 10.0})
+                spec = RunSpec(
+                    protocol="muffliato",
+                    task="mean",
+                    graph=GRAPH,
+                    steps=ROUNDS,
+                    seed=5,
+                    budget=Budget(1e9, 1e-5),
+                    sigma=1.0,
+                    protocol_params={"timeout": 10.0},
+                )
                 t1 = time.perf_counter()
                 run_id = c.start_run(spec)
                 accept_s = time.perf_counter() - t1
@@ -70,16 +85,27 @@ def _network(out: dict) -> None:
                 msgs = sum(r["messages"]["out"] for r in per)
                 dev = sum(len(r.get("deviations_list", [])) for r in per)
                 rate = statistics.mean(rates)
-                out["network"] = {"state": o.state, "nodes": N_NODES, "graph": GRAPH, "dim": DIM, "rounds": ROUNDS,
-                                  "submit_and_start_s": accept_s, "run_seconds_mean": statistics.mean(secs),
-                                  "rounds_per_s": rate, "rounds_per_s_min_node": min(rates),
-                                  "bare_hops_per_s": bare, "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
-                                  "ratio_round_vs_bare": rate / bare, "messages_out": msgs,
-                                  "messages_per_node_round": msgs / (len(per) * ROUNDS), "deviations": dev,
-                                  "deliveries_per_s": msgs / statistics.mean(secs),
-                                  "ratio_deliveries_vs_bare": msgs / statistics.mean(secs) / bare,
-                                  "payload_mb": 8 * DIM / 1e6,
-                                  "accounting_view": (per[0].get("accounting_view") or {}).get("gossip_view")}
+                out["network"] = {
+                    "state": o.state,
+                    "nodes": N_NODES,
+                    "graph": GRAPH,
+                    "dim": DIM,
+                    "rounds": ROUNDS,
+                    "submit_and_start_s": accept_s,
+                    "run_seconds_mean": statistics.mean(secs),
+                    "rounds_per_s": rate,
+                    "rounds_per_s_min_node": min(rates),
+                    "bare_hops_per_s": bare,
+                    "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
+                    "ratio_round_vs_bare": rate / bare,
+                    "messages_out": msgs,
+                    "messages_per_node_round": msgs / (len(per) * ROUNDS),
+                    "deviations": dev,
+                    "deliveries_per_s": msgs / statistics.mean(secs),
+                    "ratio_deliveries_vs_bare": msgs / statistics.mean(secs) / bare,
+                    "payload_mb": 8 * DIM / 1e6,
+                    "accounting_view": (per[0].get("accounting_view") or {}).get("gossip_view"),
+                }
         finally:
             cluster.stop(timeout=20)
 
@@ -89,13 +115,23 @@ def main(out_dir: pathlib.Path) -> dict:
     _network(out)
     net = out["network"]
     print(f"{'what':40s} {'value':>14s}")
-    for k in ("rounds_per_s", "rounds_per_s_min_node", "bare_hops_per_s", "ratio_round_vs_bare", "deliveries_per_s",
-              "ratio_deliveries_vs_bare",
-              "messages_per_node_round", "run_seconds_mean", "deviations"):
+    for k in (
+        "rounds_per_s",
+        "rounds_per_s_min_node",
+        "bare_hops_per_s",
+        "ratio_round_vs_bare",
+        "deliveries_per_s",
+        "ratio_deliveries_vs_bare",
+        "messages_per_node_round",
+        "run_seconds_mean",
+        "deviations",
+    ):
         print(f"{k:40s} {net[k]:14.4g}")
-    print(f"16 nodes, {GRAPH}, model {DIM} float64 ({net['payload_mb']:.2f} MB), {ROUNDS} Muffliato rounds: "
-          f"{net['rounds_per_s']:.3g} rounds/s vs bare hop {net['bare_hops_per_s']:.3g}/s "
-          f"(ratio {net['ratio_round_vs_bare']:.3g}), state {net['state']}")
+    print(
+        f"16 nodes, {GRAPH}, model {DIM} float64 ({net['payload_mb']:.2f} MB), {ROUNDS} Muffliato rounds: "
+        f"{net['rounds_per_s']:.3g} rounds/s vs bare hop {net['bare_hops_per_s']:.3g}/s "
+        f"(ratio {net['ratio_round_vs_bare']:.3g}), state {net['state']}"
+    )
     return out
 
 

@@ -12,6 +12,7 @@ Baseline measured in the same run: the plain gossip run.  Reported: wall seconds
 per node and round, messages, and the ratio secure / plain; plus the largest difference between the
 two runs' final models against the fixed-point bound ``T · max terms · 2^-(f+1)``.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -54,21 +55,34 @@ def main(out_dir: pathlib.Path | str | None = None) -> dict:
                 times.append(dt)
             best[secure], runs[secure] = min(times), r
         err = float(np.abs(runs[True].models - runs[False].models).max())
-        out["cases"].append({
-            "dim": dim,
-            "plain_s": best[False], "secure_s": best[True], "ratio_secure_over_plain": best[True] / best[False],
-            "plain_ms_per_node_round": 1e3 * best[False] / (N * ROUNDS),
-            "secure_ms_per_node_round": 1e3 * best[True] / (N * ROUNDS),
-            "plain_messages": runs[False].sim.messages, "secure_messages": runs[True].sim.messages,
-            "max_model_difference": err, "fixed_point_bound": bound, "within_bound": err <= bound,
-        })
-    print(f"Muffliato averaging on {GRAPH}, {ROUNDS} rounds, simulator (CPU of all {N} nodes), best of 2")
-    print(f"{'dim':>7} {'plain ms/node/round':>20} {'secure ms/node/round':>21} {'ratio':>7} {'messages':>12} "
-          f"{'max |diff|':>11} {'bound':>9}")
+        out["cases"].append(
+            {
+                "dim": dim,
+                "plain_s": best[False],
+                "secure_s": best[True],
+                "ratio_secure_over_plain": best[True] / best[False],
+                "plain_ms_per_node_round": 1e3 * best[False] / (N * ROUNDS),
+                "secure_ms_per_node_round": 1e3 * best[True] / (N * ROUNDS),
+                "plain_messages": runs[False].sim.messages,
+                "secure_messages": runs[True].sim.messages,
+                "max_model_difference": err,
+                "fixed_point_bound": bound,
+                "within_bound": err <= bound,
+            }
+        )
+    print(
+        f"Muffliato averaging on {GRAPH}, {ROUNDS} rounds, simulator (CPU of all {N} nodes), best of 2"
+    )
+    print(
+        f"{'dim':>7} {'plain ms/node/round':>20} {'secure ms/node/round':>21} {'ratio':>7} {'messages':>12} "
+        f"{'max |diff|':>11} {'bound':>9}"
+    )
     for c in out["cases"]:
-        print(f"{c['dim']:>7} {c['plain_ms_per_node_round']:>20.3f} {c['secure_ms_per_node_round']:>21.3f} "
-              f"{c['ratio_secure_over_plain']:>7.1f} {c['secure_messages']:>5}/{c['plain_messages']:<6} "
-              f"{c['max_model_difference']:>11.2e} {c['fixed_point_bound']:>9.2e}")
+        print(
+            f"{c['dim']:>7} {c['plain_ms_per_node_round']:>20.3f} {c['secure_ms_per_node_round']:>21.3f} "
+            f"{c['ratio_secure_over_plain']:>7.1f} {c['secure_messages']:>5}/{c['plain_messages']:<6} "
+            f"{c['max_model_difference']:>11.2e} {c['fixed_point_bound']:>9.2e}"
+        )
     return out
 
 

@@ -14,6 +14,7 @@ event loop per core) or smaller where one process's open-file limit does not all
 Reported against the issue's goals (≤ 6 MB marginal per hosted node; 2048 nodes healthy in ≤ 60 s),
 never asserted.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def _one(n: int, procs: int) -> dict:
     from hushnet.net.host import rss_mb
 
     d = int(math.log2(n))
-    assert 2 ** d == n, "n must be a power of two (hypercube)"
+    assert 2**d == n, "n must be a power of two (hypercube)"
     from hushnet.net.host import default_per_process
 
     # hosted even when small (that is what is measured); else what `hushnet up` would choose
@@ -45,17 +46,28 @@ def _one(n: int, procs: int) -> dict:
     if per_process == 1:
         per_process = math.ceil(n / procs)
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-host-") as tmp:
-        cluster = LocalCluster(pathlib.Path(tmp), n, f"hypercube:{d}", restart=False, per_process=per_process)
+        cluster = LocalCluster(
+            pathlib.Path(tmp), n, f"hypercube:{d}", restart=False, per_process=per_process
+        )
         t0 = time.perf_counter()
         try:
             cluster.start(timeout=120)
             try:
                 cluster.wait_healthy(timeout=max(120.0, n * 0.25))
             except TimeoutError as exc:  # reported, so the other sizes still count
-                serving = sum(p.log_path.read_text(errors="replace").count(" serving on ") for p in cluster.processes)
-                return {"n": n, "processes": len(cluster.processes), "per_process": per_process, "healthy": False,
-                        "waited_s": round(time.perf_counter() - t0, 1), "nodes_serving": serving,
-                        "error": str(exc)[:300]}
+                serving = sum(
+                    p.log_path.read_text(errors="replace").count(" serving on ")
+                    for p in cluster.processes
+                )
+                return {
+                    "n": n,
+                    "processes": len(cluster.processes),
+                    "per_process": per_process,
+                    "healthy": False,
+                    "waited_s": round(time.perf_counter() - t0, 1),
+                    "nodes_serving": serving,
+                    "error": str(exc)[:300],
+                }
             healthy_s = time.perf_counter() - t0
             time.sleep(2.0)  # let connections settle before reading memory
             pids = [p.pid for p in cluster.processes]
@@ -64,11 +76,19 @@ def _one(n: int, procs: int) -> dict:
             boot_rss = rss_mb(cluster.bootstrap.pid)
         finally:
             cluster.stop(timeout=30)
-    return {"n": n, "processes": len(pids), "per_process": per_process, "healthy": True,
-            "start_to_healthy_s": round(healthy_s, 2),
-            "rss_total_mb": round(sum(rss), 1), "rss_per_node_mb": round(sum(rss) / n, 2),
-            "rss_per_process_mb": [round(r, 1) for r in rss], "fds_per_process": fds,
-            "fds_per_node": round(sum(fds) / n, 2), "bootstrap_rss_mb": round(boot_rss, 1)}
+    return {
+        "n": n,
+        "processes": len(pids),
+        "per_process": per_process,
+        "healthy": True,
+        "start_to_healthy_s": round(healthy_s, 2),
+        "rss_total_mb": round(sum(rss), 1),
+        "rss_per_node_mb": round(sum(rss) / n, 2),
+        "rss_per_process_mb": [round(r, 1) for r in rss],
+        "fds_per_process": fds,
+        "fds_per_node": round(sum(fds) / n, 2),
+        "bootstrap_rss_mb": round(boot_rss, 1),
+    }
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -78,26 +98,42 @@ def main(out_dir: pathlib.Path) -> dict:
         row = _one(n, procs)
         rows.append(row)
         if not row["healthy"]:
-            print(f"   n={n:5d}: NOT healthy after {row['waited_s']:.0f} s ({row['nodes_serving']} nodes serving)",
-                  flush=True)
+            print(
+                f"   n={n:5d}: NOT healthy after {row['waited_s']:.0f} s ({row['nodes_serving']} nodes serving)",
+                flush=True,
+            )
             continue
-        print(f"   n={n:5d}: {row['processes']} processes × {row['per_process']} nodes, healthy in "
-              f"{row['start_to_healthy_s']:.1f} s, {row['rss_per_node_mb']:.2f} MB and {row['fds_per_node']:.1f} "
-              "descriptors per node", flush=True)
-    out = {"benchmark": "hosting", "cores": procs, "load_average": os.getloadavg(), "rows": rows,
-           "goal_marginal_mb": GOAL_MB}
+        print(
+            f"   n={n:5d}: {row['processes']} processes × {row['per_process']} nodes, healthy in "
+            f"{row['start_to_healthy_s']:.1f} s, {row['rss_per_node_mb']:.2f} MB and {row['fds_per_node']:.1f} "
+            "descriptors per node",
+            flush=True,
+        )
+    out = {
+        "benchmark": "hosting",
+        "cores": procs,
+        "load_average": os.getloadavg(),
+        "rows": rows,
+        "goal_marginal_mb": GOAL_MB,
+    }
     ok = [r for r in rows if r["healthy"]]
     if len(ok) >= 2:
         a, b = ok[-2], ok[-1]
         marginal = (b["rss_total_mb"] - a["rss_total_mb"]) / (b["n"] - a["n"])
         out["marginal_rss_mb_per_node"] = round(marginal, 3)
         out["marginal_between"] = [a["n"], b["n"]]
-        print(f"   marginal memory per hosted node (n={a['n']}→{b['n']}): {marginal:.2f} MB (goal ≤ {GOAL_MB})",
-              flush=True)
+        print(
+            f"   marginal memory per hosted node (n={a['n']}→{b['n']}): {marginal:.2f} MB (goal ≤ {GOAL_MB})",
+            flush=True,
+        )
     return out  # the runner writes it to benchmarks/out/bench_hosting.json
 
 
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps(main(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/out")), indent=2))
+    print(
+        json.dumps(
+            main(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/out")), indent=2
+        )
+    )

@@ -9,6 +9,7 @@ slow for all 2048 observers, so it is timed on a subset and extrapolated linearl
 identical per observer on the hypercube); the fast path is checked against it on that subset.
 Each method runs in a fresh process so its peak RSS is its own.  Goal: < 60 s, < 4 GB, 2 cores.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -38,8 +39,13 @@ def _fast(q) -> None:
     S = exact_sensitivity_matrix(W, T)
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
     np.save(q["tmp"], S)
-    q["out"].put({"seconds": dt, "cpu_seconds": dc,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    q["out"].put(
+        {
+            "seconds": dt,
+            "cpu_seconds": dc,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
 
 
 def _dense(q) -> None:
@@ -64,14 +70,16 @@ def _dense(q) -> None:
     t_obs = time.perf_counter() - t1
     c_all = time.process_time() - c0
     np.save(q["tmp"], np.stack([cols[v] for v in range(BASELINE_OBSERVERS)], axis=1))
-    q["out"].put({
-        "powers_seconds": t_pow,
-        "per_observer_seconds": t_obs / BASELINE_OBSERVERS,
-        "seconds_extrapolated": t_pow + t_obs / BASELINE_OBSERVERS * n,
-        "cpu_seconds_measured_part": c_all,
-        "observers_measured": BASELINE_OBSERVERS,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    })
+    q["out"].put(
+        {
+            "powers_seconds": t_pow,
+            "per_observer_seconds": t_obs / BASELINE_OBSERVERS,
+            "seconds_extrapolated": t_pow + t_obs / BASELINE_OBSERVERS * n,
+            "cpu_seconds_measured_part": c_all,
+            "observers_measured": BASELINE_OBSERVERS,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
 
 
 def _blas_threads() -> int:
@@ -103,7 +111,9 @@ def main(out_dir: pathlib.Path) -> dict:
     tmp_dense = out_dir / "_muffliato_dense.npy"
     load_before = os.getloadavg()[0]
     threads = _blas_threads()
-    saved = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    saved = {
+        v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     try:
         fast = _run(_fast, tmp_fast, threads)
         dense = _run(_dense, tmp_dense, threads)
@@ -140,7 +150,7 @@ def main(out_dir: pathlib.Path) -> dict:
         "goal_met": bool(fast["seconds"] < 60 and fast["peak_rss_mb"] < 4096),
         "goal_met_on_cpu_time": bool(fast["cpu_seconds"] < 60 and fast["peak_rss_mb"] < 4096),
         "note_timing": "wall time depends on the machine's load (shared 2-core box); CPU time is what an "
-                       "idle core would need",
+        "idle core would need",
         "exact_sensitivity_by_distance_from_observer_0": by_dist,
         "load_average_1min_at_start": load_before,
         "blas_threads": threads,
@@ -148,9 +158,13 @@ def main(out_dir: pathlib.Path) -> dict:
         "note": "dense baseline timed on a subset of observers and extrapolated linearly to all n",
     }
     print(f"{'method':<34}{'time (s)':>12}{'peak RSS (MB)':>16}")
-    print(f"{'fast (block Arnoldi per observer)':<34}{fast['seconds']:>12.2f}{fast['peak_rss_mb']:>16.0f}"
-          f"   (CPU {fast['cpu_seconds']:.1f} s)")
-    print(f"{'dense pinv (extrapolated)':<34}{dense['seconds_extrapolated']:>12.1f}{dense['peak_rss_mb']:>16.0f}")
+    print(
+        f"{'fast (block Arnoldi per observer)':<34}{fast['seconds']:>12.2f}{fast['peak_rss_mb']:>16.0f}"
+        f"   (CPU {fast['cpu_seconds']:.1f} s)"
+    )
+    print(
+        f"{'dense pinv (extrapolated)':<34}{dense['seconds_extrapolated']:>12.1f}{dense['peak_rss_mb']:>16.0f}"
+    )
     print(f"speed-up x{result['speedup']}, max |diff| {agree:.2e}, goal met: {result['goal_met']}")
     return result
 

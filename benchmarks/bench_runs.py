@@ -14,6 +14,7 @@ simulator's RW DP-SGD steps per second at n = 2048.
 
 Ratios are reported, never asserted.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -50,23 +51,44 @@ def _network(out: dict) -> None:
                     reps = 30 if size <= 10_000 else 10
                     rtts = []
                     for _ in range(reps):
-                        r = c._call(c.aio._control("n0", "ping_neighbors", {"size": 8 * size, "to": ["n1"]}, timeout=60))
+                        r = c._call(
+                            c.aio._control(
+                                "n0", "ping_neighbors", {"size": 8 * size, "to": ["n1"]}, timeout=60
+                            )
+                        )
                         rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
                     bare = 1.0 / statistics.mean(rtts)
-                    spec = RunSpec(protocol="rw-dpsgd", task="hushnet.runs.synthetic:ZeroGradientTask", graph=GRAPH,
-                                   steps=steps, seed=size % 97, budget=Budget(1e9, 1e-5), sigma=1.0, step_size=0.01,
-                                   task_params={"size": size})
+                    spec = RunSpec(
+                        protocol="rw-dpsgd",
+                        task="hushnet.runs.synthetic:ZeroGradientTask",
+                        graph=GRAPH,
+                        steps=steps,
+                        seed=size % 97,
+                        budget=Budget(1e9, 1e-5),
+                        sigma=1.0,
+                        step_size=0.01,
+                        task_params={"size": size},
+                    )
                     run_id = c.start_run(spec)
                     o = c.watch(run_id, progress=False, timeout=600)
                     rep = c.report(run_id)
-                    hops = sum(r["messages"]["out"] for r in rep.per_node.values() if "messages" in r) / 2
+                    hops = (
+                        sum(r["messages"]["out"] for r in rep.per_node.values() if "messages" in r)
+                        / 2
+                    )
                     secs = rep.summary()["run_seconds"]
                     rate = hops / secs
-                    out[f"size_{size}"] = {"state": o.state, "steps": steps, "hops": hops, "run_seconds": secs,
-                                           "token_hops_per_s": rate, "bare_hops_per_s": bare,
-                                           "ratio_token_vs_bare": rate / bare,
-                                           "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
-                                           "payload_mb": 8 * size / 1e6}
+                    out[f"size_{size}"] = {
+                        "state": o.state,
+                        "steps": steps,
+                        "hops": hops,
+                        "run_seconds": secs,
+                        "token_hops_per_s": rate,
+                        "bare_hops_per_s": bare,
+                        "ratio_token_vs_bare": rate / bare,
+                        "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
+                        "payload_mb": 8 * size / 1e6,
+                    }
         finally:
             cluster.stop(timeout=15)
 
@@ -85,12 +107,23 @@ def _simulator(out: dict) -> None:
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         tasks.append(LogisticRegressionTask(X, np.where(X[:, 0] > 0, 1.0, -1.0)))
     W = transition_matrix("regular:2048:8:1")
-    ms = build_machines("rw-dpsgd", tasks, run_seed=1, params=dict(steps=T, step_size=0.05, sigma=1.0), W=W,
-                        options=WalkOptions())
+    ms = build_machines(
+        "rw-dpsgd",
+        tasks,
+        run_seed=1,
+        params=dict(steps=T, step_size=0.05, sigma=1.0),
+        W=W,
+        options=WalkOptions(),
+    )
     t0 = time.perf_counter()
     res = Simulator(ms).run()
     secs = time.perf_counter() - t0
-    out["simulator_n2048"] = {"status": res.status, "steps": T, "seconds": secs, "steps_per_s": T / secs}
+    out["simulator_n2048"] = {
+        "status": res.status,
+        "steps": T,
+        "seconds": secs,
+        "steps_per_s": T / secs,
+    }
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -100,7 +133,9 @@ def main(out_dir: pathlib.Path) -> dict:
     print(f"{'model':>10} {'token hops/s':>13} {'bare hops/s':>12} {'ratio':>6}")
     for size in SIZES:
         r = out[f"size_{size}"]
-        print(f"{size:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} {r['ratio_token_vs_bare']:>6.2f}")
+        print(
+            f"{size:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} {r['ratio_token_vs_bare']:>6.2f}"
+        )
     s = out["simulator_n2048"]
     print(f"simulator n=2048, T=20000: {s['steps_per_s']:.0f} steps/s ({s['seconds']:.2f} s)")
     return out

@@ -12,6 +12,7 @@ same run, on the same W:
 Goal (issue 3): the matrix in under 5 s on 2 cores, memory under 4 GB.  Peak memory: tracemalloc (numpy buffers)
 around each fast computation, and the process peak RSS.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,11 +67,19 @@ def bench_graph(name: str, g) -> dict:
     rw._SPECTRUM_CACHE.clear()
     T = rw.compute_T_walk(W, SIGMA)
     rw._SPECTRUM_CACHE.clear()  # cold start: the timed call pays for eigh
-    cert, t_cert, mem_cert = _timed(lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, constraint="proof"), "cert")
-    paper, t_paper, mem_paper = _timed(lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper"))  # warm
-    sk, t_sk, _ = _timed(lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper", sender_known=True))
+    cert, t_cert, mem_cert = _timed(
+        lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, constraint="proof"), "cert"
+    )
+    paper, t_paper, mem_paper = _timed(
+        lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper")
+    )  # warm
+    sk, t_sk, _ = _timed(
+        lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper", sender_known=True)
+    )
     rw._SPECTRUM_CACHE.clear()
-    _, t_paper_cold, _ = _timed(lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper"), "paper_cold")
+    _, t_paper_cold, _ = _timed(
+        lambda: rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, bound="paper"), "paper_cold"
+    )
 
     # baseline 1: scipy.linalg.logm
     Wd = W.toarray()
@@ -96,7 +105,10 @@ def bench_graph(name: str, g) -> dict:
     del P, acc, Lm, M_ref, base_paper
 
     return {
-        "graph": name, "n": n, "edges": int(g.num_edges), "T": T,
+        "graph": name,
+        "n": n,
+        "edges": int(g.num_edges),
+        "T": T,
         "fast_certified_exact_cold_s": t_cert,
         "fast_paper_lnT_cold_s": t_paper_cold,
         "fast_paper_lnT_warm_s": t_paper,
@@ -125,26 +137,44 @@ def main(out_dir: pathlib.Path) -> dict:
     rows = [bench_graph(name, g) for name, g in _graphs().items()]
     load_after = os.getloadavg()
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    hdr = (f"{'graph':12s} {'T':>6s} {'cert(cold)':>10s} {'paper(cold)':>11s} {'paper(warm)':>11s} {'logm':>8s} "
-           f"{'x logm':>7s} {'powers~':>9s} {'x powers':>8s} {'peak MB':>8s} {'|diff|':>9s}")
+    hdr = (
+        f"{'graph':12s} {'T':>6s} {'cert(cold)':>10s} {'paper(cold)':>11s} {'paper(warm)':>11s} {'logm':>8s} "
+        f"{'x logm':>7s} {'powers~':>9s} {'x powers':>8s} {'peak MB':>8s} {'|diff|':>9s}"
+    )
     print(hdr)
     for r in rows:
-        print(f"{r['graph']:12s} {r['T']:6d} {r['fast_certified_exact_cold_s']:10.2f} {r['fast_paper_lnT_cold_s']:11.2f} "
-              f"{r['fast_paper_lnT_warm_s']:11.2f} {r['baseline_logm_s']:8.1f} {r['speedup_vs_logm']:7.1f} "
-              f"{r['baseline_dense_powers_extrapolated_to_T_s']:9.0f} {r['speedup_vs_dense_powers_extrapolated']:8.0f} "
-              f"{r['fast_peak_tracemalloc_MB']:8.0f} {r['baseline_logm_max_abs_diff']:9.1e}")
+        print(
+            f"{r['graph']:12s} {r['T']:6d} {r['fast_certified_exact_cold_s']:10.2f} {r['fast_paper_lnT_cold_s']:11.2f} "
+            f"{r['fast_paper_lnT_warm_s']:11.2f} {r['baseline_logm_s']:8.1f} {r['speedup_vs_logm']:7.1f} "
+            f"{r['baseline_dense_powers_extrapolated_to_T_s']:9.0f} {r['speedup_vs_dense_powers_extrapolated']:8.0f} "
+            f"{r['fast_peak_tracemalloc_MB']:8.0f} {r['baseline_logm_max_abs_diff']:9.1e}"
+        )
     for r in rows:
-        print(f"{r['graph']:12s} CPU seconds (all threads): certified {r['fast_certified_exact_cold_cpu_s']:.2f}, "
-              f"paper {r['fast_paper_lnT_cold_cpu_s']:.2f}, logm {r['baseline_logm_cpu_s']:.1f}")
-    print(f"process peak RSS: {peak_rss_mb:.0f} MB (goal < 4096 MB); times in seconds; powers~ = extrapolated")
-    print(f"1-min load average before/after: {load_before[0]:.1f} / {load_after[0]:.1f} on {os.cpu_count()} cores")
-    return {"benchmark": "all-pairs random-walk PNDP matrix (P-RW Thm 3)", "alpha": ALPHA, "sigma": SIGMA,
-            "rows": rows, "process_peak_rss_MB": peak_rss_mb,
-            "load_average_1min_before_after": [load_before[0], load_after[0]], "cpu_count": os.cpu_count(),
-            "goal": "matrix < 5 s on 2 cores, memory < 4 GB"}
+        print(
+            f"{r['graph']:12s} CPU seconds (all threads): certified {r['fast_certified_exact_cold_cpu_s']:.2f}, "
+            f"paper {r['fast_paper_lnT_cold_cpu_s']:.2f}, logm {r['baseline_logm_cpu_s']:.1f}"
+        )
+    print(
+        f"process peak RSS: {peak_rss_mb:.0f} MB (goal < 4096 MB); times in seconds; powers~ = extrapolated"
+    )
+    print(
+        f"1-min load average before/after: {load_before[0]:.1f} / {load_after[0]:.1f} on {os.cpu_count()} cores"
+    )
+    return {
+        "benchmark": "all-pairs random-walk PNDP matrix (P-RW Thm 3)",
+        "alpha": ALPHA,
+        "sigma": SIGMA,
+        "rows": rows,
+        "process_peak_rss_MB": peak_rss_mb,
+        "load_average_1min_before_after": [load_before[0], load_after[0]],
+        "cpu_count": os.cpu_count(),
+        "goal": "matrix < 5 s on 2 cores, memory < 4 GB",
+    }
 
 
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(main(pathlib.Path(__file__).resolve().parent / "out"), indent=1, default=float))
+    print(
+        json.dumps(main(pathlib.Path(__file__).resolve().parent / "out"), indent=1, default=float)
+    )

@@ -39,6 +39,7 @@ runs are interleaved — ``PROC_ROUNDS`` rounds of plain, secagg-64, secagg-32-k
 rotating — and reported as medians and the median (and range) of the per-round ratios; the
 one-process figures are the best of ``REPEATS`` runs.  Ratios are reported, never asserted.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,19 +53,31 @@ import numpy as np
 from hushnet.runs.spec import Budget, RunSpec
 
 SUM_N, SUM_D, THRESHOLD = 16, 100_000, 10
-DROP_TIMEOUT = 1.0  # round_timeout of the dropout runs: the time the leader waits for silent members
+DROP_TIMEOUT = (
+    1.0  # round_timeout of the dropout runs: the time the leader waits for silent members
+)
 ROUND_TIMEOUT = 5.0  # no-dropout runs: never reached, every phase completes when everyone answered
 REPEATS = 3
 PROC_ROUNDS = 7
 DROPOUTS = (5, 9, 13)
-CONFIGS = {"secagg-64": {}, "secagg-32": {"bits": 32, "frac_bits": 16},
-           "secagg-32-k8": {"bits": 32, "frac_bits": 16, "mask_degree": 8}}
+CONFIGS = {
+    "secagg-64": {},
+    "secagg-32": {"bits": 32, "frac_bits": 16},
+    "secagg-32-k8": {"bits": 32, "frac_bits": 16, "mask_degree": 8},
+}
 
 
 def _spec(seed: int, timeout: float, **pp) -> RunSpec:
-    return RunSpec(protocol="secagg-sum", task="sum", graph=f"complete:{SUM_N}", steps=1, seed=seed,
-                   budget=Budget(1e9, 1e-5), sigma=0.01,
-                   protocol_params={"threshold": THRESHOLD, "round_timeout": timeout, **pp}).with_run_id()
+    return RunSpec(
+        protocol="secagg-sum",
+        task="sum",
+        graph=f"complete:{SUM_N}",
+        steps=1,
+        seed=seed,
+        budget=Budget(1e9, 1e-5),
+        sigma=0.01,
+        protocol_params={"threshold": THRESHOLD, "round_timeout": timeout, **pp},
+    ).with_run_id()
 
 
 def _values() -> list[np.ndarray]:
@@ -90,7 +103,9 @@ class _PlainSum:
         return None
 
 
-async def _plain_sum_inproc(net, values, dropouts: tuple[int, ...] = (), timeout: float = 120.0) -> float:
+async def _plain_sum_inproc(
+    net, values, dropouts: tuple[int, ...] = (), timeout: float = 120.0
+) -> float:
     """The plain baseline; with ``dropouts`` those members never send, and the leader — which cannot tell a
     silent member from a slow one — closes the sum when ``timeout`` expires, as the secure leader does."""
     leader = net.ordered[0]
@@ -98,9 +113,18 @@ async def _plain_sum_inproc(net, values, dropouts: tuple[int, ...] = (), timeout
     leader.register_handler(h, replace=True)
     t0 = time.perf_counter()
     own = np.array(values[0], dtype=np.float64)  # the leader's own vector
-    await asyncio.gather(*(nd.send(leader.node_id, np.ascontiguousarray(values[i], dtype="<f8").tobytes(),
-                                   protocol=h.protocol, run_id="bench")
-                           for i, nd in enumerate(net.ordered) if i > 0 and i not in dropouts))
+    await asyncio.gather(
+        *(
+            nd.send(
+                leader.node_id,
+                np.ascontiguousarray(values[i], dtype="<f8").tobytes(),
+                protocol=h.protocol,
+                run_id="bench",
+            )
+            for i, nd in enumerate(net.ordered)
+            if i > 0 and i not in dropouts
+        )
+    )
     try:
         await asyncio.wait_for(h.done.wait(), timeout)
     except asyncio.TimeoutError:
@@ -142,11 +166,15 @@ def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
     return seen
 
 
-async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ()) -> tuple[float, dict]:
+async def _secure_sum_inproc(
+    net, spec: RunSpec, dropouts: tuple[int, ...] = ()
+) -> tuple[float, dict]:
     from hushnet.protocols.secagg import MASKED, UNMASK_REQ
 
     originals = {v: svc.handle for v, svc in net.svc_by_vertex.items()}  # restored after the run
-    sends = [_mute(net, v, spec.run_id, MASKED) for v in dropouts]  # their masked input never gets out
+    sends = [
+        _mute(net, v, spec.run_id, MASKED) for v in dropouts
+    ]  # their masked input never gets out
     seen = _clock(net, spec.run_id)
     run_id = await net.client.start_run(spec)
     lead = net.driver(0, run_id)
@@ -161,16 +189,23 @@ async def _secure_sum_inproc(net, spec: RunSpec, dropouts: tuple[int, ...] = ())
     for node, send in sends:
         node.send = send  # type: ignore[method-assign]
     res = lead.finish_result
-    if res["status"] != "released":  # a phase outlived round_timeout on the loaded host: the caller retries
+    if (
+        res["status"] != "released"
+    ):  # a phase outlived round_timeout on the loaded host: the caller retries
         return float("inf"), res
     assert res["dropped"] == sorted(dropouts), res
     # the leader's idle wait for the silent members: last masked input in → first unmask request out
     # (measured at its first arrival, so one delivery of a small message is counted as idle too)
     last_masked = max(t for v, k, t in seen if v == 0 and k == MASKED)
     first_req = min((t for v, k, t in seen if k == UNMASK_REQ), default=last_masked)
-    return wall, {**res, "idle_wait_s": max(0.0, first_req - last_masked), "machine_cpu_s": sum(busy),
-                  "leader_cpu_s": busy[0], "member_cpu_max_s": max(busy[1:]),
-                  "from_last_start_s": lead.timings.finished - max(starts)}
+    return wall, {
+        **res,
+        "idle_wait_s": max(0.0, first_req - last_masked),
+        "machine_cpu_s": sum(busy),
+        "leader_cpu_s": busy[0],
+        "member_cpu_max_s": max(busy[1:]),
+        "from_last_start_s": lead.timings.finished - max(starts),
+    }
 
 
 async def _inproc(tmp: pathlib.Path) -> dict:
@@ -178,9 +213,13 @@ async def _inproc(tmp: pathlib.Path) -> dict:
 
     values = _values()
     out: dict = {}
-    async with network(tmp, f"complete:{SUM_N}", SUM_N, values=values, base_ip=170, epsilon=1e9) as net:
+    async with network(
+        tmp, f"complete:{SUM_N}", SUM_N, values=values, base_ip=170, epsilon=1e9
+    ) as net:
         plain = min([await _plain_sum_inproc(net, values) for _ in range(REPEATS)])
-        plain3 = min([await _plain_sum_inproc(net, values, DROPOUTS, DROP_TIMEOUT) for _ in range(REPEATS)])
+        plain3 = min(
+            [await _plain_sum_inproc(net, values, DROPOUTS, DROP_TIMEOUT) for _ in range(REPEATS)]
+        )
         out["plain_sum_s"] = plain
         out["plain_sum_3_dropouts_s"] = plain3
         seeds = iter(range(1, 1000))
@@ -188,7 +227,9 @@ async def _inproc(tmp: pathlib.Path) -> dict:
         async def released(timeout: float, pp: dict, dropouts: tuple[int, ...]) -> tuple[list, int]:
             runs, aborted = [], 0
             while len(runs) < REPEATS and aborted < 3 * REPEATS:
-                wall, res = await _secure_sum_inproc(net, _spec(next(seeds), timeout, **pp), dropouts)
+                wall, res = await _secure_sum_inproc(
+                    net, _spec(next(seeds), timeout, **pp), dropouts
+                )
                 if res["status"] == "released":
                     runs.append((wall, res))
                 else:
@@ -204,16 +245,24 @@ async def _inproc(tmp: pathlib.Path) -> dict:
             runs, ab3 = await released(DROP_TIMEOUT, pp, DROPOUTS)
             drop, dres = min(runs, key=lambda r: r[0])
             busy3 = min(w - r["idle_wait_s"] for w, r in runs)
-            out[name] = {"secure_sum_s": secure, "ratio_vs_plain": secure / plain,
-                         "secure_sum_from_last_start_s": last, "ratio_from_last_start_vs_plain": last / plain,
-                         "secure_sum_3_dropouts_s": drop, "ratio_3_dropouts_vs_plain": drop / plain,
-                         "ratio_3_dropouts_vs_plain_3_dropouts": drop / plain3,
-                         "idle_wait_for_dropouts_s": dres["idle_wait_s"],
-                         "secure_sum_3_dropouts_minus_idle_wait_s": busy3,
-                         "ratio_3_dropouts_minus_idle_wait_vs_plain": busy3 / plain,
-                         "machine_cpu_all_nodes_s": res["machine_cpu_s"], "leader_cpu_s": res["leader_cpu_s"],
-                         "member_cpu_max_s": res["member_cpu_max_s"], "error_bound_per_entry": res["error_bound"],
-                         "aborted_attempts": ab0, "aborted_attempts_3_dropouts": ab3}
+            out[name] = {
+                "secure_sum_s": secure,
+                "ratio_vs_plain": secure / plain,
+                "secure_sum_from_last_start_s": last,
+                "ratio_from_last_start_vs_plain": last / plain,
+                "secure_sum_3_dropouts_s": drop,
+                "ratio_3_dropouts_vs_plain": drop / plain,
+                "ratio_3_dropouts_vs_plain_3_dropouts": drop / plain3,
+                "idle_wait_for_dropouts_s": dres["idle_wait_s"],
+                "secure_sum_3_dropouts_minus_idle_wait_s": busy3,
+                "ratio_3_dropouts_minus_idle_wait_vs_plain": busy3 / plain,
+                "machine_cpu_all_nodes_s": res["machine_cpu_s"],
+                "leader_cpu_s": res["leader_cpu_s"],
+                "member_cpu_max_s": res["member_cpu_max_s"],
+                "error_bound_per_entry": res["error_bound"],
+                "aborted_attempts": ab0,
+                "aborted_attempts_3_dropouts": ab3,
+            }
     return out
 
 
@@ -235,41 +284,74 @@ def _processes(tmp: pathlib.Path) -> dict:
         cluster.start(timeout=180)
         cluster.wait_healthy(timeout=240)
         with Client(tmp) as c:
+
             async def plain_once() -> float:
-                rs = await asyncio.gather(*(c.aio._control(f"n{i}", "ping_neighbors",  # noqa: SLF001
-                                                           {"size": 8 * SUM_D, "to": ["n0"], "run_id": "bench"},
-                                                           timeout=60) for i in range(1, SUM_N)))
+                rs = await asyncio.gather(
+                    *(
+                        c.aio._control(
+                            f"n{i}",
+                            "ping_neighbors",  # noqa: SLF001
+                            {"size": 8 * SUM_D, "to": ["n0"], "run_id": "bench"},
+                            timeout=60,
+                        )
+                        for i in range(1, SUM_N)
+                    )
+                )
                 assert all(r["sent"]["n0"]["ok"] for r in rs), rs
                 return max(r["sent"]["n0"]["rtt_ms"] for r in rs) / 1000
 
             def secure_once(pp: dict, seed: int) -> tuple[float, float]:
                 run_id = c.start_run(_spec(seed, ROUND_TIMEOUT, **pp))
                 o = c.watch(run_id, progress=False, timeout=300)
-                per = {k: r for k, r in c.report(run_id).per_node.items() if isinstance(r, dict) and "timings" in r}
+                per = {
+                    k: r
+                    for k, r in c.report(run_id).per_node.items()
+                    if isinstance(r, dict) and "timings" in r
+                }
                 lead = per["n0"]
                 assert lead["result"]["status"] == "released", (o.state, lead["result"])
                 starts = [r["timings"]["started"] for r in per.values() if r["timings"]["started"]]
-                return lead["timings"]["finished"] - min(starts), lead["timings"]["finished"] - max(starts)
+                return lead["timings"]["finished"] - min(starts), lead["timings"]["finished"] - max(
+                    starts
+                )
 
             c._call(plain_once())  # noqa: SLF001 - warm-up (channels, allocator)
             secure_once(CONFIGS["secagg-32-k8"], 99)
             names = ["plain", *CONFIGS]
             runs: dict[str, list] = {k: [] for k in names}
-            for r in range(PROC_ROUNDS):  # interleaved, order rotating: load drift hits every variant alike
-                for k in names[r % len(names):] + names[: r % len(names)]:
-                    runs[k].append(c._call(plain_once()) if k == "plain"  # noqa: SLF001
-                                   else secure_once(CONFIGS[k], 100 + 10 * r + names.index(k)))
+            for r in range(
+                PROC_ROUNDS
+            ):  # interleaved, order rotating: load drift hits every variant alike
+                for k in names[r % len(names) :] + names[: r % len(names)]:
+                    runs[k].append(
+                        c._call(plain_once())
+                        if k == "plain"  # noqa: SLF001
+                        else secure_once(CONFIGS[k], 100 + 10 * r + names.index(k))
+                    )
             plain = np.asarray(runs["plain"])
-            out.update({"rounds": PROC_ROUNDS, "plain_sum_runs_s": plain.tolist(), "plain_sum_s": float(np.median(plain))})
+            out.update(
+                {
+                    "rounds": PROC_ROUNDS,
+                    "plain_sum_runs_s": plain.tolist(),
+                    "plain_sum_s": float(np.median(plain)),
+                }
+            )
             for k in CONFIGS:
                 wall = np.asarray([w for w, _ in runs[k]])
                 last = np.asarray([x for _, x in runs[k]])
                 paired, paired_last = wall / plain, last / plain
-                out[k] = {"secure_sum_runs_s": wall.tolist(), "secure_sum_s": float(np.median(wall)),
-                          "ratio_vs_plain": float(np.median(paired)), "ratio_range": [float(paired.min()), float(paired.max())],
-                          "secure_sum_from_last_start_s": float(np.median(last)),
-                          "ratio_from_last_start_vs_plain": float(np.median(paired_last)),
-                          "ratio_from_last_start_range": [float(paired_last.min()), float(paired_last.max())]}
+                out[k] = {
+                    "secure_sum_runs_s": wall.tolist(),
+                    "secure_sum_s": float(np.median(wall)),
+                    "ratio_vs_plain": float(np.median(paired)),
+                    "ratio_range": [float(paired.min()), float(paired.max())],
+                    "secure_sum_from_last_start_s": float(np.median(last)),
+                    "ratio_from_last_start_vs_plain": float(np.median(paired_last)),
+                    "ratio_from_last_start_range": [
+                        float(paired_last.min()),
+                        float(paired_last.max()),
+                    ],
+                }
     finally:
         cluster.stop(timeout=20)
     return out
@@ -285,28 +367,54 @@ def main(out_dir: pathlib.Path) -> dict:
         procs = _processes(t / "procs")
         print("16 processes:", json.dumps(procs))
         inproc = uvloop.run(_inproc(t / "inproc"))
-    print(f"16 members x {SUM_D} entries, threshold {THRESHOLD}; seconds (ratio to the plain sum); goal <= 3;"
-          f" processes: medians of {PROC_ROUNDS} interleaved rounds, one process: best of {REPEATS}")
+    print(
+        f"16 members x {SUM_D} entries, threshold {THRESHOLD}; seconds (ratio to the plain sum); goal <= 3;"
+        f" processes: medians of {PROC_ROUNDS} interleaved rounds, one process: best of {REPEATS}"
+    )
     print(f"{'':34}{'16 processes':>22}{'one process':>22}")
-    print(f"{'plain sum over the network':34}{procs['plain_sum_s']:>14.4f}{'':8}{inproc['plain_sum_s']:>14.4f}")
+    print(
+        f"{'plain sum over the network':34}{procs['plain_sum_s']:>14.4f}{'':8}{inproc['plain_sum_s']:>14.4f}"
+    )
     for name in CONFIGS:
         p, i = procs[name], inproc[name]
-        print(f"{name + ' secure sum':34}{p['secure_sum_s']:>14.4f} ({p['ratio_vs_plain']:5.2f}){i['secure_sum_s']:>14.4f}"
-              f" ({i['ratio_vs_plain']:5.2f})")
-        print(f"{'  … from the last node start':34}{p['secure_sum_from_last_start_s']:>14.4f} "
-              f"({p['ratio_from_last_start_vs_plain']:5.2f}){i['secure_sum_from_last_start_s']:>14.4f}"
-              f" ({i['ratio_from_last_start_vs_plain']:5.2f})")
-        print(f"{'  per-round ratio range (processes)':34}{p['ratio_range'][0]:>10.2f} – {p['ratio_range'][1]:.2f}"
-              f"; from last start {p['ratio_from_last_start_range'][0]:.2f} – {p['ratio_from_last_start_range'][1]:.2f}")
-        print(f"{'  3 dropouts':34}{'-':>22}{i['secure_sum_3_dropouts_s']:>14.4f} ({i['ratio_3_dropouts_vs_plain']:5.2f})")
-        print(f"{'  … vs plain sum, same 3 dropouts':34}{'-':>22}{inproc['plain_sum_3_dropouts_s']:>14.4f}"
-              f" ({i['ratio_3_dropouts_vs_plain_3_dropouts']:5.2f})")
-        print(f"{'  3 dropouts minus the idle wait':34}{'-':>22}{i['secure_sum_3_dropouts_minus_idle_wait_s']:>14.4f}"
-              f" ({i['ratio_3_dropouts_minus_idle_wait_vs_plain']:5.2f})")
-        print(f"{'  CPU: all machines / leader':34}{'':22}{i['machine_cpu_all_nodes_s']:>9.4f} / {i['leader_cpu_s']:.4f}")
-    return {"members": SUM_N, "entries": SUM_D, "threshold": THRESHOLD, "dropouts": list(DROPOUTS),
-            "dropout_round_timeout_s": DROP_TIMEOUT, "configs": CONFIGS, "processes": procs, "one_process": inproc,
-            "goal": "secure sum <= 3x plain (also with 3 dropouts)"}
+        print(
+            f"{name + ' secure sum':34}{p['secure_sum_s']:>14.4f} ({p['ratio_vs_plain']:5.2f}){i['secure_sum_s']:>14.4f}"
+            f" ({i['ratio_vs_plain']:5.2f})"
+        )
+        print(
+            f"{'  … from the last node start':34}{p['secure_sum_from_last_start_s']:>14.4f} "
+            f"({p['ratio_from_last_start_vs_plain']:5.2f}){i['secure_sum_from_last_start_s']:>14.4f}"
+            f" ({i['ratio_from_last_start_vs_plain']:5.2f})"
+        )
+        print(
+            f"{'  per-round ratio range (processes)':34}{p['ratio_range'][0]:>10.2f} – {p['ratio_range'][1]:.2f}"
+            f"; from last start {p['ratio_from_last_start_range'][0]:.2f} – {p['ratio_from_last_start_range'][1]:.2f}"
+        )
+        print(
+            f"{'  3 dropouts':34}{'-':>22}{i['secure_sum_3_dropouts_s']:>14.4f} ({i['ratio_3_dropouts_vs_plain']:5.2f})"
+        )
+        print(
+            f"{'  … vs plain sum, same 3 dropouts':34}{'-':>22}{inproc['plain_sum_3_dropouts_s']:>14.4f}"
+            f" ({i['ratio_3_dropouts_vs_plain_3_dropouts']:5.2f})"
+        )
+        print(
+            f"{'  3 dropouts minus the idle wait':34}{'-':>22}{i['secure_sum_3_dropouts_minus_idle_wait_s']:>14.4f}"
+            f" ({i['ratio_3_dropouts_minus_idle_wait_vs_plain']:5.2f})"
+        )
+        print(
+            f"{'  CPU: all machines / leader':34}{'':22}{i['machine_cpu_all_nodes_s']:>9.4f} / {i['leader_cpu_s']:.4f}"
+        )
+    return {
+        "members": SUM_N,
+        "entries": SUM_D,
+        "threshold": THRESHOLD,
+        "dropouts": list(DROPOUTS),
+        "dropout_round_timeout_s": DROP_TIMEOUT,
+        "configs": CONFIGS,
+        "processes": procs,
+        "one_process": inproc,
+        "goal": "secure sum <= 3x plain (also with 3 dropouts)",
+    }
 
 
 if __name__ == "__main__":

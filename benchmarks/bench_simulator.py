@@ -6,6 +6,7 @@ the same per-node generators) but no machine, no bytes and no event queue.  The 
 simulator/baseline is the price of running the real protocol code (validation, serialisation,
 envelopes, acknowledgements, ledger entries).  Nothing here is asserted.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -55,10 +56,18 @@ def _bare_loop(tasks, W, seed: int) -> tuple[float, np.ndarray]:
     return time.perf_counter() - t0, x
 
 
-def _sim(tasks, W, seed: int, *, reliable: bool, envelopes: bool) -> tuple[float, float, np.ndarray]:
+def _sim(
+    tasks, W, seed: int, *, reliable: bool, envelopes: bool
+) -> tuple[float, float, np.ndarray]:
     t0 = time.perf_counter()
-    ms = build_machines("rw-dpsgd", tasks, run_seed=seed, params=dict(steps=T, step_size=STEP, sigma=SIGMA, cap=CAP),
-                        W=W, options=WalkOptions(reliable=reliable))
+    ms = build_machines(
+        "rw-dpsgd",
+        tasks,
+        run_seed=seed,
+        params=dict(steps=T, step_size=STEP, sigma=SIGMA, cap=CAP),
+        W=W,
+        options=WalkOptions(reliable=reliable),
+    )
     build = time.perf_counter() - t0
     res = Simulator(ms, envelopes=envelopes).run()
     assert res.status == "finished"
@@ -73,12 +82,18 @@ def main(out_dir: pathlib.Path) -> dict:
         W = transition_matrix(graph)
         bare, _ = _bare_loop(tasks, W, seed=1)
         entry = {"bare_loop_seconds": bare, "bare_steps_per_second": T / bare, "variants": {}}
-        for name, rel, env in (("simulator, no acks, raw payloads", False, False),
-                               ("simulator, no acks, envelopes", False, True),
-                               ("simulator, acked handoffs, envelopes", True, True)):
+        for name, rel, env in (
+            ("simulator, no acks, raw payloads", False, False),
+            ("simulator, no acks, envelopes", False, True),
+            ("simulator, acked handoffs, envelopes", True, True),
+        ):
             build, run, _ = _sim(tasks, W, 1, reliable=rel, envelopes=env)
-            entry["variants"][name] = {"build_seconds": build, "run_seconds": run, "steps_per_second": T / run,
-                                       "ratio_to_bare": (T / run) / (T / bare)}
+            entry["variants"][name] = {
+                "build_seconds": build,
+                "run_seconds": run,
+                "steps_per_second": T / run,
+                "ratio_to_bare": (T / run) / (T / bare),
+            }
             rows.append((graph, name, T / run, (T / run) / (T / bare), build + run))
         out["graphs"][graph] = entry
         rows.append((graph, "bare numpy loop (baseline)", T / bare, 1.0, bare))
@@ -91,4 +106,6 @@ def main(out_dir: pathlib.Path) -> dict:
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(main(pathlib.Path(__file__).resolve().parent / "out"), indent=2, default=float))
+    print(
+        json.dumps(main(pathlib.Path(__file__).resolve().parent / "out"), indent=2, default=float)
+    )

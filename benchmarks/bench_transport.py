@@ -17,6 +17,7 @@ For payloads of 1 KB, 80 KB and 8 MB the two calls are measured interleaved in b
 machine load affects both equally). Reported: median round trip, throughput (payload bytes /
 median RTT) and the ratio hop/bare; the goal is ≤ 1.3×. Nothing is asserted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,12 +54,27 @@ async def _bare_server(listen: str, key: str, cert: str, ca: str, ready_file: st
         return b""
 
     limit = 128 * MiB + 64 * 1024
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                      ("grpc.max_send_message_length", limit)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        "bench.Bare", {"Call": grpc.unary_unary_rpc_method_handler(echo)}),))
-    port = server.add_secure_port(listen, pki.server_credentials(
-        pathlib.Path(key).read_bytes(), pathlib.Path(cert).read_bytes(), pathlib.Path(ca).read_bytes()))
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+        ]
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Bare", {"Call": grpc.unary_unary_rpc_method_handler(echo)}
+            ),
+        )
+    )
+    port = server.add_secure_port(
+        listen,
+        pki.server_credentials(
+            pathlib.Path(key).read_bytes(),
+            pathlib.Path(cert).read_bytes(),
+            pathlib.Path(ca).read_bytes(),
+        ),
+    )
     await server.start()
     pathlib.Path(ready_file).write_text(str(port))
     await server.wait_for_termination()
@@ -87,8 +103,16 @@ async def _measure(tmp: pathlib.Path, bootstrap: str, bare_addr: str) -> list[di
     from hushnet.net import pki
     from hushnet.net.node import Node, NodeConfig
 
-    node = Node(NodeConfig(tmp / "n0", "127.0.0.70:0", bootstrap, ca_file=tmp / "b" / "ca.pem", node_id="n0",
-                           token=(tmp / "b" / "join_token").read_text().strip()))
+    node = Node(
+        NodeConfig(
+            tmp / "n0",
+            "127.0.0.70:0",
+            bootstrap,
+            ca_file=tmp / "b" / "ca.pem",
+            node_id="n0",
+            token=(tmp / "b" / "join_token").read_text().strip(),
+        )
+    )
     await node.start()
     try:
         for _ in range(300):
@@ -101,9 +125,14 @@ async def _measure(tmp: pathlib.Path, bootstrap: str, bare_addr: str) -> list[di
         ident = node.identity
         limit = node.config.max_message_bytes + 64 * 1024
         channel = grpc.aio.secure_channel(
-            bare_addr, pki.channel_credentials(ident.ca_pem, ident.key_pem, ident.cert_pem),
-            options=[("grpc.ssl_target_name_override", pki.node_dns("bare")),
-                     ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+            bare_addr,
+            pki.channel_credentials(ident.ca_pem, ident.key_pem, ident.cert_pem),
+            options=[
+                ("grpc.ssl_target_name_override", pki.node_dns("bare")),
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ],
+        )
         bare = channel.unary_unary("/bench.Bare/Call")
         rows = []
         for label, size in SIZES:
@@ -124,12 +153,19 @@ async def _measure(tmp: pathlib.Path, bootstrap: str, bare_addr: str) -> list[di
                     await bare(payload, timeout=60)
                     bare_t.append(time.perf_counter() - t0)
             hop_med, bare_med = statistics.median(hop_t), statistics.median(bare_t)
-            rows.append({
-                "payload": label, "bytes": size, "samples": len(hop_t),
-                "hop_rtt_ms_median": hop_med * 1e3, "bare_rtt_ms_median": bare_med * 1e3,
-                "hop_throughput_MBps": size / hop_med / 1e6, "bare_throughput_MBps": size / bare_med / 1e6,
-                "ratio": hop_med / bare_med, "meets_goal": hop_med / bare_med <= GOAL,
-            })
+            rows.append(
+                {
+                    "payload": label,
+                    "bytes": size,
+                    "samples": len(hop_t),
+                    "hop_rtt_ms_median": hop_med * 1e3,
+                    "bare_rtt_ms_median": bare_med * 1e3,
+                    "hop_throughput_MBps": size / hop_med / 1e6,
+                    "bare_throughput_MBps": size / bare_med / 1e6,
+                    "ratio": hop_med / bare_med,
+                    "meets_goal": hop_med / bare_med <= GOAL,
+                }
+            )
         await channel.close()
         return rows
     finally:
@@ -150,24 +186,76 @@ def main(out_dir: pathlib.Path) -> dict:
         bport = pick_port(["127.0.0.1"])
         bootstrap = f"127.0.0.1:{bport}"
         try:
-            procs.append(_spawn([sys.executable, "-m", "hushnet.cli", "bootstrap", "serve", "--state-dir", str(tmp / "b"),
-                                 "--listen", bootstrap, "--topology", "complete:2", "--log-level", "WARNING"],
-                                tmp / "bootstrap.log"))
+            procs.append(
+                _spawn(
+                    [
+                        sys.executable,
+                        "-m",
+                        "hushnet.cli",
+                        "bootstrap",
+                        "serve",
+                        "--state-dir",
+                        str(tmp / "b"),
+                        "--listen",
+                        bootstrap,
+                        "--topology",
+                        "complete:2",
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    tmp / "bootstrap.log",
+                )
+            )
             _wait(lambda: (tmp / "b" / "bootstrap.json").exists(), 60, "bootstrap")
             nport = pick_port(["127.0.0.71"])
-            procs.append(_spawn([sys.executable, "-m", "hushnet.cli", "node", "serve", "--state-dir", str(tmp / "n1"),
-                                 "--listen", f"127.0.0.71:{nport}", "--bootstrap", bootstrap,
-                                 "--ca", str(tmp / "b" / "ca.pem"), "--token-file", str(tmp / "b" / "join_token"),
-                                 "--node-id", "n1", "--log-level", "WARNING"], tmp / "n1.log"))
+            procs.append(
+                _spawn(
+                    [
+                        sys.executable,
+                        "-m",
+                        "hushnet.cli",
+                        "node",
+                        "serve",
+                        "--state-dir",
+                        str(tmp / "n1"),
+                        "--listen",
+                        f"127.0.0.71:{nport}",
+                        "--bootstrap",
+                        bootstrap,
+                        "--ca",
+                        str(tmp / "b" / "ca.pem"),
+                        "--token-file",
+                        str(tmp / "b" / "join_token"),
+                        "--node-id",
+                        "n1",
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    tmp / "n1.log",
+                )
+            )
             # the bare server gets its own certificate from the same CA (name "bare")
             key = pki.generate_key()
             cert = auth.issue_node_cert(key.public_key(), "bare", "127.0.0.72")
             pki.write_secret(tmp / "bare.key", pki.key_to_pem(key))
             pki.write_public(tmp / "bare.pem", pki.cert_to_pem(cert))
             xport = pick_port(["127.0.0.72"])
-            procs.append(_spawn([sys.executable, "-m", "benchmarks.bench_transport", "--bare-server",
-                                 f"127.0.0.72:{xport}", str(tmp / "bare.key"), str(tmp / "bare.pem"),
-                                 str(tmp / "b" / "ca.pem"), str(tmp / "bare.ready")], tmp / "bare.log"))
+            procs.append(
+                _spawn(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.bench_transport",
+                        "--bare-server",
+                        f"127.0.0.72:{xport}",
+                        str(tmp / "bare.key"),
+                        str(tmp / "bare.pem"),
+                        str(tmp / "b" / "ca.pem"),
+                        str(tmp / "bare.ready"),
+                    ],
+                    tmp / "bare.log",
+                )
+            )
             _wait(lambda: (tmp / "bare.ready").exists(), 60, "bare server")
             rows = uvloop.run(_measure(tmp, bootstrap, f"127.0.0.72:{xport}"))
         finally:
@@ -182,19 +270,29 @@ def main(out_dir: pathlib.Path) -> dict:
     print("one envelope hop (node -> node, mTLS) vs bare grpc.aio unary call (same TLS), medians")
     print(header)
     for r in rows:
-        print(f"{r['payload']:>8} {r['hop_rtt_ms_median']:>11.3f} {r['bare_rtt_ms_median']:>12.3f} "
-              f"{r['hop_throughput_MBps']:>9.1f} {r['bare_throughput_MBps']:>10.1f} {r['ratio']:>5.2f}x")
-    print(f"goal: ratio <= {GOAL}x; met for {sum(r['meets_goal'] for r in rows)}/{len(rows)} payload sizes")
-    return {"benchmark": "transport", "goal_ratio": GOAL, "rows": rows,
-            "all_meet_goal": all(r["meets_goal"] for r in rows),
-            "setup": "bootstrap + node n1 as processes, node n0 in the benchmark process, bare grpc.aio server "
-                     "process; loopback 127.0.0.x; mutual TLS (ECDSA P-256) for both; interleaved blocks of "
-                     f"{BLOCK}"}
+        print(
+            f"{r['payload']:>8} {r['hop_rtt_ms_median']:>11.3f} {r['bare_rtt_ms_median']:>12.3f} "
+            f"{r['hop_throughput_MBps']:>9.1f} {r['bare_throughput_MBps']:>10.1f} {r['ratio']:>5.2f}x"
+        )
+    print(
+        f"goal: ratio <= {GOAL}x; met for {sum(r['meets_goal'] for r in rows)}/{len(rows)} payload sizes"
+    )
+    return {
+        "benchmark": "transport",
+        "goal_ratio": GOAL,
+        "rows": rows,
+        "all_meet_goal": all(r["meets_goal"] for r in rows),
+        "setup": "bootstrap + node n1 as processes, node n0 in the benchmark process, bare grpc.aio server "
+        "process; loopback 127.0.0.x; mutual TLS (ECDSA P-256) for both; interleaved blocks of "
+        f"{BLOCK}",
+    }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--bare-server", nargs=5, metavar=("LISTEN", "KEY", "CERT", "CA", "READY_FILE"))
+    parser.add_argument(
+        "--bare-server", nargs=5, metavar=("LISTEN", "KEY", "CERT", "CA", "READY_FILE")
+    )
     args = parser.parse_args()
     if args.bare_server:
         import uvloop

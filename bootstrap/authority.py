@@ -13,6 +13,7 @@ State directory layout::
     join_token                shared secret that nodes present to join (0600)
     bootstrap.sqlite          membership and topology (see :mod:`hushnet.bootstrap.store`)
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -36,20 +37,34 @@ class Authority:
     def ca_pem(self) -> bytes:
         return pki.cert_to_pem(self.ca_cert)
 
-    def issue_node_cert(self, public_key, node_id: str, host: str | None, days: float = pki.NODE_CERT_DAYS) -> x509.Certificate:
+    def issue_node_cert(
+        self, public_key, node_id: str, host: str | None, days: float = pki.NODE_CERT_DAYS
+    ) -> x509.Certificate:
         """Certificate for node ``node_id`` (SAN URI + pinned DNS name + IP when ``host`` is one)."""
         ips = [host] if host and pki.is_ip(host) else []
         dns = [pki.node_dns(node_id)]
         if host and not pki.is_ip(host):
             dns.append(host)
-        return pki.issue_cert(self.ca_key, self.ca_cert, public_key, kind="node", name=node_id,
-                              dns_names=dns, ips=ips, days=days)
+        return pki.issue_cert(
+            self.ca_key,
+            self.ca_cert,
+            public_key,
+            kind="node",
+            name=node_id,
+            dns_names=dns,
+            ips=ips,
+            days=days,
+        )
 
     def server_files(self) -> tuple[bytes, bytes]:
-        return (self.state_dir / "server.key").read_bytes(), (self.state_dir / "server.pem").read_bytes()
+        return (self.state_dir / "server.key").read_bytes(), (
+            self.state_dir / "server.pem"
+        ).read_bytes()
 
 
-def load_or_create(state_dir: pathlib.Path, token: str | None = None, operator_name: str = "admin") -> Authority:
+def load_or_create(
+    state_dir: pathlib.Path, token: str | None = None, operator_name: str = "admin"
+) -> Authority:
     """Load the authority from ``state_dir``, creating every missing piece on first start.
 
     ``token``: if given it becomes (or replaces) the join token; otherwise an existing token is
@@ -69,16 +84,29 @@ def load_or_create(state_dir: pathlib.Path, token: str | None = None, operator_n
     server_key_path, server_path = state_dir / "server.key", state_dir / "server.pem"
     if not _valid_for(server_path, days=7):
         key = pki.generate_key()
-        cert = pki.issue_cert(ca_key, ca_cert, key.public_key(), kind="bootstrap", name="bootstrap",
-                              dns_names=[pki.BOOTSTRAP_DNS, "localhost"], days=365)
+        cert = pki.issue_cert(
+            ca_key,
+            ca_cert,
+            key.public_key(),
+            kind="bootstrap",
+            name="bootstrap",
+            dns_names=[pki.BOOTSTRAP_DNS, "localhost"],
+            days=365,
+        )
         pki.write_secret(server_key_path, pki.key_to_pem(key))
         pki.write_public(server_path, pki.cert_to_pem(cert))
 
     op_key_path, op_path = state_dir / "operator.key", state_dir / "operator.pem"
     if not _valid_for(op_path, days=7):
         key = pki.generate_key()
-        cert = pki.issue_cert(ca_key, ca_cert, key.public_key(), kind="operator", name=operator_name,
-                              days=pki.OPERATOR_CERT_DAYS)
+        cert = pki.issue_cert(
+            ca_key,
+            ca_cert,
+            key.public_key(),
+            kind="operator",
+            name=operator_name,
+            days=pki.OPERATOR_CERT_DAYS,
+        )
         pki.write_secret(op_key_path, pki.key_to_pem(key))
         pki.write_public(op_path, pki.cert_to_pem(cert))
 

@@ -6,6 +6,7 @@ directory, and exchange protocol envelopes directly with their neighbours.
 Every refusal is returned to the caller as a gRPC status with a readable message *and* logged
 with ``event=refused`` and the reason; the service keeps serving.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,8 +58,15 @@ class BootstrapConfig:
 
 
 class BootstrapService(pb_grpc.BootstrapServicer):
-    def __init__(self, authority: Authority, store: BootstrapStore, topology: PublishedTopology, lease_seconds: float,
-                 onion_epoch_seconds: float = 0.0, onion_grace_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        authority: Authority,
+        store: BootstrapStore,
+        topology: PublishedTopology,
+        lease_seconds: float,
+        onion_epoch_seconds: float = 0.0,
+        onion_grace_seconds: float | None = None,
+    ) -> None:
         self.authority = authority
         self.store = store
         self.topology = topology
@@ -67,7 +75,9 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             raise BootstrapError(f"onion epoch period must be >= 0 s, got {onion_epoch_seconds!r}")
         grace = onion_epoch_seconds if onion_grace_seconds is None else float(onion_grace_seconds)
         if onion_epoch_seconds > 0 and not 0 <= grace <= onion_epoch_seconds:
-            raise BootstrapError(f"onion key grace must be in [0, {onion_epoch_seconds:g}] s, got {grace!r}")
+            raise BootstrapError(
+                f"onion key grace must be in [0, {onion_epoch_seconds:g}] s, got {grace!r}"
+            )
         self.onion_epoch_seconds, self.onion_grace_seconds = float(onion_epoch_seconds), grace
         # Directory versions (see WatchDirectory): the epoch at which each member's entry last changed, kept in
         # memory since this service started; a watcher behind ``_base_epoch`` gets the full snapshot instead.
@@ -81,8 +91,11 @@ class BootstrapService(pb_grpc.BootstrapServicer):
 
     # ------------------------------------------------------------------ helpers
     async def _refuse(self, context, code: grpc.StatusCode, message: str, **fields) -> None:
-        log.warning("refused: %s", message, extra={"event": "refused", "code": code.name,
-                                                    "peer": context.peer(), **fields})
+        log.warning(
+            "refused: %s",
+            message,
+            extra={"event": "refused", "code": code.name, "peer": context.peer(), **fields},
+        )
         await context.abort(code, message)
 
     def _bump(self, *node_ids: str) -> int:
@@ -111,22 +124,32 @@ class BootstrapService(pb_grpc.BootstrapServicer):
     # ------------------------------------------------------------------ RPCs
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
         if not hmac.compare_digest(request.token.encode(), self.authority.token.encode()):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "wrong join token",
-                               requested_id=request.requested_id)
+            await self._refuse(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "wrong join token",
+                requested_id=request.requested_id,
+            )
         try:
             csr = pki.load_csr(request.csr_pem)
         except pki.IdentityError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if len(request.x25519_public) != 32:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                               "x25519_public must be a raw 32-byte X25519 public key")
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "x25519_public must be a raw 32-byte X25519 public key",
+            )
         try:
             host, _port = pki.split_address(request.address)
         except ValueError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad address: {exc}")
         if request.requested_id and not pki.valid_node_id(request.requested_id):
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                               f"invalid node id {request.requested_id!r} (lowercase letters, digits, '-')")
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"invalid node id {request.requested_id!r} (lowercase letters, digits, '-')",
+            )
 
         key_sha = pki.key_sha256(csr.public_key())
         now = time.time()
@@ -134,19 +157,28 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         rejoined = existing is not None
         if existing is not None:
             if request.requested_id and request.requested_id != existing.node_id:
-                await self._refuse(context, grpc.StatusCode.ALREADY_EXISTS,
-                                   f"this key is already registered as node {existing.node_id}")
+                await self._refuse(
+                    context,
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"this key is already registered as node {existing.node_id}",
+                )
             node_id, vertex, joined = existing.node_id, existing.vertex, existing.joined_unix
         else:
             node_id = request.requested_id
             if node_id and self.store.member(node_id) is not None:
-                await self._refuse(context, grpc.StatusCode.ALREADY_EXISTS,
-                                   f"duplicate node id: {node_id} is already a member with a different key",
-                                   requested_id=node_id)
+                await self._refuse(
+                    context,
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"duplicate node id: {node_id} is already a member with a different key",
+                    requested_id=node_id,
+                )
             vertex = self._free_vertex(node_id)
             if vertex is None:
-                await self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                   f"network full: all {self.topology.n} vertices of {self.topology.spec} are taken")
+                await self._refuse(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"network full: all {self.topology.n} vertices of {self.topology.spec} are taken",
+                )
             if not node_id:
                 node_id = f"n{vertex}"
                 if self.store.member(node_id) is not None:
@@ -154,17 +186,45 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             joined = now
         cert = self.authority.issue_node_cert(csr.public_key(), node_id, host)
         cert_pem = pki.cert_to_pem(cert)
-        changed = (existing is None or existing.address != request.address or existing.left_network
-                   or existing.x25519 != request.x25519_public or existing.cert_sha256 != pki.cert_sha256(cert))
-        self.store.upsert(MemberRow(node_id, vertex, request.address, cert_pem, pki.cert_sha256(cert), key_sha,
-                                    bytes(request.x25519_public), joined, now, False))
+        changed = (
+            existing is None
+            or existing.address != request.address
+            or existing.left_network
+            or existing.x25519 != request.x25519_public
+            or existing.cert_sha256 != pki.cert_sha256(cert)
+        )
+        self.store.upsert(
+            MemberRow(
+                node_id,
+                vertex,
+                request.address,
+                cert_pem,
+                pki.cert_sha256(cert),
+                key_sha,
+                bytes(request.x25519_public),
+                joined,
+                now,
+                False,
+            )
+        )
         if changed:
             self._bump(node_id)
-        log.info("%s node %s at %s (vertex %d)", "re-admitted" if rejoined else "admitted", node_id,
-                 request.address, vertex, extra={"event": "join", "member": node_id, "vertex": vertex,
-                                                 "rejoined": rejoined})
-        return pb.JoinReply(node_id=node_id, cert_pem=cert_pem, ca_pem=self.authority.ca_pem, vertex=vertex,
-                            lease_seconds=self.lease_seconds, rejoined=rejoined)
+        log.info(
+            "%s node %s at %s (vertex %d)",
+            "re-admitted" if rejoined else "admitted",
+            node_id,
+            request.address,
+            vertex,
+            extra={"event": "join", "member": node_id, "vertex": vertex, "rejoined": rejoined},
+        )
+        return pb.JoinReply(
+            node_id=node_id,
+            cert_pem=cert_pem,
+            ca_pem=self.authority.ca_pem,
+            vertex=vertex,
+            lease_seconds=self.lease_seconds,
+            rejoined=rejoined,
+        )
 
     def _free_vertex(self, requested_id: str) -> int | None:
         used = self.store.used_vertices()
@@ -179,14 +239,26 @@ class BootstrapService(pb_grpc.BootstrapServicer):
     async def _check_signed(self, request: pb.SignedRequest, method: str, context) -> MemberRow:
         member = self.store.member(request.node_id)
         if member is None:
-            await self._refuse(context, grpc.StatusCode.NOT_FOUND, f"unknown node {request.node_id!r}; join first")
+            await self._refuse(
+                context, grpc.StatusCode.NOT_FOUND, f"unknown node {request.node_id!r}; join first"
+            )
         if abs(int(time.time() * 1000) - request.unix_ms) > CLOCK_SKEW_MS:
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED,
-                               f"{method} from {request.node_id}: timestamp outside the allowed clock skew")
-        if not pki.verify(self._cert(member), pki.signed_message(method, request.node_id, request.unix_ms),
-                          request.signature):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED,
-                               f"{method} from {request.node_id}: bad signature", member=request.node_id)
+            await self._refuse(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{method} from {request.node_id}: timestamp outside the allowed clock skew",
+            )
+        if not pki.verify(
+            self._cert(member),
+            pki.signed_message(method, request.node_id, request.unix_ms),
+            request.signature,
+        ):
+            await self._refuse(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{method} from {request.node_id}: bad signature",
+                member=request.node_id,
+            )
         return member
 
     async def Heartbeat(self, request: pb.SignedRequest, context) -> pb.LeaseReply:
@@ -215,19 +287,30 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         from hushnet.net.onion_keys import epoch_at, keys_digest
 
         keys = [(int(k.epoch), bytes(k.public_key)) for k in request.keys]
-        member = await self._check_signed(request.auth, f"PublishOnionKeys:{keys_digest(keys)}", context)
+        member = await self._check_signed(
+            request.auth, f"PublishOnionKeys:{keys_digest(keys)}", context
+        )
         if self.onion_epoch_seconds <= 0:
-            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
-                               "this network does not rotate onion keys (onion_epoch_seconds = 0)")
+            await self._refuse(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this network does not rotate onion keys (onion_epoch_seconds = 0)",
+            )
         cur = epoch_at(time.time(), self.onion_epoch_seconds)
         for e, pk in keys:
             if len(pk) != 32:
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"onion key of epoch {e} must be a raw 32-byte X25519 public key")
+                await self._refuse(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"onion key of epoch {e} must be a raw 32-byte X25519 public key",
+                )
             if not cur - 1 <= e <= cur + 1:
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"onion key for epoch {e} outside the published window {cur - 1}..{cur + 1} "
-                                   "(check the node's clock)")
+                await self._refuse(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"onion key for epoch {e} outside the published window {cur - 1}..{cur + 1} "
+                    "(check the node's clock)",
+                )
         self.store.prune_onion_keys(cur - 1)
         if self.store.put_onion_keys(member.node_id, keys):
             self._bump(member.node_id)
@@ -246,17 +329,32 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         except pki.IdentityError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"HeartbeatHost: {exc}")
         if abs(int(time.time() * 1000) - request.unix_ms) > CLOCK_SKEW_MS:
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED,
-                               "HeartbeatHost: timestamp outside the allowed clock skew")
+            await self._refuse(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "HeartbeatHost: timestamp outside the allowed clock skew",
+            )
         ids = list(request.node_ids)
-        if not pki.verify_key(host_key, pki.host_lease_message(ids, host_sha, request.unix_ms), request.signature):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "HeartbeatHost: bad host signature")
+        if not pki.verify_key(
+            host_key, pki.host_lease_message(ids, host_sha, request.unix_ms), request.signature
+        ):
+            await self._refuse(
+                context, grpc.StatusCode.UNAUTHENTICATED, "HeartbeatHost: bad host signature"
+            )
         method = f"Delegate:{host_sha}"
-        for d in request.delegations:  # each node's consent to be renewed by this host key, checked once
+        for d in (
+            request.delegations
+        ):  # each node's consent to be renewed by this host key, checked once
             member = self.store.member(d.node_id)
-            if (member is None or abs(int(time.time() * 1000) - d.unix_ms) > CLOCK_SKEW_MS
-                    or not pki.verify(self._cert(member), pki.signed_message(method, d.node_id, d.unix_ms),
-                                      d.signature)):
+            if (
+                member is None
+                or abs(int(time.time() * 1000) - d.unix_ms) > CLOCK_SKEW_MS
+                or not pki.verify(
+                    self._cert(member),
+                    pki.signed_message(method, d.node_id, d.unix_ms),
+                    d.signature,
+                )
+            ):
                 continue  # reported below as unknown or undelegated
             self._delegate[d.node_id] = host_sha
         states = self.store.lease_states(ids)
@@ -267,8 +365,13 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         back = [i for i in renew if states[i]]  # had left: their entries change
         if back:
             self._bump(*back)
-        return pb.HostLeaseReply(lease_seconds=self.lease_seconds, epoch=self.store.epoch, unknown=unknown,
-                                 undelegated=undelegated, renewed=len(renew))
+        return pb.HostLeaseReply(
+            lease_seconds=self.lease_seconds,
+            epoch=self.store.epoch,
+            unknown=unknown,
+            undelegated=undelegated,
+            renewed=len(renew),
+        )
 
     def _host_key(self, der: bytes):
         hit = self._host_keys.get(der)
@@ -294,7 +397,9 @@ class BootstrapService(pb_grpc.BootstrapServicer):
 
     def changes(self, since: int) -> pb.DirectoryChanges:
         epoch = self.store.epoch
-        if since == 0 or since < self._base_epoch or since > epoch:  # no diff from there: the whole snapshot
+        if (
+            since == 0 or since < self._base_epoch or since > epoch
+        ):  # no diff from there: the whole snapshot
             return pb.DirectoryChanges(epoch=epoch, snapshot=True, directory=self.directory())
         ids = {i for i, e in self._changed_at.items() if e > since}
         if not ids:
@@ -302,7 +407,9 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         now = time.time()
         onion = self._onion(now)
         rows = [m for m in (self.store.member(i) for i in sorted(ids)) if m is not None]
-        return pb.DirectoryChanges(epoch=epoch, changed=[self._member_pb(m, now, onion) for m in rows])
+        return pb.DirectoryChanges(
+            epoch=epoch, changed=[self._member_pb(m, now, onion) for m in rows]
+        )
 
     async def GetDirectory(self, request: pb.DirectoryRequest, context) -> pb.Directory:
         return self.directory()
@@ -312,14 +419,23 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             return {}
         from hushnet.net.onion_keys import epoch_at
 
-        low = epoch_at(now, self.onion_epoch_seconds) - 1  # the previous, current and next epochs only
+        low = (
+            epoch_at(now, self.onion_epoch_seconds) - 1
+        )  # the previous, current and next epochs only
         return {k: [(e, pk) for e, pk in v if e >= low] for k, v in self.store.onion_keys().items()}
 
     def _member_pb(self, m: MemberRow, now: float, onion: dict) -> pb.Member:
-        return pb.Member(node_id=m.node_id, address=m.address, cert_sha256=m.cert_sha256, x25519_public=m.x25519,
-                         vertex=m.vertex, alive=self._alive(m, now), last_seen_unix=m.last_seen,
-                         key_sha256=m.key_sha256,
-                         onion_keys=[pb.OnionKey(epoch=e, public_key=pk) for e, pk in onion.get(m.node_id, [])])
+        return pb.Member(
+            node_id=m.node_id,
+            address=m.address,
+            cert_sha256=m.cert_sha256,
+            x25519_public=m.x25519,
+            vertex=m.vertex,
+            alive=self._alive(m, now),
+            last_seen_unix=m.last_seen,
+            key_sha256=m.key_sha256,
+            onion_keys=[pb.OnionKey(epoch=e, public_key=pk) for e, pk in onion.get(m.node_id, [])],
+        )
 
     def directory(self) -> pb.Directory:
         now = time.time()
@@ -327,10 +443,15 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         members = [self._member_pb(m, now, onion) for m in self.store.members()]
         topo = self.topology
         return pb.Directory(
-            epoch=self.store.epoch, members=members, topology=topo.spec, n_vertices=topo.n,
+            epoch=self.store.epoch,
+            members=members,
+            topology=topo.spec,
+            n_vertices=topo.n,
             edges=[pb.Edge(u=int(u), v=int(v)) for u, v in topo.edges],
-            weight_rule=WEIGHT_RULE, weights=[pb.Weight(u=u, v=v, w=w) for u, v, w in topo.weights],
-            ca_pem=self.authority.ca_pem, onion_epoch_seconds=self.onion_epoch_seconds,
+            weight_rule=WEIGHT_RULE,
+            weights=[pb.Weight(u=u, v=v, w=w) for u, v, w in topo.weights],
+            ca_pem=self.authority.ca_pem,
+            onion_epoch_seconds=self.onion_epoch_seconds,
             onion_grace_seconds=self.onion_grace_seconds if self.onion_epoch_seconds > 0 else 0.0,
         )
 
@@ -354,17 +475,28 @@ def open_service(config: BootstrapConfig) -> BootstrapService:
         raise BootstrapError(f"bad topology {spec!r}: {exc}") from exc
     if stored is None:
         store.set_meta("topology", spec)
-    return BootstrapService(authority, store, topology, config.lease_seconds, config.onion_epoch_seconds,
-                            config.onion_grace_seconds)
+    return BootstrapService(
+        authority,
+        store,
+        topology,
+        config.lease_seconds,
+        config.onion_epoch_seconds,
+        config.onion_grace_seconds,
+    )
 
 
-async def serve(config: BootstrapConfig, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+async def serve(
+    config: BootstrapConfig, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+) -> None:
     """Run the bootstrap until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
     service = open_service(config)
     key_pem, cert_pem = service.authority.server_files()
-    creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])  # server-only TLS: joining nodes have no cert yet
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 * 1024 * 1024),
-                                      ("grpc.so_reuseport", 0)])
+    creds = grpc.ssl_server_credentials(
+        [(key_pem, cert_pem)]
+    )  # server-only TLS: joining nodes have no cert yet
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", 4 * 1024 * 1024), ("grpc.so_reuseport", 0)]
+    )
     pb_grpc.add_BootstrapServicer_to_server(service, server)
     try:
         port = server.add_secure_port(config.listen, creds)
@@ -375,11 +507,26 @@ async def serve(config: BootstrapConfig, stop: asyncio.Event | None = None, read
     host, _ = pki.split_address(config.listen)
     address = f"{host}:{port}"
     await server.start()
-    info = {"address": address, "topology": service.topology.spec, "pid": os.getpid(),
-            "ca": "ca.pem", "operator_cert": "operator.pem", "operator_key": "operator.key", "token_file": "join_token"}
-    pki.write_public(pathlib.Path(config.state_dir) / "bootstrap.json", json.dumps(info, indent=2).encode())
-    log.info("bootstrap serving on %s, topology %s (%d vertices), %d members", address, service.topology.spec,
-             service.topology.n, len(service.store.members()), extra={"event": "serving", "address": address})
+    info = {
+        "address": address,
+        "topology": service.topology.spec,
+        "pid": os.getpid(),
+        "ca": "ca.pem",
+        "operator_cert": "operator.pem",
+        "operator_key": "operator.key",
+        "token_file": "join_token",
+    }
+    pki.write_public(
+        pathlib.Path(config.state_dir) / "bootstrap.json", json.dumps(info, indent=2).encode()
+    )
+    log.info(
+        "bootstrap serving on %s, topology %s (%d vertices), %d members",
+        address,
+        service.topology.spec,
+        service.topology.n,
+        len(service.store.members()),
+        extra={"event": "serving", "address": address},
+    )
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

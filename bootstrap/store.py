@@ -1,4 +1,5 @@
 """SQLite persistence of the bootstrap: members and the chosen topology survive a restart."""
+
 from __future__ import annotations
 
 import pathlib
@@ -62,8 +63,10 @@ class BootstrapStore:
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
-        self._db.execute("INSERT INTO meta(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                         (key, value))
+        self._db.execute(
+            "INSERT INTO meta(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
 
     @property
     def epoch(self) -> int:
@@ -78,16 +81,34 @@ class BootstrapStore:
     def _row(self, row) -> MemberRow | None:
         if row is None:
             return None
-        return MemberRow(row[0], int(row[1]), row[2], bytes(row[3]), row[4], row[5], bytes(row[6]),
-                         float(row[7]), float(row[8]), bool(row[9]))
+        return MemberRow(
+            row[0],
+            int(row[1]),
+            row[2],
+            bytes(row[3]),
+            row[4],
+            row[5],
+            bytes(row[6]),
+            float(row[7]),
+            float(row[8]),
+            bool(row[9]),
+        )
 
     _COLS = "node_id, vertex, address, cert_pem, cert_sha256, key_sha256, x25519, joined_unix, last_seen, left_network"
 
     def member(self, node_id: str) -> MemberRow | None:
-        return self._row(self._db.execute(f"SELECT {self._COLS} FROM members WHERE node_id=?", (node_id,)).fetchone())
+        return self._row(
+            self._db.execute(
+                f"SELECT {self._COLS} FROM members WHERE node_id=?", (node_id,)
+            ).fetchone()
+        )
 
     def member_by_key(self, key_sha256: str) -> MemberRow | None:
-        return self._row(self._db.execute(f"SELECT {self._COLS} FROM members WHERE key_sha256=?", (key_sha256,)).fetchone())
+        return self._row(
+            self._db.execute(
+                f"SELECT {self._COLS} FROM members WHERE key_sha256=?", (key_sha256,)
+            ).fetchone()
+        )
 
     def members(self) -> list[MemberRow]:
         rows = self._db.execute(f"SELECT {self._COLS} FROM members ORDER BY vertex").fetchall()
@@ -102,33 +123,52 @@ class BootstrapStore:
             "ON CONFLICT(node_id) DO UPDATE SET vertex=excluded.vertex, address=excluded.address, "
             "cert_pem=excluded.cert_pem, cert_sha256=excluded.cert_sha256, key_sha256=excluded.key_sha256, "
             "x25519=excluded.x25519, last_seen=excluded.last_seen, left_network=excluded.left_network",
-            (m.node_id, m.vertex, m.address, m.cert_pem, m.cert_sha256, m.key_sha256, m.x25519,
-             m.joined_unix, m.last_seen, int(m.left_network)),
+            (
+                m.node_id,
+                m.vertex,
+                m.address,
+                m.cert_pem,
+                m.cert_sha256,
+                m.key_sha256,
+                m.x25519,
+                m.joined_unix,
+                m.last_seen,
+                int(m.left_network),
+            ),
         )
 
     def touch(self, node_id: str, address: str | None = None, now: float | None = None) -> None:
         now = time.time() if now is None else now
         if address:
-            self._db.execute("UPDATE members SET last_seen=?, address=?, left_network=0 WHERE node_id=?",
-                             (now, address, node_id))
+            self._db.execute(
+                "UPDATE members SET last_seen=?, address=?, left_network=0 WHERE node_id=?",
+                (now, address, node_id),
+            )
         else:
-            self._db.execute("UPDATE members SET last_seen=?, left_network=0 WHERE node_id=?", (now, node_id))
+            self._db.execute(
+                "UPDATE members SET last_seen=?, left_network=0 WHERE node_id=?", (now, node_id)
+            )
 
     def touch_many(self, node_ids: list[str], now: float | None = None) -> None:
         """Renew many leases in one transaction (one fsync-free WAL commit instead of one per node)."""
         now = time.time() if now is None else now
         with self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("UPDATE members SET last_seen=?, left_network=0 WHERE node_id=?",
-                                 [(now, n) for n in node_ids])
+            self._db.executemany(
+                "UPDATE members SET last_seen=?, left_network=0 WHERE node_id=?",
+                [(now, n) for n in node_ids],
+            )
 
     def lease_states(self, node_ids: list[str]) -> dict[str, bool]:
         """``node_id -> left_network`` for those of ``node_ids`` that are members."""
         out: dict[str, bool] = {}
         for i in range(0, len(node_ids), 500):
-            chunk = node_ids[i:i + 500]
-            rows = self._db.execute(f"SELECT node_id, left_network FROM members WHERE node_id IN "
-                                    f"({','.join('?' * len(chunk))})", chunk)
+            chunk = node_ids[i : i + 500]
+            rows = self._db.execute(
+                f"SELECT node_id, left_network FROM members WHERE node_id IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            )
             out.update((r[0], bool(r[1])) for r in rows)
         return out
 
@@ -140,11 +180,15 @@ class BootstrapStore:
         """Record ``node_id``'s onion keys; True if anything changed (the directory epoch must move)."""
         changed = False
         for e, pk in keys:
-            row = self._db.execute("SELECT public_key FROM onion_keys WHERE node_id=? AND epoch=?",
-                                   (node_id, int(e))).fetchone()
+            row = self._db.execute(
+                "SELECT public_key FROM onion_keys WHERE node_id=? AND epoch=?", (node_id, int(e))
+            ).fetchone()
             if row is None or bytes(row[0]) != bytes(pk):
-                self._db.execute("INSERT INTO onion_keys(node_id, epoch, public_key) VALUES(?,?,?) ON CONFLICT(node_id, epoch) "
-                                 "DO UPDATE SET public_key=excluded.public_key", (node_id, int(e), bytes(pk)))
+                self._db.execute(
+                    "INSERT INTO onion_keys(node_id, epoch, public_key) VALUES(?,?,?) ON CONFLICT(node_id, epoch) "
+                    "DO UPDATE SET public_key=excluded.public_key",
+                    (node_id, int(e), bytes(pk)),
+                )
                 changed = True
         return changed
 
@@ -153,6 +197,8 @@ class BootstrapStore:
 
     def onion_keys(self) -> dict[str, list[tuple[int, bytes]]]:
         out: dict[str, list[tuple[int, bytes]]] = {}
-        for node_id, e, pk in self._db.execute("SELECT node_id, epoch, public_key FROM onion_keys ORDER BY epoch"):
+        for node_id, e, pk in self._db.execute(
+            "SELECT node_id, epoch, public_key FROM onion_keys ORDER BY epoch"
+        ):
             out.setdefault(node_id, []).append((int(e), bytes(pk)))
         return out

@@ -5,6 +5,7 @@ Metropolis–Hastings weights ("hamilton" rule ``1/(1+max(d_u,d_v))``, self-loop
 are published in the directory so that every node computes identical transition and gossip
 weights without trusting anyone but the bootstrap.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,4 +44,6 @@ def build_topology(spec: str) -> PublishedTopology:
     W = metropolis_hastings(graph, variant=WEIGHT_RULE).tocoo()
     weights = [(int(u), int(v), float(w)) for u, v, w in zip(W.row, W.col, W.data) if w != 0.0]
     weights.sort()
-    return PublishedTopology(spec=spec, graph=graph, edges=np.asarray(graph.edges(), dtype=np.int64), weights=weights)
+    return PublishedTopology(
+        spec=spec, graph=graph, edges=np.asarray(graph.edges(), dtype=np.int64), weights=weights
+    )

@@ -12,6 +12,7 @@ from the state directory, because a healthcheck does not see the entry point's v
 Exit 0 = healthy, 1 = unhealthy (one line on stdout says why; ``docker inspect`` shows it).
 Kept outside the ``node`` package on purpose: it is image plumbing, not product API.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,11 @@ def check_bootstrap(state: pathlib.Path, timeout: float) -> str:
 
     info = json.loads((state / "bootstrap.json").read_text())
     address = _local(info["address"])
-    with grpc.secure_channel(address, pki.channel_credentials((state / "ca.pem").read_bytes()),
-                             options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS)]) as ch:
+    with grpc.secure_channel(
+        address,
+        pki.channel_credentials((state / "ca.pem").read_bytes()),
+        options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS)],
+    ) as ch:
         d = bpb_grpc.BootstrapStub(ch).GetDirectory(bpb.DirectoryRequest(), timeout=timeout)
     alive = sum(1 for m in d.members if m.alive)
     return f"bootstrap {address}: topology {d.topology}, {alive}/{d.n_vertices} members alive, epoch {d.epoch}"
@@ -50,12 +54,19 @@ def check_node(state: pathlib.Path, timeout: float) -> str:
 
     ident = json.loads((state / "identity.json").read_text())
     node_id, address = ident["node_id"], ident["address"]
-    creds = pki.channel_credentials((state / "ca.pem").read_bytes(), (state / "node.key").read_bytes(),
-                                    (state / "node.pem").read_bytes())
-    with grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", pki.node_dns(node_id))]) as ch:
+    creds = pki.channel_credentials(
+        (state / "ca.pem").read_bytes(),
+        (state / "node.key").read_bytes(),
+        (state / "node.pem").read_bytes(),
+    )
+    with grpc.secure_channel(
+        address, creds, options=[("grpc.ssl_target_name_override", pki.node_dns(node_id))]
+    ) as ch:
         reply = ppb_grpc.PeerStub(ch).Health(ppb.HealthRequest(), timeout=timeout)
     if not reply.ok or reply.node_id != node_id:
-        raise RuntimeError(f"{address} answered as {reply.node_id!r} (ok={reply.ok}), expected {node_id}")
+        raise RuntimeError(
+            f"{address} answered as {reply.node_id!r} (ok={reply.ok}), expected {node_id}"
+        )
     return f"node {node_id} serving on {address}"
 
 
@@ -68,7 +79,9 @@ def main() -> int:
         elif (state / "identity.json").exists():
             print(check_node(state, timeout))
         else:
-            print(f"not ready: no bootstrap.json or identity.json in {state} yet (starting or joining)")
+            print(
+                f"not ready: no bootstrap.json or identity.json in {state} yet (starting or joining)"
+            )
             return 1
     except Exception as exc:  # any failure is "unhealthy", with the reason on one line
         print(f"unhealthy: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

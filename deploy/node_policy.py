@@ -12,6 +12,7 @@ or NPZ with ``X``, ``y``), ``HUSHNET_BUDGET_EPSILON`` and ``HUSHNET_BUDGET_DELTA
 lifetime budget toward every other node). A ``runs.toml`` written by the node's owner (one
 without the marker file ``runs.toml.from-env``) is never overwritten.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,14 +44,30 @@ def main() -> int:
     try:
         from hushnet.runs.policy import NodePolicy
     except ImportError:
-        print("hushnet-entrypoint: this hushnet has no run service; HUSHNET_DATA_PATH ignored", file=sys.stderr)
+        print(
+            "hushnet-entrypoint: this hushnet has no run service; HUSHNET_DATA_PATH ignored",
+            file=sys.stderr,
+        )
         return 0
-    path = data.replace("<vertex>", str(ident["vertex"])).replace("<node_id>", ident["node_id"]) if data else None
-    NodePolicy.write(state, epsilon=float(eps) if eps else None, delta=float(delta) if delta else None,
-                     data_path=path)
-    marker.write_text("runs.toml was written from HUSHNET_* variables by the container entry point\n")
-    print(f"hushnet-entrypoint: run policy for {ident['node_id']}: data={path} epsilon={eps or '-'} "
-          f"delta={delta or '-'}", file=sys.stderr)
+    path = (
+        data.replace("<vertex>", str(ident["vertex"])).replace("<node_id>", ident["node_id"])
+        if data
+        else None
+    )
+    NodePolicy.write(
+        state,
+        epsilon=float(eps) if eps else None,
+        delta=float(delta) if delta else None,
+        data_path=path,
+    )
+    marker.write_text(
+        "runs.toml was written from HUSHNET_* variables by the container entry point\n"
+    )
+    print(
+        f"hushnet-entrypoint: run policy for {ident['node_id']}: data={path} epsilon={eps or '-'} "
+        f"delta={delta or '-'}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ walk never pays for the client, the plotting code or the whole privacy library. 
 packages (``hushnet.net``, ``hushnet.engine``, ``hushnet.protocols``, ``hushnet.privacy``, ...)
 stay importable for what the public API does not cover; their layout is in ``docs/design/``.
 """
+
 from __future__ import annotations
 
 import importlib

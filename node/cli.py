@@ -4,6 +4,7 @@ Each area of the system registers its own sub-commands here, so this file stays 
 dispatcher: the network commands live in :mod:`hushnet.netcli`, the privacy tools in
 :mod:`hushnet.privacy.cli`.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -5,6 +5,7 @@ Nodes never reach the internet at run time.  A loader reads the file from a cach
 from the public source only when the caller asks (``download=True``) — an explicit user action.
 Files may be stored gzip-compressed (``name.gz``) or plain.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -63,7 +64,9 @@ def _download(name: str, d: Path) -> None:
         raw = resp.read()
     if name == "facebook_combined.csv.gz":
         text = gzip.decompress(raw).decode()
-        csv = "node,edge\n" + "\n".join(",".join(line.split()) for line in text.splitlines() if line.strip())
+        csv = "node,edge\n" + "\n".join(
+            ",".join(line.split()) for line in text.splitlines() if line.strip()
+        )
         (d / name).write_bytes(gzip.compress(csv.encode()))
     elif name == "cal_housing.data.gz":
         import tarfile
@@ -94,7 +97,9 @@ def facebook_ego_graph(ego: int, cache_dir=None, download: bool = False) -> Grap
     return graph_from_edges(ids.size, sub, spec=f"facebook-ego:{ego}")
 
 
-def load_houses(cache_dir=None, download: bool = False, *, normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def load_houses(
+    cache_dir=None, download: bool = False, *, normalize: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """California housing as the binary "houses" task of the papers (OpenML 823, version 2).
 
     Label, as OpenML binarised it (the papers load it with ``fetch_openml('houses', version=2)`` and

@@ -6,6 +6,7 @@ transport; the operator then reads each node's inbox and checks that every direc
 carried exactly one envelope whose SHA-256 matches what the sender sent. Exit code 0 on
 success, 1 otherwise; the network is always shut down.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ import time
 import uuid
 
 
-async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = None, size: int = 1024,
-                                 timeout: float = 60.0) -> dict:
+async def exchange_on_every_edge(
+    state_dir: pathlib.Path, run_id: str | None = None, size: int = 1024, timeout: float = 60.0
+) -> dict:
     """Have every node ping each neighbour once; verify delivery from the receivers' inboxes.
 
     Returns ``{"run_id", "edges", "sent", "delivered", "missing", "duplicates", "corrupted",
@@ -32,11 +34,23 @@ async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = N
         directory = await op.directory()
         members = {m.node_id: m for m in directory.members}
         by_vertex = {m.vertex: m.node_id for m in directory.members}
-        edges = [(by_vertex[e.u], by_vertex[e.v]) for e in directory.edges if e.u in by_vertex and e.v in by_vertex]
-        sent_reports = await asyncio.gather(*(
-            op.control(nid, m.address, "ping_neighbors", {"run_id": run_id, "size": size, "timeout": timeout},
-                       timeout=timeout + 5)
-            for nid, m in members.items()))
+        edges = [
+            (by_vertex[e.u], by_vertex[e.v])
+            for e in directory.edges
+            if e.u in by_vertex and e.v in by_vertex
+        ]
+        sent_reports = await asyncio.gather(
+            *(
+                op.control(
+                    nid,
+                    m.address,
+                    "ping_neighbors",
+                    {"run_id": run_id, "size": size, "timeout": timeout},
+                    timeout=timeout + 5,
+                )
+                for nid, m in members.items()
+            )
+        )
         expected: dict[tuple[str, str], str] = {}
         failed: list[str] = []
         rtts: list[float] = []
@@ -47,8 +61,12 @@ async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = N
                     rtts.append(res["rtt_ms"])
                 else:
                     failed.append(f"{report['node']}->{peer}: {res.get('error')}")
-        inboxes = await asyncio.gather(*(
-            op.control(nid, m.address, "inbox", {"protocol": "net.ping", "run_id": run_id}) for nid, m in members.items()))
+        inboxes = await asyncio.gather(
+            *(
+                op.control(nid, m.address, "inbox", {"protocol": "net.ping", "run_id": run_id})
+                for nid, m in members.items()
+            )
+        )
     counts: dict[tuple[str, str], int] = {}
     corrupted: list[str] = []
     for box in inboxes:
@@ -61,21 +79,39 @@ async def exchange_on_every_edge(state_dir: pathlib.Path, run_id: str | None = N
     missing = [f"{u}->{v}" for u, v in directed if counts.get((u, v), 0) == 0]
     duplicates = [f"{u}->{v}" for (u, v), c in counts.items() if c > 1]
     unexpected = [f"{u}->{v}" for (u, v) in counts if (u, v) not in set(directed)]
-    ok = not (missing or duplicates or corrupted or failed or unexpected) and len(counts) == len(directed)
+    ok = not (missing or duplicates or corrupted or failed or unexpected) and len(counts) == len(
+        directed
+    )
     return {
-        "run_id": run_id, "edges": len(edges), "directed_edges": len(directed), "sent": len(expected),
-        "delivered": sum(counts.values()), "missing": missing, "duplicates": duplicates, "corrupted": corrupted,
-        "unexpected": unexpected, "failed": failed,
-        "rtt_ms_median": statistics.median(rtts) if rtts else None, "ok": ok,
+        "run_id": run_id,
+        "edges": len(edges),
+        "directed_edges": len(directed),
+        "sent": len(expected),
+        "delivered": sum(counts.values()),
+        "missing": missing,
+        "duplicates": duplicates,
+        "corrupted": corrupted,
+        "unexpected": unexpected,
+        "failed": failed,
+        "rtt_ms_median": statistics.median(rtts) if rtts else None,
+        "ok": ok,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hushnet.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hushnet.demo", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--nodes", type=int, default=8)
-    parser.add_argument("--topology", default=None, help="graph SPEC (default hypercube:3 for 8 nodes, else ring:N)")
-    parser.add_argument("--state-dir", type=pathlib.Path, default=None,
-                        help="keep state and logs here (default: a temporary directory, removed afterwards)")
+    parser.add_argument(
+        "--topology", default=None, help="graph SPEC (default hypercube:3 for 8 nodes, else ring:N)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=pathlib.Path,
+        default=None,
+        help="keep state and logs here (default: a temporary directory, removed afterwards)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 
@@ -93,20 +129,28 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(state_dir, args.nodes, topology)
     t0 = time.monotonic()
     try:
-        print(f"starting a bootstrap and {args.nodes} nodes ({topology}) on 127.0.0.x ...", flush=True)
+        print(
+            f"starting a bootstrap and {args.nodes} nodes ({topology}) on 127.0.0.x ...", flush=True
+        )
         cluster.start()
         doc = cluster.wait_healthy(timeout=args.timeout)
         print(f"all nodes healthy and connected after {time.monotonic() - t0:.1f} s\n", flush=True)
         print(format_table(doc), "\n", flush=True)
         result = uvloop.run(exchange_on_every_edge(state_dir))
-        print(f"message exchange (run {result['run_id']}): {result['edges']} edges, {result['directed_edges']} "
-              f"directed envelopes sent, {result['delivered']} delivered; median hop RTT "
-              f"{result['rtt_ms_median']:.2f} ms" if result["rtt_ms_median"] is not None else "no envelope sent")
+        print(
+            f"message exchange (run {result['run_id']}): {result['edges']} edges, {result['directed_edges']} "
+            f"directed envelopes sent, {result['delivered']} delivered; median hop RTT "
+            f"{result['rtt_ms_median']:.2f} ms"
+            if result["rtt_ms_median"] is not None
+            else "no envelope sent"
+        )
         for key in ("missing", "duplicates", "corrupted", "unexpected", "failed"):
             if result[key]:
                 print(f"  {key}: {', '.join(result[key])}")
         if result["ok"]:
-            print("OK: every edge carried exactly one envelope in each direction, SHA-256 verified.")
+            print(
+                "OK: every edge carried exactly one envelope in each direction, SHA-256 verified."
+            )
             return 0
         print("FAILED: see the problems above and the logs in", state_dir / "logs")
         return 1

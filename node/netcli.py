@@ -3,6 +3,7 @@
 Registered into the top-level parser by :mod:`hushnet.cli`. Every command returns an exit code;
 user errors print one clear line (no traceback).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,30 +18,59 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:7400"
 
 
 def _add_logging(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-json", action="store_true", help="structured logs: one JSON object per line")
+    p.add_argument(
+        "--log-json", action="store_true", help="structured logs: one JSON object per line"
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
 
 
 def register(subparsers) -> None:
     """Add the network sub-commands to the top-level ``hushnet`` parser."""
     # bootstrap serve
-    bp = subparsers.add_parser("bootstrap", help="the bootstrap service (CA, membership, topology)",
-                               description="Bootstrap service commands.")
+    bp = subparsers.add_parser(
+        "bootstrap",
+        help="the bootstrap service (CA, membership, topology)",
+        description="Bootstrap service commands.",
+    )
     bsub = bp.add_subparsers(dest="bootstrap_command", metavar="COMMAND")
     bp.set_defaults(handler=lambda a: (bp.print_help(), 2)[1])
-    bs = bsub.add_parser("serve", help="run the bootstrap service",
-                         description="Run the bootstrap: creates the CA, operator certificate and join token in "
-                                     "--state-dir on first start, then admits nodes.")
-    bs.add_argument("--state-dir", required=True, type=pathlib.Path, help="bootstrap state directory")
-    bs.add_argument("--listen", default=DEFAULT_BOOTSTRAP, help=f"HOST:PORT to serve on (default {DEFAULT_BOOTSTRAP})")
-    bs.add_argument("--topology", help="graph SPEC (required on first start), e.g. ring:8, hypercube:3, "
-                                       "grid:2x4, er:N:P:SEED, regular:N:K:SEED, geometric:N:R:SEED, edgelist:PATH")
-    bs.add_argument("--token", help="join token (default: keep the stored one, or create a random one)")
-    bs.add_argument("--lease", type=float, default=15.0, help="membership lease in seconds (default 15)")
-    bs.add_argument("--onion-epoch", type=float, default=86400.0,
-                    help="onion-key rotation period in seconds, network wide (default one day; 0: no rotation)")
-    bs.add_argument("--onion-grace", type=float, default=None,
-                    help="seconds a node keeps an onion key after its epoch (default: one period; at most one period)")
+    bs = bsub.add_parser(
+        "serve",
+        help="run the bootstrap service",
+        description="Run the bootstrap: creates the CA, operator certificate and join token in "
+        "--state-dir on first start, then admits nodes.",
+    )
+    bs.add_argument(
+        "--state-dir", required=True, type=pathlib.Path, help="bootstrap state directory"
+    )
+    bs.add_argument(
+        "--listen",
+        default=DEFAULT_BOOTSTRAP,
+        help=f"HOST:PORT to serve on (default {DEFAULT_BOOTSTRAP})",
+    )
+    bs.add_argument(
+        "--topology",
+        help="graph SPEC (required on first start), e.g. ring:8, hypercube:3, "
+        "grid:2x4, er:N:P:SEED, regular:N:K:SEED, geometric:N:R:SEED, edgelist:PATH",
+    )
+    bs.add_argument(
+        "--token", help="join token (default: keep the stored one, or create a random one)"
+    )
+    bs.add_argument(
+        "--lease", type=float, default=15.0, help="membership lease in seconds (default 15)"
+    )
+    bs.add_argument(
+        "--onion-epoch",
+        type=float,
+        default=86400.0,
+        help="onion-key rotation period in seconds, network wide (default one day; 0: no rotation)",
+    )
+    bs.add_argument(
+        "--onion-grace",
+        type=float,
+        default=None,
+        help="seconds a node keeps an onion key after its epoch (default: one period; at most one period)",
+    )
     _add_logging(bs)
     bs.set_defaults(handler=cmd_bootstrap_serve)
 
@@ -48,79 +78,155 @@ def register(subparsers) -> None:
     np_ = subparsers.add_parser("node", help="a hushnet node", description="Node commands.")
     nsub = np_.add_subparsers(dest="node_command", metavar="COMMAND")
     np_.set_defaults(handler=lambda a: (np_.print_help(), 2)[1])
-    ns = nsub.add_parser("serve", help="run a node (or host many in this process)",
-                         description="Join the network through the bootstrap (or re-join with the identity stored "
-                                     "in --state-dir) and serve the peer API over mutual TLS. Several --state-dir "
-                                     "(or --count N with one base directory) host several complete nodes in this "
-                                     "process, each with its own identity, state and port.")
-    ns.add_argument("--state-dir", required=True, type=pathlib.Path, action="append",
-                    help="node state directory (keys, certificate); repeat to host several nodes")
-    ns.add_argument("--count", type=int, default=None,
-                    help="host COUNT nodes in BASE/node-000, BASE/node-001, ... (one --state-dir BASE)")
-    ns.add_argument("--listen", required=True,
-                    help="HOST:PORT to serve on, e.g. 127.0.0.2:7500; with several nodes node i gets PORT+i "
-                         "(PORT 0: a free port each)")
+    ns = nsub.add_parser(
+        "serve",
+        help="run a node (or host many in this process)",
+        description="Join the network through the bootstrap (or re-join with the identity stored "
+        "in --state-dir) and serve the peer API over mutual TLS. Several --state-dir "
+        "(or --count N with one base directory) host several complete nodes in this "
+        "process, each with its own identity, state and port.",
+    )
+    ns.add_argument(
+        "--state-dir",
+        required=True,
+        type=pathlib.Path,
+        action="append",
+        help="node state directory (keys, certificate); repeat to host several nodes",
+    )
+    ns.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="host COUNT nodes in BASE/node-000, BASE/node-001, ... (one --state-dir BASE)",
+    )
+    ns.add_argument(
+        "--listen",
+        required=True,
+        help="HOST:PORT to serve on, e.g. 127.0.0.2:7500; with several nodes node i gets PORT+i "
+        "(PORT 0: a free port each)",
+    )
     ns.add_argument("--advertise", help="address published in the directory (default: --listen)")
-    ns.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help=f"bootstrap HOST:PORT (default {DEFAULT_BOOTSTRAP})")
-    ns.add_argument("--ca", type=pathlib.Path, help="network CA certificate (the bootstrap's ca.pem); "
-                                                    "needed on first start")
+    ns.add_argument(
+        "--bootstrap",
+        default=DEFAULT_BOOTSTRAP,
+        help=f"bootstrap HOST:PORT (default {DEFAULT_BOOTSTRAP})",
+    )
+    ns.add_argument(
+        "--ca",
+        type=pathlib.Path,
+        help="network CA certificate (the bootstrap's ca.pem); needed on first start",
+    )
     tok = ns.add_mutually_exclusive_group()
     tok.add_argument("--token", help="join token")
     tok.add_argument("--token-file", type=pathlib.Path, help="file holding the join token")
-    ns.add_argument("--node-id", action="append",
-                    help="requested node id (default: assigned by the bootstrap, n<vertex>); with several nodes "
-                         "repeat it once per node, in --state-dir order")
-    ns.add_argument("--max-message-mb", type=float, default=128.0,
-                    help="largest envelope payload accepted or sent, in MiB (default 128)")
-    ns.add_argument("--join-timeout", type=float, default=None,
-                    help="give up joining after this many seconds (default: retry forever with backoff)")
-    ns.add_argument("--max-nodes", type=int, default=None,
-                    help="refuse to host more nodes than this in the process (default: what descriptors and "
-                         "memory allow)")
-    ns.add_argument("--fds-per-node", type=int, default=None,
-                    help="file descriptors reserved per hosted node (default 40: degree up to ~12)")
-    ns.add_argument("--min-free-mb", type=float, default=None,
-                    help="refuse a new node when less memory than this would stay available (default 512)")
-    ns.add_argument("--start-concurrency", type=int, default=16,
-                    help="hosted nodes joining at the same time (default 16)")
+    ns.add_argument(
+        "--node-id",
+        action="append",
+        help="requested node id (default: assigned by the bootstrap, n<vertex>); with several nodes "
+        "repeat it once per node, in --state-dir order",
+    )
+    ns.add_argument(
+        "--max-message-mb",
+        type=float,
+        default=128.0,
+        help="largest envelope payload accepted or sent, in MiB (default 128)",
+    )
+    ns.add_argument(
+        "--join-timeout",
+        type=float,
+        default=None,
+        help="give up joining after this many seconds (default: retry forever with backoff)",
+    )
+    ns.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        help="refuse to host more nodes than this in the process (default: what descriptors and "
+        "memory allow)",
+    )
+    ns.add_argument(
+        "--fds-per-node",
+        type=int,
+        default=None,
+        help="file descriptors reserved per hosted node (default 40: degree up to ~12)",
+    )
+    ns.add_argument(
+        "--min-free-mb",
+        type=float,
+        default=None,
+        help="refuse a new node when less memory than this would stay available (default 512)",
+    )
+    ns.add_argument(
+        "--start-concurrency",
+        type=int,
+        default=16,
+        help="hosted nodes joining at the same time (default 16)",
+    )
     _add_logging(ns)
     ns.set_defaults(handler=cmd_node_serve)
 
     # up
-    up = subparsers.add_parser("up", help="start a local network (bootstrap + N nodes, K per process)",
-                               description="Start a bootstrap and N nodes (one process per node on distinct 127.0.0.x "
-                                           "addresses, or K nodes per process on 127.0.0.1:PORT+i), "
-                                           "wait until every node is healthy and connected to its neighbours, print "
-                                           "a table, and stay in the foreground until Ctrl-C or "
-                                           "'hushnet down --state-dir DIR'. Crashed processes are restarted.")
+    up = subparsers.add_parser(
+        "up",
+        help="start a local network (bootstrap + N nodes, K per process)",
+        description="Start a bootstrap and N nodes (one process per node on distinct 127.0.0.x "
+        "addresses, or K nodes per process on 127.0.0.1:PORT+i), "
+        "wait until every node is healthy and connected to its neighbours, print "
+        "a table, and stay in the foreground until Ctrl-C or "
+        "'hushnet down --state-dir DIR'. Crashed processes are restarted.",
+    )
     up.add_argument("--nodes", type=int, required=True, help="number of nodes")
-    up.add_argument("--per-process", type=int, default=None,
-                    help="nodes hosted by each OS process (default: chosen from cores, memory and the "
-                         "open-file limit; 1 for small networks)")
-    up.add_argument("--topology", help="graph SPEC with the same number of vertices (default complete:N)")
-    up.add_argument("--state-dir", required=True, type=pathlib.Path, help="directory for all state and logs")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for health (default 120)")
+    up.add_argument(
+        "--per-process",
+        type=int,
+        default=None,
+        help="nodes hosted by each OS process (default: chosen from cores, memory and the "
+        "open-file limit; 1 for small networks)",
+    )
+    up.add_argument(
+        "--topology", help="graph SPEC with the same number of vertices (default complete:N)"
+    )
+    up.add_argument(
+        "--state-dir", required=True, type=pathlib.Path, help="directory for all state and logs"
+    )
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for health (default 120)"
+    )
     up.add_argument("--no-restart", action="store_true", help="do not restart processes that exit")
-    up.add_argument("--max-message-mb", type=float, default=None, help="node message limit in MiB (default 128)")
-    up.add_argument("--json", action="store_true", help="print the status as JSON instead of a table")
+    up.add_argument(
+        "--max-message-mb", type=float, default=None, help="node message limit in MiB (default 128)"
+    )
+    up.add_argument(
+        "--json", action="store_true", help="print the status as JSON instead of a table"
+    )
     _add_logging(up)
     up.set_defaults(handler=cmd_up)
 
     # down
-    down = subparsers.add_parser("down", help="stop a network started with 'hushnet up'",
-                                 description="Stop the network whose state lives in --state-dir.")
+    down = subparsers.add_parser(
+        "down",
+        help="stop a network started with 'hushnet up'",
+        description="Stop the network whose state lives in --state-dir.",
+    )
     down.add_argument("--state-dir", required=True, type=pathlib.Path)
     down.add_argument("--timeout", type=float, default=30.0)
     down.set_defaults(handler=cmd_down)
 
     # status
-    st = subparsers.add_parser("status", help="show the nodes of a network",
-                               description="Query the bootstrap directory and every node's Status RPC with the "
-                                           "operator certificate. --state-dir is a 'hushnet up' directory or a "
-                                           "bootstrap state directory.")
+    st = subparsers.add_parser(
+        "status",
+        help="show the nodes of a network",
+        description="Query the bootstrap directory and every node's Status RPC with the "
+        "operator certificate. --state-dir is a 'hushnet up' directory or a "
+        "bootstrap state directory.",
+    )
     st.add_argument("--state-dir", required=True, type=pathlib.Path)
     st.add_argument("--bootstrap", help="bootstrap HOST:PORT (default: from the state directory)")
-    st.add_argument("--json", action="store_true", help="JSON with a 'nodes' list (id, address, healthy, neighbors, ...)")
+    st.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON with a 'nodes' list (id, address, healthy, neighbors, ...)",
+    )
     st.add_argument("--timeout", type=float, default=3.0)
     st.set_defaults(handler=cmd_status)
 
@@ -128,8 +234,11 @@ def register(subparsers) -> None:
 def _setup(args, identity: str) -> None:
     from hushnet.net.logs import setup_logging
 
-    setup_logging(json_lines=getattr(args, "log_json", False), level=getattr(args, "log_level", "INFO"),
-                  identity=identity)
+    setup_logging(
+        json_lines=getattr(args, "log_json", False),
+        level=getattr(args, "log_level", "INFO"),
+        identity=identity,
+    )
 
 
 def _fail(message: str) -> int:
@@ -143,9 +252,15 @@ def cmd_bootstrap_serve(args) -> int:
     from hushnet.bootstrap.service import BootstrapConfig, BootstrapError, serve
 
     _setup(args, "bootstrap")
-    config = BootstrapConfig(state_dir=args.state_dir, listen=args.listen, topology=args.topology, token=args.token,
-                             lease_seconds=args.lease, onion_epoch_seconds=args.onion_epoch,
-                             onion_grace_seconds=args.onion_grace)
+    config = BootstrapConfig(
+        state_dir=args.state_dir,
+        listen=args.listen,
+        topology=args.topology,
+        token=args.token,
+        lease_seconds=args.lease,
+        onion_epoch_seconds=args.onion_epoch,
+        onion_grace_seconds=args.onion_grace,
+    )
     try:
         uvloop.run(serve(config))
     except BootstrapError as exc:
@@ -163,7 +278,9 @@ def cmd_node_serve(args) -> int:
         if args.count < 1:
             return _fail("--count must be at least 1")
         if len(dirs) != 1:
-            return _fail("--count takes exactly one --state-dir (the base directory of the hosted nodes)")
+            return _fail(
+                "--count takes exactly one --state-dir (the base directory of the hosted nodes)"
+            )
         dirs = [dirs[0] / f"node-{i:03d}" for i in range(args.count)]
     hosted = len(dirs) > 1 or args.count is not None
     if ids and len(ids) != len(dirs):
@@ -177,18 +294,37 @@ def cmd_node_serve(args) -> int:
             token = args.token_file.read_text().strip()
         except OSError as exc:
             return _fail(f"cannot read --token-file: {exc}")
-    common = dict(bootstrap=args.bootstrap, token=token, ca_file=args.ca,
-                  max_message_bytes=int(args.max_message_mb * MiB), join_timeout_s=args.join_timeout,
-                  plugins=load_plugins())
+    common = dict(
+        bootstrap=args.bootstrap,
+        token=token,
+        ca_file=args.ca,
+        max_message_bytes=int(args.max_message_mb * MiB),
+        join_timeout_s=args.join_timeout,
+        plugins=load_plugins(),
+    )
     if not hosted:
-        config = NodeConfig(state_dir=dirs[0], listen=args.listen, advertise=args.advertise,
-                            node_id=ids[0] if ids else None, **common)
+        config = NodeConfig(
+            state_dir=dirs[0],
+            listen=args.listen,
+            advertise=args.advertise,
+            node_id=ids[0] if ids else None,
+            **common,
+        )
         return run(config)
     from hushnet.net.host import HostLimits, hosted_configs, run_host
 
     try:
-        limits = HostLimits(**{k: v for k, v in (("max_nodes", args.max_nodes), ("fds_per_node", args.fds_per_node),
-                                                 ("min_free_mb", args.min_free_mb)) if v is not None})
+        limits = HostLimits(
+            **{
+                k: v
+                for k, v in (
+                    ("max_nodes", args.max_nodes),
+                    ("fds_per_node", args.fds_per_node),
+                    ("min_free_mb", args.min_free_mb),
+                )
+                if v is not None
+            }
+        )
         configs = hosted_configs(dirs, args.listen, ids or None, **common)
         if args.start_concurrency < 1:
             raise ValueError("--start-concurrency must be at least 1")
@@ -230,14 +366,25 @@ def cmd_up(args) -> int:
     from hushnet.net.host import default_per_process
 
     per_process = args.per_process or default_per_process(args.nodes)
-    cluster = LocalCluster(args.state_dir, args.nodes, spec, log_json=args.log_json, restart=not args.no_restart,
-                           max_message_mb=args.max_message_mb, supervisor=True, per_process=per_process)
+    cluster = LocalCluster(
+        args.state_dir,
+        args.nodes,
+        spec,
+        log_json=args.log_json,
+        restart=not args.no_restart,
+        max_message_mb=args.max_message_mb,
+        supervisor=True,
+        per_process=per_process,
+    )
     try:
         cluster.start()
         doc = cluster.wait_healthy(timeout=args.timeout, should_stop=lambda: stop["flag"])
         print(json.dumps(doc, indent=2) if args.json else format_table(doc), flush=True)
-        print(f"network up: {args.nodes} nodes, logs in {cluster.state_dir / 'logs'}. "
-              f"Stop with Ctrl-C or: hushnet down --state-dir {args.state_dir}", flush=True)
+        print(
+            f"network up: {args.nodes} nodes, logs in {cluster.state_dir / 'logs'}. "
+            f"Stop with Ctrl-C or: hushnet down --state-dir {args.state_dir}",
+            flush=True,
+        )
         while not stop["flag"]:
             cluster.poll()
             time.sleep(0.3)

@@ -1,7 +1,7 @@
 """Generate the Python code of the wire contract with ``grpcio-tools``.
 
 Why committed code: a fresh clone and an installed wheel import :mod:`hushnet.v1`
-without a build step, and a test (``tests/network/test_proto_fresh.py``) calls
+without a build step, and a test (``tests/net/test_proto_fresh.py``) calls
 :func:`generate` into a temporary directory and compares, so stale code cannot slip in.
 
 protoc writes imports relative to its include root (``from hushnet.v1 import ...``); we
@@ -9,6 +9,7 @@ rewrite them to the importable package path ``hushnet.v1``.
 
 Usage: ``python -m proto.codegen`` (rewrites the files next to the ``.proto`` sources).
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -29,9 +30,9 @@ def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
 
     Returns the generated files (import lines already fixed).
     """
-    from grpc_tools import protoc  # dev dependency, only needed to regenerate
-
     import importlib.resources
+
+    from grpc_tools import protoc  # dev dependency, only needed to regenerate
 
     out_root = pathlib.Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """Suite-wide settings: the papers' data sets are read from ../shared/data (never copied)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """``make figures``: run every figure reproduction; each writes ``<name>.png`` and ``<name>.json``."""
+
 import sys
 from pathlib import Path
 

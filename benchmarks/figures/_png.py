@@ -1,4 +1,5 @@
 """Writing figure PNGs small enough to commit."""
+
 from __future__ import annotations
 
 import io

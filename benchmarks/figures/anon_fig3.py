@@ -26,11 +26,9 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hushnet.privacy.anonymity import RRGModel, entropy_w, mean_iteration_time, p_star  # noqa: E402
-from hushnet.privacy.anonymity_setup import public_setup, simulate_protocol  # noqa: E402
 from hushnet.privacy.anonymity_graph import (  # noqa: E402
     as_adjacency,
     chain_of_custody_probability,
-    strong_adversary,
     definition1_entropies,
     destination_matrix,
     distance_matrix,
@@ -39,8 +37,10 @@ from hushnet.privacy.anonymity_graph import (  # noqa: E402
     protocol_mean_iteration_time,
     shell_counts,
     stationary_distribution,
+    strong_adversary,
     window_masses,
 )
+from hushnet.privacy.anonymity_setup import public_setup, simulate_protocol  # noqa: E402
 
 NAME = "anon_fig3"
 N, KAPPA, DELTA, L1 = 300, 634.0, 5.0, 2
@@ -49,7 +49,11 @@ L2S = list(range(2, 9))
 
 def main(out_dir: pathlib.Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    result: dict = {"name": NAME, "setting": {"N": N, "kappa": KAPPA, "delta": DELTA, "ell1": L1}, "curves": {}}
+    result: dict = {
+        "name": NAME,
+        "setting": {"N": N, "kappa": KAPPA, "delta": DELTA, "ell1": L1},
+        "curves": {},
+    }
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     for c, color in ((3, "C0"), (4, "C1")):
         m = RRGModel(N, c)
@@ -76,12 +80,26 @@ def main(out_dir: pathlib.Path) -> dict:
             g_node.append(float(r.node_level.min()))
             g_node_max.append(float(np.log(counts[:, L1 : l2 + 1].sum(axis=1)).mean()))
         ax.plot(paper_T, paper_a, "-o", color=color, lw=2, label=f"paper: c={c}, PAW, tree shells")
-        ax.plot(g_T, g_dist, "--s", color=color, lw=1.2, ms=4, label=f"certified: exact graph c={c}, min over j")
-        ax2.plot(g_T, g_node, "-s", color=color, lw=1.4, ms=4, label=f"exact graph c={c}: α (min over j)")
-        ax2.plot(g_T, g_node_max, ":", color=color, lw=1.2, label=f"c={c}: max, mean log #candidates")
+        ax.plot(
+            g_T,
+            g_dist,
+            "--s",
+            color=color,
+            lw=1.2,
+            ms=4,
+            label=f"certified: exact graph c={c}, min over j",
+        )
+        ax2.plot(
+            g_T, g_node, "-s", color=color, lw=1.4, ms=4, label=f"exact graph c={c}: α (min over j)"
+        )
+        ax2.plot(
+            g_T, g_node_max, ":", color=color, lw=1.2, label=f"c={c}: max, mean log #candidates"
+        )
         for l2, x, y in zip(L2S, paper_T, paper_a):
             off = (-14, 6) if c == 3 else (-34, -2)
-            ax.annotate(f"ℓ2={l2}", (x, y), textcoords="offset points", xytext=off, fontsize=7, color=color)
+            ax.annotate(
+                f"ℓ2={l2}", (x, y), textcoords="offset points", xytext=off, fontsize=7, color=color
+            )
         result["curves"][f"c{c}"] = {
             "ell2": L2S,
             "paper_T": paper_T,
@@ -93,7 +111,9 @@ def main(out_dir: pathlib.Path) -> dict:
             "graph_node_max": g_node_max,
         }
     # §4.8: the protocol Monte Carlo (c=3, seed 1, 200 000 iterations, PAW p* with graph-mean shells)
-    mc_setup = public_setup(nx.random_regular_graph(3, N, seed=1), kappa=KAPPA, mode="paw", shells="graph")
+    mc_setup = public_setup(
+        nx.random_regular_graph(3, N, seed=1), kappa=KAPPA, mode="paw", shells="graph"
+    )
     tr = simulate_protocol(mc_setup, 200_000, np.random.default_rng(1), n_chains=2000)
     prev = tr.previous_source()
     ok = prev >= 0
@@ -111,8 +131,11 @@ def main(out_dir: pathlib.Path) -> dict:
             float(np.bincount(tr.source, minlength=N).max() * N / tr.hops.size),
         ],
         "spec_reference_section_4_8": {
-            "mean_hops": 578.5, "P_T_le_10": 0.0328, "P_T_eq_2": 0.0048,
-            "distance_histogram": [0.0434, 0.0836, 0.1568, 0.2776, 0.4386], "chain_of_custody": 0.0072,
+            "mean_hops": 578.5,
+            "P_T_le_10": 0.0328,
+            "P_T_eq_2": 0.0048,
+            "distance_histogram": [0.0434, 0.0836, 0.1568, 0.2776, 0.4386],
+            "chain_of_custody": 0.0072,
             "source_frequency_times_n_range": [0.67, 1.27],
         },
     }
@@ -120,15 +143,23 @@ def main(out_dir: pathlib.Path) -> dict:
     pi_mc = mc_setup.source_stationary()
     law = strong_adversary(mc_setup.adjacency, M_mc, t_max=1500, pi=pi_mc, record_t=(2,), le_ks=())
     mc["exact_on_graph"] = {
-        "mean_hops": protocol_mean_iteration_time(M_mc, mean_hitting_times(mc_setup.adjacency), pi_mc),
+        "mean_hops": protocol_mean_iteration_time(
+            M_mc, mean_hitting_times(mc_setup.adjacency), pi_mc
+        ),
         "P_T_le_10": float(law.pmf_t[:11].sum()),
         "P_T_eq_2": float(law.pmf_t[2]),
         "chain_of_custody": chain_of_custody_probability(M_mc, pi_mc),
         "source_stationary_times_n_range": [float(pi_mc.min() * N), float(pi_mc.max() * N)],
     }
     result["monte_carlo_protocol"] = mc
-    ax.errorbar([mc["mean_hops"]], [math.log(5)], xerr=[4 * mc["mean_hops_stderr"]], fmt="k*", ms=9,
-                label="Monte Carlo c=3, 200k iterations (ℓ2=6, ±4 s.e.)")
+    ax.errorbar(
+        [mc["mean_hops"]],
+        [math.log(5)],
+        xerr=[4 * mc["mean_hops_stderr"]],
+        fmt="k*",
+        ms=9,
+        label="Monte Carlo c=3, 200k iterations (ℓ2=6, ±4 s.e.)",
+    )
     ax.set_xlabel("mean iteration time T_{ℓ1,ℓ2} [hops per update]")
     ax.set_ylabel("α at κ' = κ, distance level [nats]")
     ax.set_title("Fig. 3: N=300, κ=634, δ=5, ℓ1=2, ℓ2 varied", fontsize=10)

@@ -1,5 +1,6 @@
 """Issue 10 §3: secagg-dpsgd beside local DP, the random walk and central DP-SGD (trusted aggregator) at the
 same certified worst-pair ε on the demo's 16-node houses data — see :mod:`hushnet.runs.demo_ddp`."""
+
 from __future__ import annotations
 
 import pathlib

@@ -1,6 +1,6 @@
 """[K] Figures 1–2: growth of the squared sensitivity Δ_T(j→i)²/T with the number of rounds T.
 
-Graphs (spec §2.8): Erdős–Rényi G(100, 0.15) and Barabási–Albert (n = 100, m = 3, K5 core),
+Graphs (docs/design/spec/gossip.md §2.8): Erdős–Rényi G(100, 0.15) and Barabási–Albert (n = 100, m = 3, K5 core),
 networkx seed 0, MH weights, observer i = 85, a neighbour j and a non-neighbour j.  For each T
 the plot shows the c = 1 value ``1ᵀM1`` (what [K] presumably plots; a lower bound, not a
 guarantee), the spectral bound ``T λmax(M)`` and ``1ᵀ|M|1`` (upper bounds), and the certified
@@ -8,6 +8,7 @@ value hushnet uses (exact by enumeration / non-negative M when possible, else mi
 bounds).  Fig. 1 is the single-node view; a third row adds the closed-neighbourhood view with the
 observer's own noise known (hushnet's default threat model).  Fig. 2 = ratio spectral / lower.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,31 @@ OBSERVER = 85
 SOURCES = {"ER": (15, 0), "BA": (8, 0)}
 TS_SINGLE = [2, 4, 6, 8, 12, 16, 25, 50, 100, 200, 400]
 TS_NBHD = [2, 4, 6, 8, 12, 16, 25, 50, 100]
-SPEC_REF = {  # spec §2.8 table (seed-specific, not paper numbers): lower/T and spectral/T
-    "ER neighbour": {"25": [0.00879, 0.00975], "50": [0.00993, 0.01134], "100": [0.01004, 0.01166],
-                     "200": [0.01002, 0.01168], "400": [0.01001, 0.01168]},
-    "ER non-neighbour": {"25": [0.00442, 0.00542], "100": [0.00848, 0.00940], "400": [0.00962, 0.00994]},
-    "BA neighbour": {"25": [0.0409, 0.0438], "50": [0.0421, 0.0456], "100": [0.0347, 0.0457],
-                     "200": [0.0242, 0.0457], "400": [0.0172, 0.0457]},
-    "BA non-neighbour": {"25": [0.00097, 0.00123], "100": [0.00545, 0.00640], "400": [0.00880, 0.00956]},
+SPEC_REF = {  # docs/design/spec/gossip.md §2.8 table (seed-specific, not paper numbers): lower/T and spectral/T
+    "ER neighbour": {
+        "25": [0.00879, 0.00975],
+        "50": [0.00993, 0.01134],
+        "100": [0.01004, 0.01166],
+        "200": [0.01002, 0.01168],
+        "400": [0.01001, 0.01168],
+    },
+    "ER non-neighbour": {
+        "25": [0.00442, 0.00542],
+        "100": [0.00848, 0.00940],
+        "400": [0.00962, 0.00994],
+    },
+    "BA neighbour": {
+        "25": [0.0409, 0.0438],
+        "50": [0.0421, 0.0456],
+        "100": [0.0347, 0.0457],
+        "200": [0.0242, 0.0457],
+        "400": [0.0172, 0.0457],
+    },
+    "BA non-neighbour": {
+        "25": [0.00097, 0.00123],
+        "100": [0.00545, 0.00640],
+        "400": [0.00880, 0.00956],
+    },
 }
 
 
@@ -77,8 +96,12 @@ def main(out_dir: pathlib.Path) -> dict:
                 nbhd = None  # j's own messages are in the neighbourhood view; shown for non-neighbours only
             else:
                 nbhd = _curve(W, TS_NBHD, nb, j, [OBSERVER])
-            results[key] = {"source": int(j), "single_node": single, "neighbourhood_own_noise_known": nbhd,
-                            "spec_reference_lower_spectral_over_T": SPEC_REF.get(key)}
+            results[key] = {
+                "source": int(j),
+                "single_node": single,
+                "neighbourhood_own_noise_known": nbhd,
+                "spec_reference_lower_spectral_over_T": SPEC_REF.get(key),
+            }
 
     keys = list(results)
     fig, axes = plt.subplots(3, 4, figsize=(16, 10.5))
@@ -87,7 +110,9 @@ def main(out_dir: pathlib.Path) -> dict:
         ax = axes[0, col]
         c = res["single_node"]
         ax.plot(c["T"], c["lower"], "o-", label="c = 1 (lower, [K] Fig. 1)", color="tab:blue", ms=3)
-        ax.plot(c["T"], c["spectral"], "s--", label="spectral T·λmax (upper)", color="tab:orange", ms=3)
+        ax.plot(
+            c["T"], c["spectral"], "s--", label="spectral T·λmax (upper)", color="tab:orange", ms=3
+        )
         ax.plot(c["T"], c["abs"], "^:", label="1ᵀ|M|1 (upper)", color="tab:green", ms=3)
         ax.plot(c["T"], c["certified"], "-", color="tab:red", lw=2, alpha=0.6, label="certified")
         ax.axhline(0.01, color="k", lw=1, ls="--", label="1/n")
@@ -108,13 +133,22 @@ def main(out_dir: pathlib.Path) -> dict:
         ax = axes[2, col]
         nb = res["neighbourhood_own_noise_known"]
         if nb is None:
-            ax.text(0.5, 0.5, "j is in i's neighbourhood:\nits messages are seen directly\n(loss ≈ LDP each round)",
-                    ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            ax.text(
+                0.5,
+                0.5,
+                "j is in i's neighbourhood:\nits messages are seen directly\n(loss ≈ LDP each round)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=9,
+            )
             ax.set_axis_off()
         else:
             ax.plot(nb["T"], nb["lower"], "o-", color="tab:blue", ms=3, label="c = 1")
             ax.plot(nb["T"], nb["spectral"], "s--", color="tab:orange", ms=3, label="spectral")
-            ax.plot(nb["T"], nb["certified"], "-", color="tab:red", lw=2, alpha=0.6, label="certified")
+            ax.plot(
+                nb["T"], nb["certified"], "-", color="tab:red", lw=2, alpha=0.6, label="certified"
+            )
             ax.set_xscale("log")
             ax.set_title(f"closed nbhd of i, own noise known — {key}", fontsize=9)
             ax.set_xlabel("T")
@@ -123,17 +157,26 @@ def main(out_dir: pathlib.Path) -> dict:
             ax.legend(fontsize=7)
     axes[0, 0].legend(fontsize=7)
     axes[1, 0].legend(fontsize=7)
-    fig.suptitle("Koskela–Kulkarni Figs. 1–2: Δ_T(j→i)²/T → 1/n on ER(100, .15) and BA(100, 3); seed 0, MH weights")
+    fig.suptitle(
+        "Koskela–Kulkarni Figs. 1–2: Δ_T(j→i)²/T → 1/n on ER(100, .15) and BA(100, 3); seed 0, MH weights"
+    )
     fig.tight_layout()
     fig.savefig(out_dir / "koskela_fig12.png", dpi=80)
     plt.close(fig)
 
     def ratios(v: dict) -> dict[str, float | None]:
         sn = v["single_node"]
-        return {str(t): (round(s / lo_, 3) if lo_ > 0 else None) for t, s, lo_ in zip(sn["T"], sn["spectral"], sn["lower"])}
+        return {
+            str(t): (round(s / lo_, 3) if lo_ > 0 else None)
+            for t, s, lo_ in zip(sn["T"], sn["spectral"], sn["lower"])
+        }
 
-    summary = {"figure": "[K] Figures 1-2", "observer": OBSERVER, "results": results,
-               "ratio_spectral_over_lower_at_T": {k: ratios(v) for k, v in results.items()}}
+    summary = {
+        "figure": "[K] Figures 1-2",
+        "observer": OBSERVER,
+        "results": results,
+        "ratio_spectral_over_lower_at_T": {k: ratios(v) for k, v in results.items()},
+    }
     (out_dir / "koskela_fig12.json").write_text(json.dumps(summary, indent=1, default=float))
     return summary
 

@@ -3,13 +3,14 @@
 Paper curve: [M] Theorem 1 as the reference code draws it (sum over t = 1..T, clipped at the LDP
 loss, α = 2, σ = 1, source u = 0, accelerated gossip for T = T_mix rounds).  Certified curve: the
 exact Rényi divergence of the observer's whole view (closed neighbourhood, own noise known) —
-what hushnet stands behind.  Acceleration changes neither (spec §1.3.9).
+what hushnet stands behind.  Acceleration changes neither (docs/design/spec/gossip.md §1.3.9).
 
 Certified values need one factorisation per observer; on the hypercube one observer suffices
 (distance-transitive: f(0→v) = f(v→0)); on the other graphs a seeded sample of observers per
 distance class is used (sizes in the JSON).  Spec reference values (§1.5 E1, §7.1) are stored
 beside the numbers.  ER: 5 independent connected draws (the reference code reused one graph).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,8 @@ import time
 
 import numpy as np
 
-from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.privacy import muffliato as mf
+from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 
 ALPHA, SIGMA = 2.0, 1.0
@@ -50,7 +51,9 @@ def _stats(values: np.ndarray, dist: np.ndarray, dmax: int) -> dict[str, list]:
     return {"distance": ks, "mean": mean, "min": lo, "max": hi}
 
 
-def _sample_observers(dist: np.ndarray, per_class: int, dmax: int, rng: np.random.Generator) -> np.ndarray:
+def _sample_observers(
+    dist: np.ndarray, per_class: int, dmax: int, rng: np.random.Generator
+) -> np.ndarray:
     picks = []
     for k in range(1, dmax + 1):
         cls = np.flatnonzero(dist == k)
@@ -132,8 +135,10 @@ def main(out_dir: pathlib.Path) -> dict:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharey=True)
     for ax, (name, res) in zip(axes.ravel(), results.items()):
-        for key, colour, label in (("paper_clipped", "tab:blue", "paper: [M] Thm 1 (clipped)"),
-                                   ("certified", "tab:red", "certified: exact view")):
+        for key, colour, label in (
+            ("paper_clipped", "tab:blue", "paper: [M] Thm 1 (clipped)"),
+            ("certified", "tab:red", "certified: exact view"),
+        ):
             st = res[key]
             k = np.array(st["distance"])
             ax.plot(k, st["mean"], "o-", color=colour, ms=3, label=label)
@@ -142,14 +147,19 @@ def main(out_dir: pathlib.Path) -> dict:
         ax.set_yscale("log")
         ax.set_ylim(1e-5, 1.5)
         ax.set_xlim(0, XMAX + 0.5)
-        ax.set_title(f"{name} (n={res['n']}, T={res['steps_T'][0]}"
-                     + (f", {res['draws']} draws" if res["draws"] > 1 else "") + ")")
+        ax.set_title(
+            f"{name} (n={res['n']}, T={res['steps_T'][0]}"
+            + (f", {res['draws']} draws" if res["draws"] > 1 else "")
+            + ")"
+        )
         ax.set_xlabel("shortest-path distance to source u = 0")
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("Rényi loss ε(α=2), σ = 1")
     axes[1, 0].set_ylabel("Rényi loss ε(α=2), σ = 1")
     axes[0, 0].legend(fontsize=8, loc="lower left")
-    fig.suptitle("Muffliato Fig. 1a: paper bound (Theorem 1) vs certified exact loss — mean, min–max band")
+    fig.suptitle(
+        "Muffliato Fig. 1a: paper bound (Theorem 1) vs certified exact loss — mean, min–max band"
+    )
     fig.tight_layout()
     fig.savefig(out_dir / "muffliato_fig1.png", dpi=90)
     plt.close(fig)
@@ -163,12 +173,43 @@ def main(out_dir: pathlib.Path) -> dict:
         "certified": "exact Renyi divergence of the observer's closed-neighbourhood view, own noise known",
         "graphs": results,
         "spec_reference": {
-            "hypercube_code_convention_unclipped_d0..11": [2.516812, 1.260650, 0.6416300, 0.2449262, 0.1246316,
-                                                           0.07520210, 0.05072928, 0.03596909, 0.02689545,
-                                                           0.02020966, 0.01578671, 0.01210471],
-            "hypercube_exact_d1..11": [1.0, 0.2, 0.066667, 0.033333, 0.023810, 0.023810, 0.033333, 0.066667,
-                                       0.2, 1.0, 1.0],
-            "grid_corner_unclipped_mean_d18..25": [1.015, 0.775, 0.587, 0.440, 0.328, 0.242, 0.177, 0.128],
+            "hypercube_code_convention_unclipped_d0..11": [
+                2.516812,
+                1.260650,
+                0.6416300,
+                0.2449262,
+                0.1246316,
+                0.07520210,
+                0.05072928,
+                0.03596909,
+                0.02689545,
+                0.02020966,
+                0.01578671,
+                0.01210471,
+            ],
+            "hypercube_exact_d1..11": [
+                1.0,
+                0.2,
+                0.066667,
+                0.033333,
+                0.023810,
+                0.023810,
+                0.033333,
+                0.066667,
+                0.2,
+                1.0,
+                1.0,
+            ],
+            "grid_corner_unclipped_mean_d18..25": [
+                1.015,
+                0.775,
+                0.587,
+                0.440,
+                0.328,
+                0.242,
+                0.177,
+                0.128,
+            ],
             "er_clipped_mean": {"1": 1.0, "2": "0.27-0.29", "3": 0.10, "4": "0.07-0.08", "5": 0.05},
             "geometric_clipped": {"<=5": 1.0, "7": 0.5, "10": 0.04, "16": 3e-4},
         },

@@ -1,6 +1,6 @@
 """[M] Figure 1b: privacy loss from one node to every other on the Facebook ego graph of node 1912.
 
-Setup as the reference code (spec §1.5 E5): SNAP ego-Facebook, ego network of 1912 without the ego,
+Setup as the reference code (docs/design/spec/gossip.md §1.5 E5): SNAP ego-Facebook, ego network of 1912 without the ego,
 largest connected component; source ``u = np.random.RandomState(1).randint(n)``; α = 1.5,
 σ² = 3.75 (LDP loss α/2σ² = 0.2); plain (non-accelerated) gossip for T = T_mix rounds.
 
@@ -9,6 +9,7 @@ exact divergence of each observer's closed-neighbourhood view (own noise known),
 observer (one block-Arnoldi basis per observer).  Communities (greedy modularity) quantify the paper's qualitative claim: loss
 near LDP inside the source's community, much smaller outside.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ import networkx as nx
 import numpy as np
 
 from hushnet.datasets import facebook_ego_graph, load_facebook_edges
-from hushnet.privacy.graphs import Graph, metropolis_hastings
 from hushnet.privacy import muffliato as mf
+from hushnet.privacy.graphs import Graph, metropolis_hastings
 from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 
 EGO = 1912
@@ -35,7 +36,9 @@ def ego_graph_without_ego(ego: int) -> Graph:
     nbrs = np.unique(np.concatenate([e[e[:, 0] == ego, 1], e[e[:, 1] == ego, 0]]))
     k = int(np.searchsorted(np.union1d(nbrs, [ego]), ego))
     keep = np.delete(np.arange(g.n), k)
-    return Graph(g.adjacency[keep][:, keep].tocsr(), spec=f"facebook-ego:{ego}-noego").largest_component()
+    return Graph(
+        g.adjacency[keep][:, keep].tocsr(), spec=f"facebook-ego:{ego}-noego"
+    ).largest_component()
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -93,28 +96,51 @@ def main(out_dir: pathlib.Path) -> dict:
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.6))
     norm = LogNorm(vmin=1e-4, vmax=ldp)
     edges = g.edges()
-    for ax, vals, title in ((axes[0], paper, "paper: [M] Theorem 1 (clipped at LDP)"),
-                            (axes[1], cert, f"certified: exact view ({obs.size} observers)")):
+    for ax, vals, title in (
+        (axes[0], paper, "paper: [M] Theorem 1 (clipped at LDP)"),
+        (axes[1], cert, f"certified: exact view ({obs.size} observers)"),
+    ):
         segs = xy[edges[:: max(1, edges.shape[0] // 4000)]]
         from matplotlib.collections import LineCollection
 
         ax.add_collection(LineCollection(segs, colors="0.85", linewidths=0.3, zorder=0))
         finite = np.isfinite(vals)
         ax.scatter(xy[~finite, 0], xy[~finite, 1], s=6, c="0.7", zorder=1)
-        sc = ax.scatter(xy[finite, 0], xy[finite, 1], s=14, c=np.maximum(vals[finite], 1e-4), cmap="viridis",
-                        norm=norm, zorder=2)
-        ax.scatter([xy[u, 0]], [xy[u, 1]], s=120, marker="*", c="red", zorder=3, label=f"source u={u}")
+        sc = ax.scatter(
+            xy[finite, 0],
+            xy[finite, 1],
+            s=14,
+            c=np.maximum(vals[finite], 1e-4),
+            cmap="viridis",
+            norm=norm,
+            zorder=2,
+        )
+        ax.scatter(
+            [xy[u, 0]], [xy[u, 1]], s=120, marker="*", c="red", zorder=3, label=f"source u={u}"
+        )
         ax.set_title(title, fontsize=10)
         ax.set_axis_off()
         ax.legend(loc="lower left", fontsize=8)
-    fig.colorbar(sc, ax=axes[:2], shrink=0.8, label=f"Rényi loss ε(α={ALPHA}), σ²={SIGMA2} (LDP = {ldp:.2f})")
+    fig.colorbar(
+        sc, ax=axes[:2], shrink=0.8, label=f"Rényi loss ε(α={ALPHA}), σ²={SIGMA2} (LDP = {ldp:.2f})"
+    )
     dist = g.shortest_path_lengths(u)
     ax = axes[2]
-    ax.scatter(dist[others] - 0.25 + rng.uniform(-0.1, 0.1, others.size), np.maximum(paper[others], 1e-6), s=6,
-               alpha=0.4, label="paper")
-    ax.scatter(dist[obs] + 0.25 + rng.uniform(-0.1, 0.1, obs.size), np.maximum(cert[obs], 1e-6), s=8, c="tab:red",
-               alpha=0.5,
-               label="certified")
+    ax.scatter(
+        dist[others] - 0.25 + rng.uniform(-0.1, 0.1, others.size),
+        np.maximum(paper[others], 1e-6),
+        s=6,
+        alpha=0.4,
+        label="paper",
+    )
+    ax.scatter(
+        dist[obs] + 0.25 + rng.uniform(-0.1, 0.1, obs.size),
+        np.maximum(cert[obs], 1e-6),
+        s=8,
+        c="tab:red",
+        alpha=0.5,
+        label="certified",
+    )
     ax.axhline(ldp, color="k", ls="--", lw=1, label="LDP")
     ax.set_yscale("log")
     ax.set_ylim(1e-6, 0.5)

@@ -1,6 +1,6 @@
 """Muffliato Fig. 1c and Table 2: Muffliato-GD logistic regression on "Houses", n = 2000 and 4000.
 
-Setup (Table 2 + the reference code's constants, spec gossip.md E6): 10 gradient steps of size 0.7,
+Setup (Table 2 + the reference code's constants, docs/design/spec/gossip.md E6): 10 gradient steps of size 0.7,
 a fresh connected public G(n, ln n/n) per step with MH weights, K_t = ⌈ln n/√λ_t⌉ Chebyshev steps
 (Def. 3 initialisation — the reference code's ``x_old = 0`` bias is not reproduced), the reference
 code's local update (gradient + N(0, 0.75²), then clipped to norm 1), θ ∈ R⁹ (8 weights +
@@ -21,6 +21,7 @@ Privacy toward node 0 (per observer, summed over steps, as a ratio to the LDP to
   ``OBSERVERS`` random observers, trial 0 only.
 Trials: ``TRIALS`` = 10 per size, as Table 2 says.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,17 @@ import numpy as np
 from hushnet.engine.rng import node_generators
 from hushnet.privacy import muffliato as mf
 from hushnet.protocols.gossip import connected_er
-from hushnet.protocols.gossip_sim import build_gossip_machines, mh_matrix, resolve_params, run_gossip
-from hushnet.tasks import LogisticRegressionTask, houses_partition, logistic_metrics
+from hushnet.protocols.gossip_sim import (
+    build_gossip_machines,
+    mh_matrix,
+    resolve_params,
+    run_gossip,
+)
+from hushnet.tasks import LogisticRegressionTask, houses_partition
 
-_SHARED = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"  # ../shared/data from the repo root
+_SHARED = (
+    pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+)  # ../shared/data from the repo root
 if "HUSHNET_DATA_DIR" not in os.environ and _SHARED.is_dir():
     os.environ["HUSHNET_DATA_DIR"] = str(_SHARED)
 
@@ -49,7 +57,10 @@ SIZES = {2000: 8, 4000: 4}
 TRIALS = {2000: 10, 4000: 10}
 OBSERVERS = {2000: 40, 4000: 20}
 MACHINE_STEPS = 1
-SPEC_ACC = {2000: {"central": 0.664, "muffliato": 0.655}, 4000: {"central": 0.655, "muffliato": 0.647}}
+SPEC_ACC = {
+    2000: {"central": 0.664, "muffliato": 0.655},
+    4000: {"central": 0.655, "muffliato": 0.647},
+}
 SPEC_RATIO = {2000: {"median": 0.285, "mean": 0.287}, 4000: {"median": 0.176, "mean": 0.178}}
 NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is about
     "Re-run on OpenML 823's label with the paper's 10 trials per size. Final test accuracy (mean over nodes, "
@@ -64,8 +75,18 @@ NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is ab
 
 
 def _params(n: int, seed: int) -> dict:
-    return dict(steps=STEPS, K="auto", step_size=STEP_SIZE, sigma=0.0, noise_std=NOISE_STD, clip_after_noise=True,
-                graph="er-per-step", q=math.log(n) / n, graph_seed=seed, chebyshev=True)
+    return dict(
+        steps=STEPS,
+        K="auto",
+        step_size=STEP_SIZE,
+        sigma=0.0,
+        noise_std=NOISE_STD,
+        clip_after_noise=True,
+        graph="er-per-step",
+        q=math.log(n) / n,
+        graph_seed=seed,
+        chebyshev=True,
+    )
 
 
 def _tasks(n: int, per_node: int, seed: int):
@@ -108,8 +129,14 @@ def vectorised_run(tasks, n: int, seed: int, steps: int = STEPS, Xa=None, y=None
     if Xa is not None:
         acc_m.append(_accuracy(theta, Xa, y))
         acc_c.append(_accuracy(central[None, :], Xa, y))
-    return {"theta": theta, "acc_muffliato": acc_m, "acc_central": acc_c, "ks": p["ks"], "gammas": p["gammas"],
-            "graphs": graphs}
+    return {
+        "theta": theta,
+        "acc_muffliato": acc_m,
+        "acc_central": acc_c,
+        "ks": p["ks"],
+        "gammas": p["gammas"],
+        "graphs": graphs,
+    }
 
 
 def privacy_ratios(run: dict, n: int, seed: int) -> dict:
@@ -135,15 +162,24 @@ def privacy_ratios(run: dict, n: int, seed: int) -> dict:
     paper = paper_all[1:] / len(run["graphs"])
     is_nb = np.array([v in nbrs for v in obs])
     return {
-        "paper_ratio": {"median": float(np.median(paper)), "mean": float(paper.mean()),
-                        "q05": float(np.quantile(paper, 0.05)), "q95": float(np.quantile(paper, 0.95)),
-                        "frac_over_half": float((paper > 0.5).mean()), "all": paper.tolist()},
-        "certified_ratio": {"observers": len(obs), "neighbours_of_0_in_some_step": int(is_nb.sum()),
-                            "median_non_neighbours": float(np.median(cert[~is_nb])),
-                            "mean_non_neighbours": float(cert[~is_nb].mean()),
-                            "max_non_neighbours": float(cert[~is_nb].max()),
-                            "median_neighbours": float(np.median(cert[is_nb])) if is_nb.any() else None,
-                            "values": cert.tolist(), "is_neighbour": is_nb.tolist()},
+        "paper_ratio": {
+            "median": float(np.median(paper)),
+            "mean": float(paper.mean()),
+            "q05": float(np.quantile(paper, 0.05)),
+            "q95": float(np.quantile(paper, 0.95)),
+            "frac_over_half": float((paper > 0.5).mean()),
+            "all": paper.tolist(),
+        },
+        "certified_ratio": {
+            "observers": len(obs),
+            "neighbours_of_0_in_some_step": int(is_nb.sum()),
+            "median_non_neighbours": float(np.median(cert[~is_nb])),
+            "mean_non_neighbours": float(cert[~is_nb].mean()),
+            "max_non_neighbours": float(cert[~is_nb].max()),
+            "median_neighbours": float(np.median(cert[is_nb])) if is_nb.any() else None,
+            "values": cert.tolist(),
+            "is_neighbour": is_nb.tolist(),
+        },
     }
 
 
@@ -153,9 +189,15 @@ def machine_parity(tasks, n: int, seed: int) -> dict:
     ms = build_gossip_machines("muffliato-gd", tasks, run_seed=seed, params=p)
     res = run_gossip(ms)
     ref = vectorised_run(tasks, n, seed, steps=MACHINE_STEPS)["theta"]
-    return {"steps": MACHINE_STEPS, "rounds": int(sum(ms[0].ks)), "status": res.status,
-            "max_abs_diff": float(np.nanmax(np.abs(res.models - ref))), "messages": res.sim.messages,
-            "simulator_seconds": round(res.sim.wall_seconds, 1), "faults": len(res.sim.faults)}
+    return {
+        "steps": MACHINE_STEPS,
+        "rounds": int(sum(ms[0].ks)),
+        "status": res.status,
+        "max_abs_diff": float(np.nanmax(np.abs(res.models - ref))),
+        "messages": res.sim.messages,
+        "simulator_seconds": round(res.sim.wall_seconds, 1),
+        "faults": len(res.sim.faults),
+    }
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -166,18 +208,29 @@ def main(out_dir: pathlib.Path) -> dict:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    out: dict = {"figure": "Muffliato Fig. 1c / Table 2 (Muffliato-GD on houses)",
-                 "bounds": {"paper": "reference code eps_random ([M] Thm 4 form), not a guarantee",
-                            "certified": "exact per-step view divergence, RDP-composed over steps"},
-                 "trials": TRIALS, "trials_note": "10 trials, as the paper's Table 2",
-                 "setup": {"steps": STEPS, "step_size": STEP_SIZE, "noise_std": NOISE_STD, "clip": CLIP,
-                           "split": "80/20 stratified (reference code: 0.7755)", "gossip": "Def. 3 Chebyshev",
-                           "data": "OpenML 823's label: +1 iff longitude < its mean, latitude a feature "
-                                   "(hushnet.datasets.load_houses)"},
-                 "spec_final_accuracy_note": "spec E6's reference accuracies (spec_final_accuracy) were computed with "
-                                             "an earlier, wrong label (house value vs its mean); the paper prints no "
-                                             "accuracy numbers for Fig. 1c, only curves",
-                 "sizes": {}}
+    out: dict = {
+        "figure": "Muffliato Fig. 1c / Table 2 (Muffliato-GD on houses)",
+        "bounds": {
+            "paper": "reference code eps_random ([M] Thm 4 form), not a guarantee",
+            "certified": "exact per-step view divergence, RDP-composed over steps",
+        },
+        "trials": TRIALS,
+        "trials_note": "10 trials, as the paper's Table 2",
+        "setup": {
+            "steps": STEPS,
+            "step_size": STEP_SIZE,
+            "noise_std": NOISE_STD,
+            "clip": CLIP,
+            "split": "80/20 stratified (reference code: 0.7755)",
+            "gossip": "Def. 3 Chebyshev",
+            "data": "OpenML 823's label: +1 iff longitude < its mean, latitude a feature "
+            "(hushnet.datasets.load_houses)",
+        },
+        "spec_final_accuracy_note": "spec E6's reference accuracies (spec_final_accuracy) were computed with "
+        "an earlier, wrong label (house value vs its mean); the paper prints no "
+        "accuracy numbers for Fig. 1c, only curves",
+        "sizes": {},
+    }
     curves = {}
     privacy = {}
     for n, per in SIZES.items():
@@ -197,18 +250,34 @@ def main(out_dir: pathlib.Path) -> dict:
         am, ac = np.array(accs_m), np.array(accs_c)
         curves[n] = (am, ac)
         out["sizes"][str(n)] = {
-            "per_node": per, "ks_range": [int(np.min(ks)), int(np.max(ks))],
-            "accuracy_muffliato_mean": am.mean(axis=0).tolist(), "accuracy_muffliato_std": am.std(axis=0).tolist(),
-            "accuracy_central_mean": ac.mean(axis=0).tolist(), "accuracy_central_std": ac.std(axis=0).tolist(),
-            "spec_final_accuracy": SPEC_ACC[n], "spec_privacy_ratio": SPEC_RATIO[n],
-            "privacy": {k: {kk: vv for kk, vv in v.items() if kk not in ("all", "values", "is_neighbour")}
-                        for k, v in privacy[n].items()},
+            "per_node": per,
+            "ks_range": [int(np.min(ks)), int(np.max(ks))],
+            "accuracy_muffliato_mean": am.mean(axis=0).tolist(),
+            "accuracy_muffliato_std": am.std(axis=0).tolist(),
+            "accuracy_central_mean": ac.mean(axis=0).tolist(),
+            "accuracy_central_std": ac.std(axis=0).tolist(),
+            "spec_final_accuracy": SPEC_ACC[n],
+            "spec_privacy_ratio": SPEC_RATIO[n],
+            "privacy": {
+                k: {kk: vv for kk, vv in v.items() if kk not in ("all", "values", "is_neighbour")}
+                for k, v in privacy[n].items()
+            },
         }
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for i, (n, (am, ac)) in enumerate(curves.items()):
         it = np.arange(am.shape[1])
-        axes[0].errorbar(it, am.mean(0), yerr=am.std(0), color=f"C{i}", capsize=3, label=f"Muffliato-GD n={n}")
-        axes[0].errorbar(it, ac.mean(0), yerr=ac.std(0), color=f"C{i}", ls="--", capsize=3, label=f"central n={n}")
+        axes[0].errorbar(
+            it, am.mean(0), yerr=am.std(0), color=f"C{i}", capsize=3, label=f"Muffliato-GD n={n}"
+        )
+        axes[0].errorbar(
+            it,
+            ac.mean(0),
+            yerr=ac.std(0),
+            color=f"C{i}",
+            ls="--",
+            capsize=3,
+            label=f"central n={n}",
+        )
     axes[0].set_xlabel("gradient steps")
     axes[0].set_ylabel("test accuracy (mean over nodes)")
     axes[0].set_title("Fig. 1c: houses, fresh ER graph per step")
@@ -223,7 +292,9 @@ def main(out_dir: pathlib.Path) -> dict:
     axes[1].set_title("paper bound (reference eps_random)")
     axes[1].legend(fontsize=7)
     axes[2].set_xlabel("loss toward node 0 / LDP loss")
-    axes[2].set_title(f"certified (exact view), {OBSERVERS[2000]}/{OBSERVERS[4000]} random observers")
+    axes[2].set_title(
+        f"certified (exact view), {OBSERVERS[2000]}/{OBSERVERS[4000]} random observers"
+    )
     axes[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "muffliato_fig1c_table2.png", dpi=110)

@@ -1,5 +1,5 @@
 """[P-AD] Figure 1a: analytical privacy bounds for real summation on the complete graph, network
-DP vs local DP, T = 100 n, ε₀ = 0.1, δ = 1e−7 (spec randomwalk.md A.6.1).
+DP vs local DP, T = 100 n, ε₀ = 0.1, δ = 1e−7 (docs/design/spec/randomwalk.md A.6.1).
 
 Curves:
 * "paper" — the authors' reference-code formulas behind the published figure (random N_u from
@@ -15,6 +15,7 @@ Curves:
   (μ-GDP) composition of N_u Gaussian mechanisms, and the same composition by dp-accounting's PLD
   accountant (``ldp_pld``, a cross-check).  All at δ = 1e−7 (+ δ̂ for the count).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ DELTA = 1e-7
 PER_NODE = 100
 
 
-def certified_curves(n: float, eps0: float = EPS0, delta: float = DELTA, pld: bool = False) -> dict[str, float]:
+def certified_curves(
+    n: float, eps0: float = EPS0, delta: float = DELTA, pld: bool = False
+) -> dict[str, float]:
     """Certified NDP (P-RW Thm 3 on K_n, anonymous sender; improved and classic conversion) and LDP (exact
     GDP; with ``pld`` also dp-accounting's PLD accountant) for one n."""
     n_int = int(round(n))
@@ -47,8 +50,16 @@ def certified_curves(n: float, eps0: float = EPS0, delta: float = DELTA, pld: bo
     ndp, alpha = linear_rdp_to_dp(slope, delta, amax)
     ndp_classic, _ = linear_rdp_to_dp(slope, delta, amax, method="classic")
     ldp = gdp_epsilon(math.sqrt(N_u) / sigma, delta)
-    out = {"n": n_int, "T": T, "N_u": N_u, "sigma": sigma, "ndp": float(ndp), "ndp_classic": float(ndp_classic),
-           "alpha": float(alpha), "ldp": ldp}
+    out = {
+        "n": n_int,
+        "T": T,
+        "N_u": N_u,
+        "sigma": sigma,
+        "ndp": float(ndp),
+        "ndp_classic": float(ndp_classic),
+        "alpha": float(alpha),
+        "ldp": ldp,
+    }
     if pld:  # N_u is a binomial quantile (an integer): N_u compositions of the same Gaussian
         out["ldp_pld"] = gaussian_pld_epsilon([1.0 / sigma], delta, counts=[int(N_u)])
     return out
@@ -74,10 +85,22 @@ def main(out_dir: pathlib.Path) -> dict:
     code = [A.fig1a_code_curves(n, EPS0, DELTA, PER_NODE) for n in ns]
     cols = {k: np.array([c[k] for c in code]) for k in code[0]}
     ns_thm = ns[ns >= 2]
-    thm3 = np.array([A.complete_sum_guarantee(int(round(n)), PER_NODE * int(round(n)), EPS0, DELTA, DELTA, DELTA).epsilon
-                     for n in ns_thm])
-    thm3_ldp = np.array([A.advanced_composition(EPS0, DELTA, A.contributions_bound(PER_NODE * n, n, DELTA)[0], DELTA)[0]
-                         for n in ns_thm])
+    thm3 = np.array(
+        [
+            A.complete_sum_guarantee(
+                int(round(n)), PER_NODE * int(round(n)), EPS0, DELTA, DELTA, DELTA
+            ).epsilon
+            for n in ns_thm
+        ]
+    )
+    thm3_ldp = np.array(
+        [
+            A.advanced_composition(
+                EPS0, DELTA, A.contributions_bound(PER_NODE * n, n, DELTA)[0], DELTA
+            )[0]
+            for n in ns_thm
+        ]
+    )
     ns_cert = np.unique(np.round(ns[ns >= 2]).astype(np.int64))
     cert = [certified_curves(n, pld=True) for n in ns_cert]
     cert_ndp = np.array([c["ndp"] for c in cert])
@@ -90,10 +113,30 @@ def main(out_dir: pathlib.Path) -> dict:
     ax.plot(ns, cols["ldp_fixed"], "b--", label=r"LDP, $N_u=T/n$ (paper/code)")
     ax.plot(ns, cols["ndp_fixed"], "g--", label=r"NDP, $N_u=T/n$ (paper/code)")
     ax.plot(ns_thm, thm3, "g:", lw=2, label="NDP, Thm 3 formula (paper)")
-    ax.plot(ns_cert, cert_ldp, "-", color="tab:purple", lw=2, label=r"LDP, exact GDP, binomial $N_u$ (certified)")
-    ax.plot(ns_cert, cert_ndp, "-", color="tab:red", lw=2,
-            label="NDP, P-RW Thm 3 on $K_n$, anonymous sender (certified, improved RDP conversion)")
-    ax.plot(ns_cert, cert_ndp_classic, ":", color="tab:red", lw=1.5, label="the same, Mironov's conversion")
+    ax.plot(
+        ns_cert,
+        cert_ldp,
+        "-",
+        color="tab:purple",
+        lw=2,
+        label=r"LDP, exact GDP, binomial $N_u$ (certified)",
+    )
+    ax.plot(
+        ns_cert,
+        cert_ndp,
+        "-",
+        color="tab:red",
+        lw=2,
+        label="NDP, P-RW Thm 3 on $K_n$, anonymous sender (certified, improved RDP conversion)",
+    )
+    ax.plot(
+        ns_cert,
+        cert_ndp_classic,
+        ":",
+        color="tab:red",
+        lw=1.5,
+        label="the same, Mironov's conversion",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (number of users)")
@@ -105,29 +148,62 @@ def main(out_dir: pathlib.Path) -> dict:
     fig.savefig(out_dir / f"{NAME}.png", dpi=110)
     plt.close(fig)
 
-    ref = {3: (11.94, 13.00, 9.062), 4: (14.06, 9.01, 5.697), 5: (16.97, 6.50, 3.656), 6: (20.93, 4.83, 2.381)}
+    ref = {
+        3: (11.94, 13.00, 9.062),
+        4: (14.06, 9.01, 5.697),
+        5: (16.97, 6.50, 3.656),
+        6: (20.93, 4.83, 2.381),
+    }
     result = {
         "figure": "P-AD Figure 1a",
-        "params": {"eps0": EPS0, "delta": DELTA, "T_over_n": PER_NODE, "n_grid": "logspace(0, 10, 30)"},
-        "paper_code": {"n": ns.tolist(), **{k: v.tolist() for k, v in cols.items()}, "bound": "paper"},
-        "paper_thm3": {"n": ns_thm.tolist(), "ndp": thm3.tolist(), "ldp_analogue": thm3_ldp.tolist(),
-                       "bound": "paper", "note": "delta' = delta_hat = 1e-7, c optimised on a grid, printed 2*gamma_n*eps"},
-        "certified": {"n": ns_cert.tolist(), "ndp": cert_ndp.tolist(), "ndp_classic": cert_ndp_classic.tolist(),
-                      "ldp": cert_ldp.tolist(), "ldp_pld": [c["ldp_pld"] for c in cert],
-                      "conversion": {"ndp": "improved RDP->(eps,delta) (dp-accounting)", "ndp_classic": "Mironov",
-                                     "ldp": "exact mu-GDP", "ldp_pld": "dp-accounting PLD accountant"},
-                      "N_u": [c["N_u"] for c in cert], "alpha": [c["alpha"] for c in cert],
-                      "sigma_multiplier": cert[0]["sigma"], "bound": "certified",
-                      "view_model": "anonymous sender (P-RW), exact binomial count at delta_hat=1e-7"},
+        "params": {
+            "eps0": EPS0,
+            "delta": DELTA,
+            "T_over_n": PER_NODE,
+            "n_grid": "logspace(0, 10, 30)",
+        },
+        "paper_code": {
+            "n": ns.tolist(),
+            **{k: v.tolist() for k, v in cols.items()},
+            "bound": "paper",
+        },
+        "paper_thm3": {
+            "n": ns_thm.tolist(),
+            "ndp": thm3.tolist(),
+            "ldp_analogue": thm3_ldp.tolist(),
+            "bound": "paper",
+            "note": "delta' = delta_hat = 1e-7, c optimised on a grid, printed 2*gamma_n*eps",
+        },
+        "certified": {
+            "n": ns_cert.tolist(),
+            "ndp": cert_ndp.tolist(),
+            "ndp_classic": cert_ndp_classic.tolist(),
+            "ldp": cert_ldp.tolist(),
+            "ldp_pld": [c["ldp_pld"] for c in cert],
+            "conversion": {
+                "ndp": "improved RDP->(eps,delta) (dp-accounting)",
+                "ndp_classic": "Mironov",
+                "ldp": "exact mu-GDP",
+                "ldp_pld": "dp-accounting PLD accountant",
+            },
+            "N_u": [c["N_u"] for c in cert],
+            "alpha": [c["alpha"] for c in cert],
+            "sigma_multiplier": cert[0]["sigma"],
+            "bound": "certified",
+            "view_model": "anonymous sender (P-RW), exact binomial count at delta_hat=1e-7",
+        },
         "crossing_paper_code_random": _crossing(ns, cols["ndp_random"], cols["ldp_random"]),
         "crossing_paper_code_fixed": _crossing(ns, cols["ndp_fixed"], cols["ldp_fixed"]),
         "crossing_paper_thm3": _crossing(ns_thm, thm3, thm3_ldp),
         "crossing_certified": _crossing(ns_cert.astype(float), cert_ndp, cert_ldp),
         "spec_reference": {
-            f"n={ns[i]:.4g}": {"ldp_random": {"spec": r[0], "ours": float(cols["ldp_random"][i])},
-                               "ndp_random": {"spec": r[1], "ours": float(cols["ndp_random"][i])},
-                               "ndp_fixed": {"spec": r[2], "ours": float(cols["ndp_fixed"][i])}}
-            for i, r in ref.items()},
+            f"n={ns[i]:.4g}": {
+                "ldp_random": {"spec": r[0], "ours": float(cols["ldp_random"][i])},
+                "ndp_random": {"spec": r[1], "ours": float(cols["ndp_random"][i])},
+                "ndp_fixed": {"spec": r[2], "ours": float(cols["ndp_fixed"][i])},
+            }
+            for i, r in ref.items()
+        },
     }
     (out_dir / f"{NAME}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in result if k.startswith("crossing")}, indent=1))

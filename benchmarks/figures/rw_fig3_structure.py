@@ -10,6 +10,7 @@ eigenvector centrality (the code's "Katz" panel), and a scatter of certified vs 
 Facebook ego 0: the SNAP ``facebook/0.edges`` file excludes the ego, so the ego is removed and the largest
 connected component kept (as in the reference code); data from ``hushnet.datasets`` (``../shared/data`` in tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,9 @@ import numpy as np  # noqa: E402
 from scipy.linalg import expm  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from benchmarks.figures._png import save_palette_png  # noqa: E402
 from hushnet.privacy import randomwalk as rw  # noqa: E402
 from hushnet.privacy.graphs import Graph, graph_from_edges, metropolis_hastings  # noqa: E402
-from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 ALPHA, SIGMA = 2.0, 10.0
 
@@ -70,17 +71,34 @@ def analyse(g: Graph) -> dict:
     off = paper.off_diagonal()
     coff = cert.off_diagonal()
     return {
-        "W": W, "T": T, "paper": paper.matrix, "certified": cert.matrix, "comm": comm, "centrality": cent,
-        "summed": summed, "nx": G,
+        "W": W,
+        "T": T,
+        "paper": paper.matrix,
+        "certified": cert.matrix,
+        "comm": comm,
+        "centrality": cent,
+        "summed": summed,
+        "nx": G,
         "stats": {
-            "n": g.n, "edges": int(g.num_edges), "T": T, "vplambda": rw.vplambda(W),
+            "n": g.n,
+            "edges": int(g.num_edges),
+            "T": T,
+            "vplambda": rw.vplambda(W),
             "lambda_min": float(rw.rw_spectrum(W).eigenvalues[0]),
             "c_T": ALPHA * T * math.log(T) / (SIGMA**2 * g.n**2),
-            "paper_min": float(off.min()), "paper_mean": float(off.mean()), "paper_max": float(off.max()),
-            "certified_min": float(coff.min()), "certified_mean": float(coff.mean()), "certified_max": float(coff.max()),
+            "paper_min": float(off.min()),
+            "paper_mean": float(off.mean()),
+            "paper_max": float(off.max()),
+            "certified_min": float(coff.min()),
+            "certified_mean": float(coff.mean()),
+            "certified_max": float(coff.max()),
             "certified_over_paper_mean_ratio": float(np.mean(coff / off)),
-            "spearman_loss_vs_communicability": float(spearmanr(paper.matrix[mask], comm[mask]).statistic),
-            "spearman_summed_loss_vs_eigenvector_centrality": float(spearmanr(summed, cent).statistic),
+            "spearman_loss_vs_communicability": float(
+                spearmanr(paper.matrix[mask], comm[mask]).statistic
+            ),
+            "spearman_summed_loss_vs_eigenvector_centrality": float(
+                spearmanr(summed, cent).statistic
+            ),
             "spearman_certified_vs_paper": float(spearmanr(coff, off).statistic),
         },
     }
@@ -104,9 +122,15 @@ def main(out_dir: pathlib.Path) -> dict:
         rows.insert(0, ("Facebook ego 0", fb, a, _order(a["nx"]), np.log))
     fig, axes = plt.subplots(len(rows), 5, figsize=(22, 4.4 * len(rows)))
     axes = np.atleast_2d(axes)
-    result: dict = {"figure": "P-RW Fig. 3 (structure vs privacy loss)", "alpha": ALPHA, "sigma": SIGMA,
-                    "labels": {"paper": "Thm 3 as in the code: ln T, N_u = T/n",
-                               "certified": "exact Σ W^t/t, strict σ condition, N_u capped at T/n"}}
+    result: dict = {
+        "figure": "P-RW Fig. 3 (structure vs privacy loss)",
+        "alpha": ALPHA,
+        "sigma": SIGMA,
+        "labels": {
+            "paper": "Thm 3 as in the code: ln T, N_u = T/n",
+            "certified": "exact Σ W^t/t, strict σ condition, N_u capped at T/n",
+        },
+    }
     for r, (title, g, a, order, logf) in enumerate(rows):
         ax = axes[r]
         P = a["paper"][np.ix_(order, order)].copy()
@@ -118,24 +142,37 @@ def main(out_dir: pathlib.Path) -> dict:
         ax[0].set_title(f"{title} (n={g.n}): {base} loss (paper)\nT={a['T']}", fontsize=9)
         fig.colorbar(im, ax=ax[0], fraction=0.046)
         im = ax[1].imshow(logf(C), cmap="viridis")
-        ax[1].set_title(f"{base} communicability expm(W), diag 0\nSpearman vs loss = "
-                        f"{a['stats']['spearman_loss_vs_communicability']:.3f}", fontsize=9)
+        ax[1].set_title(
+            f"{base} communicability expm(W), diag 0\nSpearman vs loss = "
+            f"{a['stats']['spearman_loss_vs_communicability']:.3f}",
+            fontsize=9,
+        )
         fig.colorbar(im, ax=ax[1], fraction=0.046)
         G = a["nx"]
         pos = nx.spring_layout(G, seed=1) if g.n > 40 else nx.bipartite_layout(G, range(18))
         colour = a["paper"][1] if title.startswith("Facebook") else a["summed"]
         what = "loss from node 1" if title.startswith("Facebook") else "summed loss per node"
         nx.draw_networkx_edges(G, pos, ax=ax[2], alpha=0.15, width=0.5)
-        sc = nx.draw_networkx_nodes(G, pos, ax=ax[2], node_color=colour, node_size=18 if g.n > 40 else 60,
-                                    cmap="plasma")
+        sc = nx.draw_networkx_nodes(
+            G, pos, ax=ax[2], node_color=colour, node_size=18 if g.n > 40 else 60, cmap="plasma"
+        )
         fig.colorbar(sc, ax=ax[2], fraction=0.046)
         ax[2].set_title(f"coloured by {what} (paper)", fontsize=9)
         nx.draw_networkx_edges(G, pos, ax=ax[3], alpha=0.15, width=0.5)
-        sc = nx.draw_networkx_nodes(G, pos, ax=ax[3], node_color=a["centrality"], node_size=18 if g.n > 40 else 60,
-                                    cmap="plasma")
+        sc = nx.draw_networkx_nodes(
+            G,
+            pos,
+            ax=ax[3],
+            node_color=a["centrality"],
+            node_size=18 if g.n > 40 else 60,
+            cmap="plasma",
+        )
         fig.colorbar(sc, ax=ax[3], fraction=0.046)
-        ax[3].set_title("coloured by eigenvector centrality\nSpearman(summed loss, centrality) = "
-                        f"{a['stats']['spearman_summed_loss_vs_eigenvector_centrality']:.3f}", fontsize=9)
+        ax[3].set_title(
+            "coloured by eigenvector centrality\nSpearman(summed loss, centrality) = "
+            f"{a['stats']['spearman_summed_loss_vs_eigenvector_centrality']:.3f}",
+            fontsize=9,
+        )
         if g.n <= 40:
             for i in range(g.n):
                 ax[2].annotate(names[i], pos[i], fontsize=5)
@@ -145,8 +182,10 @@ def main(out_dir: pathlib.Path) -> dict:
         ax[4].plot(lim, lim, "k--", lw=0.8, label="y = x")
         ax[4].set_xlabel("paper ε_{u→v}")
         ax[4].set_ylabel("certified ε_{u→v}")
-        ax[4].set_title(f"certified vs paper per pair (mean ratio {a['stats']['certified_over_paper_mean_ratio']:.3f})",
-                        fontsize=9)
+        ax[4].set_title(
+            f"certified vs paper per pair (mean ratio {a['stats']['certified_over_paper_mean_ratio']:.3f})",
+            fontsize=9,
+        )
         ax[4].legend(fontsize=7)
         for k in range(4):
             ax[k].set_xticks([]), ax[k].set_yticks([])
@@ -154,13 +193,24 @@ def main(out_dir: pathlib.Path) -> dict:
         result[key] = a["stats"]
         if key == "davis":
             result[key]["top5_summed_loss"] = [names[i] for i in np.argsort(-a["summed"])[:5]]
-            result[key]["spec_reference"] = {"T": 862, "vplambda": 0.08210, "lambda_min": -0.4343, "c_T": 0.11380,
-                                             "min": 0.05810, "mean": 0.10222, "max": 0.37466,
-                                             "spearman_comm": 0.956, "spearman_centrality": 0.84,
-                                             "top5": ["E8", "E9", "E7", "E6", "E5"]}
+            result[key]["spec_reference"] = {
+                "T": 862,
+                "vplambda": 0.08210,
+                "lambda_min": -0.4343,
+                "c_T": 0.11380,
+                "min": 0.05810,
+                "mean": 0.10222,
+                "max": 0.37466,
+                "spearman_comm": 0.956,
+                "spearman_centrality": 0.84,
+                "top5": ["E8", "E9", "E7", "E6", "E5"],
+            }
     if fb is None:
         result["facebook_ego0"] = "unavailable: Facebook data not found (set HUSHNET_DATA_DIR)"
-    fig.suptitle("Structure vs privacy loss (α=2, σ=10, T = computeTwalk): paper (Thm 3) and certified", fontsize=11)
+    fig.suptitle(
+        "Structure vs privacy loss (α=2, σ=10, T = computeTwalk): paper (Thm 3) and certified",
+        fontsize=11,
+    )
     fig.tight_layout()
     save_palette_png(fig, out_dir / "rw_fig3_structure.png", dpi=70)
     plt.close(fig)

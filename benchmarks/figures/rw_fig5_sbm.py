@@ -9,6 +9,7 @@ Check: for every node the mean loss to its own block exceeds the mean loss to ea
 "paper" = Thm 3 (ln T, N_u = T/n); "certified" = exact Σ W^t/t, proof noise condition (α=2, σ=1 meets
 σ² ≥ α(α−1)/2 with equality; the printed strict one fails), N_u capped at T/n.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.figures._png import save_palette_png  # noqa: E402
 from hushnet.privacy import randomwalk as rw  # noqa: E402
 from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings  # noqa: E402
-from benchmarks.figures._png import save_palette_png  # noqa: E402
 
 SIZES = [75, 75, 50]
 PROBS = [[0.25, 0.05, 0.02], [0.05, 0.35, 0.07], [0.02, 0.07, 0.40]]
@@ -48,11 +49,21 @@ def block_stats(mat: np.ndarray, blocks: np.ndarray) -> dict:
     own_wins = int((own > others.max(axis=1)).sum())
     total = mat.sum(axis=1)
     own_total = np.array([mat[u, blocks == blocks[u]].sum() for u in range(n)])
-    block_means = [[float(mat[np.ix_(blocks == a, blocks == b)][mask[np.ix_(blocks == a, blocks == b)]].mean())
-                    for b in range(k)] for a in range(k)]
-    return {"nodes_own_block_mean_exceeds_others": own_wins, "nodes": n,
-            "nodes_majority_of_total_in_own_block": int((own_total > 0.5 * total).sum()),
-            "block_mean_matrix": block_means}
+    block_means = [
+        [
+            float(
+                mat[np.ix_(blocks == a, blocks == b)][mask[np.ix_(blocks == a, blocks == b)]].mean()
+            )
+            for b in range(k)
+        ]
+        for a in range(k)
+    ]
+    return {
+        "nodes_own_block_mean_exceeds_others": own_wins,
+        "nodes": n,
+        "nodes_majority_of_total_in_own_block": int((own_total > 0.5 * total).sum()),
+        "block_mean_matrix": block_means,
+    }
 
 
 def main(out_dir: pathlib.Path) -> dict:
@@ -69,18 +80,43 @@ def main(out_dir: pathlib.Path) -> dict:
     cert = rw.rw_pndp_matrix(W, T, ALPHA, SIGMA, constraint="proof", max_contributions=T / n)
     off, coff = paper.off_diagonal(), cert.off_diagonal()
     res = {
-        "figure": "P-RW App. C Fig. 5 (SBM)", "alpha": ALPHA, "sigma": SIGMA, "n": n, "edges": g.num_edges,
-        "connected": bool(nx.is_connected(G)), "T": T, "c_T": ALPHA * T * math.log(T) / (SIGMA**2 * n**2),
-        "paper": {"min": float(off.min()), "mean": float(off.mean()), "max": float(off.max()),
-                  **block_stats(paper.matrix, blocks)},
-        "certified": {"min": float(coff.min()), "mean": float(coff.mean()), "max": float(coff.max()),
-                      **block_stats(cert.matrix, blocks), "notes": cert.notes},
-        "spec_reference": {"edges": 2727, "T": 675, "c_T": 0.2199, "min": 0.134, "mean": 0.214, "max": 0.812,
-                           "nodes_own_block_mean_exceeds_others": 200, "nodes_majority_of_total_in_own_block": 43},
+        "figure": "P-RW App. C Fig. 5 (SBM)",
+        "alpha": ALPHA,
+        "sigma": SIGMA,
+        "n": n,
+        "edges": g.num_edges,
+        "connected": bool(nx.is_connected(G)),
+        "T": T,
+        "c_T": ALPHA * T * math.log(T) / (SIGMA**2 * n**2),
+        "paper": {
+            "min": float(off.min()),
+            "mean": float(off.mean()),
+            "max": float(off.max()),
+            **block_stats(paper.matrix, blocks),
+        },
+        "certified": {
+            "min": float(coff.min()),
+            "mean": float(coff.mean()),
+            "max": float(coff.max()),
+            **block_stats(cert.matrix, blocks),
+            "notes": cert.notes,
+        },
+        "spec_reference": {
+            "edges": 2727,
+            "T": 675,
+            "c_T": 0.2199,
+            "min": 0.134,
+            "mean": 0.214,
+            "max": 0.812,
+            "nodes_own_block_mean_exceeds_others": 200,
+            "nodes_majority_of_total_in_own_block": 43,
+        },
     }
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))
-    for ax, (lab, m) in zip(axes[:2], (("paper (Thm 3, ln T)", paper.matrix), ("certified (exact Σ, cap T/n)",
-                                                                                  cert.matrix))):
+    for ax, (lab, m) in zip(
+        axes[:2],
+        (("paper (Thm 3, ln T)", paper.matrix), ("certified (exact Σ, cap T/n)", cert.matrix)),
+    ):
         shown = m.copy()
         np.fill_diagonal(shown, np.nan)
         im = ax.imshow(shown, cmap="viridis")
@@ -95,13 +131,29 @@ def main(out_dir: pathlib.Path) -> dict:
     bc = np.array(res["certified"]["block_mean_matrix"])
     x = np.arange(3)
     for b in range(3):
-        axes[2].bar(x + 0.13 * (2 * b - 2), bm[:, b], width=0.13, label=f"to block {b} (paper)", color=f"C{b}")
-        axes[2].bar(x + 0.13 * (2 * b - 1), bc[:, b], width=0.13, label=f"to block {b} (certified)", color=f"C{b}",
-                    alpha=0.45, hatch="//")
+        axes[2].bar(
+            x + 0.13 * (2 * b - 2),
+            bm[:, b],
+            width=0.13,
+            label=f"to block {b} (paper)",
+            color=f"C{b}",
+        )
+        axes[2].bar(
+            x + 0.13 * (2 * b - 1),
+            bc[:, b],
+            width=0.13,
+            label=f"to block {b} (certified)",
+            color=f"C{b}",
+            alpha=0.45,
+            hatch="//",
+        )
     axes[2].set_xticks(x, [f"from block {b}" for b in range(3)])
     axes[2].set_ylabel("mean ε_(u→v)")
-    axes[2].set_title(f"own block > each other block for {res['paper']['nodes_own_block_mean_exceeds_others']}/{n} "
-                      "nodes (paper)", fontsize=10)
+    axes[2].set_title(
+        f"own block > each other block for {res['paper']['nodes_own_block_mean_exceeds_others']}/{n} "
+        "nodes (paper)",
+        fontsize=10,
+    )
     axes[2].legend(fontsize=7, ncol=2)
     fig.suptitle("SBM (75, 75, 50): random-walk privacy loss follows the blocks", fontsize=11)
     fig.tight_layout()

@@ -12,10 +12,10 @@ the *certified* one (exact horizon, strict condition k = 2).
 
 **Gossip** (Muffliato-GD, [M] Alg. 3, as the paper's §6 says: 10 global gradient steps, each followed by
 K Chebyshev-accelerated gossip rounds on the same public W; K = ⌈ln n/√λ⌉, the reference ``T_mix`` at
-σ = 1, spec B.5; step size 0.7, the Muffliato houses reference).  Per-pair Δ² over the 10 steps, in units
+σ = 1, docs/design/spec/randomwalk.md §B.5; step size 0.7, the Muffliato houses reference).  Per-pair Δ² over the 10 steps, in units
 of (σ L_clip)², so that the RDP is ``α·Δ²/(2σ²)``:
 
-* ``paper``: the P-RW reference code's gossip accounting (spec B.5): per step
+* ``paper``: the P-RW reference code's gossip accounting (docs/design/spec/randomwalk.md §B.5): per step
   ``min(1, Σ_{t=1..K} Σ_{w∈N(v)} (W^t)_{wu}²/‖(W^t)_{w,:}‖²)`` (Theorem 1 in the code's convention, clipped at
   the LDP value), ×10 steps — a labelled reproduction, not a guarantee;
 * ``certified``: an upper bound of the exact joint view.  Step s's input x_s (u's clipped update + fresh
@@ -35,6 +35,7 @@ of (σ L_clip)², so that the RDP is ``α·Δ²/(2σ²)``:
 Data: OpenML 823's label (+1 iff longitude < its mean, latitude a feature; :func:`hushnet.datasets.load_houses`),
 the paper's data, so the absolute accuracies are comparable to the paper's (non-private ceiling ≈ 0.96).
 """
+
 from __future__ import annotations
 
 import json
@@ -45,10 +46,10 @@ import time
 import numpy as np
 
 from hushnet.privacy import muffliato as mf
-from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
-from hushnet.privacy.graphs import chebyshev_gamma
 from hushnet.privacy.calibration import linear_rdp_epsilon
 from hushnet.privacy.conversions import linear_rdp_to_dp
+from hushnet.privacy.graphs import chebyshev_gamma
+from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 from hushnet.privacy.randomwalk import alpha_max, calibrate_sigma_mean, rw_mean_single_loss
 from hushnet.protocols.registry import transition_matrix
 from hushnet.sim.experiments import HousesSetup, houses_setup, nonprivate_accuracy, sgd_curve
@@ -57,7 +58,12 @@ EPS_BARS = (0.5, 1.0, 2.0)
 DELTA, L_CLIP, STEP, RUNS = 1e-6, 0.4, 0.0342, 8
 GOSSIP_STEPS, GOSSIP_STEP_SIZE = 10, 0.7
 OBSERVER_SAMPLE = {"Geometric": 6, "Grid": 4}  # non-transitive graphs: observers drawn at random
-GRAPHS = {"Complete": "complete:2048", "Exponential": "hypercube:11", "Geometric": "geometric:2048:0.07:0", "Grid": "grid:45x45"}
+GRAPHS = {
+    "Complete": "complete:2048",
+    "Exponential": "hypercube:11",
+    "Geometric": "geometric:2048:0.07:0",
+    "Grid": "grid:45x45",
+}
 TRANSITIVE = {"Complete", "Exponential"}
 NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is about
     "Re-run on OpenML 823's label (non-private full-batch 0.966; the old label capped it at 0.847 and RW sat "
@@ -66,7 +72,7 @@ NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is ab
     "(8 of 12 are not, all by being too high). Gossip (Muffliato-GD) at the paper-accounting sigma: 0.76-0.91"
     " (certified sigma 0.71-0.90) against the paper's 0.60-0.89, also mostly higher. RW >= gossip in all 12 "
     "cells (the paper's claim). Why RW is higher: the paper gives no sigma convention, step, T or eps_bar "
-    "units for Table 1 (spec B.7.3 [AMBIG]); the 'paper' sigma here (B.8: ln T horizon, N_u = T/n, no noise "
+    "units for Table 1 (docs/design/spec/randomwalk.md §B.7.3 [AMBIG]); the 'paper' sigma here (B.8: ln T horizon, N_u = T/n, no noise "
     "condition) is 3.30 / 1.67 / 0.85 noise multipliers of L_clip at eps_bar = 0.5 / 1 / 2 on the complete "
     "graph, so little noise that accuracy does not depend on eps_bar. A brief check on the complete graph (4 "
     "runs each, same T, step, cap, clip-after-noise) at the certified sigma (39.8 / 20.3 / 10.5: exact "
@@ -77,10 +83,26 @@ NOTE = (  # the last run's reading, kept in the JSON beside the numbers it is ab
     "certified level, not the ln T one. The certified-sigma RW column is not run in this script (time)."
 )
 PAPER = {  # (gossip, RW) mean ± std per ε̄, as printed
-    "Complete": {0.5: ((0.65, 0.10), (0.841, 0.07)), 1.0: ((0.70, 0.10), (0.900, 0.04)), 2.0: ((0.83, 0.06), (0.940, 0.02))},
-    "Exponential": {0.5: ((0.70, 0.10), (0.818, 0.09)), 1.0: ((0.77, 0.05), (0.883, 0.05)), 2.0: ((0.89, 0.04), (0.937, 0.01))},
-    "Geometric": {0.5: ((0.60, 0.07), (0.795, 0.06)), 1.0: ((0.66, 0.10), (0.873, 0.05)), 2.0: ((0.67, 0.04), (0.933, 0.02))},
-    "Grid": {0.5: ((0.60, 0.07), (0.803, 0.10)), 1.0: ((0.73, 0.10), (0.848, 0.07)), 2.0: ((0.72, 0.10), (0.919, 0.02))},
+    "Complete": {
+        0.5: ((0.65, 0.10), (0.841, 0.07)),
+        1.0: ((0.70, 0.10), (0.900, 0.04)),
+        2.0: ((0.83, 0.06), (0.940, 0.02)),
+    },
+    "Exponential": {
+        0.5: ((0.70, 0.10), (0.818, 0.09)),
+        1.0: ((0.77, 0.05), (0.883, 0.05)),
+        2.0: ((0.89, 0.04), (0.937, 0.01)),
+    },
+    "Geometric": {
+        0.5: ((0.60, 0.07), (0.795, 0.06)),
+        1.0: ((0.66, 0.10), (0.873, 0.05)),
+        2.0: ((0.67, 0.04), (0.933, 0.02)),
+    },
+    "Grid": {
+        0.5: ((0.60, 0.07), (0.803, 0.10)),
+        1.0: ((0.73, 0.10), (0.848, 0.07)),
+        2.0: ((0.72, 0.10), (0.919, 0.02)),
+    },
 }
 
 
@@ -97,8 +119,10 @@ def sigma_for_mean_sens(mean_sens: float, eps_bar: float, delta: float) -> float
 def epsilon_both_ways(slope: float, delta: float, amax: float = math.inf) -> dict[str, float]:
     """ε̄ of the mean RDP curve ``slope·α`` (α ≤ amax) by Mironov's conversion (what σ was calibrated with,
     the papers' rule) and by hushnet's certified rule (dp-accounting's improved conversion), at the same σ."""
-    return {"classic": float(linear_rdp_to_dp(slope, delta, amax, method="classic")[0]),
-            "improved": float(linear_rdp_to_dp(slope, delta, amax)[0])}
+    return {
+        "classic": float(linear_rdp_to_dp(slope, delta, amax, method="classic")[0]),
+        "improved": float(linear_rdp_to_dp(slope, delta, amax)[0]),
+    }
 
 
 def gossip_paper_sens(W, K: int, transitive: bool) -> float:
@@ -131,8 +155,12 @@ def gossip_certified_sens(W, K: int, observers: list[int]) -> dict:
             tot += s
             s_prev = s
         totals.append(float(tot.sum() / (n - 1)))
-    return {"mean": float(np.mean(totals)), "per_observer": totals, "observers": observers,
-            "single_step_mean": float(np.mean(first))}
+    return {
+        "mean": float(np.mean(totals)),
+        "per_observer": totals,
+        "observers": observers,
+        "single_step_mean": float(np.mean(first)),
+    }
 
 
 def _stacked(setup: HousesSetup) -> np.ndarray:
@@ -141,23 +169,41 @@ def _stacked(setup: HousesSetup) -> np.ndarray:
     return np.stack([y[:, None] * aug(X) for X, y in setup.part.shards])
 
 
-def gossip_run(W, K: int, gamma: float, YX: np.ndarray, setup: HousesSetup, sigma: float, seed: int) -> float:
+def gossip_run(
+    W, K: int, gamma: float, YX: np.ndarray, setup: HousesSetup, sigma: float, seed: int
+) -> float:
     """Muffliato-GD with clip-after-noise updates; returns the test accuracy averaged over nodes."""
     n, m, d = YX.shape
     rng = np.random.default_rng(seed)
     theta = np.zeros((n, d))
     for _ in range(GOSSIP_STEPS):
         marg = np.einsum("nmd,nd->nm", YX, theta)
-        g = -np.einsum("nm,nmd->nd", 1.0 / (1.0 + np.exp(marg)), YX) / m + sigma * L_CLIP * rng.standard_normal((n, d))
+        g = -np.einsum(
+            "nm,nmd->nd", 1.0 / (1.0 + np.exp(marg)), YX
+        ) / m + sigma * L_CLIP * rng.standard_normal((n, d))
         g *= np.minimum(1.0, L_CLIP / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300))
-        theta = list(mf.simulate(W, theta - GOSSIP_STEP_SIZE * g, K, chebyshev=True, gamma=gamma))[-1]
+        theta = list(mf.simulate(W, theta - GOSSIP_STEP_SIZE * g, K, chebyshev=True, gamma=gamma))[
+            -1
+        ]
     pred = np.where(setup.X_test @ theta.T >= 0.0, 1.0, -1.0)
     return float((pred == setup.y_test[:, None]).mean())
 
 
 def _rw_accs(setup, W, T, cap, sigma, seed0) -> list[float]:
-    return [sgd_curve("rw-dpsgd", setup, seed=seed0 + r, steps=T, step_size=STEP, noise_std=sigma * L_CLIP, W=W, cap=cap,
-                      eval_every=T)["accuracy"][-1] for r in range(RUNS)]
+    return [
+        sgd_curve(
+            "rw-dpsgd",
+            setup,
+            seed=seed0 + r,
+            steps=T,
+            step_size=STEP,
+            noise_std=sigma * L_CLIP,
+            W=W,
+            cap=cap,
+            eval_every=T,
+        )["accuracy"][-1]
+        for r in range(RUNS)
+    ]
 
 
 def _ms(a) -> list[float]:
@@ -182,19 +228,37 @@ def main(out_dir: pathlib.Path) -> dict:
         gamma = chebyshev_gamma(W, kind="code")  # once per graph (an eigen-solve)
         setup = houses_setup(n, 8, clip=L_CLIP)
         YX = _stacked(setup)
-        obs = [0] if name in TRANSITIVE else \
-            sorted(int(v) for v in np.random.default_rng(gi).choice(n, OBSERVER_SAMPLE[name], replace=False))
+        obs = (
+            [0]
+            if name in TRANSITIVE
+            else sorted(
+                int(v)
+                for v in np.random.default_rng(gi).choice(n, OBSERVER_SAMPLE[name], replace=False)
+            )
+        )
         tg = time.perf_counter()
         m_paper = GOSSIP_STEPS * gossip_paper_sens(W, K, name in TRANSITIVE)
         cert = gossip_certified_sens(W, K, obs)
-        table[name] = {"graph": spec, "n": n, "T": T, "cap": cap, "nonprivate_test_accuracy": nonprivate_accuracy(setup),
-                       "gossip_K": K, "gossip_mean_sens_sq": {
-                           "paper": m_paper, "certified": cert["mean"],
-                           "certified_single_step_mean": cert["single_step_mean"],
-                           "certified_observers": "all (vertex-transitive: observer 0 is every observer)"
-                           if name in TRANSITIVE else f"{len(obs)} random observers {obs}, all sources",
-                           "certified_per_observer": cert["per_observer"], "ldp_total": float(GOSSIP_STEPS)},
-                       "gossip_accounting_seconds": round(time.perf_counter() - tg, 1), "cells": {}}
+        table[name] = {
+            "graph": spec,
+            "n": n,
+            "T": T,
+            "cap": cap,
+            "nonprivate_test_accuracy": nonprivate_accuracy(setup),
+            "gossip_K": K,
+            "gossip_mean_sens_sq": {
+                "paper": m_paper,
+                "certified": cert["mean"],
+                "certified_single_step_mean": cert["single_step_mean"],
+                "certified_observers": "all (vertex-transitive: observer 0 is every observer)"
+                if name in TRANSITIVE
+                else f"{len(obs)} random observers {obs}, all sources",
+                "certified_per_observer": cert["per_observer"],
+                "ldp_total": float(GOSSIP_STEPS),
+            },
+            "gossip_accounting_seconds": round(time.perf_counter() - tg, 1),
+            "cells": {},
+        }
         print(name, "K", K, "mean Δ² paper/certified", m_paper, cert["mean"], flush=True)
         for ei, eb in enumerate(EPS_BARS):
             sig_p = calibrate_sigma_mean(W, T, None, eb, DELTA, "none", horizon="lnT")
@@ -202,25 +266,50 @@ def main(out_dir: pathlib.Path) -> dict:
             gs_p = sigma_for_mean_sens(m_paper, eb, DELTA)
             gs_c = sigma_for_mean_sens(cert["mean"], eb, DELTA)
             seed0 = 10_000 * gi + 100 * ei
-            rw_p = _rw_accs(setup, W, T, cap, sig_p, seed0)  # the certified σ is reported, not run (time)
+            rw_p = _rw_accs(
+                setup, W, T, cap, sig_p, seed0
+            )  # the certified σ is reported, not run (time)
             go_p = [gossip_run(W, K, gamma, YX, setup, gs_p, seed0 + r) for r in range(RUNS)]
             go_c = [gossip_run(W, K, gamma, YX, setup, gs_c, seed0 + 50 + r) for r in range(RUNS)]
             (g_m, g_s), (p_m, p_s) = PAPER[name][eb]
             tol = 0.10 if eb == 0.5 else 0.05
-            rw_slope = (T / n) * rw_mean_single_loss(W, T, "exact") / sig_c**2  # the certified σ's mean curve
+            rw_slope = (
+                (T / n) * rw_mean_single_loss(W, T, "exact") / sig_c**2
+            )  # the certified σ's mean curve
             cell = {
-                "rw": {"paper": {"sigma": sig_p, "accuracy": _ms(rw_p)},
-                       "certified": {"sigma": sig_c, "accuracy": None,
-                                     "epsilon_bar": epsilon_both_ways(rw_slope, DELTA, alpha_max(sig_c, "strict"))}},
-                "gossip": {"paper": {"sigma": gs_p, "accuracy": _ms(go_p),
-                                     "epsilon_bar": epsilon_both_ways(m_paper / (2 * gs_p**2), DELTA)},
-                           "certified": {"sigma": gs_c, "accuracy": _ms(go_c),
-                                         "epsilon_bar": epsilon_both_ways(cert["mean"] / (2 * gs_c**2), DELTA)}},
-                "paper_rw": [p_m, p_s], "paper_gossip": [g_m, g_s], "spec_tolerance": tol,
+                "rw": {
+                    "paper": {"sigma": sig_p, "accuracy": _ms(rw_p)},
+                    "certified": {
+                        "sigma": sig_c,
+                        "accuracy": None,
+                        "epsilon_bar": epsilon_both_ways(
+                            rw_slope, DELTA, alpha_max(sig_c, "strict")
+                        ),
+                    },
+                },
+                "gossip": {
+                    "paper": {
+                        "sigma": gs_p,
+                        "accuracy": _ms(go_p),
+                        "epsilon_bar": epsilon_both_ways(m_paper / (2 * gs_p**2), DELTA),
+                    },
+                    "certified": {
+                        "sigma": gs_c,
+                        "accuracy": _ms(go_c),
+                        "epsilon_bar": epsilon_both_ways(cert["mean"] / (2 * gs_c**2), DELTA),
+                    },
+                },
+                "paper_rw": [p_m, p_s],
+                "paper_gossip": [g_m, g_s],
+                "spec_tolerance": tol,
             }
             for col, ours, ref in (("rw", rw_p, p_m), ("gossip", go_p, g_m)):
-                cell[col]["paper"]["within_spec_tolerance_of_paper"] = bool(abs(float(np.mean(ours)) - ref) <= tol)
-            cell["rw_at_least_gossip_paper_sigma"] = cell["rw"]["paper"]["accuracy"][0] >= cell["gossip"]["paper"]["accuracy"][0]
+                cell[col]["paper"]["within_spec_tolerance_of_paper"] = bool(
+                    abs(float(np.mean(ours)) - ref) <= tol
+                )
+            cell["rw_at_least_gossip_paper_sigma"] = (
+                cell["rw"]["paper"]["accuracy"][0] >= cell["gossip"]["paper"]["accuracy"][0]
+            )
             table[name]["cells"][str(eb)] = cell
             print(name, eb, json.dumps({k: cell[k] for k in ("rw", "gossip")}), flush=True)
     fig, axes = plt.subplots(1, 4, figsize=(16, 4.6), sharey=True)
@@ -228,8 +317,20 @@ def main(out_dir: pathlib.Path) -> dict:
     series = [  # (label, getter, offset, style, colour)
         ("RW, ours, paper σ", lambda c: c["rw"]["paper"]["accuracy"], -0.25, "o-", "tab:blue"),
         ("RW, paper", lambda c: c["paper_rw"], -0.05, "s:", "tab:cyan"),
-        ("gossip, ours, paper σ", lambda c: c["gossip"]["paper"]["accuracy"], 0.05, "^-", "tab:red"),
-        ("gossip, ours, certified σ", lambda c: c["gossip"]["certified"]["accuracy"], 0.15, "^--", "tab:brown"),
+        (
+            "gossip, ours, paper σ",
+            lambda c: c["gossip"]["paper"]["accuracy"],
+            0.05,
+            "^-",
+            "tab:red",
+        ),
+        (
+            "gossip, ours, certified σ",
+            lambda c: c["gossip"]["certified"]["accuracy"],
+            0.15,
+            "^--",
+            "tab:brown",
+        ),
         ("gossip, paper", lambda c: c["paper_gossip"], 0.25, "v:", "tab:orange"),
     ]
     for ax, (name, row) in zip(axes, table.items()):
@@ -239,43 +340,65 @@ def main(out_dir: pathlib.Path) -> dict:
         for e_i, e in enumerate(EPS_BARS):  # the spec's tolerance band around the paper's RW value
             p = PAPER[name][e][1][0]
             tol = row["cells"][str(e)]["spec_tolerance"]
-            ax.fill_between([e_i - 0.32, e_i + 0.32], p - tol, p + tol, color="tab:cyan", alpha=0.12, lw=0)
-        ax.axhline(row["nonprivate_test_accuracy"], color="k", ls=":", lw=1, label="non-private ceiling (our data)")
+            ax.fill_between(
+                [e_i - 0.32, e_i + 0.32], p - tol, p + tol, color="tab:cyan", alpha=0.12, lw=0
+            )
+        ax.axhline(
+            row["nonprivate_test_accuracy"],
+            color="k",
+            ls=":",
+            lw=1,
+            label="non-private ceiling (our data)",
+        )
         ax.set_xticks(x, [f"ε̄={e:g}" for e in EPS_BARS])
         ax.set_title(f"{name} (n={row['n']}, gossip K={row['gossip_K']})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")
     axes[0].legend(fontsize=6.5, loc="lower right")
-    fig.suptitle(f"P-RW Table 1 re-run: houses, δ={DELTA:g}, {RUNS} runs/cell; RW T = 10n, gossip = Muffliato-GD 10 steps; "
-                 "σ from the mean-loss calibration, 'paper' = published accounting, 'certified' = proven bound; "
-                 "shaded = spec tolerance around the paper's RW value", fontsize=8)
+    fig.suptitle(
+        f"P-RW Table 1 re-run: houses, δ={DELTA:g}, {RUNS} runs/cell; RW T = 10n, gossip = Muffliato-GD 10 steps; "
+        "σ from the mean-loss calibration, 'paper' = published accounting, 'certified' = proven bound; "
+        "shaded = spec tolerance around the paper's RW value",
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.savefig(out_dir / "rw_table1.png", dpi=90)
     plt.close(fig)
     result = {
         "table": "P-RW Table 1 (accuracy at fixed mean privacy loss), RW and gossip re-run",
-        "setting": {"delta": DELTA, "L_clip": L_CLIP, "runs": RUNS,
-                    "rw": {"T": "10·n", "step_size": STEP, "cap": "ceil(1.25·T/n)",
-                           "sigma_paper": "B.8, ln T horizon, N_u = T/n, no noise condition",
-                           "sigma_certified": "B.8, exact horizon, strict noise condition (k = 2); reported, not run (time on the shared machine)"},
-                    "gossip": {"algorithm": "Muffliato-GD ([M] Alg. 3) on the fixed public W, Chebyshev-accelerated",
-                               "steps": GOSSIP_STEPS, "step_size": GOSSIP_STEP_SIZE,
-                               "K": "ceil(ln n / sqrt(lambda)) = reference T_mix at sigma = 1 (spec B.5)",
-                               "accuracy": "test accuracy of every node's own model, averaged over nodes",
-                               "sigma_paper": "P-RW reference gossip accounting (spec B.5: Theorem 1, code convention "
-                                              "t = 1..K, clipped at LDP per step) x 10 steps, mean over pairs; NOT a guarantee",
-                               "sigma_certified": "sum over steps s of the exact Muffliato sensitivity with horizon "
-                                                  "K(10-s) (upper bound of the joint view, RDP composition), mean over pairs",
-                               "conversion": "mean RDP curve alpha*m/(2 sigma^2), Mironov at delta, alpha uncapped",
-                               "epsilon_bar": "the mean curve at the calibrated sigma converted both ways: classic "
-                                              "(Mironov, what sigma was calibrated with) and improved (dp-accounting)"},
-                    "noise": "std σ·L_clip, clip after noise (reference-code houses conventions) for both columns",
-                    "noise_caveat": "both accountants assume Gaussian noise added to a quantity of bounded sensitivity "
-                                    "(clip, then noise); the runs use the reference code's clip-after-noise update at the "
-                                    "calibrated σ, so an ε̄ here labels the noise level, it is not a guarantee of these runs",
-                    "data": "OpenML 823's label: +1 iff longitude < mean(longitude), latitude among the 8 features "
-                            "(hushnet.datasets.load_houses), standardised, unit-norm rows, 80/20 stratified split; "
-                            "'nonprivate_test_accuracy' of each row is full-batch logistic regression on the same split"},
+        "setting": {
+            "delta": DELTA,
+            "L_clip": L_CLIP,
+            "runs": RUNS,
+            "rw": {
+                "T": "10·n",
+                "step_size": STEP,
+                "cap": "ceil(1.25·T/n)",
+                "sigma_paper": "B.8, ln T horizon, N_u = T/n, no noise condition",
+                "sigma_certified": "B.8, exact horizon, strict noise condition (k = 2); reported, not run (time on the shared machine)",
+            },
+            "gossip": {
+                "algorithm": "Muffliato-GD ([M] Alg. 3) on the fixed public W, Chebyshev-accelerated",
+                "steps": GOSSIP_STEPS,
+                "step_size": GOSSIP_STEP_SIZE,
+                "K": "ceil(ln n / sqrt(lambda)) = reference T_mix at sigma = 1 (docs/design/spec/randomwalk.md §B.5)",
+                "accuracy": "test accuracy of every node's own model, averaged over nodes",
+                "sigma_paper": "P-RW reference gossip accounting (docs/design/spec/randomwalk.md §B.5: Theorem 1, code convention "
+                "t = 1..K, clipped at LDP per step) x 10 steps, mean over pairs; NOT a guarantee",
+                "sigma_certified": "sum over steps s of the exact Muffliato sensitivity with horizon "
+                "K(10-s) (upper bound of the joint view, RDP composition), mean over pairs",
+                "conversion": "mean RDP curve alpha*m/(2 sigma^2), Mironov at delta, alpha uncapped",
+                "epsilon_bar": "the mean curve at the calibrated sigma converted both ways: classic "
+                "(Mironov, what sigma was calibrated with) and improved (dp-accounting)",
+            },
+            "noise": "std σ·L_clip, clip after noise (reference-code houses conventions) for both columns",
+            "noise_caveat": "both accountants assume Gaussian noise added to a quantity of bounded sensitivity "
+            "(clip, then noise); the runs use the reference code's clip-after-noise update at the "
+            "calibrated σ, so an ε̄ here labels the noise level, it is not a guarantee of these runs",
+            "data": "OpenML 823's label: +1 iff longitude < mean(longitude), latitude among the 8 features "
+            "(hushnet.datasets.load_houses), standardised, unit-norm rows, 80/20 stratified split; "
+            "'nonprivate_test_accuracy' of each row is full-batch logistic regression on the same split",
+        },
         "rows": table,
         "note": NOTE,
         "wall_seconds": round(time.perf_counter() - t0, 1),

@@ -11,8 +11,17 @@
 
 :class:`AsyncClient` is the same API for ``await`` (inside Jupyter's running loop too).
 """
+
 from hushnet.client.core import AsyncClient, ClientError, RunOutcome, RunRefusedError, RunResult
 from hushnet.client.report import RunReport
 from hushnet.client.sync import Client
 
-__all__ = ["AsyncClient", "Client", "ClientError", "RunOutcome", "RunRefusedError", "RunReport", "RunResult"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "RunOutcome",
+    "RunRefusedError",
+    "RunReport",
+    "RunResult",
+]

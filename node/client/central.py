@@ -13,6 +13,7 @@ Its vertex is n (nodes are 0..n−1) and its generator ``spec.node_rng(n, n + 1)
 ``noise = "public-seed"`` exactly the simulator's ``node_generators(seed, n + 1)[n]``, so the
 networked run equals :func:`hushnet.protocols.registry.build_from_spec` + the simulator bit for bit.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,7 +24,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.actions import (
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.events import MessageArrived, RunStarted
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import NodeContext
@@ -61,8 +72,13 @@ def aggregator_for(spec: RunSpec, n: int, dim: int) -> CentralAggregator:
     return CentralAggregator(ctx, n, dim, CentralParams(**spec.machine_params()))
 
 
-async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | Callable[[int, int], None] = True,
-                      request_timeout: float = 30.0) -> CentralOutcome:
+async def run_central(
+    client: "AsyncClient",
+    spec: RunSpec,
+    *,
+    progress: bool | Callable[[int, int], None] = True,
+    request_timeout: float = 30.0,
+) -> CentralOutcome:
     """Submit ``spec`` (every node must accept), then drive the aggregator to the end."""
     from hushnet.client.core import ClientError, RunRefusedError
 
@@ -72,13 +88,21 @@ async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | 
     if not all(d.get("accept") for d in decisions.values()):
         accepted = [i for i, d in decisions.items() if d.get("accept")]
         if accepted:
-            await client._all("run.cancel", {"run_id": spec.run_id, "reason": "refused by another node"}, nodes=accepted)
+            await client._all(
+                "run.cancel",
+                {"run_id": spec.run_id, "reason": "refused by another node"},
+                nodes=accepted,
+            )
         raise RunRefusedError(spec.run_id, decisions)
     ids = sorted(client._members, key=lambda i: client._members[i].vertex)
     dims = {d.get("model_dim") for d in decisions.values()}
     if len(dims) != 1 or None in dims:
-        await client._all("run.cancel", {"run_id": spec.run_id, "reason": "model dimensions differ"}, nodes=ids)
-        raise ClientError(f"the nodes' models have different dimensions {sorted(map(str, dims))}: declare [task] dim")
+        await client._all(
+            "run.cancel", {"run_id": spec.run_id, "reason": "model dimensions differ"}, nodes=ids
+        )
+        raise ClientError(
+            f"the nodes' models have different dimensions {sorted(map(str, dims))}: declare [task] dim"
+        )
     res = await client._all("run.start", {"run_id": spec.run_id})
     errs = {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
     if errs:
@@ -105,9 +129,12 @@ async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | 
                 node = ids[dst]
                 requests[node] += 1
                 try:
-                    r = await client._control(node, GRADIENT_COMMAND, {
-                        "run_id": spec.run_id, "request_b64": base64.b64encode(request).decode()},
-                        timeout=request_timeout)
+                    r = await client._control(
+                        node,
+                        GRADIENT_COMMAND,
+                        {"run_id": spec.run_id, "request_b64": base64.b64encode(request).decode()},
+                        timeout=request_timeout,
+                    )
                 except ClientError as exc:
                     fx.state, fx.reason = "stopped", f"{node}: {exc}"
                     break
@@ -130,8 +157,18 @@ async def run_central(client: "AsyncClient", spec: RunSpec, *, progress: bool | 
         client._central_models[spec.run_id] = model
     else:
         await client._all("run.cancel", {"run_id": spec.run_id, "reason": reason}, nodes=ids)
-    return CentralOutcome(spec.run_id, state, step, spec.steps, model, requests, time.monotonic() - t0, reason,
-                          deviations=fx.deviations, faults=fx.faults)
+    return CentralOutcome(
+        spec.run_id,
+        state,
+        step,
+        spec.steps,
+        model,
+        requests,
+        time.monotonic() - t0,
+        reason,
+        deviations=fx.deviations,
+        faults=fx.faults,
+    )
 
 
 class _AggregatorEffects:
@@ -153,7 +190,10 @@ class _AggregatorEffects:
         self.faults: list[dict[str, Any]] = []
 
     def _unsupported(self, act: object) -> bool:
-        self.state, self.reason = "stopped", f"the aggregator emitted {type(act).__name__}, which it never should"
+        self.state, self.reason = (
+            "stopped",
+            f"the aggregator emitted {type(act).__name__}, which it never should",
+        )
         return False
 
     def send(self, act: Send) -> None:
@@ -178,12 +218,18 @@ class _AggregatorEffects:
         self.deviations.append({"step": int(act.step), "reason": act.reason})
 
     def fault(self, act: Fault) -> bool:
-        self.faults.append({"code": getattr(act.error, "code", "protocol-error"), "message": str(act.error)})
+        self.faults.append(
+            {"code": getattr(act.error, "code", "protocol-error"), "message": str(act.error)}
+        )
         self.state, self.reason = "stopped", f"aggregator refused a reply: {act.error}"
         return False
 
     def finish(self, act: Finish) -> None:
-        self.state, self.model, self.step = "finished", np.asarray(act.model, dtype=np.float64).copy(), int(act.step)
+        self.state, self.model, self.step = (
+            "finished",
+            np.asarray(act.model, dtype=np.float64).copy(),
+            int(act.step),
+        )
 
 
 def outcome_json(o: CentralOutcome) -> str:

@@ -5,6 +5,7 @@ certificate — the same calls ``hushnet run …`` makes, so the CLI and the not
 information.  Every failure a user can cause or meet (wrong certificate, a node that refuses,
 a network that goes away during ``watch``) is a :class:`ClientError` with a readable message.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -85,7 +86,10 @@ def find_lost_holder(states: dict[str, dict[str, Any]]) -> dict[str, Any] | None
     step, pending, frm, to = best
     if to in states:
         return None
-    if any(isinstance(st, dict) and (st.get("token") or {}).get("last_step", -1) >= step for st in states.values()):
+    if any(
+        isinstance(st, dict) and (st.get("token") or {}).get("last_step", -1) >= step
+        for st in states.values()
+    ):
         return None  # someone answering has already gone past that handoff
     return {"holder": to, "step": step, "copy_at": frm, "acknowledged": not pending}
 
@@ -111,9 +115,16 @@ class RunResult:
 
     def metadata(self) -> dict[str, Any]:
         """Everything but the values, JSON-ready (what ``hushnet run model --json`` prints)."""
-        return {"run_id": self.run_id, "protocol": self.protocol, "holder": self.holder, "holders": self.holders,
-                "step": self.step, "dim": int(self.values.shape[0]), "dtype": "float64",
-                "info": json.loads(json.dumps(self.info, default=str))}
+        return {
+            "run_id": self.run_id,
+            "protocol": self.protocol,
+            "holder": self.holder,
+            "holders": self.holders,
+            "step": self.step,
+            "dim": int(self.values.shape[0]),
+            "dtype": "float64",
+            "info": json.loads(json.dumps(self.info, default=str)),
+        }
 
 
 def _load_spec(spec: RunSpec | str | pathlib.Path) -> RunSpec:
@@ -136,23 +147,38 @@ class AsyncClient:
         self.op = Operator(creds)
         self._members: dict[str, Any] = {}
         self._specs: dict[str, RunSpec] = {}
-        self._central_models: dict[str, np.ndarray] = {}  # central-dpsgd: the model lives with the operator
+        self._central_models: dict[
+            str, np.ndarray
+        ] = {}  # central-dpsgd: the model lives with the operator
 
     # ------------------------------------------------------------------ connection
     @classmethod
-    async def connect(cls, state_dir: str | pathlib.Path | None = None, *, bootstrap: str | None = None,
-                      ca: str | pathlib.Path | None = None, cert: str | pathlib.Path | None = None,
-                      key: str | pathlib.Path | None = None, timeout: float = 10.0) -> "AsyncClient":
+    async def connect(
+        cls,
+        state_dir: str | pathlib.Path | None = None,
+        *,
+        bootstrap: str | None = None,
+        ca: str | pathlib.Path | None = None,
+        cert: str | pathlib.Path | None = None,
+        key: str | pathlib.Path | None = None,
+        timeout: float = 10.0,
+    ) -> "AsyncClient":
         """Connect with the operator identity: a ``hushnet up``/bootstrap state directory, or explicit
         ``bootstrap`` address + ``ca``/``cert``/``key`` PEM files.  Checks the bootstrap answers."""
         try:
             if state_dir is not None:
-                creds = OperatorCredentials.from_state_dir(pathlib.Path(state_dir), bootstrap=bootstrap)
+                creds = OperatorCredentials.from_state_dir(
+                    pathlib.Path(state_dir), bootstrap=bootstrap
+                )
             else:
                 if not (bootstrap and ca and cert and key):
                     raise ClientError("give a state directory, or bootstrap + ca + cert + key")
-                creds = OperatorCredentials(pathlib.Path(ca).read_bytes(), pathlib.Path(key).read_bytes(),
-                                            pathlib.Path(cert).read_bytes(), bootstrap)
+                creds = OperatorCredentials(
+                    pathlib.Path(ca).read_bytes(),
+                    pathlib.Path(key).read_bytes(),
+                    pathlib.Path(cert).read_bytes(),
+                    bootstrap,
+                )
         except (OperatorError, OSError, KeyError, ValueError) as exc:
             raise ClientError(f"cannot load the operator identity: {exc}") from None
         client = cls(creds, timeout=timeout)
@@ -172,32 +198,49 @@ class AsyncClient:
         try:
             directory = await self.op.directory(timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise ClientError(f"bootstrap {self.creds.bootstrap} unreachable or refused us: "
-                              f"{exc.code().name}: {exc.details()}") from None
+            raise ClientError(
+                f"bootstrap {self.creds.bootstrap} unreachable or refused us: "
+                f"{exc.code().name}: {exc.details()}"
+            ) from None
         self._directory = directory
         self._members = {m.node_id: m for m in directory.members}
 
-    async def _control(self, node_id: str, command: str, args: Any = None, timeout: float | None = None) -> Any:
+    async def _control(
+        self, node_id: str, command: str, args: Any = None, timeout: float | None = None
+    ) -> Any:
         m = self._members.get(node_id)
         if m is None:
             raise ClientError(f"no node {node_id!r} in the directory")
         try:
-            return await self.op.control(node_id, m.address, command, args, timeout=timeout or self.timeout)
+            return await self.op.control(
+                node_id, m.address, command, args, timeout=timeout or self.timeout
+            )
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.PERMISSION_DENIED:
                 raise ClientError(f"{node_id} refused our certificate: {exc.details()}") from None
             if code == grpc.StatusCode.UNIMPLEMENTED:
-                raise ClientError(f"{node_id} does not serve runs ({exc.details()}); start nodes with "
-                                  "'hushnet node serve' / 'hushnet up' from this version") from None
-            raise ClientError(f"{node_id} at {m.address} unreachable: {code.name}: {exc.details()}") from None
+                raise ClientError(
+                    f"{node_id} does not serve runs ({exc.details()}); start nodes with "
+                    "'hushnet node serve' / 'hushnet up' from this version"
+                ) from None
+            raise ClientError(
+                f"{node_id} at {m.address} unreachable: {code.name}: {exc.details()}"
+            ) from None
         except OperatorError as exc:
             raise ClientError(str(exc).replace("OperatorError: ", "")) from None
 
-    async def _all(self, command: str, args: Any = None, timeout: float | None = None,
-                   nodes: list[str] | None = None) -> dict[str, Any]:
+    async def _all(
+        self,
+        command: str,
+        args: Any = None,
+        timeout: float | None = None,
+        nodes: list[str] | None = None,
+    ) -> dict[str, Any]:
         ids = nodes or sorted(self._members, key=lambda i: self._members[i].vertex)
-        res = await asyncio.gather(*(self._control(i, command, args, timeout) for i in ids), return_exceptions=True)
+        res = await asyncio.gather(
+            *(self._control(i, command, args, timeout) for i in ids), return_exceptions=True
+        )
         out = {}
         for i, r in zip(ids, res):
             if isinstance(r, BaseException) and not isinstance(r, ClientError):
@@ -211,7 +254,9 @@ class AsyncClient:
         try:
             doc = await self.op.network_status(timeout=min(self.timeout, 5.0))
         except grpc.aio.AioRpcError as exc:
-            raise ClientError(f"bootstrap {self.creds.bootstrap} unreachable: {exc.code().name}") from None
+            raise ClientError(
+                f"bootstrap {self.creds.bootstrap} unreachable: {exc.code().name}"
+            ) from None
         return doc["nodes"]
 
     async def graph(self):
@@ -233,7 +278,9 @@ class AsyncClient:
         key = pki.load_key(self.creds.key_pem)
         return sign_spec(spec, key, self.creds.cert_pem).to_bytes()
 
-    async def submit(self, spec: RunSpec | str | pathlib.Path) -> tuple[RunSpec, dict[str, dict[str, Any]]]:
+    async def submit(
+        self, spec: RunSpec | str | pathlib.Path
+    ) -> tuple[RunSpec, dict[str, dict[str, Any]]]:
         """Sign and deliver the spec to every node; returns (spec, each node's decision)."""
         try:
             spec = _load_spec(spec)
@@ -254,18 +301,28 @@ class AsyncClient:
         from hushnet.families import family_of
 
         if isinstance(spec, RunSpec) and family_of(spec.protocol).operator_driven:
-            raise ClientError(f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
-                              "('hushnet run start' does so)")
+            raise ClientError(
+                f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
+                "('hushnet run start' does so)"
+            )
         spec, decisions = await self.submit(spec)
         if family_of(spec.protocol).operator_driven:
-            await self._all("run.cancel", {"run_id": spec.run_id, "reason": f"{spec.protocol} needs run_central"})
-            raise ClientError(f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
-                              "('hushnet run start' does so)")
+            await self._all(
+                "run.cancel",
+                {"run_id": spec.run_id, "reason": f"{spec.protocol} needs run_central"},
+            )
+            raise ClientError(
+                f"{spec.protocol} is driven by the operator's aggregator: use run_central(spec) "
+                "('hushnet run start' does so)"
+            )
         if not all(d.get("accept") for d in decisions.values()):
             accepted = [i for i, d in decisions.items() if d.get("accept")]
             if accepted:  # nobody keeps a half-accepted run around
-                await self._all("run.cancel", {"run_id": spec.run_id, "reason": "refused by another node"},
-                                nodes=accepted)
+                await self._all(
+                    "run.cancel",
+                    {"run_id": spec.run_id, "reason": "refused by another node"},
+                    nodes=accepted,
+                )
             raise RunRefusedError(spec.run_id, decisions)
         res = await self._all("run.start", {"run_id": spec.run_id})
         errs = {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
@@ -273,8 +330,13 @@ class AsyncClient:
             raise ClientError(f"run {spec.run_id} could not be started on {sorted(errs)}: {errs}")
         return spec.run_id
 
-    async def run_central(self, spec: RunSpec | str | pathlib.Path, *, progress: bool | Callable[[int, int], None] = True,
-                          request_timeout: float = 30.0):
+    async def run_central(
+        self,
+        spec: RunSpec | str | pathlib.Path,
+        *,
+        progress: bool | Callable[[int, int], None] = True,
+        request_timeout: float = 30.0,
+    ):
         """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized) — this client *is* the
         aggregator: it submits the spec, asks the sampled node for its clipped gradient at every step,
         adds the noise and keeps the model (:mod:`hushnet.client.central`).  Returns a ``CentralOutcome``."""
@@ -289,8 +351,15 @@ class AsyncClient:
     async def statuses(self, run_id: str) -> dict[str, Any]:
         return await self._all("run.status", {"run_id": run_id})
 
-    async def watch(self, run_id: str, *, progress: bool | Callable[[int, int], None] = True, timeout: float = 600.0,
-                    pause_timeout: float = 15.0, poll: float = 2.0) -> RunOutcome:
+    async def watch(
+        self,
+        run_id: str,
+        *,
+        progress: bool | Callable[[int, int], None] = True,
+        timeout: float = 600.0,
+        pause_timeout: float = 15.0,
+        poll: float = 2.0,
+    ) -> RunOutcome:
         """Follow the run until it finishes (or stops, is cancelled, or stays paused ``pause_timeout`` s).
 
         Progress: a live bar (``tqdm.auto``: a widget in Jupyter, text in a terminal) when
@@ -323,9 +392,18 @@ class AsyncClient:
                 # held call would keep the others queued, so a large network is swept without holding
                 hold = poll if len(ids) <= self.op.max_concurrent else 0.0
                 swept = time.monotonic()
-                res = await asyncio.gather(*(self._control(i, "run.events", {"run_id": run_id, "after": cursors[i],
-                                                                             "wait": hold}, timeout=poll + 10)
-                                             for i in ids), return_exceptions=True)
+                res = await asyncio.gather(
+                    *(
+                        self._control(
+                            i,
+                            "run.events",
+                            {"run_id": run_id, "after": cursors[i], "wait": hold},
+                            timeout=poll + 10,
+                        )
+                        for i in ids
+                    ),
+                    return_exceptions=True,
+                )
                 states = {}
                 for i, r in zip(ids, res):
                     if isinstance(r, ClientError):
@@ -349,21 +427,29 @@ class AsyncClient:
                             holder = i
                         if ev["type"] == "progress" and ev.get("loss") is not None:
                             loss, loss_data = float(ev["loss"]), ev.get("loss_data")
-                unknown = {i: e for i, e in unreachable.items() if "no run" in e or "refused here" in e}
+                unknown = {
+                    i: e for i, e in unreachable.items() if "no run" in e or "refused here" in e
+                }
                 if unknown and len(unknown) + len(states) == len(ids) and not states:
-                    raise ClientError(f"no run {run_id} on this network ({next(iter(unknown.values()))})")
+                    raise ClientError(
+                        f"no run {run_id} on this network ({next(iter(unknown.values()))})"
+                    )
                 for i in unknown:
                     unreachable.pop(i, None)
                 if len(unreachable) == len(ids):
-                    raise ClientError("the network went away during watch: " + "; ".join(
-                        f"{i}: {e}" for i, e in sorted(unreachable.items())[:3]))
+                    raise ClientError(
+                        "the network went away during watch: "
+                        + "; ".join(f"{i}: {e}" for i, e in sorted(unreachable.items())[:3])
+                    )
                 if progress is True and bar is None and total:
                     from tqdm.auto import tqdm
 
                     bar = tqdm(total=total, desc=run_id, unit="step")
                 if bar is not None:
                     if loss is not None:
-                        bar.set_postfix_str(f"loss={loss:.4f} (final model, public {loss_data})", refresh=False)
+                        bar.set_postfix_str(
+                            f"loss={loss:.4f} (final model, public {loss_data})", refresh=False
+                        )
                     bar.update(max(0, step - bar.n))
                 elif callable(progress) and total:
                     progress(step, total)
@@ -375,38 +461,58 @@ class AsyncClient:
                     break
                 stopped = [s for s in states.values() if s["state"] in ("stopped", "cancelled")]
                 if stopped:
-                    state, reason = stopped[0]["state"], f"{stopped[0]['node']}: {stopped[0].get('reason', '')}"
+                    state, reason = (
+                        stopped[0]["state"],
+                        f"{stopped[0]['node']}: {stopped[0].get('reason', '')}",
+                    )
                     break
                 if step != last_step:
                     last_step, paused_since, stalled_since = step, None, time.monotonic()
                 if total and step < total and time.monotonic() - stalled_since > pause_timeout:
                     lost = find_lost_holder(states)
-                    if lost is not None and lost["acknowledged"]:  # unacknowledged: the sender pauses on it
-                        why = unreachable.get(lost["holder"]) or unknown.get(lost["holder"]) or "does not answer"
+                    if (
+                        lost is not None and lost["acknowledged"]
+                    ):  # unacknowledged: the sender pauses on it
+                        why = (
+                            unreachable.get(lost["holder"])
+                            or unknown.get(lost["holder"])
+                            or "does not answer"
+                        )
                         state = "holder-lost"
-                        reason = (f"{lost['holder']} holds the token since step {lost['step']} and is gone ({why[:200]}); "
-                                  f"the last durable copy is at {lost['copy_at']}: restart {lost['holder']} on its state "
-                                  f"directory, or 'hushnet run resume {run_id}' to continue without it")
+                        reason = (
+                            f"{lost['holder']} holds the token since step {lost['step']} and is gone ({why[:200]}); "
+                            f"the last durable copy is at {lost['copy_at']}: restart {lost['holder']} on its state "
+                            f"directory, or 'hushnet run resume {run_id}' to continue without it"
+                        )
                         lost_info = lost
                         break
-                if any(s["state"] == "paused" for s in states.values()) or (unreachable and step < total):
+                if any(s["state"] == "paused" for s in states.values()) or (
+                    unreachable and step < total
+                ):
                     paused_since = paused_since or time.monotonic()
                     if time.monotonic() - paused_since > pause_timeout:
                         state = "paused"
                         who = [s["node"] for s in states.values() if s["state"] == "paused"]
-                        reason = (f"paused at step {step} (held by {', '.join(who) or '?'}; unreachable: "
-                                  f"{', '.join(sorted(unreachable)) or 'none'})")
+                        reason = (
+                            f"paused at step {step} (held by {', '.join(who) or '?'}; unreachable: "
+                            f"{', '.join(sorted(unreachable)) or 'none'})"
+                        )
                         lost_info = find_lost_holder(states)
                         if lost_info is not None and lost_info["acknowledged"]:
                             state = "holder-lost"
-                            reason = (f"{lost_info['holder']} holds the token since step {lost_info['step']} and "
-                                      f"does not answer; the last durable copy is at {lost_info['copy_at']}: "
-                                      f"restart {lost_info['holder']}, or 'hushnet run resume {run_id}'")
+                            reason = (
+                                f"{lost_info['holder']} holds the token since step {lost_info['step']} and "
+                                f"does not answer; the last durable copy is at {lost_info['copy_at']}: "
+                                f"restart {lost_info['holder']}, or 'hushnet run resume {run_id}'"
+                            )
                         break
                 else:
                     paused_since = None
                 if time.monotonic() - t0 > timeout:
-                    state, reason = "timeout", f"no finish within {timeout:.0f} s (last step {step})"
+                    state, reason = (
+                        "timeout",
+                        f"no finish within {timeout:.0f} s (last step {step})",
+                    )
                     break
                 if hold == 0.0:
                     await asyncio.sleep(max(0.0, poll - (time.monotonic() - swept)))
@@ -418,8 +524,21 @@ class AsyncClient:
             unaccounted = await self.close_run(run_id, deviated=bool(deviations))
             if not deviations:
                 unaccounted = {}  # nothing to top up: a node that missed the close owes nothing
-        return RunOutcome(run_id, state, step, total, holder, time.monotonic() - t0, deviations, faults, reason,
-                          loss, loss_data, lost_info, unaccounted)
+        return RunOutcome(
+            run_id,
+            state,
+            step,
+            total,
+            holder,
+            time.monotonic() - t0,
+            deviations,
+            faults,
+            reason,
+            loss,
+            loss_data,
+            lost_info,
+            unaccounted,
+        )
 
     async def close_run(self, run_id: str, *, deviated: bool = False) -> dict[str, str]:
         """Tell every node the run is over (``deviated``: top every contribution up to the local-DP bound).
@@ -434,7 +553,9 @@ class AsyncClient:
         # signed: a node that was down keeps asking its neighbours for this record when it is back, and
         # applies the close (its deviation top-up) from it without the operator calling again
         record = sign_close(run_id, deviated, pki.load_key(self.creds.key_pem), self.creds.cert_pem)
-        res = await self._all("run.close", {"run_id": run_id, "deviated": bool(deviated), "record": record})
+        res = await self._all(
+            "run.close", {"run_id": run_id, "deviated": bool(deviated), "record": record}
+        )
         return {i: str(r) for i, r in res.items() if isinstance(r, ClientError)}
 
     async def resume(self, run_id: str, *, from_node: str | None = None) -> dict[str, Any]:
@@ -453,25 +574,56 @@ class AsyncClient:
             raise ClientError(why_no_run(run_id, {i: str(r) for i, r in res.items()}))
         lost = find_lost_holder(states)
         if lost is None:
-            raise ClientError(f"run {run_id}: no lost holder — the token is with a node that answers "
-                              "(watch it, or restart the node that is down)")
+            raise ClientError(
+                f"run {run_id}: no lost holder — the token is with a node that answers "
+                "(watch it, or restart the node that is down)"
+            )
         src = from_node or lost["copy_at"]
         if src not in states:
-            raise ClientError(f"{src} does not answer about run {run_id}: it cannot resume the walk")
+            raise ClientError(
+                f"{src} does not answer about run {run_id}: it cannot resume the walk"
+            )
         tok = states[src].get("token") or {}
-        step = tok.get("pending_step") if tok.get("pending_to") == lost["holder"] else tok.get("passed_step")
-        if step is None or (tok.get("passed_to") != lost["holder"] and tok.get("pending_to") != lost["holder"]):
+        step = (
+            tok.get("pending_step")
+            if tok.get("pending_to") == lost["holder"]
+            else tok.get("passed_step")
+        )
+        if step is None or (
+            tok.get("passed_to") != lost["holder"] and tok.get("pending_to") != lost["holder"]
+        ):
             raise ClientError(f"{src} holds no copy of the token it handed to {lost['holder']}")
         others = [i for i in states if i != src]
-        fence = await self._all("run.resume", {"run_id": run_id, "lost": [lost["holder"]], "take_up": False,
-                                               "from_step": int(step)}, nodes=others) if others else {}
-        r = await self._control(src, "run.resume", {"run_id": run_id, "lost": [lost["holder"]], "take_up": True})
+        fence = (
+            await self._all(
+                "run.resume",
+                {
+                    "run_id": run_id,
+                    "lost": [lost["holder"]],
+                    "take_up": False,
+                    "from_step": int(step),
+                },
+                nodes=others,
+            )
+            if others
+            else {}
+        )
+        r = await self._control(
+            src, "run.resume", {"run_id": run_id, "lost": [lost["holder"]], "take_up": True}
+        )
         if not r.get("resumed_here"):
             raise ClientError(f"{src} did not take the walk up (state {r.get('state')})")
-        return {"run_id": run_id, "lost": lost["holder"], "from": src, "step": int(step),
-                "not_told": sorted(i for i, v in fence.items() if isinstance(v, ClientError))}
+        return {
+            "run_id": run_id,
+            "lost": lost["holder"],
+            "from": src,
+            "step": int(step),
+            "not_told": sorted(i for i, v in fence.items() if isinstance(v, ClientError)),
+        }
 
-    async def cancel(self, run_id: str, reason: str = "cancelled by the operator") -> dict[str, Any]:
+    async def cancel(
+        self, run_id: str, reason: str = "cancelled by the operator"
+    ) -> dict[str, Any]:
         await self.refresh()
         res = await self._all("run.cancel", {"run_id": run_id, "reason": reason})
         return {i: (str(r) if isinstance(r, ClientError) else r["state"]) for i, r in res.items()}
@@ -482,24 +634,59 @@ class AsyncClient:
         res = await self._all("run.list")
         runs: dict[str, dict[str, Any]] = {}
         per_run: dict[str, dict[str, dict[str, Any]]] = {}
-        order = {"accepted": 0, "running": 1, "paused": 2, "closed": 3, "finished": 4, "cancelled": 5, "stopped": 6}
+        order = {
+            "accepted": 0,
+            "running": 1,
+            "paused": 2,
+            "closed": 3,
+            "finished": 4,
+            "cancelled": 5,
+            "stopped": 6,
+        }
         for i, r in res.items():
             if isinstance(r, ClientError):
                 continue
             for st in r["runs"]:
-                row = runs.setdefault(st["run_id"], {"run_id": st["run_id"], "protocol": st["protocol"], "state": "accepted",
-                                                     "step": -1, "steps": st["steps"], "nodes": 0})
+                row = runs.setdefault(
+                    st["run_id"],
+                    {
+                        "run_id": st["run_id"],
+                        "protocol": st["protocol"],
+                        "state": "accepted",
+                        "step": -1,
+                        "steps": st["steps"],
+                        "nodes": 0,
+                    },
+                )
                 row["nodes"] += 1
                 row["step"] = max(row["step"], st["step"])
                 per_run.setdefault(st["run_id"], {})[i] = st
                 if order.get(st["state"], 0) > order.get(row["state"], 0):
                     row["state"] = st["state"]
             for rf in r.get("refused", []):
-                runs.setdefault(rf.get("run_id", "?"), {"run_id": rf.get("run_id", "?"), "protocol": "?", "state": "refused",
-                                                        "step": -1, "steps": 0, "nodes": 0})
+                runs.setdefault(
+                    rf.get("run_id", "?"),
+                    {
+                        "run_id": rf.get("run_id", "?"),
+                        "protocol": "?",
+                        "state": "refused",
+                        "step": -1,
+                        "steps": 0,
+                        "nodes": 0,
+                    },
+                )
             for u in r.get("unrestored", []):
-                row = runs.setdefault(u["run_id"], {"run_id": u["run_id"], "protocol": "?", "state": "running",
-                                                    "step": -1, "steps": 0, "nodes": 0})
+                row = runs.setdefault(
+                    u["run_id"],
+                    {
+                        "run_id": u["run_id"],
+                        "protocol": "?",
+                        "state": "running",
+                        "step": -1,
+                        "steps": 0,
+                        "nodes": 0,
+                    },
+                )
                 row.setdefault("unrestored", {})[i] = u["reason"]
         for rid, row in runs.items():
             if row["state"] in ("running", "paused"):
@@ -539,14 +726,26 @@ class AsyncClient:
         """
         if run_id in self._central_models and node is None:
             spec = self._specs.get(run_id)
-            return RunResult(run_id, "central-dpsgd", "operator", spec.steps if spec else None,
-                             self._central_models[run_id].copy(), {"baseline": "central (trusted aggregator)"},
-                             ["operator"])
+            return RunResult(
+                run_id,
+                "central-dpsgd",
+                "operator",
+                spec.steps if spec else None,
+                self._central_models[run_id].copy(),
+                {"baseline": "central (trusted aggregator)"},
+                ["operator"],
+            )
         await self.refresh()
         if node is not None and node not in self._members:
-            raise ClientError(f"no node {node!r} in the directory (nodes: {', '.join(sorted(self._members))})")
-        res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0),
-                              nodes=None if node is None else [node])
+            raise ClientError(
+                f"no node {node!r} in the directory (nodes: {', '.join(sorted(self._members))})"
+            )
+        res = await self._all(
+            "run.model",
+            {"run_id": run_id},
+            timeout=max(self.timeout, 60.0),
+            nodes=None if node is None else [node],
+        )
         ok = {i: r for i, r in res.items() if isinstance(r, dict)}
         if not ok:
             raise ClientError(why_no_run(run_id, {i: str(r) for i, r in res.items()}))
@@ -554,8 +753,15 @@ class AsyncClient:
         if holders:
             r = ok[holders[0]]
             values = np.frombuffer(base64.b64decode(r["model_b64"]), dtype="<f8").copy()
-            return RunResult(run_id, str(r.get("protocol", "?")), holders[0], r.get("step"), values,
-                             dict(r.get("result") or {}), holders)
+            return RunResult(
+                run_id,
+                str(r.get("protocol", "?")),
+                holders[0],
+                r.get("step"),
+                values,
+                dict(r.get("result") or {}),
+                holders,
+            )
         raise ClientError(_why_no_model(run_id, list(ok.values()), node))
 
     async def ledgers(self, *, delta: float | None = None) -> dict[str, Any]:
@@ -576,7 +782,9 @@ def why_no_run(run_id: str, errors: dict[str, str]) -> str:
         return f"run {run_id} was refused, it never ran ({refused[0]})"
     if msgs and all("no run" in m for m in msgs):
         return f"no run {run_id} on this network"
-    return f"cannot fetch run {run_id}: " + "; ".join(f"{i}: {m}" for i, m in sorted(errors.items())[:3])
+    return f"cannot fetch run {run_id}: " + "; ".join(
+        f"{i}: {m}" for i, m in sorted(errors.items())[:3]
+    )
 
 
 def _why_no_model(run_id: str, replies: list[dict[str, Any]], node: str | None) -> str:
@@ -584,8 +792,10 @@ def _why_no_model(run_id: str, replies: list[dict[str, Any]], node: str | None) 
     where = f" at {node}" if node else ""
     protocol = replies[0].get("protocol", "?")
     if protocol == "central-dpsgd":
-        return (f"run {run_id} is central-dpsgd: its model stays with the operator process that aggregated it "
-                "(save it with 'hushnet run start SPEC --model-out FILE', or use the outcome of run_central)")
+        return (
+            f"run {run_id} is central-dpsgd: its model stays with the operator process that aggregated it "
+            "(save it with 'hushnet run start SPEC --model-out FILE', or use the outcome of run_central)"
+        )
     states = [r.get("state", "?") for r in replies]
     for live in ("running", "paused", "accepted"):
         if live in states:

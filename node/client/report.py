@@ -6,6 +6,7 @@ per contribution, capped by the local-DP bound, composed on each node's ledger) 
 a labelled reproduction, not a guarantee; each node's report names it in ``paper_bound``).
 Rows are contributors (whose data), columns observers (who learns), as in the papers.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,9 +69,13 @@ class RunReport:
         M = self.matrix("certified")
         off = M[~np.eye(M.shape[0], dtype=bool)] if M.size else np.array([])
         off = off[np.isfinite(off)]
-        out: dict[str, Any] = {"run_id": self.run_id, "delta": self.delta, "bound": "certified",
-                               "worst_pair_epsilon": float(off.max()) if off.size else None,
-                               "mean_pair_epsilon": float(off.mean()) if off.size else None}
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "delta": self.delta,
+            "bound": "certified",
+            "worst_pair_epsilon": float(off.max()) if off.size else None,
+            "mean_pair_epsilon": float(off.mean()) if off.size else None,
+        }
         P = self.matrix("paper")
         poff = P[~np.eye(P.shape[0], dtype=bool)] if P.size else np.array([])
         poff = poff[np.isfinite(poff)]
@@ -83,7 +88,9 @@ class RunReport:
         starts = [t["started"] for t in times if t.get("started")]
         ends = [t["finished"] for t in times if t.get("finished")]
         out["run_seconds"] = (max(ends) - min(starts)) if starts and ends else None
-        out["deviations"] = [d for r in self.per_node.values() for d in r.get("deviations_list", [])]
+        out["deviations"] = [
+            d for r in self.per_node.values() for d in r.get("deviations_list", [])
+        ]
         # a deviation is accounted only when *every* node has topped up: a node that was down at the
         # close (or answers without the top-up) is named, with why, instead of being hidden by the others
         missing = {}
@@ -105,10 +112,22 @@ class RunReport:
         for i in self.ids:
             r = self.per_node[i]
             for t, e in (r.get("certified") or {}).items():
-                d = int(D[pos[i], pos[t]]) if D is not None and t in pos and D[pos[i], pos[t]] >= 0 else None
-                out.append({"contributor": i, "observer": t, "epsilon_certified": e,
-                            "epsilon_paper": (r.get("paper") or {}).get(t), "delta": r.get("delta"),
-                            "distance": d, "contributions": r.get("contributions")})
+                d = (
+                    int(D[pos[i], pos[t]])
+                    if D is not None and t in pos and D[pos[i], pos[t]] >= 0
+                    else None
+                )
+                out.append(
+                    {
+                        "contributor": i,
+                        "observer": t,
+                        "epsilon_certified": e,
+                        "epsilon_paper": (r.get("paper") or {}).get(t),
+                        "delta": r.get("delta"),
+                        "distance": d,
+                        "contributions": r.get("contributions"),
+                    }
+                )
         return out
 
     def table(self):
@@ -163,8 +182,13 @@ class RunReport:
         d, e = d[order], e[order]
         cuts = np.flatnonzero(np.diff(d)) + 1
         for dd, chunk in zip(d[np.r_[0, cuts]], np.split(e, cuts)):
-            out[int(dd)] = {"mean": float(chunk.mean()), "min": float(chunk.min()), "median": float(np.median(chunk)),
-                            "max": float(chunk.max()), "pairs": int(chunk.size)}
+            out[int(dd)] = {
+                "mean": float(chunk.mean()),
+                "min": float(chunk.min()),
+                "median": float(np.median(chunk)),
+                "max": float(chunk.max()),
+                "pairs": int(chunk.size),
+            }
         return out
 
     def loss_by_distance(self, bound: str = "certified") -> dict[int, float]:
@@ -241,8 +265,20 @@ class RunReport:
             ax.set_yscale("log")
             s = self.summary()
             if s.get("worst_pair_epsilon") is not None and bound == "certified":
-                ax.axvline(s["mean_pair_epsilon"], color="k", ls="--", lw=1, label=f"mean {s['mean_pair_epsilon']:.3g}")
-                ax.axvline(s["worst_pair_epsilon"], color="r", ls=":", lw=1, label=f"worst {s['worst_pair_epsilon']:.3g}")
+                ax.axvline(
+                    s["mean_pair_epsilon"],
+                    color="k",
+                    ls="--",
+                    lw=1,
+                    label=f"mean {s['mean_pair_epsilon']:.3g}",
+                )
+                ax.axvline(
+                    s["worst_pair_epsilon"],
+                    color="r",
+                    ls=":",
+                    lw=1,
+                    label=f"worst {s['worst_pair_epsilon']:.3g}",
+                )
             ax.legend(fontsize=8)
         ax.set_xlabel(f"pair ε ({bound}) at δ={self.delta:g}")
         ax.set_ylabel("ordered pairs")
@@ -259,8 +295,13 @@ class RunReport:
         c = {d: v["mean"] for d, v in stats.items()}
         ax.plot(list(c), list(c.values()), "o-", label="certified (mean)")
         if stats:
-            ax.fill_between(list(stats), [v["min"] for v in stats.values()], [v["max"] for v in stats.values()],
-                            alpha=0.2, label="certified (min–max)")
+            ax.fill_between(
+                list(stats),
+                [v["min"] for v in stats.values()],
+                [v["max"] for v in stats.values()],
+                alpha=0.2,
+                label="certified (min–max)",
+            )
         p = self.loss_by_distance("paper")
         if p:
             lab = (self.paper_label or "paper").split(" — ")[0].split(";")[0]
@@ -277,16 +318,29 @@ class RunReport:
         and the heatmap's block size."""
         s = self.summary()
         M, b = self.heatmap_blocks(bound)
-        return {"run_id": self.run_id, "bound": bound, "delta": self.delta, "n": len(self.ids),
-                "worst_pair_epsilon": s["worst_pair_epsilon"], "mean_pair_epsilon": s["mean_pair_epsilon"],
-                "paper_worst_pair_epsilon": s.get("paper_worst_pair_epsilon"),
-                "paper_mean_pair_epsilon": s.get("paper_mean_pair_epsilon"), "paper_bound": s.get("paper_bound"),
-                "loss_by_distance": {str(d): v for d, v in self.loss_by_distance_stats(bound).items()},
-                "paper_loss_by_distance": {str(d): v for d, v in self.loss_by_distance_stats("paper").items()},
-                "pair_histogram": self.pair_histogram(bound),
-                "heatmap": {"block": b, "cells": int(M.shape[0]),
-                            "block_means": [[None if not np.isfinite(x) else float(x) for x in r] for r in M]
-                            if M.shape[0] <= 64 else None}}
+        return {
+            "run_id": self.run_id,
+            "bound": bound,
+            "delta": self.delta,
+            "n": len(self.ids),
+            "worst_pair_epsilon": s["worst_pair_epsilon"],
+            "mean_pair_epsilon": s["mean_pair_epsilon"],
+            "paper_worst_pair_epsilon": s.get("paper_worst_pair_epsilon"),
+            "paper_mean_pair_epsilon": s.get("paper_mean_pair_epsilon"),
+            "paper_bound": s.get("paper_bound"),
+            "loss_by_distance": {str(d): v for d, v in self.loss_by_distance_stats(bound).items()},
+            "paper_loss_by_distance": {
+                str(d): v for d, v in self.loss_by_distance_stats("paper").items()
+            },
+            "pair_histogram": self.pair_histogram(bound),
+            "heatmap": {
+                "block": b,
+                "cells": int(M.shape[0]),
+                "block_means": [[None if not np.isfinite(x) else float(x) for x in r] for r in M]
+                if M.shape[0] <= 64
+                else None,
+            },
+        }
 
     def save_heatmap(self, path, bound: str = "certified") -> pathlib.Path:
         """Write the PNG (heatmap, loss by distance, histogram of pair losses) and its numbers as JSON beside
@@ -315,7 +369,9 @@ class RunReport:
         out = set()
         for r in self.per_node.values():
             v = r.get("accounting_view") or {}
-            view = v.get("label") or (f"{v['view_model']} ({v.get('mechanism', '?')})" if v.get("view_model") else None)
+            view = v.get("label") or (
+                f"{v['view_model']} ({v.get('mechanism', '?')})" if v.get("view_model") else None
+            )
             if view or r.get("certified_bound"):
                 out.add((view or "?", str(r.get("certified_bound") or "?")))
         return out
@@ -323,36 +379,63 @@ class RunReport:
     def format_table(self) -> str:
         """Text table for ``hushnet run report``: per contributor, worst and mean certified ε (and paper)."""
         s = self.summary()
-        lines = [f"run {self.run_id}: privacy report at δ={self.delta:g} "
-                 f"(certified = what hushnet guarantees; paper = the published bound, not a guarantee)"]
+        lines = [
+            f"run {self.run_id}: privacy report at δ={self.delta:g} "
+            f"(certified = what hushnet guarantees; paper = the published bound, not a guarantee)"
+        ]
         for view, bound in sorted(self._views()):
             lines.append(f"view: {view}; certified bound: {bound}")
-        hdr = ("NODE", "CONTRIB", "WORST ε (certified)", "MEAN ε (certified)", "WORST ε (paper)", "STATE")
+        hdr = (
+            "NODE",
+            "CONTRIB",
+            "WORST ε (certified)",
+            "MEAN ε (certified)",
+            "WORST ε (paper)",
+            "STATE",
+        )
         rows = [hdr]
         for i in self.ids:
             r = self.per_node[i]
             cert = list((r.get("certified") or {}).values())
             pap = list((r.get("paper") or {}).values())
-            rows.append((i, str(r.get("contributions", "-")), f"{max(cert):.4g}" if cert else "-",
-                         f"{np.mean(cert):.4g}" if cert else "-", f"{max(pap):.4g}" if pap else "-", r.get("state", "?")))
+            rows.append(
+                (
+                    i,
+                    str(r.get("contributions", "-")),
+                    f"{max(cert):.4g}" if cert else "-",
+                    f"{np.mean(cert):.4g}" if cert else "-",
+                    f"{max(pap):.4g}" if pap else "-",
+                    r.get("state", "?"),
+                )
+            )
         w = [max(len(r[k]) for r in rows) for k in range(len(hdr))]
         lines += ["  ".join(c.ljust(wk) for c, wk in zip(r, w)).rstrip() for r in rows]
         if s["worst_pair_epsilon"] is not None:
-            lines.append(f"worst pair ε = {s['worst_pair_epsilon']:.4g}, mean pair ε = {s['mean_pair_epsilon']:.4g} "
-                         f"(certified, δ={self.delta:g})")
+            lines.append(
+                f"worst pair ε = {s['worst_pair_epsilon']:.4g}, mean pair ε = {s['mean_pair_epsilon']:.4g} "
+                f"(certified, δ={self.delta:g})"
+            )
         if s.get("paper_worst_pair_epsilon") is not None:
-            lines.append(f"paper values: worst {s['paper_worst_pair_epsilon']:.4g}, mean {s['paper_mean_pair_epsilon']:.4g} "
-                         "(labelled reproduction, not a guarantee)")
+            lines.append(
+                f"paper values: worst {s['paper_worst_pair_epsilon']:.4g}, mean {s['paper_mean_pair_epsilon']:.4g} "
+                "(labelled reproduction, not a guarantee)"
+            )
             if s.get("paper_bound"):
                 lines.append(f"  {s['paper_bound']}")
         if s["deviations"]:
             if s["deviation_accounted"]:
-                lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: yes, every node)")
+                lines.append(
+                    f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: yes, every node)"
+                )
             else:
-                who = "; ".join(f"{i}: {why}" for i, why in sorted(s["deviation_unaccounted"].items()))
-                lines.append(f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: NOT YET at "
-                             f"{len(s['deviation_unaccounted'])} node(s) — {who}; when they are back, "
-                             f"'hushnet run close {self.run_id} --deviated' tops them up)")
+                who = "; ".join(
+                    f"{i}: {why}" for i, why in sorted(s["deviation_unaccounted"].items())
+                )
+                lines.append(
+                    f"deviations: {len(s['deviations'])} (accounted with the local-DP bound: NOT YET at "
+                    f"{len(s['deviation_unaccounted'])} node(s) — {who}; when they are back, "
+                    f"'hushnet run close {self.run_id} --deviated' tops them up)"
+                )
         if s["run_seconds"] is not None:
             lines.append(f"run time: {s['run_seconds']:.2f} s")
         for i, e in s["errors"].items():

@@ -6,6 +6,7 @@ it (``run_coroutine_threadsafe``), so ``Client(...).watch(run_id)`` blocks the c
 progress bar updating — in a notebook, a script or a REPL alike.  Async code should use
 :class:`~hushnet.client.core.AsyncClient` directly (``await``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +23,9 @@ class Client:
 
     def __init__(self, state_dir: str | pathlib.Path | None = None, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="hushnet-client", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="hushnet-client", daemon=True
+        )
         self._thread.start()
         try:
             self._async: AsyncClient = self._call(AsyncClient.connect(state_dir, **kwargs))

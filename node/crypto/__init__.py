@@ -10,6 +10,7 @@ Randomness for keys, nonces and polynomial coefficients always comes from the op
 CSPRNG, never from a run's generator: the run seed is public, so anything derived from it would be
 known to every node.
 """
+
 from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from hushnet.crypto.errors import CellError, CryptoError, IntegrityError, UnknownEpoch
 from hushnet.crypto.keys import KeyDirectory, KeyPair, simulation_keypairs
@@ -24,12 +25,33 @@ from hushnet.crypto.sealed import open_sealed, seal, seal_token, token_length, t
 from hushnet.crypto.shamir import PRIME, Share, combine, consistent, split
 
 __all__ = [
-    "CELL_BODY", "from_cells", "n_cells", "to_cells",
-    "CellError", "CryptoError", "IntegrityError", "UnknownEpoch",
-    "KeyDirectory", "KeyPair", "simulation_keypairs",
-    "FixedPoint", "mask_stream", "pairwise_seed",
-    "OnionKeyring", "build_packet", "packet_length", "peel",
+    "CELL_BODY",
+    "from_cells",
+    "n_cells",
+    "to_cells",
+    "CellError",
+    "CryptoError",
+    "IntegrityError",
+    "UnknownEpoch",
+    "KeyDirectory",
+    "KeyPair",
+    "simulation_keypairs",
+    "FixedPoint",
+    "mask_stream",
+    "pairwise_seed",
+    "OnionKeyring",
+    "build_packet",
+    "packet_length",
+    "peel",
     "ReplayCache",
-    "open_sealed", "seal", "seal_token", "token_length", "try_open_token",
-    "PRIME", "Share", "combine", "consistent", "split",
+    "open_sealed",
+    "seal",
+    "seal_token",
+    "token_length",
+    "try_open_token",
+    "PRIME",
+    "Share",
+    "combine",
+    "consistent",
+    "split",
 ]

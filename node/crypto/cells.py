@@ -6,13 +6,14 @@ data ‖ zero padding`` and exactly ``cell_body`` bytes; a message of any length
 ``count`` cells and reassembled strictly (order, count, lengths, zero padding), so truncated,
 oversized, reordered or padded-with-garbage input is refused with :class:`CellError`.
 """
+
 from __future__ import annotations
 
 import struct
 
 from hushnet.crypto.errors import CellError
 
-CELL_BODY = 64 * 1024  # network-wide default (spec anonymity.md §6.2, §6.9)
+CELL_BODY = 64 * 1024  # network-wide default (docs/design/spec/anonymity.md §6.2, §6.9)
 KIND_DATA = 0x01
 _HDR = struct.Struct(">BHHI")  # kind, index, count, bytes used in this cell
 MAX_CELLS = 0xFFFF
@@ -44,13 +45,19 @@ def to_cells(message: bytes, cell_body: int = CELL_BODY) -> bytes:
     return bytes(out)
 
 
-def from_cells(data: bytes, cell_body: int = CELL_BODY, *, expected_cells: int | None = None) -> bytes:
+def from_cells(
+    data: bytes, cell_body: int = CELL_BODY, *, expected_cells: int | None = None
+) -> bytes:
     """Reassemble; refuse anything that is not exactly the cells :func:`to_cells` would produce."""
     if len(data) == 0 or len(data) % cell_body:
-        raise CellError(f"{len(data)} bytes is not a whole number of {cell_body}-byte cells (truncated or oversized)")
+        raise CellError(
+            f"{len(data)} bytes is not a whole number of {cell_body}-byte cells (truncated or oversized)"
+        )
     count = len(data) // cell_body
     if expected_cells is not None and count != expected_cells:
-        raise CellError(f"{count} cells where this deployment's messages are exactly {expected_cells} (oversized or truncated)")
+        raise CellError(
+            f"{count} cells where this deployment's messages are exactly {expected_cells} (oversized or truncated)"
+        )
     cap = capacity(cell_body)
     parts = []
     mv = memoryview(data)

@@ -1,5 +1,6 @@
 """Typed crypto failures.  They subclass the engine's :class:`ProtocolError` so that a machine's
 ``handle`` turns them into a counted :class:`~hushnet.engine.actions.Fault` before any state change."""
+
 from __future__ import annotations
 
 from hushnet.engine.errors import MalformedMessage, ProtocolError

@@ -4,13 +4,19 @@ A node has separate long-term X25519 keys per purpose (onion relaying, destinati
 secure-summation share transport): key separation lets them rotate independently.  The directory
 maps node id -> 32-byte public key for one key epoch.
 """
+
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from hushnet.crypto.errors import CryptoError, UnknownEpoch
 
@@ -31,7 +37,9 @@ def exchange(private: X25519PrivateKey, peer_public: bytes) -> bytes:
         raise CryptoError(f"X25519 exchange refused: {exc}") from exc
 
 
-_STATIC_CACHE_MAX = 1 << 16  # peers whose static secret a key pair remembers (a directory's size, with room)
+_STATIC_CACHE_MAX = (
+    1 << 16
+)  # peers whose static secret a key pair remembers (a directory's size, with room)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,7 +96,9 @@ class KeyDirectory:
         try:
             return self.keys[int(node)]
         except KeyError:
-            raise CryptoError(f"node {node} has no key in the directory of epoch {self.epoch}") from None
+            raise CryptoError(
+                f"node {node} has no key in the directory of epoch {self.epoch}"
+            ) from None
 
     def digest(self) -> bytes:
         """SHA-256 over the canonical encoding (epoch, then sorted (node, key)); neighbours compare it."""

@@ -25,6 +25,7 @@ reusable buffer, so no 800 kB input or output is allocated (and page-faulted) pe
 with in-place numpy ops that wrap mod 2^32 / 2^64 — a multiple of 2^k, so the final :meth:`reduce`
 gives the sum mod 2^k.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,7 +79,9 @@ class FixedPoint:
             raise ValueError("cannot encode NaN or infinity")
         lim = self.max_abs(n_terms)
         if x.size and float(np.max(np.abs(x))) > lim:
-            raise ValueError(f"entries exceed the fixed-point range ±{lim:.3g} for a sum of {n_terms} terms")
+            raise ValueError(
+                f"entries exceed the fixed-point range ±{lim:.3g} for a sum of {n_terms} terms"
+            )
         v = np.rint(x * 2.0**self.frac_bits).astype(np.int64).view(np.uint64)
         return v & self.modulus_mask if self.bits < 64 else v
 
@@ -128,7 +131,9 @@ def _word(dtype: np.dtype | type) -> np.dtype:
     return dt
 
 
-def mask_stream(seed: bytes, n: int, label: bytes = b"", dtype: np.dtype | type = _U64) -> np.ndarray:
+def mask_stream(
+    seed: bytes, n: int, label: bytes = b"", dtype: np.dtype | type = _U64
+) -> np.ndarray:
     """``n`` uniform words (uint64 by default, or uint32) of the mask PRG keyed by the 32-byte ``seed``
     under ``label``.  The uint32 stream of a seed is the uint64 stream's bytes read as 32-bit words."""
     dt = _word(dtype)
@@ -138,7 +143,9 @@ def mask_stream(seed: bytes, n: int, label: bytes = b"", dtype: np.dtype | type 
     return np.frombuffer(buf, dtype=dt, count=n)
 
 
-def add_masks(acc: np.ndarray, terms: Iterable[tuple[bytes, int]], label: bytes = b"") -> np.ndarray:
+def add_masks(
+    acc: np.ndarray, terms: Iterable[tuple[bytes, int]], label: bytes = b""
+) -> np.ndarray:
     """``acc += Σ sign·mask_stream(seed)`` in place (``terms`` = (seed, ±1) pairs), wrapping mod the
     word size of ``acc`` (uint32 or uint64): each keystream is written into one scratch buffer that
     is reused for every term, so no per-mask allocation."""
@@ -162,4 +169,6 @@ def pairwise_seed(mine: KeyPair, peer_public: bytes, u: int, v: int, context: by
     with the round's context keeps every round's seed fresh."""
     lo, hi = (u, v) if u < v else (v, u)
     info = b"hushnet-secagg-pair|" + context + lo.to_bytes(4, "big") + hi.to_bytes(4, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(mine.static_secret(peer_public))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(
+        mine.static_secret(peer_public)
+    )

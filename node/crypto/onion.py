@@ -6,7 +6,7 @@ Layout (every size fixed by the deployment: ``R`` header slots of ``S = 64`` byt
     slot   = type(1: RELAY|FINAL) ‖ next_hop(4) ‖ epk_next(32) ‖ γ_next(16) ‖ zero(11)
 
 Hop k derives ``s = X25519(y_k, epk_k)`` and from it (HKDF-SHA256) a header keystream key ρ, a
-one-time Poly1305 key μ, a payload keystream key π and a replay tag τ (spec anonymity.md §6.3,
+one-time Poly1305 key μ, a payload keystream key π and a replay tag τ (docs/design/spec/anonymity.md §6.3,
 with a fresh ephemeral key per hop because ``cryptography`` offers no scalar blinding).  It checks
 ``γ = Poly1305_μ(version ‖ epoch ‖ β ‖ payload)`` *first* (so garbage never fills the replay
 cache), refuses a τ it already saw in this epoch, then shifts its slot out of the header
@@ -18,6 +18,7 @@ the payload, so tampering anywhere is caught at the very next hop.
 What a hop learns: its previous hop (the link), its next hop (its slot) and whether it is the
 final recipient.  Incoming and outgoing bytes are unlinkable (fresh epk, fresh keystreams).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -55,7 +56,9 @@ def packet_length(slots: int, payload_len: int) -> int:
 def _stream(key: bytes, data: bytes, block: int = 0) -> bytes:
     """``data`` XOR ChaCha20_key from 64-byte block ``block`` on (zero nonce: every key here is used
     once).  Slots are one block each, so the filler reads a stream's tail without its head."""
-    nonce = _NONCE if block == 0 else block.to_bytes(4, "little") + _NONCE[4:]  # 32-bit LE counter ‖ nonce
+    nonce = (
+        _NONCE if block == 0 else block.to_bytes(4, "little") + _NONCE[4:]
+    )  # 32-bit LE counter ‖ nonce
     return Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(data)
 
 
@@ -68,7 +71,9 @@ class HopKeys:
 
 
 def _derive(shared: bytes, epk: bytes, pk: bytes) -> HopKeys:
-    okm = HKDF(algorithm=hashes.SHA256(), length=112, salt=_SALT, info=b"keys").derive(shared + epk + pk)
+    okm = HKDF(algorithm=hashes.SHA256(), length=112, salt=_SALT, info=b"keys").derive(
+        shared + epk + pk
+    )
     return HopKeys(okm[0:32], okm[32:64], okm[64:96], okm[96:112])
 
 
@@ -93,7 +98,13 @@ def _ad(ad: bytes) -> bytes:
 
 
 def build_packet(
-    path: list[tuple[int, bytes]], message: bytes, *, epoch: int, slots: int, payload_len: int, ad: bytes = b""
+    path: list[tuple[int, bytes]],
+    message: bytes,
+    *,
+    epoch: int,
+    slots: int,
+    payload_len: int,
+    ad: bytes = b"",
 ) -> bytes:
     """The packet for hop 1 of ``path = [(node, onion_public_key), …]`` (the last entry is the recipient).
 
@@ -104,7 +115,9 @@ def build_packet(
     if not 1 <= T <= slots:
         raise ValueError(f"path of {T} hops does not fit {slots} header slots")
     if len(message) + _MSG_LEN.size > payload_len:
-        raise ValueError(f"message of {len(message)} bytes exceeds the payload capacity {payload_len - _MSG_LEN.size}")
+        raise ValueError(
+            f"message of {len(message)} bytes exceeds the payload capacity {payload_len - _MSG_LEN.size}"
+        )
     R, S = slots, SLOT
     prefix = _PREFIX.pack(VERSION, epoch)
     epks, keys = [], []
@@ -120,7 +133,9 @@ def build_packet(
         phi = _stream(keys[k - 1].rho, phi + bytes(S), R - k + 1)
     # header and payload layers, innermost first: payload_T = m ⊕ π_T, payload_k = payload_{k+1} ⊕ π_k
     # (one payload buffer at a time: a Mode-B walk has hundreds of hops over a model-sized payload)
-    plain = _MSG_LEN.pack(len(message)) + message + bytes(payload_len - _MSG_LEN.size - len(message))
+    plain = (
+        _MSG_LEN.pack(len(message)) + message + bytes(payload_len - _MSG_LEN.size - len(message))
+    )
     payload = _stream(keys[T - 1].pi, plain)
     final_slot = _SLOT.pack(FINAL, 0, bytes(32), bytes(16))
     # random, not zero, padding behind the final slot: the final hop decrypts the whole header, and
@@ -146,7 +161,9 @@ class OnionKeyring:
     replay: ReplayCache = field(default_factory=ReplayCache)
 
     @classmethod
-    def single(cls, pair: KeyPair, epoch: int = 0, replay: ReplayCache | None = None) -> "OnionKeyring":
+    def single(
+        cls, pair: KeyPair, epoch: int = 0, replay: ReplayCache | None = None
+    ) -> "OnionKeyring":
         if replay is None:
             replay = ReplayCache({epoch})
         else:
@@ -178,13 +195,17 @@ class DuplicatePacket(ReplayedMessage):
     code = "replay"
 
 
-def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int, ad: bytes = b"") -> Peeled:
+def peel(
+    keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int, ad: bytes = b""
+) -> Peeled:
     """Process one hop: verify, refuse replays, strip the layer.  Raises before any state change
     except the replay-cache insert, which happens only for an authentic packet."""
     R, S = slots, SLOT
     want = packet_length(R, payload_len)
     if len(packet) != want:
-        raise CellError(f"onion packet of {len(packet)} bytes, this deployment's packets are {want}")
+        raise CellError(
+            f"onion packet of {len(packet)} bytes, this deployment's packets are {want}"
+        )
     version, epoch = _PREFIX.unpack_from(packet)
     if version != VERSION:
         raise CellError(f"onion packet version {version}, expected {VERSION}")
@@ -208,9 +229,13 @@ def peel(keyring: OnionKeyring, packet: bytes, *, slots: int, payload_len: int, 
     try:
         mac.verify(gamma)
     except InvalidSignature:
-        raise IntegrityError("onion layer MAC does not verify (tampered, or not for this node)") from None
+        raise IntegrityError(
+            "onion layer MAC does not verify (tampered, or not for this node)"
+        ) from None
     dig = gamma  # the MAC under this hop's one-time key identifies the authentic packet's bytes (no pass over the payload)
-    prev = keyring.replay.add_if_new(epoch, hk.tau, dig)  # one SQLite statement per hop on a node's cache
+    prev = keyring.replay.add_if_new(
+        epoch, hk.tau, dig
+    )  # one SQLite statement per hop on a node's cache
     if prev is not None:
         if hmac.compare_digest(prev, dig):
             raise DuplicatePacket(f"duplicate onion packet in epoch {epoch}")

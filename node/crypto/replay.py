@@ -4,6 +4,7 @@ A relay (or a destination) refuses a packet whose tag it already saw *within the
 cache only has to span the epochs whose keys the node still holds, so it is bounded by key
 rotation, and a packet for an epoch the node holds no key for is refused as unknown.
 """
+
 from __future__ import annotations
 
 from hushnet.crypto.errors import UnknownEpoch
@@ -33,7 +34,9 @@ class ReplayCache:
     def seen(self, epoch: int, tag: bytes) -> bytes | None:
         """The digest recorded with ``tag`` (None if new); :class:`UnknownEpoch` for an epoch not held."""
         if epoch not in self._seen:
-            raise UnknownEpoch(f"no replay cache (and no key) for epoch {epoch}; held: {self.epochs}")
+            raise UnknownEpoch(
+                f"no replay cache (and no key) for epoch {epoch}; held: {self.epochs}"
+            )
         return self._seen[epoch].get(tag)
 
     def add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
@@ -75,7 +78,9 @@ class PersistentReplayCache(ReplayCache):
     with ``synchronous=NORMAL``: committed at once (a process crash loses nothing), fsynced at
     checkpoints (not every packet)."""
 
-    def __init__(self, path, epochs: set[int] | None = None, *, max_per_epoch: int = 1 << 22, keep: int = 2) -> None:
+    def __init__(
+        self, path, epochs: set[int] | None = None, *, max_per_epoch: int = 1 << 22, keep: int = 2
+    ) -> None:
         import sqlite3
 
         self.path, self.max_per_epoch, self.keep = path, int(max_per_epoch), int(keep)
@@ -83,11 +88,17 @@ class PersistentReplayCache(ReplayCache):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS epochs (epoch INTEGER PRIMARY KEY)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS tags (epoch INTEGER NOT NULL, tag BLOB NOT NULL, digest BLOB NOT NULL, "
-                         "PRIMARY KEY (epoch, tag)) WITHOUT ROWID")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS tags (epoch INTEGER NOT NULL, tag BLOB NOT NULL, digest BLOB NOT NULL, "
+            "PRIMARY KEY (epoch, tag)) WITHOUT ROWID"
+        )
         # tags per held epoch, kept in memory (one statement per packet on the hot path, not three)
-        self._n: dict[int, int] = {e: int(self._db.execute("SELECT COUNT(*) FROM tags WHERE epoch = ?", (e,)).fetchone()[0])
-                                   for (e,) in self._db.execute("SELECT epoch FROM epochs").fetchall()}
+        self._n: dict[int, int] = {
+            e: int(
+                self._db.execute("SELECT COUNT(*) FROM tags WHERE epoch = ?", (e,)).fetchone()[0]
+            )
+            for (e,) in self._db.execute("SELECT epoch FROM epochs").fetchall()
+        }
         for e in sorted(epochs or set()):
             self.open_epoch(e, self.keep)
 
@@ -119,19 +130,27 @@ class PersistentReplayCache(ReplayCache):
     def _count(self, epoch: int) -> int:
         n = self._n.get(int(epoch))
         if n is None:
-            raise UnknownEpoch(f"no replay cache (and no key) for epoch {epoch}; held: {self.epochs}")
+            raise UnknownEpoch(
+                f"no replay cache (and no key) for epoch {epoch}; held: {self.epochs}"
+            )
         return n
 
     def seen(self, epoch: int, tag: bytes) -> bytes | None:
         self._count(epoch)
-        row = self._db.execute("SELECT digest FROM tags WHERE epoch = ? AND tag = ?", (int(epoch), bytes(tag))).fetchone()
+        row = self._db.execute(
+            "SELECT digest FROM tags WHERE epoch = ? AND tag = ?", (int(epoch), bytes(tag))
+        ).fetchone()
         return None if row is None else bytes(row[0])
 
     def add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
         if self._count(epoch) >= self.max_per_epoch:
-            raise ReplayCacheFull(f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key")
-        cur = self._db.execute("INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
-                               (int(epoch), bytes(tag), bytes(digest)))  # autocommit: durable when it returns
+            raise ReplayCacheFull(
+                f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key"
+            )
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
+            (int(epoch), bytes(tag), bytes(digest)),
+        )  # autocommit: durable when it returns
         self._n[int(epoch)] += cur.rowcount
 
     def add_if_new(self, epoch: int, tag: bytes, digest: bytes = b"") -> bytes | None:
@@ -140,9 +159,13 @@ class PersistentReplayCache(ReplayCache):
         if self._count(epoch) >= self.max_per_epoch:
             if (prev := self.seen(epoch, tag)) is not None:
                 return prev
-            raise ReplayCacheFull(f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key")
-        cur = self._db.execute("INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
-                               (int(epoch), bytes(tag), bytes(digest)))
+            raise ReplayCacheFull(
+                f"replay cache of key epoch {epoch} is full ({self.max_per_epoch} tags): rotate the key"
+            )
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO tags (epoch, tag, digest) VALUES (?, ?, ?)",
+            (int(epoch), bytes(tag), bytes(digest)),
+        )
         if cur.rowcount == 1:
             self._n[int(epoch)] += 1
             return None

@@ -1,6 +1,6 @@
 """Sealed boxes: public-key encryption to one node, anonymous for the sender and key-private.
 
-Construction (spec anonymity.md §6.4 fallback, the shape of libsodium's ``crypto_box_seal``):
+Construction (docs/design/spec/anonymity.md §6.4 fallback, the shape of libsodium's ``crypto_box_seal``):
 a fresh ephemeral X25519 key ``e``, ``s = X25519(e, pk)``, ``k = HKDF-SHA256(s ‖ epk ‖ pk)`` with
 the caller's ``info`` as HKDF info, ChaCha20-Poly1305 under ``k`` with a zero nonce (``k`` is
 single-use) and ``info`` as associated data; output ``epk ‖ ct ‖ tag``.  The ciphertext carries no
@@ -19,6 +19,7 @@ Tokens (:func:`seal_token`) are two-part so that a relay's failed trial costs on
 32-byte AEAD, not a pass over the whole model: ``kem = seal(pk, K_c)`` (80 B) then the body under
 ``K_c`` with ``kem`` as associated data (so a body cannot be moved under another header).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,9 @@ TOKEN_OVERHEAD = KEM_LEN + TAG_LEN  # 96
 
 
 def _key(shared: bytes, epk: bytes, pk: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=info).derive(shared + epk + pk)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=info).derive(
+        shared + epk + pk
+    )
 
 
 def seal(recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
@@ -53,7 +56,9 @@ def seal(recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
     return epk + ChaCha20Poly1305(k).encrypt(_ZERO_NONCE, plaintext, info)
 
 
-def seal_many(recipient_publics: list[bytes], plaintexts: list[bytes], info: bytes = b"") -> list[bytes]:
+def seal_many(
+    recipient_publics: list[bytes], plaintexts: list[bytes], info: bytes = b""
+) -> list[bytes]:
     """:func:`seal` to several *distinct* recipients with one ephemeral key (one key generation instead of
     one per box; secure summation seals a share pair to every other member).  Each box has :func:`seal`'s
     format and opens with :func:`open_sealed`; its key is bound to its recipient's public key, so the
@@ -62,11 +67,15 @@ def seal_many(recipient_publics: list[bytes], plaintexts: list[bytes], info: byt
     if len(recipient_publics) != len(plaintexts):
         raise ValueError("one plaintext per recipient")
     if len(set(recipient_publics)) != len(recipient_publics):
-        raise ValueError("seal_many needs distinct recipients (a repeated key would reuse the nonce)")
+        raise ValueError(
+            "seal_many needs distinct recipients (a repeated key would reuse the nonce)"
+        )
     e = X25519PrivateKey.generate()
     epk = public_bytes(e.public_key())
-    return [epk + ChaCha20Poly1305(_key(exchange(e, pk), epk, pk, info)).encrypt(_ZERO_NONCE, pt, info)
-            for pk, pt in zip(recipient_publics, plaintexts)]
+    return [
+        epk + ChaCha20Poly1305(_key(exchange(e, pk), epk, pk, info)).encrypt(_ZERO_NONCE, pt, info)
+        for pk, pt in zip(recipient_publics, plaintexts)
+    ]
 
 
 _STATIC_SALT = b"hushnet-static-box-v1"
@@ -74,12 +83,18 @@ NONCE_LEN = 12
 STATIC_OVERHEAD = NONCE_LEN + TAG_LEN  # 28
 
 
-def _static_key(mine: KeyPair, peer_public: bytes, sender_pk: bytes, recipient_pk: bytes, info: bytes) -> bytes:
+def _static_key(
+    mine: KeyPair, peer_public: bytes, sender_pk: bytes, recipient_pk: bytes, info: bytes
+) -> bytes:
     shared = mine.static_secret(peer_public)
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_STATIC_SALT, info=info).derive(shared + sender_pk + recipient_pk)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_STATIC_SALT, info=info).derive(
+        shared + sender_pk + recipient_pk
+    )
 
 
-def seal_static(sender: KeyPair, recipient_public: bytes, plaintext: bytes, info: bytes = b"") -> bytes:
+def seal_static(
+    sender: KeyPair, recipient_public: bytes, plaintext: bytes, info: bytes = b""
+) -> bytes:
     """Encrypt ``plaintext`` from ``sender`` to ``recipient_public`` under their static-static key
     (see the module doc): ``nonce ‖ ct ‖ tag``, 28 bytes of overhead, no X25519 after the first box
     to a peer.  The key depends on the direction (sender's key first) and on ``info``, so the two
@@ -103,7 +118,9 @@ def open_static(recipient: KeyPair, sender_public: bytes, box: bytes, info: byte
     try:
         return ChaCha20Poly1305(k).decrypt(box[:NONCE_LEN], box[NONCE_LEN:], info)
     except InvalidTag:
-        raise IntegrityError("static box does not open (another sender or recipient, other info, or tampered)") from None
+        raise IntegrityError(
+            "static box does not open (another sender or recipient, other info, or tampered)"
+        ) from None
 
 
 def open_sealed(keypair: KeyPair, box: bytes, info: bytes = b"") -> bytes:
@@ -118,7 +135,9 @@ def open_sealed(keypair: KeyPair, box: bytes, info: bytes = b"") -> bytes:
     try:
         return ChaCha20Poly1305(k).decrypt(_ZERO_NONCE, box[KEY_LEN:], info)
     except InvalidTag:
-        raise IntegrityError("sealed box does not open with this key (tampered, or for another recipient)") from None
+        raise IntegrityError(
+            "sealed box does not open with this key (tampered, or for another recipient)"
+        ) from None
 
 
 def token_length(body_len: int) -> int:
@@ -145,7 +164,9 @@ def try_open_token(keypair: KeyPair, token: bytes, info: bytes = b"") -> bytes |
     try:
         return ChaCha20Poly1305(kc).decrypt(_ZERO_NONCE, token[KEM_LEN:], kem)
     except InvalidTag:
-        raise IntegrityError("token header is for this node but the body fails authentication (tampered)") from None
+        raise IntegrityError(
+            "token header is for this node but the body fails authentication (tampered)"
+        ) from None
 
 
 def token_replay_tag(token: bytes) -> bytes:

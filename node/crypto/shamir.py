@@ -15,6 +15,7 @@ stay small integers and the products are cheap.  Coefficients are ``320``-bit CS
 reduced mod the prime: statistical distance from uniform below ``2^-63``, the usual
 "64 extra bits" rule (FIPS 186-5 B.2.1).
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,12 @@ def check_encoded(data: bytes, x: int) -> bytes:
     checked without building a :class:`Share`: a secure-summation holder only forwards the shares dealt
     to it (encoded) to the leader, who decodes those it uses, so a member checks hundreds a round."""
     if len(data) != SHARE_LEN or data[:4] != _X.pack(x):
-        raise InconsistentShares(f"share of {len(data)} bytes or for another point, expected {SHARE_LEN} at x = {x}")
-    if data[4] and int.from_bytes(data[4:], "big") >= PRIME:  # a zero top byte is below 2^256 < PRIME
+        raise InconsistentShares(
+            f"share of {len(data)} bytes or for another point, expected {SHARE_LEN} at x = {x}"
+        )
+    if (
+        data[4] and int.from_bytes(data[4:], "big") >= PRIME
+    ):  # a zero top byte is below 2^256 < PRIME
         raise InconsistentShares("share outside the field")
     return data
 
@@ -92,10 +97,16 @@ def split_many(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> l
     # into each other: a slot holds Σ_j c_kj·x^j < t·2^320·max(x^j) < 2^W.  The random coefficients go
     # in unreduced (320 CSPRNG bits each): the shares are taken mod PRIME, which is the evaluation of
     # the reduced polynomial, so their law is exactly that of reducing each coefficient first.
-    wb = (8 * _COEFF_LEN + max(max(pw) for pw in powers).bit_length() + t.bit_length() + 8) // 8  # slot bytes
+    wb = (
+        8 * _COEFF_LEN + max(max(pw) for pw in powers).bit_length() + t.bit_length() + 8
+    ) // 8  # slot bytes
     slots = np.zeros((t, S, wb), dtype=np.uint8)  # little-endian slots, coefficient-major
-    slots[0, :, :SECRET_LEN] = np.frombuffer(b"".join(secrets), dtype=np.uint8).reshape(S, SECRET_LEN)[:, ::-1]
-    slots[1:, :, :_COEFF_LEN] = np.frombuffer(os.urandom(_COEFF_LEN * (t - 1) * S), dtype=np.uint8).reshape(t - 1, S, _COEFF_LEN)
+    slots[0, :, :SECRET_LEN] = np.frombuffer(b"".join(secrets), dtype=np.uint8).reshape(
+        S, SECRET_LEN
+    )[:, ::-1]
+    slots[1:, :, :_COEFF_LEN] = np.frombuffer(
+        os.urandom(_COEFF_LEN * (t - 1) * S), dtype=np.uint8
+    ).reshape(t - 1, S, _COEFF_LEN)
     packed = [int.from_bytes(slots[j].tobytes(), "little") for j in range(t)]
     cols = []
     for pw in powers:

@@ -12,6 +12,7 @@ Every signed message starts with a purpose label chosen by the caller (e.g.
 ``b"hushnet-secagg-consistency-v1|"``): the same key signs the bootstrap heartbeats
 (``hushnet.v1|…``), so the labels keep the two languages disjoint.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,9 @@ MAX_SPKI_LEN = 128  # DER SubjectPublicKeyInfo of a P-256 key: 91 bytes
 
 
 def spki_bytes(public_key: ec.EllipticCurvePublicKey) -> bytes:
-    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +47,9 @@ class Signer:
 
     @classmethod
     def from_key(cls, key: ec.EllipticCurvePrivateKey) -> "Signer":
-        if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(
+            key.curve, ec.SECP256R1
+        ):
             raise ValueError("a node signing key is an ECDSA P-256 private key")
         return cls(key, spki_bytes(key.public_key()))
 
@@ -67,10 +72,25 @@ class SignerDirectory:
         want = self.keys.get(int(node))
         if want is None:
             raise IntegrityError(f"node {node} has no signing key in the directory")
-        if len(spki) > MAX_SPKI_LEN or len(signature) > MAX_SIG_LEN or hashlib.sha256(spki).digest() != want:
-            raise IntegrityError(f"the signing key presented for node {node} is not the one in the directory")
-        key = hashlib.sha256(b"".join((len(spki).to_bytes(2, "big"), spki, len(signature).to_bytes(2, "big"),
-                                       signature, message))).digest()
+        if (
+            len(spki) > MAX_SPKI_LEN
+            or len(signature) > MAX_SIG_LEN
+            or hashlib.sha256(spki).digest() != want
+        ):
+            raise IntegrityError(
+                f"the signing key presented for node {node} is not the one in the directory"
+            )
+        key = hashlib.sha256(
+            b"".join(
+                (
+                    len(spki).to_bytes(2, "big"),
+                    spki,
+                    len(signature).to_bytes(2, "big"),
+                    signature,
+                    message,
+                )
+            )
+        ).digest()
         if key in _VERIFIED:  # this very (key, signature, message) verified before in this process
             _VERIFIED.move_to_end(key)
             return
@@ -113,6 +133,10 @@ def simulation_signers(seed: int, n: int) -> list[Signer]:
     order = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551  # of the P-256 group
     out = []
     for v in range(n):
-        d = int.from_bytes(hashlib.sha256(f"hushnet-sim-sign|{seed}|{v}".encode()).digest(), "big") % (order - 1) + 1
+        d = (
+            int.from_bytes(hashlib.sha256(f"hushnet-sim-sign|{seed}|{v}".encode()).digest(), "big")
+            % (order - 1)
+            + 1
+        )
         out.append(Signer.from_key(ec.derive_private_key(d, ec.SECP256R1())))
     return out

@@ -20,6 +20,7 @@ Driving a machine (what :mod:`hushnet.sim` does, and what the gRPC node driver m
    report; ``Finish`` → the final model and (first Finish or every live node, the driver's rule) the
    end of the run.
 """
+
 from hushnet.engine.actions import (
     Action,
     CancelTimer,
@@ -46,8 +47,30 @@ from hushnet.engine.rng import node_generators, node_seed_sequences
 from hushnet.engine.wire import Envelope
 
 __all__ = [
-    "Action", "CancelTimer", "Deviation", "Fault", "Finish", "LedgerEntry", "Metric", "Paused", "Send",
-    "SetTimer", "MalformedMessage", "ProtocolError", "ReplayedMessage", "UnexpectedSender", "WrongDimension",
-    "WrongRun", "Event", "Delivered", "MessageArrived", "RunStarted", "TimerFired", "NodeContext", "Protocol",
-    "node_generators", "node_seed_sequences", "Envelope",
+    "Action",
+    "CancelTimer",
+    "Deviation",
+    "Fault",
+    "Finish",
+    "LedgerEntry",
+    "Metric",
+    "Paused",
+    "Send",
+    "SetTimer",
+    "MalformedMessage",
+    "ProtocolError",
+    "ReplayedMessage",
+    "UnexpectedSender",
+    "WrongDimension",
+    "WrongRun",
+    "Event",
+    "Delivered",
+    "MessageArrived",
+    "RunStarted",
+    "TimerFired",
+    "NodeContext",
+    "Protocol",
+    "node_generators",
+    "node_seed_sequences",
+    "Envelope",
 ]

@@ -1,4 +1,5 @@
 """Outputs of a protocol machine.  Drivers execute them; machines never perform I/O themselves."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

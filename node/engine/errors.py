@@ -4,6 +4,7 @@ Every rejection of a message is one of these, so a driver can report a precise r
 operator, and a machine can refuse the message *before* touching its state or its ledger —
 which is what keeps the ledger exact when a peer misbehaves.
 """
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Inputs of a protocol machine.  A driver (simulator or gRPC node) turns the outside world into these."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,11 +18,22 @@ Rules :func:`execute` enforces for every driver:
 * an object that is not an engine action is refused with a :class:`TypeError` naming it — a new
   action kind must be given an effect here, never silently dropped by some driver.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol
 
-from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.actions import (
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 
 __all__ = ["Effects", "EFFECT_OF", "execute"]
 
@@ -92,7 +103,9 @@ def _effect_name(cls: type) -> str:
         if name is not None:
             return name
     known = ", ".join(c.__name__ for c in EFFECT_OF)
-    raise TypeError(f"cannot execute {cls.__module__}.{cls.__qualname__}: not an engine action (known: {known})")
+    raise TypeError(
+        f"cannot execute {cls.__module__}.{cls.__qualname__}: not an engine action (known: {known})"
+    )
 
 
 # effects class → {action class → unbound effect function}; filled on first use of each pair, so

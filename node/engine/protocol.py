@@ -1,4 +1,5 @@
 """The state-machine interface every protocol implements, and what a machine knows about its node."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ opaque payload).  Token payloads have a fixed layout — a little-endian header 
 little-endian float64 — so a model crosses the network bit-exactly and a receiver can validate
 it strictly (length, dimension) before touching any state.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,10 +34,22 @@ class Envelope:
         r = self.run_id.encode()
         if len(p) > 255 or len(r) > 255:
             raise ValueError("protocol name and run id must be at most 255 bytes")
-        return b"".join((_ENV_MAGIC, bytes((len(p),)), p, bytes((len(r),)), r, struct.pack("<Q", self.seq), self.payload))
+        return b"".join(
+            (
+                _ENV_MAGIC,
+                bytes((len(p),)),
+                p,
+                bytes((len(r),)),
+                r,
+                struct.pack("<Q", self.seq),
+                self.payload,
+            )
+        )
 
     @classmethod
-    def decode(cls, data: bytes, *, protocol: str | None = None, run_id: str | None = None) -> "Envelope":
+    def decode(
+        cls, data: bytes, *, protocol: str | None = None, run_id: str | None = None
+    ) -> "Envelope":
         """Parse an envelope; with ``protocol``/``run_id`` given, refuse one meant for another run (:class:`WrongRun`)."""
         try:
             if data[:3] != _ENV_MAGIC:
@@ -74,7 +87,7 @@ _ACK = struct.Struct("<BQ")  # kind, step
 class Token:
     """A token in transit: global step counter, run length, one protocol-specific integer, the vector.
 
-    The token deliberately has **no sender field** (spec PART D 25): what a node learns about who
+    The token deliberately has **no sender field** (docs/design/spec/randomwalk.md PART D 25): what a node learns about who
     sent it is whatever the transport reveals, and the view model says what that is.
     """
 
@@ -86,7 +99,9 @@ class Token:
     vector: np.ndarray
 
 
-def encode_token(step: int, total: int, aux: int, recipient: int, vector: np.ndarray, kind: int = KIND_TOKEN) -> bytes:
+def encode_token(
+    step: int, total: int, aux: int, recipient: int, vector: np.ndarray, kind: int = KIND_TOKEN
+) -> bytes:
     v = np.ascontiguousarray(vector, dtype=_F64)
     if v.ndim != 1:
         raise ValueError("token vector must be 1-D")
@@ -96,17 +111,23 @@ def encode_token(step: int, total: int, aux: int, recipient: int, vector: np.nda
 def decode_token(payload: bytes, expected_dim: int, kind: int = KIND_TOKEN) -> Token:
     """Strictly parse a token: right kind, header complete, declared dim = run dim, exact length."""
     if len(payload) < _TOKEN_HDR.size:
-        raise MalformedMessage(f"token too short ({len(payload)} bytes, header needs {_TOKEN_HDR.size})")
+        raise MalformedMessage(
+            f"token too short ({len(payload)} bytes, header needs {_TOKEN_HDR.size})"
+        )
     k, step, total, aux, recipient, dim = _TOKEN_HDR.unpack_from(payload)
     if k != kind:
         raise MalformedMessage(f"expected message kind {kind}, got {k}")
     if dim != expected_dim:
-        raise WrongDimension(f"token has dimension {dim}, this run's model has dimension {expected_dim}")
+        raise WrongDimension(
+            f"token has dimension {dim}, this run's model has dimension {expected_dim}"
+        )
     body = len(payload) - _TOKEN_HDR.size
     if body != 8 * dim:
         raise MalformedMessage(f"token declares {dim} float64 values but carries {body} bytes")
     vec = np.frombuffer(payload, dtype=_F64, count=dim, offset=_TOKEN_HDR.size).copy()
-    if not np.isfinite(vec.sum()) and not np.isfinite(vec).all():  # the sum is finite iff all are (barring overflow)
+    if (
+        not np.isfinite(vec.sum()) and not np.isfinite(vec).all()
+    ):  # the sum is finite iff all are (barring overflow)
         raise MalformedMessage("token vector contains NaN or infinity")
     return Token(k, step, total, aux, recipient, vec)
 

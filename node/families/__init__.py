@@ -5,6 +5,7 @@ Adding a family: write its machines (usually under :mod:`hushnet.protocols`), a 
 registered by importing a module: the run service, the registry and the accountant's entry points
 ask :func:`family_of`.
 """
+
 from __future__ import annotations
 
 from hushnet.families.anonymity import FAMILY as ANONYMITY
@@ -40,8 +41,22 @@ def family_of(protocol: str) -> Family:
     try:
         return _BY_PROTOCOL[protocol]
     except KeyError:
-        raise UnknownRunProtocol(f"unknown protocol {protocol!r}; available: {sorted(_BY_PROTOCOL)}") from None
+        raise UnknownRunProtocol(
+            f"unknown protocol {protocol!r}; available: {sorted(_BY_PROTOCOL)}"
+        ) from None
 
 
-__all__ = ["FAMILIES", "Family", "RunCost", "UnknownRunProtocol", "family_of", "protocols",
-           "WALK", "PAD", "GOSSIP", "ANONYMITY", "SECAGG", "CENTRAL"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "RunCost",
+    "UnknownRunProtocol",
+    "family_of",
+    "protocols",
+    "WALK",
+    "PAD",
+    "GOSSIP",
+    "ANONYMITY",
+    "SECAGG",
+    "CENTRAL",
+]

@@ -1,5 +1,6 @@
 """Source anonymity for random walks: onion-relayed RW DP-SGD (anonymous-sender view) and the
 source-anonymous walk of Egger et al. (sealed token, Mode A / Mode B).  See ``docs/anonymity.md``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +13,7 @@ class AnonymityFamily(Family):
     protocols = {
         "rw-dpsgd-onion": "RW DP-SGD with onion relaying along graph edges (anonymous-sender view)",
         "anon-walk-sgd": "source-anonymous random-walk SGD (Egger et al.): model sealed to a p*-sampled destination; "
-                         "mode 'A' walks the sealed token, mode 'B' sends it as an onion along a source-sampled walk",
+        "mode 'A' walks the sealed token, mode 'B' sends it as an onion along a source-sampled walk",
     }
 
     def machine_params(self, spec) -> dict[str, Any]:
@@ -23,8 +24,19 @@ class AnonymityFamily(Family):
     def make_machine(self, protocol, ctx, task, params, *, W, options, run_seed):
         from hushnet.protocols.onion import make_anonymity_machine
 
-        return make_anonymity_machine(protocol, ctx.node, ctx.n, task, run_seed=run_seed, run_id=ctx.run_id,
-                                      params=params, W=W, view_model=ctx.view_model, options=options, rng=ctx.rng)
+        return make_anonymity_machine(
+            protocol,
+            ctx.node,
+            ctx.n,
+            task,
+            run_seed=run_seed,
+            run_id=ctx.run_id,
+            params=params,
+            W=W,
+            view_model=ctx.view_model,
+            options=options,
+            rng=ctx.rng,
+        )
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
         from hushnet.runs.anonymity import build_anon_walk, build_onion

@@ -11,10 +11,12 @@ Family modules import their heavy dependencies (scipy, the privacy library) insi
 the family list is imported by every node process, and a node that runs a walk should not pay for
 the gossip accountant (issue 12's import weight).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol as TypingProtocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, runtime_checkable
+from typing import Protocol as TypingProtocol
 
 import numpy as np
 
@@ -98,23 +100,52 @@ class Family(ABC):
         return False
 
     @abstractmethod
-    def make_machine(self, protocol: str, ctx: "NodeContext", task: Any, params: dict[str, Any], *,
-                     W: Any, options: Any, run_seed: int) -> "Protocol":
+    def make_machine(
+        self,
+        protocol: str,
+        ctx: "NodeContext",
+        task: Any,
+        params: dict[str, Any],
+        *,
+        W: Any,
+        options: Any,
+        run_seed: int,
+    ) -> "Protocol":
         """One node's machine; ``ctx`` carries its vertex, n, run id, generator and view model."""
 
-    def node_machine(self, node: Any, spec: "RunSpec", vertex: int, ids: list[str], task: Any, W: Any,
-                     options: Any) -> "Protocol":
+    def node_machine(
+        self,
+        node: Any,
+        spec: "RunSpec",
+        vertex: int,
+        ids: list[str],
+        task: Any,
+        W: Any,
+        options: Any,
+    ) -> "Protocol":
         """The machine a networked node runs (families that need node-local material — keys, the
         directory — override this); by default the simulator's machine with the node's own generator."""
         from hushnet.protocols.registry import make_machine
 
-        return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                            params=spec.machine_params(), W=W if self.needs_transition_matrix(spec.protocol) else None,
-                            view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
+        return make_machine(
+            spec.protocol,
+            vertex,
+            len(ids),
+            task,
+            run_seed=spec.seed,
+            run_id=spec.run_id,
+            params=spec.machine_params(),
+            W=W if self.needs_transition_matrix(spec.protocol) else None,
+            view_model=spec.view_model,
+            options=options,
+            rng=spec.node_rng(vertex, len(ids)),
+        )
 
     # ---- accounting -----------------------------------------------------------------------------
 
-    def project(self, spec: "RunSpec", vertex: int, local: "Budget | None", W: Any) -> "PolicyDecision":
+    def project(
+        self, spec: "RunSpec", vertex: int, local: "Budget | None", W: Any
+    ) -> "PolicyDecision":
         """The node's projected certified loss before it accepts the run (and its decision)."""
         from hushnet.runs.spec import evaluate_policy
 
@@ -127,13 +158,17 @@ class Family(ABC):
 
         return local_dp_cost(vertex, ids, orders)
 
-    def paper_bound(self, spec: "RunSpec", vertex: int, contributions: float, W: Any) -> tuple[np.ndarray, str] | None:
+    def paper_bound(
+        self, spec: "RunSpec", vertex: int, contributions: float, W: Any
+    ) -> tuple[np.ndarray, str] | None:
         """The published (uncertified) bound of this node's row and its label; None if the papers give none."""
         return None
 
     # ---- node-side plumbing ---------------------------------------------------------------------
 
-    def journal(self, service: Any, spec: "RunSpec", vertex: int, ids: list[str]) -> Callable[[Any], None] | None:
+    def journal(
+        self, service: Any, spec: "RunSpec", vertex: int, ids: list[str]
+    ) -> Callable[[Any], None] | None:
         """A durable per-ledger-entry journal the driver writes before the next actions, or None."""
         return None
 

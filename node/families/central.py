@@ -1,5 +1,6 @@
 """The central DP-SGD baseline: a trusted aggregator (the operator) — NOT decentralized; shown beside
 the decentralized protocols so their utility and privacy can be compared with it."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,14 +10,20 @@ from hushnet.families.base import Family
 
 class CentralFamily(Family):
     name = "central"
-    protocols = {"central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"}
+    protocols = {
+        "central-dpsgd": "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
+    }
     operator_driven = True  # the operator's run_central aggregates (node/client/central.py)
 
     def task_kind(self, protocol: str) -> str:
         return "gradient"
 
     def machine_params(self, spec) -> dict[str, Any]:
-        return {"steps": spec.steps, "step_size": spec.step_size, "noise_std": 2.0 * spec.clip * spec.sigma}
+        return {
+            "steps": spec.steps,
+            "step_size": spec.step_size,
+            "noise_std": 2.0 * spec.clip * spec.sigma,
+        }
 
     def contexts(self, protocol: str, n: int) -> int:
         return n + 1  # machine n is the aggregator

@@ -1,5 +1,6 @@
 """Gossip averaging and optimisation with local noise: Muffliato (averaging, randomized, GD) and
 streaming gossip DP-GD (Koskela–Kulkarni).  Certified views: ``docs/design/spec/gossip.md``."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """P-AD (privacy amplification by decentralization): private sums and histograms on the directed
 ring and the complete graph (P-AD Alg. 1, 2, 3, 5).  Its token SGD (Alg. 4) is a walk."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,15 +41,33 @@ class PadFamily(Family):
 
         p = params
         if protocol == "pad-ring-sum":
-            return RingSum(ctx, task, int(p["rounds"]), float(p["sigma_loc"]),
-                           distributed_noise=bool(p.get("distributed_noise", False)), options=options)
+            return RingSum(
+                ctx,
+                task,
+                int(p["rounds"]),
+                float(p["sigma_loc"]),
+                distributed_noise=bool(p.get("distributed_noise", False)),
+                options=options,
+            )
         if protocol == "pad-complete-sum":
-            return CompleteSum(ctx, task, int(p["steps"]), float(p["sigma_loc"]), start=int(p.get("start", 0)),
-                               options=options)
+            return CompleteSum(
+                ctx,
+                task,
+                int(p["steps"]),
+                float(p["sigma_loc"]),
+                start=int(p.get("start", 0)),
+                options=options,
+            )
         if protocol == "pad-ring-histogram":
             return RingHistogram(ctx, task, int(p["rounds"]), float(p["gamma"]), options=options)
-        return CompleteHistogram(ctx, task, int(p["steps"]), float(p["gamma"]), start=int(p.get("start", 0)),
-                                 options=options)
+        return CompleteHistogram(
+            ctx,
+            task,
+            int(p["steps"]),
+            float(p["gamma"]),
+            start=int(p.get("start", 0)),
+            options=options,
+        )
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
         from hushnet.runs.pad_runs import build_machine

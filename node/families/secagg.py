@@ -2,6 +2,7 @@
 a leader that sees only the sum — alone (``secagg-sum``) or as the aggregation step of distributed-DP
 SGD (``secagg-dpsgd``, rotating leader).  Accounting: :mod:`hushnet.privacy.secure_sum`; threat model:
 ``docs/anonymity.md``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +15,7 @@ class SecAggFamily(Family):
     protocols = {
         "secagg-sum": "secure summation with pairwise masks, Shamir dropout recovery and a threshold (aggregate view)",
         "secagg-dpsgd": "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise "
-                        "shares are summed by secure summation under a rotating leader; distributed DP, no trusted party",
+        "shares are summed by secure summation under a rotating leader; distributed DP, no trusted party",
     }
 
     def task_kind(self, protocol: str) -> str | None:
@@ -39,8 +40,19 @@ class SecAggFamily(Family):
             return make_ddp_machine(ctx, task, params, run_seed=run_seed)
         from hushnet.protocols.onion import make_anonymity_machine
 
-        return make_anonymity_machine(protocol, ctx.node, ctx.n, task, run_seed=run_seed, run_id=ctx.run_id,
-                                      params=params, W=W, view_model=ctx.view_model, options=options, rng=ctx.rng)
+        return make_anonymity_machine(
+            protocol,
+            ctx.node,
+            ctx.n,
+            task,
+            run_seed=run_seed,
+            run_id=ctx.run_id,
+            params=params,
+            W=W,
+            view_model=ctx.view_model,
+            options=options,
+            rng=ctx.rng,
+        )
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
         if spec.protocol == "secagg-dpsgd":

@@ -1,5 +1,6 @@
 """The random walk: RW DP-SGD on the graph's public W, P-AD's complete-graph token SGD, and the
 local-DP baseline walk (random-walk paper, Alg. 1; P-AD Alg. 4)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,8 +25,13 @@ class WalkFamily(Family):
         return "complete" if protocol == "pad-complete-sgd" else None
 
     def machine_params(self, spec) -> dict[str, Any]:
-        return {"steps": spec.steps, "step_size": spec.step_size, "sigma": spec.sigma, "cap": spec.cap,
-                "start": spec.start}
+        return {
+            "steps": spec.steps,
+            "step_size": spec.step_size,
+            "sigma": spec.sigma,
+            "cap": spec.cap,
+            "start": spec.start,
+        }
 
     def needs_transition_matrix(self, protocol: str) -> bool:
         return protocol in ("rw-dpsgd", "local-dp-sgd")
@@ -38,12 +44,18 @@ class WalkFamily(Family):
         if not isinstance(task, GradientTask):
             raise TaskError(f"{protocol} needs a gradient task (got {type(task).__name__})")
         p = dict(params)
-        if protocol == "local-dp-sgd":  # "contribute then nothing" is what makes it the local-DP baseline
+        if (
+            protocol == "local-dp-sgd"
+        ):  # "contribute then nothing" is what makes it the local-DP baseline
             if p.setdefault("over_cap", "nothing") != "nothing":
-                raise ValueError("local-dp-sgd adds nothing on over-cap visits (over_cap='nothing')")
+                raise ValueError(
+                    "local-dp-sgd adds nothing on over-cap visits (over_cap='nothing')"
+                )
         rp = RWParams(**p)
         if protocol == "pad-complete-sgd" or (protocol == "local-dp-sgd" and W is None):
-            hop = UniformHop(ctx.node, ctx.n)  # W = J/n (the local-DP baseline walks the complete graph unless told)
+            hop = UniformHop(
+                ctx.node, ctx.n
+            )  # W = J/n (the local-DP baseline walks the complete graph unless told)
         else:
             if W is None:
                 raise ValueError(f"{protocol} needs the public transition matrix W")
@@ -53,7 +65,9 @@ class WalkFamily(Family):
         return m
 
     def project(self, spec, vertex, local, W):
-        if spec.protocol in self.walk_accounted:  # plain links: only the sender-known view is accountable
+        if (
+            spec.protocol in self.walk_accounted
+        ):  # plain links: only the sender-known view is accountable
             from hushnet.runs.anonymity import project_walk
 
             return project_walk(spec, vertex, local, W)

@@ -1,6 +1,7 @@
 """Admission checks on every inbound RPC: the caller's certificate, its membership entry and key, and the
 refusal path (a gRPC status to the caller, a rate-limited log line, a counter).  A mixin of
 :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,15 @@ class _Rejected(Exception):
     """A refused RPC: ``code``/``message`` go to the caller; ``kind`` groups it in the rate-limited log;
     ``exc_info`` (an unexpected handler failure) is logged with the first line of its kind only."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, *, kind: str | None = None, exc_info: Any = None,
-                 **fields: Any) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        kind: str | None = None,
+        exc_info: Any = None,
+        **fields: Any,
+    ) -> None:
         super().__init__(message)
         self.code, self.message, self.fields = code, message, fields
         self.kind = kind or f"rejected:{code.name}"
@@ -45,8 +53,19 @@ class AdmissionMixin:
     async def _reject(self, context, exc: _Rejected) -> None:
         self.rejected += 1
         level = logging.ERROR if exc.exc_info is not None else logging.WARNING
-        self.rlog.log_event(level, exc.kind, "rejected: %s", exc.message, exc_info=exc.exc_info,
-                            extra={"event": "rejected", "code": exc.code.name, "peer": context.peer(), **exc.fields})
+        self.rlog.log_event(
+            level,
+            exc.kind,
+            "rejected: %s",
+            exc.message,
+            exc_info=exc.exc_info,
+            extra={
+                "event": "rejected",
+                "code": exc.code.name,
+                "peer": context.peer(),
+                **exc.fields,
+            },
+        )
         await context.abort(exc.code, exc.message)
 
     async def _check_member(self, who: pki.PeerIdentity, key_sha: str) -> None:
@@ -57,11 +76,16 @@ class AdmissionMixin:
             await self._refresh_directory(force=False, min_interval=0.5, wait=True)
             member = self.members.get(who.name)
         if member is None:
-            raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                            f"node {who.name} is not in the membership directory", kind="rejected:not-a-member",
-                            caller=who.name)
+            raise _Rejected(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"node {who.name} is not in the membership directory",
+                kind="rejected:not-a-member",
+                caller=who.name,
+            )
         if member.key_sha256 != key_sha:
-            raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                            f"certificate presented for {who.name} does not match its membership entry",
-                            kind="rejected:key-mismatch",
-                            caller=who.name)
+            raise _Rejected(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"certificate presented for {who.name} does not match its membership entry",
+                kind="rejected:key-mismatch",
+                caller=who.name,
+            )

@@ -1,4 +1,5 @@
 """The built-in protocols (``net.ping``, ``net.discard``) and operator commands every node serves."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,14 @@ class PingProtocol:
 
     def handle(self, envelope: epb.Envelope) -> list[OutgoingEnvelope]:
         digest = hashlib.sha256(envelope.payload).hexdigest()
-        self.store.record(envelope.protocol, envelope.run_id, envelope.seq, envelope.sender,
-                          len(envelope.payload), digest)
+        self.store.record(
+            envelope.protocol,
+            envelope.run_id,
+            envelope.seq,
+            envelope.sender,
+            len(envelope.payload),
+            digest,
+        )
         return []
 
 
@@ -63,11 +70,20 @@ class BuiltinControlsMixin:
                 body = os.urandom(size)
                 t0 = time.perf_counter()
                 try:
-                    ack = await self.send(peer, body, protocol="net.ping", run_id=run_id,
-                                          timeout=float(args.get("timeout", 30)))
-                    results[peer] = {"ok": bool(ack.accepted), "duplicate": ack.duplicate,
-                                     "rtt_ms": 1000 * (time.perf_counter() - t0),
-                                     "sha256": hashlib.sha256(body).hexdigest(), "size": size}
+                    ack = await self.send(
+                        peer,
+                        body,
+                        protocol="net.ping",
+                        run_id=run_id,
+                        timeout=float(args.get("timeout", 30)),
+                    )
+                    results[peer] = {
+                        "ok": bool(ack.accepted),
+                        "duplicate": ack.duplicate,
+                        "rtt_ms": 1000 * (time.perf_counter() - t0),
+                        "sha256": hashlib.sha256(body).hexdigest(),
+                        "size": size,
+                    }
                 except NodeError as exc:
                     results[peer] = {"ok": False, "error": str(exc)}
 
@@ -81,8 +97,13 @@ class BuiltinControlsMixin:
 
         async def status(payload: bytes) -> bytes:
             st = self.status()
-            return json.dumps({"node": st.node_id, "neighbors": list(st.neighbors),
-                               "connections": {c.peer_id: c.healthy for c in st.connections}}).encode()
+            return json.dumps(
+                {
+                    "node": st.node_id,
+                    "neighbors": list(st.neighbors),
+                    "connections": {c.peer_id: c.healthy for c in st.connections},
+                }
+            ).encode()
 
         async def cut(payload: bytes) -> bytes:
             """``{"peers": [...], "cut": bool}``: cut (or restore) this node's side of links (fault injection)."""

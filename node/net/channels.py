@@ -1,5 +1,6 @@
 """Channels to the neighbours: one mutual-TLS channel per neighbour, health probes, and sending envelopes
 over them with retries.  A mixin of :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import asyncio
@@ -42,8 +43,10 @@ class PeerLink:
     def __post_init__(self) -> None:
         if self.deliver is None:
             self.deliver = self.channel.unary_unary(
-                f"/{PEER_SERVICE}/Deliver", request_serializer=None,
-                response_deserializer=epb.DeliveryAck.FromString)
+                f"/{PEER_SERVICE}/Deliver",
+                request_serializer=None,
+                response_deserializer=epb.DeliveryAck.FromString,
+            )
 
     def state(self) -> str:
         try:
@@ -68,8 +71,16 @@ class ChannelsMixin:
         self._seq[key] = value + 1
         return (self.incarnation << 32) | value
 
-    async def send(self, to: str, payload: bytes, *, protocol: str, run_id: str = "", seq: int | None = None,
-                   timeout: float = 60.0) -> epb.DeliveryAck:
+    async def send(
+        self,
+        to: str,
+        payload: bytes,
+        *,
+        protocol: str,
+        run_id: str = "",
+        seq: int | None = None,
+        timeout: float = 60.0,
+    ) -> epb.DeliveryAck:
         """Send one envelope to neighbour ``to`` and wait for its delivery receipt.
 
         Raises :class:`NotANeighbour`, :class:`PayloadTooLarge` or :class:`DeliveryError`.
@@ -78,10 +89,13 @@ class ChannelsMixin:
         """
         link = self.links.get(to)
         if link is None:
-            raise NotANeighbour(f"{to} is not a neighbour of {self.node_id} (neighbours: {', '.join(self.neighbors)})")
+            raise NotANeighbour(
+                f"{to} is not a neighbour of {self.node_id} (neighbours: {', '.join(self.neighbors)})"
+            )
         if len(payload) > self.config.max_message_bytes:
             raise PayloadTooLarge(
-                f"payload of {len(payload)} bytes exceeds the configured limit of {self.config.max_message_bytes} bytes")
+                f"payload of {len(payload)} bytes exceeds the configured limit of {self.config.max_message_bytes} bytes"
+            )
         if seq is None:
             seq = self.next_seq(protocol, run_id, to)
         wire = encode_envelope(protocol, run_id, seq, payload, self.node_id, to)
@@ -89,9 +103,13 @@ class ChannelsMixin:
         delay = 0.2
         while True:
             remaining = deadline - time.monotonic()
-            if to in self.cut:  # fault injection: a cut link behaves like a dead one (retried until the deadline)
+            if (
+                to in self.cut
+            ):  # fault injection: a cut link behaves like a dead one (retried until the deadline)
                 if remaining <= 0:
-                    raise DeliveryError(to, grpc.StatusCode.UNAVAILABLE, "link cut (fault injection)")
+                    raise DeliveryError(
+                        to, grpc.StatusCode.UNAVAILABLE, "link cut (fault injection)"
+                    )
                 await asyncio.sleep(min(0.2, remaining))
                 continue
             try:
@@ -108,10 +126,21 @@ class ChannelsMixin:
                     continue
                 raise DeliveryError(to, code, exc.details() or "") from None
 
-    async def send_many(self, items: list[OutgoingEnvelope], *, timeout: float = 60.0) -> list[BaseException | epb.DeliveryAck]:
+    async def send_many(
+        self, items: list[OutgoingEnvelope], *, timeout: float = 60.0
+    ) -> list[BaseException | epb.DeliveryAck]:
         """Send several envelopes concurrently; returns an ack or the exception for each."""
-        coros = [self.send(o.to, o.payload, protocol=o.protocol or "", run_id=o.run_id, seq=o.seq, timeout=timeout)
-                 for o in items]
+        coros = [
+            self.send(
+                o.to,
+                o.payload,
+                protocol=o.protocol or "",
+                run_id=o.run_id,
+                seq=o.seq,
+                timeout=timeout,
+            )
+            for o in items
+        ]
         return await asyncio.gather(*coros, return_exceptions=True)
 
     def _open_link(self, member: bpb.Member) -> PeerLink:
@@ -138,13 +167,18 @@ class ChannelsMixin:
         return PeerLink(member.node_id, member.address, channel, ppb_grpc.PeerStub(channel))
 
     async def _probe(self, link: PeerLink) -> None:
-        if (link.healthy and self.config.health_rpc_s > 0 and link.state() == "READY"
-                and time.monotonic() - link.last_rpc < self.config.health_rpc_s):
+        if (
+            link.healthy
+            and self.config.health_rpc_s > 0
+            and link.state() == "READY"
+            and time.monotonic() - link.last_rpc < self.config.health_rpc_s
+        ):
             return  # still connected, and its identity was confirmed by a Health RPC recently: no RPC now
         link.last_rpc = time.monotonic()
         try:
-            reply = await link.stub.Health(ppb.HealthRequest(), timeout=max(self.config.probe_s, 1.0),
-                                           wait_for_ready=True)
+            reply = await link.stub.Health(
+                ppb.HealthRequest(), timeout=max(self.config.probe_s, 1.0), wait_for_ready=True
+            )
             ok = reply.ok and reply.node_id == link.peer_id
         except grpc.aio.AioRpcError as exc:
             ok = False
@@ -152,8 +186,12 @@ class ChannelsMixin:
             # A probe that timed out on a connection that is still up is a busy neighbour (a host process
             # starved of CPU), not a lost one: tolerate one such miss before calling the link down.  A lost
             # peer shows as a failed connection (UNAVAILABLE, or a channel no longer READY) at once.
-            if (exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and link.healthy and link.missed == 0
-                    and link.state() == "READY"):
+            if (
+                exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                and link.healthy
+                and link.missed == 0
+                and link.state() == "READY"
+            ):
                 link.missed = 1
                 return
         else:
@@ -162,12 +200,22 @@ class ChannelsMixin:
         if ok:
             link.last_ok = time.time()
             if not link.healthy:
-                self.log.info("%s neighbour %s at %s", "reconnected to" if link.ever_healthy else "connected to",
-                         link.peer_id, link.address, extra={"event": "link_up", "peer_id": link.peer_id})
+                self.log.info(
+                    "%s neighbour %s at %s",
+                    "reconnected to" if link.ever_healthy else "connected to",
+                    link.peer_id,
+                    link.address,
+                    extra={"event": "link_up", "peer_id": link.peer_id},
+                )
             link.ever_healthy = True
         elif link.healthy:
-            self.log.warning("lost neighbour %s at %s (%s); reconnecting with backoff", link.peer_id, link.address, detail,
-                        extra={"event": "link_down", "peer_id": link.peer_id})
+            self.log.warning(
+                "lost neighbour %s at %s (%s); reconnecting with backoff",
+                link.peer_id,
+                link.address,
+                detail,
+                extra={"event": "link_down", "peer_id": link.peer_id},
+            )
         link.healthy = ok
 
     async def _probe_loop(self) -> None:
@@ -183,7 +231,9 @@ class ChannelsMixin:
             if due:
                 await asyncio.gather(*(self._probe(l) for l in due), return_exceptions=True)
                 for l in due:
-                    l.next_probe = time.monotonic() + self.config.probe_s * (0.9 + 0.2 * random.random())
+                    l.next_probe = time.monotonic() + self.config.probe_s * (
+                        0.9 + 0.2 * random.random()
+                    )
             links = list(self.links.values())
             if not links or any(not l.healthy for l in links):
                 delay = 0.5

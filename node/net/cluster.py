@@ -18,6 +18,7 @@ Layout of the state directory::
 Children get ``PR_SET_PDEATHSIG`` so they die with the supervisor even if it is SIGKILLed; the
 supervisor restarts a crashed child with backoff (unless ``restart=False``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -126,8 +127,14 @@ class Child:
             env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
             # process_group=0: its own process group (Ctrl-C in the terminal goes to the supervisor only, which
             # stops children in order), set by the C fork path — no preexec_fn (see die_with_parent)
-            self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         process_group=0, env=env)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                env=env,
+            )
 
 
 @dataclass
@@ -145,7 +152,9 @@ class LocalCluster:
     bootstrap_address: str = ""
     supervisor: bool = False  # True in `hushnet up`: record our pid so `hushnet down` can signal us
     per_process: int = 1  # nodes hosted by each OS process (hushnet.net.host)
-    processes: list[Child] = field(default_factory=list)  # what is spawned: the node children, or the hosts
+    processes: list[Child] = field(
+        default_factory=list
+    )  # what is spawned: the node children, or the hosts
 
     def __post_init__(self) -> None:
         self.state_dir = pathlib.Path(self.state_dir).resolve()
@@ -173,12 +182,25 @@ class LocalCluster:
         if not bport or not _port_free("127.0.0.1", bport):
             bport = pick_port(["127.0.0.1"])
         self.bootstrap_address = f"127.0.0.1:{bport}"
-        bargs = ["bootstrap", "serve", "--state-dir", str(bdir), "--listen", self.bootstrap_address,
-                 "--topology", self.topology]
+        bargs = [
+            "bootstrap",
+            "serve",
+            "--state-dir",
+            str(bdir),
+            "--listen",
+            self.bootstrap_address,
+            "--topology",
+            self.topology,
+        ]
         if self.token:
             bargs += ["--token", self.token]
-        self.bootstrap = Child("bootstrap", self._cli(*bargs), logs / "bootstrap.log",
-                               address=self.bootstrap_address, state_dir=str(bdir))
+        self.bootstrap = Child(
+            "bootstrap",
+            self._cli(*bargs),
+            logs / "bootstrap.log",
+            address=self.bootstrap_address,
+            state_dir=str(bdir),
+        )
         self.bootstrap.spawn()
         self._write_state()
         self._wait_bootstrap(timeout)
@@ -195,13 +217,31 @@ class LocalCluster:
         for i, ip in enumerate(ips):
             node_id = f"n{i}"
             ndir = self.state_dir / "nodes" / node_id
-            args = ["node", "serve", "--state-dir", str(ndir), "--listen", f"{ip}:{nport}",
-                    "--bootstrap", self.bootstrap_address, "--ca", str(bdir / "ca.pem"),
-                    "--token-file", str(bdir / "join_token"), "--node-id", node_id]
+            args = [
+                "node",
+                "serve",
+                "--state-dir",
+                str(ndir),
+                "--listen",
+                f"{ip}:{nport}",
+                "--bootstrap",
+                self.bootstrap_address,
+                "--ca",
+                str(bdir / "ca.pem"),
+                "--token-file",
+                str(bdir / "join_token"),
+                "--node-id",
+                node_id,
+            ]
             if self.max_message_mb:
                 args += ["--max-message-mb", str(self.max_message_mb)]
-            child = Child(node_id, self._cli(*args), logs / f"{node_id}.log", address=f"{ip}:{nport}",
-                          state_dir=str(ndir))
+            child = Child(
+                node_id,
+                self._cli(*args),
+                logs / f"{node_id}.log",
+                address=f"{ip}:{nport}",
+                state_dir=str(ndir),
+            )
             child.spawn()
             self.nodes.append(child)
         self.processes = self.nodes
@@ -217,20 +257,47 @@ class LocalCluster:
         self.nodes, self.processes = [], []
         for k, first in enumerate(range(0, self.n_nodes, self.per_process)):
             ids = [f"n{i}" for i in range(first, min(first + self.per_process, self.n_nodes))]
-            args = ["node", "serve", "--listen", f"{host}:{nport + first}", "--bootstrap", self.bootstrap_address,
-                    "--ca", str(bdir / "ca.pem"), "--token-file", str(bdir / "join_token")]
+            args = [
+                "node",
+                "serve",
+                "--listen",
+                f"{host}:{nport + first}",
+                "--bootstrap",
+                self.bootstrap_address,
+                "--ca",
+                str(bdir / "ca.pem"),
+                "--token-file",
+                str(bdir / "join_token"),
+            ]
             for node_id in ids:
-                args += ["--state-dir", str(self.state_dir / "nodes" / node_id), "--node-id", node_id]
+                args += [
+                    "--state-dir",
+                    str(self.state_dir / "nodes" / node_id),
+                    "--node-id",
+                    node_id,
+                ]
             if self.max_message_mb:
                 args += ["--max-message-mb", str(self.max_message_mb)]
-            proc = Child(f"host-{k:03d}", self._cli(*args), logs / f"host-{k:03d}.log",
-                         address=f"{host}:{nport + first}", state_dir=str(self.state_dir / "nodes"))
+            proc = Child(
+                f"host-{k:03d}",
+                self._cli(*args),
+                logs / f"host-{k:03d}.log",
+                address=f"{host}:{nport + first}",
+                state_dir=str(self.state_dir / "nodes"),
+            )
             proc.spawn()
             self.processes.append(proc)
             for j, node_id in enumerate(ids):
-                self.nodes.append(Child(node_id, proc.argv, proc.log_path, proc=proc.proc,
-                                        address=f"{host}:{nport + first + j}",
-                                        state_dir=str(self.state_dir / "nodes" / node_id)))
+                self.nodes.append(
+                    Child(
+                        node_id,
+                        proc.argv,
+                        proc.log_path,
+                        proc=proc.proc,
+                        address=f"{host}:{nport + first + j}",
+                        state_dir=str(self.state_dir / "nodes" / node_id),
+                    )
+                )
         self._write_state()
 
     def _sync_views(self) -> None:
@@ -247,13 +314,17 @@ class LocalCluster:
         info_path = self.state_dir / "bootstrap" / "bootstrap.json"
         while time.monotonic() < deadline:
             if not self.bootstrap.alive():
-                raise RuntimeError(f"bootstrap exited with code {self.bootstrap.proc.returncode}; "
-                                   f"see {self.bootstrap.log_path}:\n{_tail(self.bootstrap.log_path)}")
+                raise RuntimeError(
+                    f"bootstrap exited with code {self.bootstrap.proc.returncode}; "
+                    f"see {self.bootstrap.log_path}:\n{_tail(self.bootstrap.log_path)}"
+                )
             info = _read_json(info_path)
             if info.get("pid") == self.bootstrap.pid:
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"bootstrap did not start within {timeout:.0f} s; see {self.bootstrap.log_path}")
+        raise RuntimeError(
+            f"bootstrap did not start within {timeout:.0f} s; see {self.bootstrap.log_path}"
+        )
 
     def _write_state(self) -> None:
         doc = {
@@ -261,7 +332,9 @@ class LocalCluster:
             "supervisor_start": _proc_start(os.getpid()) if self.supervisor else None,
             "topology": self.topology,
             "n_nodes": self.n_nodes,
-            "bootstrap_port": int(self.bootstrap_address.rsplit(":", 1)[1]) if self.bootstrap_address else None,
+            "bootstrap_port": int(self.bootstrap_address.rsplit(":", 1)[1])
+            if self.bootstrap_address
+            else None,
             "node_port": getattr(self, "node_port", None),
             "per_process": self.per_process,
             "bootstrap": self._child_doc(self.bootstrap) if self.bootstrap else None,
@@ -272,13 +345,22 @@ class LocalCluster:
 
     @staticmethod
     def _child_doc(c: Child) -> dict:
-        return {"id": c.name, "address": c.address, "pid": c.pid, "start": _proc_start(c.pid) if c.pid else None, "state_dir": c.state_dir, "log": str(c.log_path),
-                "restarts": c.restarts, "argv": c.argv}
+        return {
+            "id": c.name,
+            "address": c.address,
+            "pid": c.pid,
+            "start": _proc_start(c.pid) if c.pid else None,
+            "state_dir": c.state_dir,
+            "log": str(c.log_path),
+            "restarts": c.restarts,
+            "argv": c.argv,
+        }
 
     # ------------------------------------------------------------------ health
     def network_status(self, timeout: float = 3.0) -> dict:
-        from hushnet.net.operator import Operator, OperatorCredentials
         import uvloop
+
+        from hushnet.net.operator import Operator, OperatorCredentials
 
         async def go() -> dict:
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
@@ -313,48 +395,86 @@ class LocalCluster:
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
                 while time.monotonic() < deadline:
                     if should_stop():
-                        raise InterruptedError("interrupted while waiting for the network to become healthy")
+                        raise InterruptedError(
+                            "interrupted while waiting for the network to become healthy"
+                        )
                     for child in [self.bootstrap, *self.processes]:
                         if not child.alive() and not self.restart:
-                            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode}; see "
-                                               f"{child.log_path}:\n{_tail(child.log_path)}")
+                            raise RuntimeError(
+                                f"{child.name} exited with code {child.proc.returncode}; see "
+                                f"{child.log_path}:\n{_tail(child.log_path)}"
+                            )
                     if self.poll():  # restarted processes: every answer before that is stale
                         entries.clear()
                     # re-ask only the nodes not yet healthy (and any whose answer is older than 30 s): at
                     # n = 2048 a full sweep took 15-25 s, so sweeping everyone until the last link was up
                     # added most of a minute to start-up
                     now = time.monotonic()
-                    only = None if not entries else {
-                        i for i, e in entries.items()
-                        if not (e["healthy"] and e.get("all_neighbors_connected")) or now - seen_at[i] > 30.0
-                        or asked_with.get(i) != n_members}  # "wired" was judged against fewer members
+                    only = (
+                        None
+                        if not entries
+                        else {
+                            i
+                            for i, e in entries.items()
+                            if not (e["healthy"] and e.get("all_neighbors_connected"))
+                            or now - seen_at[i] > 30.0
+                            or asked_with.get(i) != n_members
+                        }
+                    )  # "wired" was judged against fewer members
                     try:
-                        doc = await op.network_status(timeout=max(3.0, self.n_nodes / 200), only=only)
+                        doc = await op.network_status(
+                            timeout=max(3.0, self.n_nodes / 200), only=only
+                        )
                         members = doc["members"]
                         for e in doc["nodes"]:
-                            entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = e, now, len(members)
+                            entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = (
+                                e,
+                                now,
+                                len(members),
+                            )
                         n_members = len(members)
                         for i in [i for i in entries if i not in members]:
                             del entries[i]
-                        for i in members:  # a member we have not asked yet (joined since): ask next round
+                        for i in (
+                            members
+                        ):  # a member we have not asked yet (joined since): ask next round
                             if i not in entries:
                                 entries[i] = {"id": i, "healthy": False, "vertex": -1}
                                 seen_at[i] = now
                         nodes = sorted(entries.values(), key=lambda e: e["vertex"])
-                        doc = {**doc, "nodes": nodes,
-                               "serving": bool(nodes) and all(n.get("serving") for n in nodes),
-                               "wired": bool(nodes) and all(n.get("wired") for n in nodes),
-                               "healthy": bool(nodes) and all(n.get("serving") and n.get("wired") for n in nodes)}
+                        doc = {
+                            **doc,
+                            "nodes": nodes,
+                            "serving": bool(nodes) and all(n.get("serving") for n in nodes),
+                            "wired": bool(nodes) and all(n.get("wired") for n in nodes),
+                            "healthy": bool(nodes)
+                            and all(n.get("serving") and n.get("wired") for n in nodes),
+                        }
                         last = doc
-                        if (len(nodes) == self.n_nodes and doc["healthy"]
-                                and all(n.get("all_neighbors_connected") for n in nodes)):
+                        if (
+                            len(nodes) == self.n_nodes
+                            and doc["healthy"]
+                            and all(n.get("all_neighbors_connected") for n in nodes)
+                        ):
                             return doc
-                    except (grpc.aio.AioRpcError, grpc.RpcError, OSError, ValueError, KeyError) as exc:
+                    except (
+                        grpc.aio.AioRpcError,
+                        grpc.RpcError,
+                        OSError,
+                        ValueError,
+                        KeyError,
+                    ) as exc:
                         last = str(exc)
                     await asyncio.sleep(0.5)
-            summary = last if isinstance(last, str) else {
-                n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors")) for n in last["nodes"]
-                if not (n["healthy"] and n.get("all_neighbors_connected"))}
+            summary = (
+                last
+                if isinstance(last, str)
+                else {
+                    n["id"]: (n["healthy"], n.get("connected"), n.get("neighbors"))
+                    for n in last["nodes"]
+                    if not (n["healthy"] and n.get("all_neighbors_connected"))
+                }
+            )
             raise TimeoutError(f"network not healthy after {timeout:.0f} s: {summary}")
 
         return uvloop.run(go())
@@ -371,14 +491,24 @@ class LocalCluster:
                 if child.next_restart == 0.0:
                     delay = min(0.5 * (2 ** min(child.restarts, 5)), 10.0)
                     child.next_restart = now + delay
-                    log.warning("%s exited with code %s; restarting in %.1f s", child.name, child.proc.returncode,
-                                delay, extra={"event": "child_exit", "child": child.name})
+                    log.warning(
+                        "%s exited with code %s; restarting in %.1f s",
+                        child.name,
+                        child.proc.returncode,
+                        delay,
+                        extra={"event": "child_exit", "child": child.name},
+                    )
                 elif now >= child.next_restart:
                     child.restarts += 1
                     child.next_restart = 0.0
                     child.spawn()
                     restarted.append(child.name)
-                    log.info("restarted %s (pid %d)", child.name, child.pid, extra={"event": "child_restart"})
+                    log.info(
+                        "restarted %s (pid %d)",
+                        child.name,
+                        child.pid,
+                        extra={"event": "child_restart"},
+                    )
         if restarted:
             self._sync_views()
             self._write_state()
@@ -412,7 +542,9 @@ def stop_recorded(state_dir: pathlib.Path, timeout: float = 30.0) -> str:
     state_dir = pathlib.Path(state_dir).resolve()
     doc = _read_json(state_dir / "cluster.json")
     if not doc:
-        raise RuntimeError(f"no cluster.json in {state_dir}: nothing started there with 'hushnet up'")
+        raise RuntimeError(
+            f"no cluster.json in {state_dir}: nothing started there with 'hushnet up'"
+        )
     sup = doc.get("supervisor_pid")
     if sup and _proc_start(sup) == doc.get("supervisor_start"):
         os.kill(sup, signal.SIGTERM)

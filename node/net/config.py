@@ -1,4 +1,5 @@
 """A node's configuration and the transport constants the server and the channels agree on."""
+
 from __future__ import annotations
 
 import pathlib

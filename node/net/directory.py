@@ -1,6 +1,7 @@
 """The membership directory as this node sees it: reading it (coalesced per process, see
 :mod:`hushnet.net.shared`), applying it (neighbours, links opened and closed), following changes.
 A mixin of :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,13 @@ from hushnet.v1 import bootstrap_pb2 as bpb
 class DirectoryMixin:
     """Membership and neighbours (state on :class:`~hushnet.net.node.Node`)."""
 
-    async def _refresh_directory(self, force: bool = False, min_interval: float = 0.0, wait: bool = False,
-                                 max_age: float = 0.0) -> None:
+    async def _refresh_directory(
+        self,
+        force: bool = False,
+        min_interval: float = 0.0,
+        wait: bool = False,
+        max_age: float = 0.0,
+    ) -> None:
         """Read the directory from the bootstrap, at most once per ``min_interval``.
 
         With ``wait`` a call inside the interval sleeps until it ends and then reads (unless another read started
@@ -39,14 +45,24 @@ class DirectoryMixin:
             directory = await self._boot.directory(since=now - max_age, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
             if self._bootstrap_ok:
-                self.log.warning("bootstrap %s unreachable (%s); keeping the last directory",
-                            self.config.bootstrap, exc.code().name, extra={"event": "bootstrap_unreachable"})
+                self.log.warning(
+                    "bootstrap %s unreachable (%s); keeping the last directory",
+                    self.config.bootstrap,
+                    exc.code().name,
+                    extra={"event": "bootstrap_unreachable"},
+                )
             self._bootstrap_ok = False
             if self.directory is None and force:
-                raise NodeError(f"cannot read the directory from {self.config.bootstrap}: {exc.code().name}") from None
+                raise NodeError(
+                    f"cannot read the directory from {self.config.bootstrap}: {exc.code().name}"
+                ) from None
             return
         if not self._bootstrap_ok:
-            self.log.info("bootstrap %s reachable again", self.config.bootstrap, extra={"event": "bootstrap_back"})
+            self.log.info(
+                "bootstrap %s reachable again",
+                self.config.bootstrap,
+                extra={"event": "bootstrap_back"},
+            )
         self._bootstrap_ok = True
         if self.directory is not None and directory.epoch == self.directory.epoch and not force:
             return
@@ -60,8 +76,11 @@ class DirectoryMixin:
         nbr_vertices = view.adjacency.get(self.identity.vertex, [])
         neighbors = [by_vertex[v].node_id for v in nbr_vertices if v in by_vertex]
         if neighbors != self.neighbors:
-            self.log.info("neighbours: %s", ", ".join(neighbors) or "(none)",
-                     extra={"event": "neighbors", "neighbors": neighbors, "epoch": directory.epoch})
+            self.log.info(
+                "neighbours: %s",
+                ", ".join(neighbors) or "(none)",
+                extra={"event": "neighbors", "neighbors": neighbors, "epoch": directory.epoch},
+            )
         self.neighbors = neighbors
         for peer_id in list(self.links):
             link = self.links[peer_id]
@@ -80,6 +99,8 @@ class DirectoryMixin:
         shared by the process's nodes, see :mod:`hushnet.net.shared`), instead of polling."""
         while True:
             self._bootstrap_channel()
-            directory = await self._boot.next_directory(self.directory.epoch if self.directory is not None else None)
+            directory = await self._boot.next_directory(
+                self.directory.epoch if self.directory is not None else None
+            )
             if self.directory is None or directory.epoch != self.directory.epoch:
                 self._apply_directory(directory)

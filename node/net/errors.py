@@ -1,4 +1,5 @@
 """The errors a node raises to its user: the messages are meant to be read as they are."""
+
 from __future__ import annotations
 
 import grpc

@@ -25,6 +25,7 @@ Operator commands (the ``Control`` RPC, accepted only from operator certificates
 callables ``fn(payload: bytes) -> bytes`` (or async) registered under a command name in a
 :class:`ControlRegistry`; later issues use this to start training runs.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -59,8 +60,7 @@ class Handler(Protocol):
 
     protocol: str
 
-    def handle(self, envelope: Envelope) -> HandlerResult | Awaitable[HandlerResult]:
-        ...
+    def handle(self, envelope: Envelope) -> HandlerResult | Awaitable[HandlerResult]: ...
 
 
 class UnknownProtocol(LookupError):

@@ -26,6 +26,7 @@ Limits (:class:`HostLimits`): before a node starts, the host checks that the des
 need and the memory it will take are available, and refuses it with :class:`HostLimitError`
 otherwise, instead of letting every hosted node fail later on ``EMFILE`` or the OOM killer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -151,25 +152,35 @@ def check_capacity(limits: HostLimits, hosted: int, fd_base: int = 0) -> None:
     is really open, if that is more).
     """
     if limits.max_nodes is not None and hosted >= limits.max_nodes:
-        raise HostLimitError(f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
-                             "(--max-nodes)")
+        raise HostLimitError(
+            f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
+            "(--max-nodes)"
+        )
     limit, used = fd_limit(), open_fds()
     budget = max(used, fd_base + hosted * limits.fds_per_node)
     if budget + limits.fds_per_node + limits.fd_reserve > limit:
         raise HostLimitError(
             f"node host refuses another node: {hosted} nodes hosted, {budget} of {limit} file descriptors "
             f"in use or promised, a node may need {limits.fds_per_node} and {limits.fd_reserve} stay reserved "
-            "(raise 'ulimit -n', host fewer nodes per process, or lower --fds-per-node for a sparse graph)")
+            "(raise 'ulimit -n', host fewer nodes per process, or lower --fds-per-node for a sparse graph)"
+        )
     free = mem_available_mb()
     if free is not None and free - limits.mem_per_node_mb < limits.min_free_mb:
         raise HostLimitError(
             f"node host refuses another node: {free:.0f} MB of memory available, a node takes about "
-            f"{limits.mem_per_node_mb:.0f} MB and {limits.min_free_mb:.0f} MB must stay free (--min-free-mb)")
+            f"{limits.mem_per_node_mb:.0f} MB and {limits.min_free_mb:.0f} MB must stay free (--min-free-mb)"
+        )
 
 
-def default_per_process(n: int, *, cores: int | None = None, nofile: int | None = None,
-                        mem_mb: float | None = None, limits: HostLimits = HostLimits(),
-                        process_mb: float = 160.0) -> int:
+def default_per_process(
+    n: int,
+    *,
+    cores: int | None = None,
+    nofile: int | None = None,
+    mem_mb: float | None = None,
+    limits: HostLimits = HostLimits(),
+    process_mb: float = 160.0,
+) -> int:
     """How many nodes one process should host when ``hushnet up`` starts ``n`` nodes.
 
     Small networks keep a process per node while that fits comfortably (at most 4 per core and a
@@ -216,8 +227,14 @@ class NodeHost:
     carry its own node id); ``await add(config)`` starts one more; ``await stop()`` stops all.
     """
 
-    def __init__(self, configs: list[NodeConfig] | None = None, *, limits: HostLimits = HostLimits(),
-                 concurrency: int = 16, watchdog_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        configs: list[NodeConfig] | None = None,
+        *,
+        limits: HostLimits = HostLimits(),
+        concurrency: int = 16,
+        watchdog_s: float = 1.0,
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.limits = limits
@@ -241,9 +258,16 @@ class NodeHost:
         return {str(e.config.state_dir): e.error for e in self.entries if e.error}
 
     def summary(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "running": len(self.running), "failed": self.failed,
-                "open_fds": open_fds(), "fd_limit": fd_limit(), "rss_mb": round(rss_mb(), 1),
-                "tasks": len(asyncio.all_tasks()), "max_stall_s": round(self.max_stall_s, 3)}
+        return {
+            "pid": os.getpid(),
+            "running": len(self.running),
+            "failed": self.failed,
+            "open_fds": open_fds(),
+            "fd_limit": fd_limit(),
+            "rss_mb": round(rss_mb(), 1),
+            "tasks": len(asyncio.all_tasks()),
+            "max_stall_s": round(self.max_stall_s, 3),
+        }
 
     # ------------------------------------------------------------------ start / add / stop
     async def start(self) -> None:
@@ -256,7 +280,9 @@ class NodeHost:
 
         loop = asyncio.get_running_loop()
         # one task per node: each gets a copy of the context, so its log identity stays its own
-        await asyncio.gather(*(loop.create_task(one(e)) for e in self.entries if not e.started and not e.error))
+        await asyncio.gather(
+            *(loop.create_task(one(e)) for e in self.entries if not e.started and not e.error)
+        )
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._watch(), name="host-watchdog")
         if self.entries and not self.running:
@@ -266,14 +292,19 @@ class NodeHost:
     def _paced(self, config: NodeConfig, hosted: int) -> NodeConfig:
         """``config`` with its probe period stretched to the host's probe budget (see :class:`HostLimits`)."""
         pace = hosted / self.limits.probe_rounds_per_s
-        probe_s, heartbeat_s = max(config.probe_s, pace), max(config.heartbeat_s, pace)  # heartbeat ≤ lease/3 anyway
+        probe_s, heartbeat_s = (
+            max(config.probe_s, pace),
+            max(config.heartbeat_s, pace),
+        )  # heartbeat ≤ lease/3 anyway
         if (probe_s, heartbeat_s) == (config.probe_s, config.heartbeat_s):
             return config
         # between Health RPCs (every 4 probe periods) a probe reads the channel state only: a dropped
         # connection still shows at the next probe, a live one costs no RPC (at n = 2048, K = 410 the
         # probe RPCs, ~1 100 a second per process in and out, were most of an idle host's CPU)
         health_rpc_s = max(config.health_rpc_s, 4 * probe_s)
-        return dataclasses.replace(config, probe_s=probe_s, heartbeat_s=heartbeat_s, health_rpc_s=health_rpc_s)
+        return dataclasses.replace(
+            config, probe_s=probe_s, heartbeat_s=heartbeat_s, health_rpc_s=health_rpc_s
+        )
 
     async def add(self, config: NodeConfig) -> Node:
         """Start one more node on this host; raises :class:`HostLimitError` or :class:`NodeError`."""
@@ -284,13 +315,21 @@ class NodeHost:
         if entry.exc is not None:
             raise entry.exc
         if self._watchdog is None:
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch(), name="host-watchdog")
+            self._watchdog = asyncio.get_running_loop().create_task(
+                self._watch(), name="host-watchdog"
+            )
         return entry.node
 
     async def _start_entry(self, entry: HostedNode) -> None:
         try:
-            async with self._admit:  # check and admit one at a time, so two starts cannot share the last slot
-                check_capacity(self.limits, sum(1 for e in self.entries if e.admitted and not e.error), self.fd_base)
+            async with (
+                self._admit
+            ):  # check and admit one at a time, so two starts cannot share the last slot
+                check_capacity(
+                    self.limits,
+                    sum(1 for e in self.entries if e.admitted and not e.error),
+                    self.fd_base,
+                )
                 entry.admitted = True
             entry.installed = [plugin(entry.node) for plugin in entry.config.plugins]
             await entry.node.start()
@@ -301,9 +340,16 @@ class NodeHost:
             entry.admitted = False
             entry.exc = exc
             entry.error = str(exc) if isinstance(exc, NodeError) else f"{type(exc).__name__}: {exc}"
-            log.error("node in %s did not start: %s", entry.config.state_dir, entry.error,
-                      extra={"event": "host_node_failed", "node": entry.config.node_id or "-",
-                             "state_dir": str(entry.config.state_dir)})
+            log.error(
+                "node in %s did not start: %s",
+                entry.config.state_dir,
+                entry.error,
+                extra={
+                    "event": "host_node_failed",
+                    "node": entry.config.node_id or "-",
+                    "state_dir": str(entry.config.state_dir),
+                },
+            )
             await self._close_entry(entry, leave=False)
 
     async def _close_entry(self, entry: HostedNode, leave: bool = True) -> None:
@@ -313,7 +359,10 @@ class NodeHost:
                 try:
                     close()
                 except Exception:
-                    log.exception("closing a plugin of %s failed", entry.node.node_id or entry.config.state_dir)
+                    log.exception(
+                        "closing a plugin of %s failed",
+                        entry.node.node_id or entry.config.state_dir,
+                    )
         entry.installed = []
         try:
             await entry.node.stop(leave=leave)
@@ -328,7 +377,9 @@ class NodeHost:
             except (asyncio.CancelledError, Exception):
                 pass
             self._watchdog = None
-        await asyncio.gather(*(self._close_entry(e) for e in self.entries if e.started and not e.error))
+        await asyncio.gather(
+            *(self._close_entry(e) for e in self.entries if e.started and not e.error)
+        )
 
     # ------------------------------------------------------------------ watchdog
     async def _watch(self) -> None:
@@ -340,18 +391,27 @@ class NodeHost:
             stall = time.monotonic() - t0 - period
             if stall > 0.5:
                 self.max_stall_s = max(self.max_stall_s, stall)
-                log.warning("event loop stalled for %.1f s (hosted code not yielding, or the process starved of "
-                            "CPU); every node of this process was stalled", stall,
-                            extra={"event": "host_stall", "stall_s": stall})
+                log.warning(
+                    "event loop stalled for %.1f s (hosted code not yielding, or the process starved of "
+                    "CPU); every node of this process was stalled",
+                    stall,
+                    extra={"event": "host_stall", "stall_s": stall},
+                )
             for entry in self.entries:
                 if not entry.started or entry.error:
                     continue
                 for task in entry.node._tasks:
                     if task.done() and not task.cancelled() and task.exception() is not None:
                         exc = task.exception()
-                        entry.error = f"background task {task.get_name()} failed: {type(exc).__name__}: {exc}"
-                        log.error("node %s: %s; stopping this node, the others keep running", entry.node.node_id,
-                                  entry.error, extra={"event": "host_node_crashed", "node": entry.node.node_id})
+                        entry.error = (
+                            f"background task {task.get_name()} failed: {type(exc).__name__}: {exc}"
+                        )
+                        log.error(
+                            "node %s: %s; stopping this node, the others keep running",
+                            entry.node.node_id,
+                            entry.error,
+                            extra={"event": "host_node_crashed", "node": entry.node.node_id},
+                        )
                         asyncio.get_running_loop().create_task(self._close_entry(entry))
                         break
 
@@ -359,8 +419,13 @@ class NodeHost:
 # ------------------------------------------------------------------------ process entry point
 
 
-async def serve_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), concurrency: int = 16,
-                     stop: asyncio.Event | None = None) -> NodeHost:
+async def serve_host(
+    configs: list[NodeConfig],
+    *,
+    limits: HostLimits = HostLimits(),
+    concurrency: int = 16,
+    stop: asyncio.Event | None = None,
+) -> NodeHost:
     """Host ``configs`` until ``stop`` is set (default: SIGINT/SIGTERM); returns the stopped host."""
     if stop is None:
         stop = asyncio.Event()
@@ -387,15 +452,24 @@ async def serve_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimi
         await host.stop()
         raise
     doc = host.summary()
-    log.info("hosting %d nodes (%d failed) after %.1f s: %.0f MB resident, %d of %d descriptors",
-             doc["running"], len(doc["failed"]), time.monotonic() - t0, doc["rss_mb"], doc["open_fds"],
-             doc["fd_limit"], extra={"event": "host_serving", **{k: doc[k] for k in ("running", "rss_mb", "open_fds")}})
+    log.info(
+        "hosting %d nodes (%d failed) after %.1f s: %.0f MB resident, %d of %d descriptors",
+        doc["running"],
+        len(doc["failed"]),
+        time.monotonic() - t0,
+        doc["rss_mb"],
+        doc["open_fds"],
+        doc["fd_limit"],
+        extra={"event": "host_serving", **{k: doc[k] for k in ("running", "rss_mb", "open_fds")}},
+    )
     await stop.wait()
     await host.stop()
     return host
 
 
-def run_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), concurrency: int = 16) -> int:
+def run_host(
+    configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), concurrency: int = 16
+) -> int:
     """Run a node host process on uvloop: exit 0 after a clean stop, 1 if no node could start."""
     import uvloop
 
@@ -410,14 +484,17 @@ def run_host(configs: list[NodeConfig], *, limits: HostLimits = HostLimits(), co
     return 0
 
 
-def hosted_configs(state_dirs: list[pathlib.Path], listen: str, node_ids: list[str] | None = None,
-                   **common: Any) -> list[NodeConfig]:
+def hosted_configs(
+    state_dirs: list[pathlib.Path], listen: str, node_ids: list[str] | None = None, **common: Any
+) -> list[NodeConfig]:
     """One :class:`NodeConfig` per state directory; ``listen`` ``HOST:0`` gives each node a free port,
     ``HOST:P`` gives node ``i`` port ``P + i``."""
     from hushnet.net import pki
 
     if node_ids and len(node_ids) != len(state_dirs):
-        raise ValueError(f"{len(node_ids)} node ids for {len(state_dirs)} state directories: give one per node or none")
+        raise ValueError(
+            f"{len(node_ids)} node ids for {len(state_dirs)} state directories: give one per node or none"
+        )
     if len({pathlib.Path(d).resolve() for d in state_dirs}) != len(state_dirs):
         raise ValueError("the same state directory is given twice: every hosted node needs its own")
     host, port = pki.split_address(listen)
@@ -426,10 +503,29 @@ def hosted_configs(state_dirs: list[pathlib.Path], listen: str, node_ids: list[s
     out = []
     for i, d in enumerate(state_dirs):
         addr = f"{host}:{port + i if port else 0}"
-        out.append(NodeConfig(state_dir=pathlib.Path(d), listen=addr,
-                              node_id=node_ids[i] if node_ids else None, **common))
+        out.append(
+            NodeConfig(
+                state_dir=pathlib.Path(d),
+                listen=addr,
+                node_id=node_ids[i] if node_ids else None,
+                **common,
+            )
+        )
     return out
 
 
-__all__ = ["HostLimitError", "HostLimits", "NodeHost", "check_capacity", "default_per_process", "fd_limit",
-           "hosted_configs", "mem_available_mb", "open_fds", "raise_fd_limit", "rss_mb", "run_host", "serve_host"]
+__all__ = [
+    "HostLimitError",
+    "HostLimits",
+    "NodeHost",
+    "check_capacity",
+    "default_per_process",
+    "fd_limit",
+    "hosted_configs",
+    "mem_available_mb",
+    "open_fds",
+    "raise_fd_limit",
+    "rss_mb",
+    "run_host",
+    "serve_host",
+]

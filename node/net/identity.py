@@ -1,5 +1,6 @@
 """Identity and join: the state-directory lock, the keys, the CA and token, joining through the bootstrap,
 and the per-node signature on bootstrap requests.  A mixin of :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import asyncio
@@ -64,8 +65,10 @@ class IdentityMixin:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             finally:
                 os.close(fd)
-            raise NodeError(f"state directory {self.state_dir} is in use by another node process (pid {holder}); "
-                            "stop that node first, or give this one its own --state-dir") from None
+            raise NodeError(
+                f"state directory {self.state_dir} is in use by another node process (pid {holder}); "
+                "stop that node first, or give this one its own --state-dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
@@ -116,7 +119,9 @@ class IdentityMixin:
     def _bootstrap_channel(self):
         """The bootstrap channel this process's nodes share (requests are signed per node), for one call."""
         if self._boot is None:
-            self._boot = _shared.acquire(self.config.bootstrap, (self.state_dir / "ca.pem").read_bytes())
+            self._boot = _shared.acquire(
+                self.config.bootstrap, (self.state_dir / "ca.pem").read_bytes()
+            )
         return _shared.borrow(self._boot)
 
     async def _join(self, key, x_key, ca_pem: bytes) -> Identity:
@@ -124,10 +129,17 @@ class IdentityMixin:
         saved = _read_json(self.state_dir / "identity.json")
         requested = self.config.node_id or saved.get("node_id") or ""
         if self.config.node_id and saved.get("node_id") and saved["node_id"] != self.config.node_id:
-            raise NodeError(f"state directory {self.state_dir} belongs to node {saved['node_id']}, "
-                            f"not {self.config.node_id}")
-        request = bpb.JoinRequest(token=token, csr_pem=pki.make_csr(key), requested_id=requested,
-                                  address=self.address, x25519_public=pki.x25519_public_bytes(x_key))
+            raise NodeError(
+                f"state directory {self.state_dir} belongs to node {saved['node_id']}, "
+                f"not {self.config.node_id}"
+            )
+        request = bpb.JoinRequest(
+            token=token,
+            csr_pem=pki.make_csr(key),
+            requested_id=requested,
+            address=self.address,
+            x25519_public=pki.x25519_public_bytes(x_key),
+        )
         delay, attempt = 0.5, 0
         started = time.monotonic()
         while True:
@@ -139,15 +151,27 @@ class IdentityMixin:
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code in _NON_RETRYABLE_JOIN:
-                    raise NodeError(f"bootstrap {self.config.bootstrap} refused to admit this node: "
-                                    f"{code.name}: {exc.details()}") from None
+                    raise NodeError(
+                        f"bootstrap {self.config.bootstrap} refused to admit this node: "
+                        f"{code.name}: {exc.details()}"
+                    ) from None
                 waited = time.monotonic() - started
-                if self.config.join_timeout_s is not None and waited + delay > self.config.join_timeout_s:
-                    raise NodeError(f"bootstrap {self.config.bootstrap} unreachable after {attempt} attempts "
-                                    f"({waited:.0f} s): {code.name}") from None
-                self.log.warning("bootstrap %s unreachable (%s); retrying in %.1f s (attempt %d)",
-                            self.config.bootstrap, code.name, delay, attempt,
-                            extra={"event": "bootstrap_unreachable", "attempt": attempt})
+                if (
+                    self.config.join_timeout_s is not None
+                    and waited + delay > self.config.join_timeout_s
+                ):
+                    raise NodeError(
+                        f"bootstrap {self.config.bootstrap} unreachable after {attempt} attempts "
+                        f"({waited:.0f} s): {code.name}"
+                    ) from None
+                self.log.warning(
+                    "bootstrap %s unreachable (%s); retrying in %.1f s (attempt %d)",
+                    self.config.bootstrap,
+                    code.name,
+                    delay,
+                    attempt,
+                    extra={"event": "bootstrap_unreachable", "attempt": attempt},
+                )
                 await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
                 delay = min(delay * 2, self.config.max_backoff_s)
         cert_pem = bytes(reply.cert_pem)
@@ -156,23 +180,43 @@ class IdentityMixin:
         pki.write_public(self.state_dir / "node.pem", cert_pem)
         if reply.ca_pem and bytes(reply.ca_pem) != ca_pem:
             raise NodeError("the bootstrap presented a different CA than the one configured")
-        pki.write_public(self.state_dir / "identity.json", json.dumps({
-            "node_id": reply.node_id, "vertex": reply.vertex, "bootstrap": self.config.bootstrap,
-            "address": self.address, "cert_sha256": pki.cert_sha256(cert_pem),
-            "key_sha256": pki.key_sha256(key.public_key()),
-            "x25519_public": pki.x25519_public_bytes(x_key).hex(),
-        }, indent=2).encode())
+        pki.write_public(
+            self.state_dir / "identity.json",
+            json.dumps(
+                {
+                    "node_id": reply.node_id,
+                    "vertex": reply.vertex,
+                    "bootstrap": self.config.bootstrap,
+                    "address": self.address,
+                    "cert_sha256": pki.cert_sha256(cert_pem),
+                    "key_sha256": pki.key_sha256(key.public_key()),
+                    "x25519_public": pki.x25519_public_bytes(x_key).hex(),
+                },
+                indent=2,
+            ).encode(),
+        )
         if self.config.token:
             pki.write_secret(self.state_dir / "join_token", self.config.token.encode())
-        self.log.info("%s as %s (vertex %d)", "re-joined" if reply.rejoined else "joined", reply.node_id, reply.vertex,
-                 extra={"event": "joined", "node": reply.node_id, "rejoined": reply.rejoined})
-        return Identity(reply.node_id, reply.vertex, key, pki.key_to_pem(key), cert_pem, ca_pem, x_key)
+        self.log.info(
+            "%s as %s (vertex %d)",
+            "re-joined" if reply.rejoined else "joined",
+            reply.node_id,
+            reply.vertex,
+            extra={"event": "joined", "node": reply.node_id, "rejoined": reply.rejoined},
+        )
+        return Identity(
+            reply.node_id, reply.vertex, key, pki.key_to_pem(key), cert_pem, ca_pem, x_key
+        )
 
     def _signed(self, method: str) -> bpb.SignedRequest:
         ms = int(time.time() * 1000)
         sig = pki.sign(self.identity.key, pki.signed_message(method, self.node_id, ms))
-        return bpb.SignedRequest(node_id=self.node_id, unix_ms=ms, signature=sig,
-                                 address=self.address if method == "Heartbeat" else "")
+        return bpb.SignedRequest(
+            node_id=self.node_id,
+            unix_ms=ms,
+            signature=sig,
+            address=self.address if method == "Heartbeat" else "",
+        )
 
 
 def _read_json(path: pathlib.Path) -> dict:

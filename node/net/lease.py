@@ -1,5 +1,6 @@
 """The node's standing with the bootstrap after joining: lease renewal (heartbeats, re-join when forgotten)
 and the per-epoch onion keys it publishes.  A mixin of :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,41 +28,64 @@ class LeaseMixin:
         if period <= 0:
             return
         grace = float(d.onion_grace_seconds)
-        if self.onion_keys is None or (self.onion_keys.period, self.onion_keys.grace) != (period, grace):
+        if self.onion_keys is None or (self.onion_keys.period, self.onion_keys.grace) != (
+            period,
+            grace,
+        ):
             if self.onion_keys is not None:
                 self.onion_keys.close()
             # its replay cache is a SQLite store: opened in a worker thread (fsyncs), as the node store is
             self.onion_keys = await asyncio.to_thread(OnionKeyStore, self.state_dir, period, grace)
         published = self.onion_keys.maintain(now)
         mine = self.members.get(self.node_id)
-        listed = sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys) if mine is not None else []
+        listed = (
+            sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys)
+            if mine is not None
+            else []
+        )
         if published == self._onion_published and all(k in listed for k in published):
             return
         ms = int(time.time() * 1000)
         method = f"PublishOnionKeys:{keys_digest(published)}"
-        auth = bpb.SignedRequest(node_id=self.node_id, unix_ms=ms,
-                                 signature=pki.sign(self.identity.key, pki.signed_message(method, self.node_id, ms)))
-        req = bpb.OnionKeysRequest(auth=auth, keys=[bpb.OnionKey(epoch=e, public_key=pk) for e, pk in published])
+        auth = bpb.SignedRequest(
+            node_id=self.node_id,
+            unix_ms=ms,
+            signature=pki.sign(self.identity.key, pki.signed_message(method, self.node_id, ms)),
+        )
+        req = bpb.OnionKeysRequest(
+            auth=auth, keys=[bpb.OnionKey(epoch=e, public_key=pk) for e, pk in published]
+        )
         try:
             async with self._bootstrap_channel() as ch:
                 await bpb_grpc.BootstrapStub(ch).PublishOnionKeys(req, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
-            self.log.warning("publishing onion keys failed (%s: %s); will retry", exc.code().name, exc.details(),
-                             extra={"event": "onion_keys_failed"})
+            self.log.warning(
+                "publishing onion keys failed (%s: %s); will retry",
+                exc.code().name,
+                exc.details(),
+                extra={"event": "onion_keys_failed"},
+            )
             return
         self._onion_published = published
-        self.log.info("onion keys published for epochs %s", [e for e, _ in published],
-                      extra={"event": "onion_keys", "epochs": [e for e, _ in published]})
+        self.log.info(
+            "onion keys published for epochs %s",
+            [e for e, _ in published],
+            extra={"event": "onion_keys", "epochs": [e for e, _ in published]},
+        )
         await self._refresh_directory(force=True)
 
     async def _onion_key_loop(self) -> None:
         while True:
             period = float(getattr(self.directory, "onion_epoch_seconds", 0.0) or 0.0)
-            await asyncio.sleep(min(self.config.heartbeat_s, period / 8) if period > 0 else self.config.heartbeat_s)
+            await asyncio.sleep(
+                min(self.config.heartbeat_s, period / 8) if period > 0 else self.config.heartbeat_s
+            )
             try:
                 await self.maintain_onion_keys()
             except (NodeError, OSError) as exc:
-                self.log.warning("onion-key rotation failed: %s", exc, extra={"event": "onion_keys_failed"})
+                self.log.warning(
+                    "onion-key rotation failed: %s", exc, extra={"event": "onion_keys_failed"}
+                )
 
     async def _heartbeat_loop(self) -> None:
         """Hold this node's lease in the process's batched renewal (see :class:`hushnet.net.shared.HostLease`):

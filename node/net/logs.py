@@ -5,6 +5,7 @@ local cluster, interleaved in one terminal or collected from many files, stay at
 ``--log-json`` switches to one JSON object per line (for log shippers and for tests that
 grep for an event); the default is a compact human format.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -71,7 +72,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
         extras = " ".join(
-            f"{k}={v}" for k, v in vars(record).items()
+            f"{k}={v}"
+            for k, v in vars(record).items()
             if k not in _RESERVED and k != "node" and not k.startswith("_")
         )
         line = f"{ts} {record.levelname:<7} [{getattr(record, 'node', '-')}] {record.name}: {record.getMessage()}"
@@ -82,7 +84,9 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def setup_logging(json_lines: bool = False, level: str = "INFO", identity: str | None = None) -> None:
+def setup_logging(
+    json_lines: bool = False, level: str = "INFO", identity: str | None = None
+) -> None:
     """Configure the root logger once for a hushnet process (stderr)."""
     if identity:
         set_identity(identity)
@@ -119,14 +123,23 @@ class RateLimitedLog:
     that is actually written.
     """
 
-    def __init__(self, log: logging.LoggerAdapter | logging.Logger, interval: float = 10.0, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        log: logging.LoggerAdapter | logging.Logger,
+        interval: float = 10.0,
+        clock=time.monotonic,
+    ) -> None:
         self.log = log
         self.interval = float(interval)
         self._clock = clock
-        self._kinds: dict[str, list] = {}  # kind -> [last_write, suppressed_count, last_message, level]
+        self._kinds: dict[
+            str, list
+        ] = {}  # kind -> [last_write, suppressed_count, last_message, level]
         self.totals: dict[str, int] = {}
 
-    def log_event(self, level: int, kind: str, msg: str, *args, exc_info=None, extra: dict | None = None) -> bool:
+    def log_event(
+        self, level: int, kind: str, msg: str, *args, exc_info=None, extra: dict | None = None
+    ) -> bool:
         """Record one event; returns whether a line was written now."""
         self.totals[kind] = self.totals.get(kind, 0) + 1
         now = self._clock()
@@ -139,7 +152,9 @@ class RateLimitedLog:
         if st is not None and st[1]:
             self._summary(kind, st, now)
         self._kinds[kind] = [now, 0, "", level]
-        self.log.log(level, msg, *args, exc_info=exc_info, extra={**(extra or {}), "kind": kind, "count": 1})
+        self.log.log(
+            level, msg, *args, exc_info=exc_info, extra={**(extra or {}), "kind": kind, "count": 1}
+        )
         return True
 
     def warning(self, kind: str, msg: str, *args, **kw) -> bool:
@@ -149,8 +164,15 @@ class RateLimitedLog:
         return self.log_event(logging.ERROR, kind, msg, *args, **kw)
 
     def _summary(self, kind: str, st: list, now: float) -> None:
-        self.log.log(st[3], "%d more %s in the last %.0f s (last: %s)", st[1], kind, now - st[0], st[2],
-                     extra={"event": "suppressed", "kind": kind, "count": st[1]})
+        self.log.log(
+            st[3],
+            "%d more %s in the last %.0f s (last: %s)",
+            st[1],
+            kind,
+            now - st[0],
+            st[2],
+            extra={"event": "suppressed", "kind": kind, "count": st[1]},
+        )
         st[0], st[1] = now, 0
 
     def flush(self, force: bool = False) -> None:

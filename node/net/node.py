@@ -18,6 +18,7 @@ duplicate. Each refusal returns a gRPC status with a readable message to the cal
 
 Usable in-process (tests, simulator parity) and from ``hushnet node serve`` (:func:`run`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,8 +58,15 @@ log = ContextLog(log_base, {})
 # ------------------------------------------------------------------------ the node
 
 
-class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsMixin, LeaseMixin,
-           BuiltinControlsMixin):
+class Node(
+    IdentityMixin,
+    AdmissionMixin,
+    ServerMixin,
+    DirectoryMixin,
+    ChannelsMixin,
+    LeaseMixin,
+    BuiltinControlsMixin,
+):
     """One hushnet peer. ``await start()`` … ``await stop()``; or ``run(config)`` for a process."""
 
     def __init__(self, config: NodeConfig) -> None:
@@ -71,7 +79,9 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
         self.cut: set[str] = set()
         self.identity: Identity | None = None
         self.directory: bpb.Directory | None = None
-        self.onion_keys = None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
+        self.onion_keys = (
+            None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
+        )
         self._onion_published: list[tuple[int, bytes]] = []
         self.neighbors: list[str] = []
         self.links: dict[str, PeerLink] = {}
@@ -95,7 +105,9 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
         self.lease_seconds = 15.0
         self.log = ContextLog(log_base, {"node": config.node_id or "-"})
         self.rlog = RateLimitedLog(self.log, config.log_interval_s)
-        self._boot: _shared.SharedBootstrap | None = None  # the process's bootstrap channel, see hushnet.net.shared
+        self._boot: _shared.SharedBootstrap | None = (
+            None  # the process's bootstrap channel, see hushnet.net.shared
+        )
 
     # ------------------------------------------------------------------ public API
     @property
@@ -115,16 +127,29 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
 
     def status(self) -> ppb.StatusReply:
         conns = [
-            ppb.Connection(peer_id=l.peer_id, address=l.address, state=l.state(), healthy=l.healthy,
-                           last_ok_unix=l.last_ok, sent=l.sent, failures=l.failures)
+            ppb.Connection(
+                peer_id=l.peer_id,
+                address=l.address,
+                state=l.state(),
+                healthy=l.healthy,
+                last_ok_unix=l.last_ok,
+                sent=l.sent,
+                failures=l.failures,
+            )
             for l in sorted(self.links.values(), key=lambda l: l.peer_id)
         ]
         return ppb.StatusReply(
-            node_id=self.node_id, address=self.address, neighbors=self.neighbors, connections=conns,
-            version=VERSION, uptime_seconds=time.monotonic() - self._started,
+            node_id=self.node_id,
+            address=self.address,
+            neighbors=self.neighbors,
+            connections=conns,
+            version=VERSION,
+            uptime_seconds=time.monotonic() - self._started,
             vertex=self.identity.vertex if self.identity else 0,
             directory_epoch=self.directory.epoch if self.directory else 0,
-            protocols=self.handlers.protocols(), delivered=self.delivered, rejected=self.rejected,
+            protocols=self.handlers.protocols(),
+            delivered=self.delivered,
+            rejected=self.rejected,
         )
 
     # ------------------------------------------------------------------ start / stop
@@ -135,7 +160,9 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
         try:
             await self._start()
         except BaseException:
-            if self._server is None:  # nothing serves from this directory: let another process have it
+            if (
+                self._server is None
+            ):  # nothing serves from this directory: let another process have it
                 self._unlock_state_dir()
             raise
 
@@ -173,9 +200,13 @@ class Node(IdentityMixin, AdmissionMixin, ServerMixin, DirectoryMixin, ChannelsM
             loop.create_task(self._probe_loop(), name="probe"),
             loop.create_task(self._log_flush_loop(), name="log-flush"),
         ]
-        self.log.info("node %s serving on %s, neighbours: %s", self.node_id, self.address,
-                 ", ".join(self.neighbors) or "(none yet)",
-                 extra={"event": "serving", "address": self.address, "neighbors": self.neighbors})
+        self.log.info(
+            "node %s serving on %s, neighbours: %s",
+            self.node_id,
+            self.address,
+            ", ".join(self.neighbors) or "(none yet)",
+            extra={"event": "serving", "address": self.address, "neighbors": self.neighbors},
+        )
 
     async def stop(self, grace: float = 1.0, leave: bool = True) -> None:
         if self._stopping:
@@ -255,7 +286,9 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
     start.result()  # raise NodeError if start failed
     from hushnet.net import logs as _logs
 
-    _logs.set_identity(node.node_id)  # a process of one node: every record of the process is its own
+    _logs.set_identity(
+        node.node_id
+    )  # a process of one node: every record of the process is its own
     await stop.wait()
     for obj in installed:
         close = getattr(obj, "close", None)

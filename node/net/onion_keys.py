@@ -14,6 +14,7 @@ epoch's key for ``grace`` seconds after its end (packets in flight, runs accepte
 between hosts must stay below the grace).  The key of epoch ``e`` is thus deleted at
 ``(e + 1)·period + grace``.  Keys live as ``onion-keys/epoch-<e>.key`` (0600).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,9 +53,13 @@ class RetiringEpochKeys(EpochKeys):
             return self.pairs[epoch]
         except KeyError:
             if epoch <= self.deleted_through:
-                raise UnknownEpoch(f"onion key of epoch {epoch} was deleted after its grace period (forward secrecy): "
-                                   f"the packet is too old; held epochs {sorted(self.pairs)}") from None
-            raise UnknownEpoch(f"no onion key for epoch {epoch} (held: {sorted(self.pairs)})") from None
+                raise UnknownEpoch(
+                    f"onion key of epoch {epoch} was deleted after its grace period (forward secrecy): "
+                    f"the packet is too old; held epochs {sorted(self.pairs)}"
+                ) from None
+            raise UnknownEpoch(
+                f"no onion key for epoch {epoch} (held: {sorted(self.pairs)})"
+            ) from None
 
 
 class OnionKeyStore:
@@ -63,10 +68,18 @@ class OnionKeyStore:
     ``keyring`` is shared by all of the node's onion runs and changes in place on rotation, so a
     relay opens any epoch it still holds whatever run the packet belongs to."""
 
-    def __init__(self, state_dir: pathlib.Path, period: float, grace: float | None = None, *,
-                 replay_path: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: pathlib.Path,
+        period: float,
+        grace: float | None = None,
+        *,
+        replay_path: pathlib.Path | None = None,
+    ) -> None:
         if not (period > 0 and math.isfinite(period)):
-            raise ValueError(f"onion-key period must be a positive number of seconds, got {period!r}")
+            raise ValueError(
+                f"onion-key period must be a positive number of seconds, got {period!r}"
+            )
         grace = period if grace is None else float(grace)
         if not 0 <= grace <= period:
             raise ValueError(f"onion-key grace must be in [0, period={period:g}] s, got {grace!r}")
@@ -74,7 +87,9 @@ class OnionKeyStore:
         self.dir = pathlib.Path(state_dir) / "onion-keys"
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self.keys = RetiringEpochKeys()
-        replay = PersistentReplayCache(replay_path or pathlib.Path(state_dir) / "replay-onion-epochs.sqlite", keep=1 << 20)
+        replay = PersistentReplayCache(
+            replay_path or pathlib.Path(state_dir) / "replay-onion-epochs.sqlite", keep=1 << 20
+        )
         self.keyring = OnionKeyring(self.keys, replay)
         for f in sorted(self.dir.glob("epoch-*.key")):
             e = int(f.stem.split("-", 1)[1])
@@ -101,7 +116,9 @@ class OnionKeyStore:
                 self.keys.pairs[e] = kp
         for e in sorted(self.keys.pairs):
             if now >= self.expires(e):
-                (self.dir / f"epoch-{e}.key").unlink(missing_ok=True)  # the key file first: then nothing opens e
+                (self.dir / f"epoch-{e}.key").unlink(
+                    missing_ok=True
+                )  # the key file first: then nothing opens e
                 del self.keys.pairs[e]
                 self.keys.deleted_through = max(self.keys.deleted_through, e)
         replay = self.keyring.replay

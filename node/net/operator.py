@@ -4,6 +4,7 @@ The operator authenticates with the operator certificate the bootstrap wrote int
 directory (``operator.pem``/``operator.key``); nodes accept ``Control`` only from such
 certificates. Used by ``hushnet status``, the demo, the tests and (later) the notebook client.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,7 +37,8 @@ def find_bootstrap_dir(state_dir: pathlib.Path) -> pathlib.Path:
             return candidate
     raise OperatorError(
         f"{state_dir} is neither a 'hushnet up' state directory nor a bootstrap state directory "
-        "(no bootstrap.json + operator.pem found)")
+        "(no bootstrap.json + operator.pem found)"
+    )
 
 
 @dataclass
@@ -47,11 +49,17 @@ class OperatorCredentials:
     bootstrap: str
 
     @classmethod
-    def from_state_dir(cls, state_dir: pathlib.Path, bootstrap: str | None = None) -> "OperatorCredentials":
+    def from_state_dir(
+        cls, state_dir: pathlib.Path, bootstrap: str | None = None
+    ) -> "OperatorCredentials":
         bdir = find_bootstrap_dir(state_dir)
         info = json.loads((bdir / "bootstrap.json").read_text())
-        return cls((bdir / "ca.pem").read_bytes(), (bdir / "operator.key").read_bytes(),
-                   (bdir / "operator.pem").read_bytes(), bootstrap or info["address"])
+        return cls(
+            (bdir / "ca.pem").read_bytes(),
+            (bdir / "operator.key").read_bytes(),
+            (bdir / "operator.pem").read_bytes(),
+            bootstrap or info["address"],
+        )
 
 
 DEFAULT_MAX_CONCURRENT = 64
@@ -66,8 +74,12 @@ class Operator:
     and timed out calls that were merely queued.  Timeouts count from when a call is sent.
     """
 
-    def __init__(self, creds: OperatorCredentials, max_message_bytes: int = 256 * MiB,
-                 max_concurrent: int | None = None) -> None:
+    def __init__(
+        self,
+        creds: OperatorCredentials,
+        max_message_bytes: int = 256 * MiB,
+        max_concurrent: int | None = None,
+    ) -> None:
         self.creds = creds
         self.max_message_bytes = max_message_bytes
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
@@ -76,7 +88,9 @@ class Operator:
             try:
                 max_concurrent = int(raw)
             except ValueError:
-                raise OperatorError(f"HUSHNET_OPERATOR_CONCURRENCY must be an integer, got {raw!r}") from None
+                raise OperatorError(
+                    f"HUSHNET_OPERATOR_CONCURRENCY must be an integer, got {raw!r}"
+                ) from None
         if max_concurrent < 1:
             raise OperatorError(f"operator concurrency must be at least 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent
@@ -95,22 +109,31 @@ class Operator:
 
     async def directory(self, timeout: float = 5.0) -> bpb.Directory:
         async with grpc.aio.secure_channel(
-            self.creds.bootstrap, pki.channel_credentials(self.creds.ca_pem),
-            options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
-                     ("grpc.max_receive_message_length", 64 * MiB)],
+            self.creds.bootstrap,
+            pki.channel_credentials(self.creds.ca_pem),
+            options=[
+                ("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
+                ("grpc.max_receive_message_length", 64 * MiB),
+            ],
         ) as ch:
-            return await bpb_grpc.BootstrapStub(ch).GetDirectory(bpb.DirectoryRequest(), timeout=timeout)
+            return await bpb_grpc.BootstrapStub(ch).GetDirectory(
+                bpb.DirectoryRequest(), timeout=timeout
+            )
 
     def _stub(self, node_id: str, address: str) -> ppb_grpc.PeerStub:
         key = (node_id, address)
         ch = self._channels.get(key)
         if ch is None:
             ch = grpc.aio.secure_channel(
-                address, pki.channel_credentials(self.creds.ca_pem, self.creds.key_pem, self.creds.cert_pem),
-                options=[("grpc.ssl_target_name_override", pki.node_dns(node_id)),
-                         ("grpc.max_receive_message_length", self.max_message_bytes),
-                         ("grpc.max_send_message_length", self.max_message_bytes),
-                         ("grpc.use_local_subchannel_pool", 1)])
+                address,
+                pki.channel_credentials(self.creds.ca_pem, self.creds.key_pem, self.creds.cert_pem),
+                options=[
+                    ("grpc.ssl_target_name_override", pki.node_dns(node_id)),
+                    ("grpc.max_receive_message_length", self.max_message_bytes),
+                    ("grpc.max_send_message_length", self.max_message_bytes),
+                    ("grpc.use_local_subchannel_pool", 1),
+                ],
+            )
             self._channels[key] = ch
         return ppb_grpc.PeerStub(ch)
 
@@ -118,13 +141,15 @@ class Operator:
         async with self._slots:
             return await self._stub(node_id, address).Status(ppb.StatusRequest(), timeout=timeout)
 
-    async def control(self, node_id: str, address: str, command: str, args: Any = None,
-                      timeout: float = 60.0) -> Any:
+    async def control(
+        self, node_id: str, address: str, command: str, args: Any = None, timeout: float = 60.0
+    ) -> Any:
         """Run ``command`` on a node; JSON in and out (bytes pass through unchanged)."""
         payload = args if isinstance(args, (bytes, bytearray)) else json.dumps(args or {}).encode()
         async with self._slots:
             reply = await self._stub(node_id, address).Control(
-                ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout)
+                ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout
+            )
         if not reply.ok:
             raise OperatorError(f"{node_id}: {command} failed: {reply.error}")
         try:
@@ -147,33 +172,66 @@ class Operator:
 
         async def one(m: bpb.Member) -> dict:
             entry: dict[str, Any] = {
-                "id": m.node_id, "address": m.address, "vertex": m.vertex, "alive_in_directory": m.alive,
-                "cert_sha256": m.cert_sha256, "x25519_public": bytes(m.x25519_public).hex(),
+                "id": m.node_id,
+                "address": m.address,
+                "vertex": m.vertex,
+                "alive_in_directory": m.alive,
+                "cert_sha256": m.cert_sha256,
+                "x25519_public": bytes(m.x25519_public).hex(),
             }
             try:
                 st = await self.status(m.node_id, m.address, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
-                entry.update(healthy=False, serving=False, wired=False, neighbors=[], connected=[],
-                             all_neighbors_connected=False, error=f"{exc.code().name}: {exc.details()}")
+                entry.update(
+                    healthy=False,
+                    serving=False,
+                    wired=False,
+                    neighbors=[],
+                    connected=[],
+                    all_neighbors_connected=False,
+                    error=f"{exc.code().name}: {exc.details()}",
+                )
                 return entry
             connected = [c.peer_id for c in st.connections if c.healthy]
             # against the published graph, not the node's own (possibly stale) view
             wired = set(connected) == expected[m.node_id] == set(st.neighbors)
             entry.update(
                 # per node, "healthy" is "serving" (answers as itself); "wired" says its links are all up
-                healthy=st.node_id == m.node_id, serving=st.node_id == m.node_id, wired=wired,
-                neighbors=list(st.neighbors), connected=connected, all_neighbors_connected=wired,
-                uptime_s=round(st.uptime_seconds, 1), version=st.version, delivered=st.delivered,
-                rejected=st.rejected, protocols=list(st.protocols), directory_epoch=st.directory_epoch,
-                connections=[{"peer": c.peer_id, "address": c.address, "state": c.state, "healthy": c.healthy,
-                              "sent": c.sent, "failures": c.failures} for c in st.connections],
+                healthy=st.node_id == m.node_id,
+                serving=st.node_id == m.node_id,
+                wired=wired,
+                neighbors=list(st.neighbors),
+                connected=connected,
+                all_neighbors_connected=wired,
+                uptime_s=round(st.uptime_seconds, 1),
+                version=st.version,
+                delivered=st.delivered,
+                rejected=st.rejected,
+                protocols=list(st.protocols),
+                directory_epoch=st.directory_epoch,
+                connections=[
+                    {
+                        "peer": c.peer_id,
+                        "address": c.address,
+                        "state": c.state,
+                        "healthy": c.healthy,
+                        "sent": c.sent,
+                        "failures": c.failures,
+                    }
+                    for c in st.connections
+                ],
             )
             return entry
 
-        nodes = await asyncio.gather(*(one(m) for m in directory.members if only is None or m.node_id in only))
+        nodes = await asyncio.gather(
+            *(one(m) for m in directory.members if only is None or m.node_id in only)
+        )
         return {
-            "bootstrap": self.creds.bootstrap, "topology": directory.topology, "epoch": directory.epoch,
-            "n_vertices": directory.n_vertices, "weight_rule": directory.weight_rule,
+            "bootstrap": self.creds.bootstrap,
+            "topology": directory.topology,
+            "epoch": directory.epoch,
+            "n_vertices": directory.n_vertices,
+            "weight_rule": directory.weight_rule,
             "edges": [[e.u, e.v] for e in directory.edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
             "members": [m.node_id for m in directory.members],
@@ -190,15 +248,27 @@ def format_table(doc: dict) -> str:
     rows = [("ID", "VERTEX", "ADDRESS", "SERVING", "WIRED", "LINKS", "NEIGHBOURS", "UPTIME")]
     for n in doc["nodes"]:
         links = f"{len(n.get('connected', []))}/{len(n.get('neighbors', []))}"
-        rows.append((n["id"], str(n["vertex"]), n["address"], "yes" if n.get("serving", n["healthy"]) else "NO",
-                     "yes" if n.get("wired", n.get("all_neighbors_connected")) else "NO", links,
-                     ",".join(n.get("neighbors", [])) or "-",
-                     f"{n['uptime_s']:.0f}s" if "uptime_s" in n else "-"))
+        rows.append(
+            (
+                n["id"],
+                str(n["vertex"]),
+                n["address"],
+                "yes" if n.get("serving", n["healthy"]) else "NO",
+                "yes" if n.get("wired", n.get("all_neighbors_connected")) else "NO",
+                links,
+                ",".join(n.get("neighbors", [])) or "-",
+                f"{n['uptime_s']:.0f}s" if "uptime_s" in n else "-",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [f"network: topology {doc['topology']}, {len(doc['nodes'])}/{doc['n_vertices']} members, "
-             f"directory epoch {doc['epoch']}, bootstrap {doc['bootstrap']}"]
+    lines = [
+        f"network: topology {doc['topology']}, {len(doc['nodes'])}/{doc['n_vertices']} members, "
+        f"directory epoch {doc['epoch']}, bootstrap {doc['bootstrap']}"
+    ]
     if "serving" in doc:
-        lines.append(f"healthy: {'yes' if doc['healthy'] else 'NO'} (serving: {'yes' if doc['serving'] else 'NO'}, "
-                     f"wired to every neighbour: {'yes' if doc['wired'] else 'NO'})")
+        lines.append(
+            f"healthy: {'yes' if doc['healthy'] else 'NO'} (serving: {'yes' if doc['serving'] else 'NO'}, "
+            f"wired to every neighbour: {'yes' if doc['wired'] else 'NO'})"
+        )
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Keys, certificates and gRPC credentials of a hushnet network.
 
 Why ECDSA P-256: gRPC's bundled TLS stack (BoringSSL) accepts P-256 certificates for both
-server and client authentication on every platform; ``tests/network/test_net_pki.py``
+server and client authentication on every platform; ``tests/net/test_net_pki.py``
 checks that a real mutual-TLS handshake with these certificates succeeds.
 
 Identities live in a SAN URI: ``hushnet://node/<id>`` for nodes and
@@ -10,6 +10,7 @@ Identities live in a SAN URI: ``hushnet://node/<id>`` for nodes and
 ``grpc.ssl_target_name_override`` (the client dials an IP address but checks the name of the
 neighbour it meant to reach).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -170,9 +171,9 @@ def identity_from_uris(uris: list[str]) -> PeerIdentity | None:
     found: list[PeerIdentity] = []
     for uri in uris:
         if uri.startswith(NODE_URI_PREFIX):
-            found.append(PeerIdentity("node", uri[len(NODE_URI_PREFIX):]))
+            found.append(PeerIdentity("node", uri[len(NODE_URI_PREFIX) :]))
         elif uri.startswith(OPERATOR_URI_PREFIX):
-            found.append(PeerIdentity("operator", uri[len(OPERATOR_URI_PREFIX):]))
+            found.append(PeerIdentity("operator", uri[len(OPERATOR_URI_PREFIX) :]))
     if len(found) != 1:
         return None
     return found[0]
@@ -182,7 +183,9 @@ def identity_of(cert: x509.Certificate) -> PeerIdentity | None:
     return identity_from_uris(_uris(cert))
 
 
-def create_ca(common_name: str = "hushnet network CA") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def create_ca(
+    common_name: str = "hushnet network CA",
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A self-signed CA (path length 0: it signs leaf certificates only)."""
     key = generate_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -198,9 +201,15 @@ def create_ca(common_name: str = "hushnet network CA") -> tuple[ec.EllipticCurve
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -287,7 +296,9 @@ def issue_cert(
 # --------------------------------------------------------------------------- gRPC glue
 
 
-def server_credentials(key_pem: bytes, cert_pem: bytes, ca_pem: bytes, *, require_client_auth: bool = True):
+def server_credentials(
+    key_pem: bytes, cert_pem: bytes, ca_pem: bytes, *, require_client_auth: bool = True
+):
     """TLS server credentials that only accept clients whose certificate chains to ``ca_pem``."""
     import grpc
 
@@ -372,8 +383,9 @@ def public_key_der(key: ec.EllipticCurvePrivateKey) -> bytes:
     """DER SubjectPublicKeyInfo of ``key``'s public half (a host process's lease key, see HostHeartbeat)."""
     from cryptography.hazmat.primitives import serialization
 
-    return key.public_key().public_bytes(serialization.Encoding.DER,
-                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+    return key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def load_public_key_der(der: bytes) -> ec.EllipticCurvePublicKey:

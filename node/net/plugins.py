@@ -6,6 +6,7 @@ before it starts; it registers handlers and control commands.  If it returns an 
 under the entry-point group ``hushnet.node_plugins`` (see ``pyproject.toml``), so the network
 layer never imports the features built on it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,5 +26,7 @@ def load_plugins() -> tuple[Plugin, ...]:
         try:
             out.append(ep.load())
         except Exception as exc:
-            raise RuntimeError(f"node plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+            raise RuntimeError(
+                f"node plugin {ep.name!r} ({ep.value}) failed to load: {exc}"
+            ) from exc
     return tuple(out)

@@ -1,6 +1,7 @@
 """The peer server: the mutual-TLS gRPC server and its RPCs (Deliver, Health, Status, Control), each
 admitted by :mod:`hushnet.net.admission` before a protocol or command sees it.  A mixin of
 :class:`hushnet.net.node.Node`."""
+
 from __future__ import annotations
 
 import asyncio
@@ -36,19 +37,29 @@ class ServerMixin:
         ident = lambda b: b  # noqa: E731  raw bytes in: we parse (and reject) ourselves
         handlers = {
             "Deliver": grpc.unary_unary_rpc_method_handler(
-                self._rpc_deliver, request_deserializer=ident,
-                response_serializer=epb.DeliveryAck.SerializeToString),
+                self._rpc_deliver,
+                request_deserializer=ident,
+                response_serializer=epb.DeliveryAck.SerializeToString,
+            ),
             "Health": grpc.unary_unary_rpc_method_handler(
-                self._rpc_health, request_deserializer=ppb.HealthRequest.FromString,
-                response_serializer=ppb.HealthReply.SerializeToString),
+                self._rpc_health,
+                request_deserializer=ppb.HealthRequest.FromString,
+                response_serializer=ppb.HealthReply.SerializeToString,
+            ),
             "Status": grpc.unary_unary_rpc_method_handler(
-                self._rpc_status, request_deserializer=ppb.StatusRequest.FromString,
-                response_serializer=ppb.StatusReply.SerializeToString),
+                self._rpc_status,
+                request_deserializer=ppb.StatusRequest.FromString,
+                response_serializer=ppb.StatusReply.SerializeToString,
+            ),
             "Control": grpc.unary_unary_rpc_method_handler(
-                self._rpc_control, request_deserializer=ident,
-                response_serializer=ppb.ControlReply.SerializeToString),
+                self._rpc_control,
+                request_deserializer=ident,
+                response_serializer=ppb.ControlReply.SerializeToString,
+            ),
         }
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(PEER_SERVICE, handlers),))
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(PEER_SERVICE, handlers),)
+        )
         ident_ = self.identity
         creds = pki.server_credentials(ident_.key_pem, ident_.cert_pem, ident_.ca_pem)
         try:
@@ -64,40 +75,65 @@ class ServerMixin:
         try:
             who, key_sha = self._caller(context)
             if who is None or not who.is_node:
-                raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Deliver requires a node certificate (caller: {who or 'none'})", kind="rejected:not-a-node")
+                raise _Rejected(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"Deliver requires a node certificate (caller: {who or 'none'})",
+                    kind="rejected:not-a-node",
+                )
             if len(raw) > self.config.max_message_bytes + ENVELOPE_SLACK:
-                raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"message of {len(raw)} bytes exceeds the limit of {self.config.max_message_bytes} bytes",
-                                kind="rejected:too-large",
-                                caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"message of {len(raw)} bytes exceeds the limit of {self.config.max_message_bytes} bytes",
+                    kind="rejected:too-large",
+                    caller=who.name,
+                )
             env = epb.Envelope()
             try:
                 env.ParseFromString(raw)
             except DecodeError as exc:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed Envelope from {who.name}: {exc}",
-                                kind="rejected:malformed-envelope", caller=who.name) from None
+                raise _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"malformed Envelope from {who.name}: {exc}",
+                    kind="rejected:malformed-envelope",
+                    caller=who.name,
+                ) from None
             if len(env.payload) > self.config.max_message_bytes:
-                raise _Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"payload of {len(env.payload)} bytes exceeds the limit of "
-                                f"{self.config.max_message_bytes} bytes", kind="rejected:too-large", caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"payload of {len(env.payload)} bytes exceeds the limit of "
+                    f"{self.config.max_message_bytes} bytes",
+                    kind="rejected:too-large",
+                    caller=who.name,
+                )
             if env.sender != who.name:
-                raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"envelope claims sender {env.sender!r} but the certificate names {who.name!r}",
-                                kind="rejected:sender-mismatch",
-                                caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"envelope claims sender {env.sender!r} but the certificate names {who.name!r}",
+                    kind="rejected:sender-mismatch",
+                    caller=who.name,
+                )
             await self._check_member(who, key_sha)
             if who.name in self.cut:
-                raise _Rejected(grpc.StatusCode.UNAVAILABLE, f"link to {who.name} is cut (fault injection)",
-                                kind="rejected:link-cut", caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"link to {who.name} is cut (fault injection)",
+                    kind="rejected:link-cut",
+                    caller=who.name,
+                )
             if env.recipient and env.recipient != self.node_id:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"envelope addressed to {env.recipient!r}, this is {self.node_id}",
-                                kind="rejected:wrong-recipient", caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"envelope addressed to {env.recipient!r}, this is {self.node_id}",
+                    kind="rejected:wrong-recipient",
+                    caller=who.name,
+                )
             if who.name not in self.neighbors:
-                raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"{who.name} is not a neighbour of {self.node_id}", kind="rejected:not-a-neighbour",
-                                caller=who.name)
+                raise _Rejected(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"{who.name} is not a neighbour of {self.node_id}",
+                    kind="rejected:not-a-neighbour",
+                    caller=who.name,
+                )
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
@@ -109,10 +145,14 @@ class ServerMixin:
                 outgoing = await self.handlers.dispatch(env)
             except UnknownProtocol:
                 self._seen.pop(key, None)  # not delivered: a later retry may succeed
-                raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
-                                f"unknown protocol {env.protocol!r} (this node serves: "
-                                f"{', '.join(self.handlers.protocols()) or 'none'})",
-                                kind="rejected:unknown-protocol", caller=who.name, protocol=env.protocol) from None
+                raise _Rejected(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"unknown protocol {env.protocol!r} (this node serves: "
+                    f"{', '.join(self.handlers.protocols()) or 'none'})",
+                    kind="rejected:unknown-protocol",
+                    caller=who.name,
+                    protocol=env.protocol,
+                ) from None
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
                 # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
@@ -120,10 +160,15 @@ class ServerMixin:
                 # with the first line of its kind per interval, never once per message
                 code = getattr(exc, "code", None)
                 refusal = isinstance(code, str)
-                raise _Rejected(grpc.StatusCode.INTERNAL, f"handler {env.protocol!r} failed: {exc}",
-                                kind=f"{'refused' if refusal else 'handler_error'}:{env.protocol}:"
-                                     f"{code if refusal else type(exc).__name__}",
-                                exc_info=None if refusal else exc, caller=who.name, protocol=env.protocol) from None
+                raise _Rejected(
+                    grpc.StatusCode.INTERNAL,
+                    f"handler {env.protocol!r} failed: {exc}",
+                    kind=f"{'refused' if refusal else 'handler_error'}:{env.protocol}:"
+                    f"{code if refusal else type(exc).__name__}",
+                    exc_info=None if refusal else exc,
+                    caller=who.name,
+                    protocol=env.protocol,
+                ) from None
             self.delivered += 1
             if outgoing:
                 task = asyncio.get_running_loop().create_task(self._send_outgoing(outgoing))
@@ -136,8 +181,13 @@ class ServerMixin:
     async def _send_outgoing(self, items: list[OutgoingEnvelope]) -> None:
         for item, result in zip(items, await self.send_many(items)):
             if isinstance(result, BaseException):
-                self.log.warning("could not send %s envelope to %s: %s", item.protocol, item.to, result,
-                            extra={"event": "send_failed", "to": item.to})
+                self.log.warning(
+                    "could not send %s envelope to %s: %s",
+                    item.protocol,
+                    item.to,
+                    result,
+                    extra={"event": "send_failed", "to": item.to},
+                )
 
     async def _rpc_health(self, request, context) -> ppb.HealthReply:
         return ppb.HealthReply(ok=True, node_id=self.node_id)
@@ -145,9 +195,17 @@ class ServerMixin:
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
         who, key_sha = self._caller(context)
         if who is None:
-            await self._reject(context, _Rejected(grpc.StatusCode.PERMISSION_DENIED, "Status requires a certificate",
-                                                                  kind="rejected:no-certificate"))
-        if who.is_node:  # a node certificate counts only with the key of that node's directory entry
+            await self._reject(
+                context,
+                _Rejected(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "Status requires a certificate",
+                    kind="rejected:no-certificate",
+                ),
+            )
+        if (
+            who.is_node
+        ):  # a node certificate counts only with the key of that node's directory entry
             try:
                 await self._check_member(who, key_sha)
             except _Rejected as exc:
@@ -158,28 +216,42 @@ class ServerMixin:
         try:
             who, _ = self._caller(context)
             if who is None or not who.is_operator:
-                raise _Rejected(grpc.StatusCode.PERMISSION_DENIED,
-                                f"Control requires an operator certificate (caller: {who or 'none'})",
-                                kind="rejected:not-an-operator")
+                raise _Rejected(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"Control requires an operator certificate (caller: {who or 'none'})",
+                    kind="rejected:not-an-operator",
+                )
             req = ppb.ControlRequest()
             try:
                 req.ParseFromString(raw)
             except DecodeError as exc:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ControlRequest: {exc}",
-                                kind="rejected:malformed-control") from None
+                raise _Rejected(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"malformed ControlRequest: {exc}",
+                    kind="rejected:malformed-control",
+                ) from None
             try:
                 out = await self.controls.run(req.command, bytes(req.payload))
             except UnknownCommand:
-                raise _Rejected(grpc.StatusCode.UNIMPLEMENTED,
-                                f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})",
-                                kind="rejected:unknown-command") from None
+                raise _Rejected(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"unknown control command {req.command!r} (known: {', '.join(self.controls.commands())})",
+                    kind="rejected:unknown-command",
+                ) from None
             except (KeyError, ValueError, PermissionError) as exc:
                 # an expected refusal (unknown run id, bad argument): one line, no traceback
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-                self.log.warning("control command %s refused: %s", req.command, msg, extra={"event": "control_refused"})
+                self.log.warning(
+                    "control command %s refused: %s",
+                    req.command,
+                    msg,
+                    extra={"event": "control_refused"},
+                )
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {msg}")
             except Exception as exc:
-                self.log.exception("control command %s failed", req.command, extra={"event": "control_error"})
+                self.log.exception(
+                    "control command %s failed", req.command, extra={"event": "control_error"}
+                )
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {exc}")
             return ppb.ControlReply(ok=True, payload=out)
         except _Rejected as exc:

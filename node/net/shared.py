@@ -25,6 +25,7 @@ parse, a signature check and an SQLite commit on the bootstrap).  So, per proces
 * one ``HeartbeatHost`` per lease period renews the leases of all the process's nodes, signed once
   by an ephemeral host key to which each node delegates its lease once (:class:`HostLease`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,9 @@ from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
 
 MiB = 1024 * 1024
 WATCH_WAIT_S = 20.0  # how long the bootstrap may hold a WatchDirectory call without a change
-COALESCE_S = 0.25  # after a change, wait this long before asking again (a join storm arrives in batches)
+COALESCE_S = (
+    0.25  # after a change, wait this long before asking again (a join storm arrives in batches)
+)
 log = logging.getLogger("hushnet.node")
 
 
@@ -50,11 +53,15 @@ class SharedBootstrap:
     def __init__(self, address: str, ca_pem: bytes) -> None:
         self.address = address
         self.channel = grpc.aio.secure_channel(
-            address, pki.channel_credentials(ca_pem),
-            options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
-                     ("grpc.max_receive_message_length", 64 * MiB),
-                     ("grpc.initial_reconnect_backoff_ms", 500),
-                     ("grpc.max_reconnect_backoff_ms", 5000)])
+            address,
+            pki.channel_credentials(ca_pem),
+            options=[
+                ("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
+                ("grpc.max_receive_message_length", 64 * MiB),
+                ("grpc.initial_reconnect_backoff_ms", 500),
+                ("grpc.max_reconnect_backoff_ms", 5000),
+            ],
+        )
         self.stub = bpb_grpc.BootstrapStub(self.channel)
         self.users = 0
         self.reads = 0  # directory reads actually sent (the rest were shared)
@@ -80,7 +87,9 @@ class SharedBootstrap:
             else:
                 if self._next is None:
                     prev = self._inflight[1] if self._inflight is not None else None
-                    self._next = asyncio.get_running_loop().create_task(self._read_after(prev, timeout))
+                    self._next = asyncio.get_running_loop().create_task(
+                        self._read_after(prev, timeout)
+                    )
                 await asyncio.shield(self._next)
         return self.current  # that read merged into the process's copy, which only moves forward
 
@@ -100,19 +109,23 @@ class SharedBootstrap:
             self._last = (started, directory)
         return directory
 
-
     # ------------------------------------------------------------------ versioned directory
     async def _fetch(self, wait: float, timeout: float) -> bpb.Directory:
         """Ask for the changes after our version (held up to ``wait`` s by the bootstrap), apply them."""
         since = self.current.epoch if self.current is not None else 0
-        changes = await self.stub.WatchDirectory(bpb.DirectoryWatch(since_epoch=since, wait_seconds=wait),
-                                                 timeout=wait + timeout)
+        changes = await self.stub.WatchDirectory(
+            bpb.DirectoryWatch(since_epoch=since, wait_seconds=wait), timeout=wait + timeout
+        )
         return self._merge(changes)
 
     def _merge(self, changes: bpb.DirectoryChanges) -> bpb.Directory:
         cur = self.current
         if changes.snapshot:
-            if cur is not None and changes.epoch < cur.epoch and changes.directory.ca_pem == cur.ca_pem:
+            if (
+                cur is not None
+                and changes.epoch < cur.epoch
+                and changes.directory.ca_pem == cur.ca_pem
+            ):
                 return cur  # an older answer overtaken by a newer one
             new = changes.directory
             self._members = {m.node_id: m for m in new.members}
@@ -151,8 +164,12 @@ class SharedBootstrap:
                     await asyncio.sleep(COALESCE_S)
             except grpc.aio.AioRpcError as exc:
                 if not failing:
-                    log.warning("directory watch on %s failed (%s); retrying", self.address, exc.code().name,
-                                extra={"event": "bootstrap_unreachable"})
+                    log.warning(
+                        "directory watch on %s failed (%s); retrying",
+                        self.address,
+                        exc.code().name,
+                        extra={"event": "bootstrap_unreachable"},
+                    )
                 failing = True
                 await asyncio.sleep(1.0)
 
@@ -199,7 +216,10 @@ class HostLease:
             self.delegated.discard(node_id)
 
     def _period(self) -> float:
-        return min((min(n.config.heartbeat_s, n.lease_seconds / 3) for n in self.nodes.values()), default=1.0)
+        return min(
+            (min(n.config.heartbeat_s, n.lease_seconds / 3) for n in self.nodes.values()),
+            default=1.0,
+        )
 
     async def _loop(self) -> None:
         failing = False
@@ -218,8 +238,11 @@ class HostLease:
                 failing = False
             except grpc.aio.AioRpcError as exc:
                 if not failing:
-                    log.warning("heartbeat failed (%s); will keep trying", exc.code().name,
-                                extra={"event": "heartbeat_failed"})
+                    log.warning(
+                        "heartbeat failed (%s); will keep trying",
+                        exc.code().name,
+                        extra={"event": "heartbeat_failed"},
+                    )
                 failing = True
 
     async def renew(self) -> bpb.HostLeaseReply:
@@ -230,10 +253,17 @@ class HostLease:
             self.sha = hashlib.sha256(self.der).hexdigest()
         nodes = dict(self.nodes)
         ids = sorted(nodes)
-        delegations = [nodes[i]._signed(f"Delegate:{self.sha}") for i in ids if i not in self.delegated]
+        delegations = [
+            nodes[i]._signed(f"Delegate:{self.sha}") for i in ids if i not in self.delegated
+        ]
         ms = int(time.time() * 1000)
-        req = bpb.HostHeartbeat(host_public_key=self.der, unix_ms=ms, node_ids=ids, delegations=delegations,
-                                signature=pki.sign(self.key, pki.host_lease_message(ids, self.sha, ms)))
+        req = bpb.HostHeartbeat(
+            host_public_key=self.der,
+            unix_ms=ms,
+            node_ids=ids,
+            delegations=delegations,
+            signature=pki.sign(self.key, pki.host_lease_message(ids, self.sha, ms)),
+        )
         self.renewals += 1
         reply = await self.shared.stub.HeartbeatHost(req, timeout=5.0)
         missing = set(reply.unknown) | set(reply.undelegated)
@@ -336,5 +366,8 @@ def view_of(directory: bpb.Directory) -> DirectoryView:
     view = DirectoryView(directory)
     if len(_VIEWS) >= 8:
         _VIEWS.pop(next(iter(_VIEWS)))
-    _VIEWS[id(directory)] = (directory, view)  # holding the directory keeps its id from being reused
+    _VIEWS[id(directory)] = (
+        directory,
+        view,
+    )  # holding the directory keeps its id from being reused
     return view

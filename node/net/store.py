@@ -4,6 +4,7 @@ Holds small durable facts that must survive a restart: a key/value table (incarn
 last directory epoch, protocol state of later issues) and an inbox log of envelopes that
 built-in diagnostics record (``net.ping``), so an operator can verify end-to-end delivery.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ class NodeStore:
         return json.loads(row[0]) if row else default
 
     def put(self, key: str, value) -> None:
-        self._db.execute("INSERT INTO kv(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                         (key, json.dumps(value)))
+        self._db.execute(
+            "INSERT INTO kv(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, json.dumps(value)),
+        )
 
     def next_incarnation(self) -> int:
         """Count process starts; sequence numbers embed it so they never repeat after a restart."""
@@ -52,7 +55,9 @@ class NodeStore:
         self.put("incarnation", value)
         return value
 
-    def record(self, protocol: str, run_id: str, seq: int, sender: str, size: int, sha256: str) -> None:
+    def record(
+        self, protocol: str, run_id: str, seq: int, sender: str, size: int, sha256: str
+    ) -> None:
         self._db.execute(
             "INSERT INTO inbox(received, protocol, run_id, seq, sender, size, sha256) VALUES(?,?,?,?,?,?,?)",
             (time.time(), protocol, run_id, int(seq), sender, int(size), sha256),

@@ -5,8 +5,9 @@
 8 MB, measured). Protobuf allows fields in any order, so we serialise the small header fields
 with protobuf and append field 4 (``payload``, wire type 2) by hand: one copy of the payload in
 total, and the result parses as the very same ``Envelope`` (tested in
-``tests/network/test_net_wire.py``).
+``tests/net/test_net_wire.py``).
 """
+
 from __future__ import annotations
 
 from hushnet.v1 import envelope_pb2 as epb
@@ -26,9 +27,13 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def encode_envelope(protocol: str, run_id: str, seq: int, payload: bytes, sender: str, recipient: str) -> bytes:
+def encode_envelope(
+    protocol: str, run_id: str, seq: int, payload: bytes, sender: str, recipient: str
+) -> bytes:
     """Wire bytes of ``Envelope(protocol, run_id, seq, payload, sender, recipient)``."""
-    header = epb.Envelope(protocol=protocol, run_id=run_id, seq=seq, sender=sender, recipient=recipient)
+    header = epb.Envelope(
+        protocol=protocol, run_id=run_id, seq=seq, sender=sender, recipient=recipient
+    )
     if not payload:
         return header.SerializeToString()
     return b"".join((header.SerializeToString(), _PAYLOAD_TAG, _varint(len(payload)), payload))
@@ -37,7 +42,9 @@ def encode_envelope(protocol: str, run_id: str, seq: int, payload: bytes, sender
 _TUNED = {"done": False}
 
 
-def tune_allocator(mmap_threshold: int = 32 * 1024 * 1024, trim_threshold: int = 1024 * 1024 * 1024) -> bool:
+def tune_allocator(
+    mmap_threshold: int = 32 * 1024 * 1024, trim_threshold: int = 1024 * 1024 * 1024
+) -> bool:
     """Keep large message buffers in the malloc heap instead of mmap/munmap per message (glibc).
 
     Why: every multi-megabyte envelope allocates fresh buffers (encode, TLS, parse, payload
@@ -52,7 +59,9 @@ def tune_allocator(mmap_threshold: int = 32 * 1024 * 1024, trim_threshold: int =
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        ok = bool(libc.mallopt(-3, int(mmap_threshold))) and bool(libc.mallopt(-1, int(trim_threshold)))
+        ok = bool(libc.mallopt(-3, int(mmap_threshold))) and bool(
+            libc.mallopt(-1, int(trim_threshold))
+        )
     except (OSError, AttributeError):
         return False
     _TUNED["done"] = ok

@@ -21,6 +21,7 @@ Usage::
 Names resolve lazily (PEP 562): ``import hushnet.privacy`` imports neither numpy-heavy accountants
 nor scipy; a node process pays only for the modules it touches.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -5,11 +5,11 @@ sees the token when it holds it.  [P-AD] shows that the other users then learn m
 about a contribution than under local DP, because every observed token already aggregates
 (and hides) many other users' noise.  This module holds:
 
-* the composition / amplification tools the paper builds on (spec randomwalk.md §0.2);
+* the composition / amplification tools the paper builds on (docs/design/spec/randomwalk.md §0.2);
 * the four algorithms (ring / complete-graph summation and histograms), as simulators used
   to check the utility claims (unbiasedness, exact noise counts);
 * the paper's theorems (Thm 1, 2, 3, 4, 6; Lemma 1, Lemma 2; Remark 5) with the errata of
-  spec PART F applied;
+  docs/design/spec/randomwalk.md PART F applied;
 * the reference-code procedures behind the figures: Fig. 1a curves, the Fig. 1b empirical
   walk accountant (A.6.2) and the Fig. 2 σ calibration (A.6.3).
 
@@ -25,6 +25,7 @@ Every result carries a ``bound`` label, as hushnet's house rule demands:
     scales ε by 1/√m" rule applied to (ε, δ) pairs, Chernoff bounds on dependent events,
     code constants that differ from the lemmas) and are never a guarantee.
 """
+
 from __future__ import annotations
 
 import math
@@ -144,7 +145,9 @@ def _check_delta(name: str, delta: float) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def advanced_composition(eps: float, delta: float, k: float, delta_prime: float) -> tuple[float, float]:
+def advanced_composition(
+    eps: float, delta: float, k: float, delta_prime: float
+) -> tuple[float, float]:
     """Advanced composition (Dwork–Rothblum–Vadhan) of k (ε, δ)-DP mechanisms.
 
     Returns ``(√(2k ln(1/δ')) ε + k ε (e^ε − 1),  k δ + δ')``.  ``k`` may be a real bound
@@ -177,8 +180,11 @@ def heterogeneous_composition(eps_list: Sequence[float] | np.ndarray, delta: flo
     e = np.asarray(eps_list, dtype=float)
     if e.size == 0:
         return 0.0
-    return float(_kairouz_from_sums(e.size, e.sum(), (np.expm1(e) * e / (np.exp(e) + 1.0)).sum(),
-                                    (e * e).sum(), delta))
+    return float(
+        _kairouz_from_sums(
+            e.size, e.sum(), (np.expm1(e) * e / (np.exp(e) + 1.0)).sum(), (e * e).sum(), delta
+        )
+    )
 
 
 def _kairouz_from_sums(k, worst, first, q, delta):
@@ -189,13 +195,18 @@ def _kairouz_from_sums(k, worst, first, q, delta):
         dstar = k * delta
         sq = np.sqrt(q)
         cond = math.e + sq / dstar > 1.0 / dstar
-        second = np.where(cond, np.sqrt(2.0 * q * np.log(1.0 / dstar)),
-                          np.sqrt(2.0 * q * np.log(math.e + sq / dstar)))
+        second = np.where(
+            cond,
+            np.sqrt(2.0 * q * np.log(1.0 / dstar)),
+            np.sqrt(2.0 * q * np.log(math.e + sq / dstar)),
+        )
         out = np.minimum(first + second, worst)
     return np.where(k > 0, out, 0.0)
 
 
-def subsampling_amplification(eps: float, n: float, m: float, delta: float = 0.0) -> tuple[float, float]:
+def subsampling_amplification(
+    eps: float, n: float, m: float, delta: float = 0.0
+) -> tuple[float, float]:
     """Amplification by subsampling with replacement (Balle et al. 2018 Thm 10; P-AD eq. 10).
 
     An ε-DP mechanism applied to m draws with replacement out of n users gives
@@ -225,7 +236,9 @@ def _erlingsson_valid(eps0: float, delta: float, n: int) -> None:
     if n < 1000:
         problems.append(f"n={n} < 1000")
     if problems:
-        raise ValidityError("Erlingsson shuffling bound outside its validity range: " + "; ".join(problems))
+        raise ValidityError(
+            "Erlingsson shuffling bound outside its validity range: " + "; ".join(problems)
+        )
 
 
 def erlingsson_eps0(eps: float, delta: float, n: int, *, check: bool = True) -> float:
@@ -243,9 +256,15 @@ def fmt_shuffle_eps(eps0: float, delta: float, n: int, *, check: bool = True) ->
     ``ε₀ ≤ ln(n / (16 ln(2/δ)))``.
     """
     if check and not eps0 <= math.log(n / (16.0 * math.log(2.0 / delta))):
-        raise ValidityError(f"FMT shuffling bound needs eps0 <= ln(n/(16 ln(2/delta))); eps0={eps0:.4g}, n={n}")
+        raise ValidityError(
+            f"FMT shuffling bound needs eps0 <= ln(n/(16 ln(2/delta))); eps0={eps0:.4g}, n={n}"
+        )
     e0 = math.exp(eps0)
-    return math.log1p((e0 - 1.0) / (e0 + 1.0) * (8.0 * math.sqrt(e0 * math.log(4.0 / delta)) / math.sqrt(n) + 8.0 * e0 / n))
+    return math.log1p(
+        (e0 - 1.0)
+        / (e0 + 1.0)
+        * (8.0 * math.sqrt(e0 * math.log(4.0 / delta)) / math.sqrt(n) + 8.0 * e0 / n)
+    )
 
 
 def fmt_eps0(eps: float, delta: float, n: int) -> float:
@@ -255,11 +274,16 @@ def fmt_eps0(eps: float, delta: float, n: int) -> float:
         raise ValidityError(f"FMT bound unusable: n={n} too small for delta={delta}")
     if fmt_shuffle_eps(cap, delta, n) <= eps:
         return cap
-    return float(optimize.brentq(lambda e0: fmt_shuffle_eps(e0, delta, n, check=False) - eps, 0.0, cap,
-                                 xtol=1e-14))
+    return float(
+        optimize.brentq(
+            lambda e0: fmt_shuffle_eps(e0, delta, n, check=False) - eps, 0.0, cap, xtol=1e-14
+        )
+    )
 
 
-def contributions_bound(T: int, n: float, delta_hat: float, method: str = "chernoff") -> tuple[float, str]:
+def contributions_bound(
+    T: int, n: float, delta_hat: float, method: str = "chernoff"
+) -> tuple[float, str]:
     """High-probability bound N with ``P(T_u > N) ≤ δ̂`` for ``T_u ~ Binomial(T, 1/n)``.
 
     ``method="chernoff"`` is P-AD App. D: ``N = T/n + √(3 (T/n) ln(1/δ̂))``; that multiplicative
@@ -307,15 +331,18 @@ def rr_epsilon(gamma: float, L: int) -> float:
     return math.log((1.0 - gamma + gamma / L) / (gamma / L))
 
 
-def randomized_response(x: np.ndarray | int, gamma: float, L: int, rng: np.random.Generator) -> np.ndarray:
+def randomized_response(
+    x: np.ndarray | int, gamma: float, L: int, rng: np.random.Generator
+) -> np.ndarray:
     """``RR_γ``: keep each value with probability 1 − γ, else replace it by a uniform value in 0..L−1."""
     x = np.asarray(x)
     replace = rng.random(x.shape) < gamma
     return np.where(replace, rng.integers(0, L, size=x.shape), x)
 
 
-def rr_gamma_for_batch(eps_target: float, delta: float, batch_size: int, L: int,
-                       bound: str = "erlingsson") -> tuple[float, float]:
+def rr_gamma_for_batch(
+    eps_target: float, delta: float, batch_size: int, L: int, bound: str = "erlingsson"
+) -> tuple[float, float]:
     """γ for Thm 2 (spec erratum 14): invert the shuffling bound of a batch to get ε₀, then ``γ(ε₀)``.
 
     Returns ``(γ, ε₀)``.  ``bound`` is ``"erlingsson"`` (closed form, P-AD's choice) or ``"fmt"``.
@@ -341,8 +368,14 @@ def ring_noise_draws(K: int, n: int) -> int:
     return -(-K * n // (n - 1))
 
 
-def ring_sum(x: np.ndarray, sigma_loc: float, rng: np.random.Generator, *, runs: int = 1,
-             distributed: bool = False) -> tuple[np.ndarray, int]:
+def ring_sum(
+    x: np.ndarray,
+    sigma_loc: float,
+    rng: np.random.Generator,
+    *,
+    runs: int = 1,
+    distributed: bool = False,
+) -> tuple[np.ndarray, int]:
     """Run Algorithm 1 (private summation on the directed ring) ``runs`` times in parallel.
 
     ``x`` has shape (K, n): ``x[k, u]`` is user u's value in round k.  Noise is injected at the
@@ -369,7 +402,9 @@ def ring_sum(x: np.ndarray, sigma_loc: float, rng: np.random.Generator, *, runs:
     return tau, draws
 
 
-def ring_histogram(x: np.ndarray, gamma: float, L: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def ring_histogram(
+    x: np.ndarray, gamma: float, L: int, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
     """Run Algorithm 2 (ring histogram): ``round(γn)`` uniform dummies, then RR_γ of every value.
 
     ``x`` has shape (K, n) with values in 0..L−1.  Returns the raw token counts (length L) and
@@ -385,8 +420,9 @@ def ring_histogram(x: np.ndarray, gamma: float, L: int, rng: np.random.Generator
     return tau + np.bincount(reports, minlength=L), n_dummy
 
 
-def debias_ring_histogram(tau: np.ndarray, gamma: float, n: int, K: int, L: int,
-                          n_dummy: int | None = None) -> np.ndarray:
+def debias_ring_histogram(
+    tau: np.ndarray, gamma: float, n: int, K: int, L: int, n_dummy: int | None = None
+) -> np.ndarray:
     """Unbiased counts from Algorithm 2's token (spec erratum 15).
 
     ``E[τ_l] = n_dummy/L + (1−γ) h_l + γKn/L``, so ``ĥ_l = (τ_l − n_dummy/L − γKn/L)/(1−γ)``;
@@ -411,7 +447,9 @@ def _walk_contributions(x: np.ndarray, T: int, rng: np.random.Generator) -> np.n
     return x[users, ranks % kmax]
 
 
-def complete_graph_sum(x: np.ndarray, T: int, sigma_loc: float, rng: np.random.Generator) -> tuple[float, float]:
+def complete_graph_sum(
+    x: np.ndarray, T: int, sigma_loc: float, rng: np.random.Generator
+) -> tuple[float, float]:
     """Run Algorithm 3 (summation on the complete graph): T uniform hops, each perturbed.
 
     Returns ``(token, true sum of the T contributions)``; the token is unbiased with std √T σ_loc.
@@ -420,8 +458,9 @@ def complete_graph_sum(x: np.ndarray, T: int, sigma_loc: float, rng: np.random.G
     return float(vals.sum() + sigma_loc * rng.standard_normal(T).sum()), float(vals.sum())
 
 
-def complete_graph_histogram(x: np.ndarray, T: int, gamma: float, L: int,
-                             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def complete_graph_histogram(
+    x: np.ndarray, T: int, gamma: float, L: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Run Algorithm 5 (histogram on the complete graph; token initialised to 0, spec [AMBIG]).
 
     Returns ``(raw token counts, true histogram of the T contributions)``.
@@ -441,8 +480,16 @@ def debias_complete_histogram(tau: np.ndarray, gamma: float, T: int, L: int) -> 
 # ----------------------------------------------------------------------------------------------
 
 
-def ring_sum_guarantee(K: int, n: int, eps: float, delta: float, delta_prime: float,
-                       sigma_loc: float | None = None, *, colluders: int = 1) -> Guarantee:
+def ring_sum_guarantee(
+    K: int,
+    n: int,
+    eps: float,
+    delta: float,
+    delta_prime: float,
+    sigma_loc: float | None = None,
+    *,
+    colluders: int = 1,
+) -> Guarantee:
     """P-AD Theorem 1: Algorithm 1 on the directed ring is
     ``(√(2K ln(1/δ')) ε + K ε (e^ε − 1), K δ + δ')``-network DP (certified; no collusion).
 
@@ -454,20 +501,37 @@ def ring_sum_guarantee(K: int, n: int, eps: float, delta: float, delta_prime: fl
     noise (P-AD §3.3), so ``colluders >= 2`` is refused.
     """
     if colluders >= 2:
-        raise ValidityError("Thm 1 gives no guarantee against >= 2 colluders on the ring (P-AD §3.3)")
+        raise ValidityError(
+            "Thm 1 gives no guarantee against >= 2 colluders on the ring (P-AD §3.3)"
+        )
     e, d = advanced_composition(eps, delta, K, delta_prime)
     draws = ring_noise_draws(K, n)
-    det: dict = {"K": K, "n": n, "eps_per_visit": eps, "noise_draws": draws,
-                 "noise_draws_printed": (K * n) // (n - 1),
-                 "std_ratio_to_trusted_aggregator": math.sqrt(draws / K)}
+    det: dict = {
+        "K": K,
+        "n": n,
+        "eps_per_visit": eps,
+        "noise_draws": draws,
+        "noise_draws_printed": (K * n) // (n - 1),
+        "std_ratio_to_trusted_aggregator": math.sqrt(draws / K),
+    }
     if sigma_loc is not None:
         det["std"] = math.sqrt(draws) * sigma_loc
         det["std_ldp"] = math.sqrt(K * n) * sigma_loc
-    return Guarantee(e, d, CERTIFIED, "P-AD Thm 1", "ring: token values received (no collusion)", det)
+    return Guarantee(
+        e, d, CERTIFIED, "P-AD Thm 1", "ring: token values received (no collusion)", det
+    )
 
 
-def ring_histogram_guarantee(K: int, n: int, eps: float, delta: float, delta_prime: float, L: int,
-                             *, shuffle_bound: str = "erlingsson") -> Guarantee:
+def ring_histogram_guarantee(
+    K: int,
+    n: int,
+    eps: float,
+    delta: float,
+    delta_prime: float,
+    L: int,
+    *,
+    shuffle_bound: str = "erlingsson",
+) -> Guarantee:
     """P-AD Theorem 2 (ring histogram) with the corrected γ (spec erratum 14).
 
     Between two visits of v, v sees a shuffled batch of n RR reports; for the batch to be
@@ -479,9 +543,24 @@ def ring_histogram_guarantee(K: int, n: int, eps: float, delta: float, delta_pri
     gamma, eps0 = rr_gamma_for_batch(eps, delta, n, L, bound=shuffle_bound)
     e, d = advanced_composition(eps, delta, K, delta_prime)
     printed = L / (math.exp(12.0 * eps * math.sqrt(math.log(1.0 / delta) / n)) + L - 1.0)
-    det = {"K": K, "n": n, "L": L, "eps0": eps0, "gamma": gamma, "gamma_printed": printed,
-           "expected_random_responses": gamma * n * (K + 1), "shuffle_bound": shuffle_bound}
-    return Guarantee(e, d, CERTIFIED, "P-AD Thm 2 (corrected gamma)", "ring: token values received (no collusion)", det)
+    det = {
+        "K": K,
+        "n": n,
+        "L": L,
+        "eps0": eps0,
+        "gamma": gamma,
+        "gamma_printed": printed,
+        "expected_random_responses": gamma * n * (K + 1),
+        "shuffle_bound": shuffle_bound,
+    }
+    return Guarantee(
+        e,
+        d,
+        CERTIFIED,
+        "P-AD Thm 2 (corrected gamma)",
+        "ring: token values received (no collusion)",
+        det,
+    )
 
 
 _C_GRID = np.logspace(-2, 2, 801)
@@ -492,7 +571,11 @@ def _gamma_n(n: float, c: float | np.ndarray) -> np.ndarray:
     return -np.expm1(np.asarray(c, dtype=float) ** 2 * n ** (2.0 / 3.0) * math.log1p(-1.0 / n))
 
 
-def _best_over_c(fn: Callable[[np.ndarray], np.ndarray], c: float | None, valid: Callable[[np.ndarray], np.ndarray]):
+def _best_over_c(
+    fn: Callable[[np.ndarray], np.ndarray],
+    c: float | None,
+    valid: Callable[[np.ndarray], np.ndarray],
+):
     cs = _C_GRID if c is None else np.array([float(c)])
     vals = np.where(valid(cs), fn(cs), np.inf)
     i = int(np.argmin(vals))
@@ -501,8 +584,17 @@ def _best_over_c(fn: Callable[[np.ndarray], np.ndarray], c: float | None, valid:
     return float(cs[i]), float(vals[i])
 
 
-def complete_sum_guarantee(n: int, T: int, eps: float, delta: float, delta_prime: float, delta_hat: float,
-                           c: float | None = None, *, small_cycle: str = "printed") -> Guarantee:
+def complete_sum_guarantee(
+    n: int,
+    T: int,
+    eps: float,
+    delta: float,
+    delta_prime: float,
+    delta_hat: float,
+    c: float | None = None,
+    *,
+    small_cycle: str = "printed",
+) -> Guarantee:
     """P-AD Theorem 3, non-asymptotic form (App. D): summation on the complete graph.
 
     ``γ_n = 1 − (1 − 1/n)^{c² n^{2/3}}``, ``ε_c = max(2 γ_n ε, ε/(c n^{1/3}))``,
@@ -532,16 +624,37 @@ def complete_sum_guarantee(n: int, T: int, eps: float, delta: float, delta_prime
         ec = eps_c(cs)
         return np.sqrt(2.0 * N_u * L1) * ec + N_u * ec * np.expm1(ec)
 
-    c_best, val = _best_over_c(eps_f, c, lambda cs: cs ** 2 * n ** (2.0 / 3.0) < n)
+    c_best, val = _best_over_c(eps_f, c, lambda cs: cs**2 * n ** (2.0 / 3.0) < n)
     ec = float(eps_c(c_best))
-    det = {"n": n, "T": T, "c": c_best, "gamma_n": float(_gamma_n(n, c_best)), "eps_c": ec, "N_u": N_u,
-           "N_u_method": how, "small_cycle": small_cycle}
-    return Guarantee(val, N_u * delta + delta_prime + delta_hat, PAPER, "P-AD Thm 3 (App. D)",
-                     "complete graph, hidden sender and receiver", det)
+    det = {
+        "n": n,
+        "T": T,
+        "c": c_best,
+        "gamma_n": float(_gamma_n(n, c_best)),
+        "eps_c": ec,
+        "N_u": N_u,
+        "N_u_method": how,
+        "small_cycle": small_cycle,
+    }
+    return Guarantee(
+        val,
+        N_u * delta + delta_prime + delta_hat,
+        PAPER,
+        "P-AD Thm 3 (App. D)",
+        "complete graph, hidden sender and receiver",
+        det,
+    )
 
 
-def complete_histogram_guarantee(n: int, T: int, eps: float, delta: float, delta_prime: float, delta_hat: float,
-                                 c: float | None = None) -> Guarantee:
+def complete_histogram_guarantee(
+    n: int,
+    T: int,
+    eps: float,
+    delta: float,
+    delta_prime: float,
+    delta_hat: float,
+    c: float | None = None,
+) -> Guarantee:
     """P-AD Theorem 6 (App. E): histogram on the complete graph (Algorithm 5).
 
     ``ε_c = max(2 γ_n ε, 14 √(ln(4/δ)) ε/(c n^{1/3}))``, ``ε' = √(2N_u ln(1/δ')) ε_c + N_u ε_c (e^{ε_c}−1)``
@@ -561,20 +674,40 @@ def complete_histogram_guarantee(n: int, T: int, eps: float, delta: float, delta
         return np.sqrt(2.0 * N_u * L1) * ec + N_u * ec * np.expm1(ec)
 
     def valid(cs):
-        m = cs ** 2 * n ** (2.0 / 3.0)
+        m = cs**2 * n ** (2.0 / 3.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             return (m < n) & (eps <= np.log(m / (16.0 * math.log(2.0 / delta))))
 
     c_best, val = _best_over_c(eps_f, c, valid)
     ec = max(2.0 * float(_gamma_n(n, c_best)) * eps, k4 * eps / (c_best * n ** (1.0 / 3.0)))
-    det = {"n": n, "T": T, "c": c_best, "gamma_n": float(_gamma_n(n, c_best)), "eps_c": ec, "N_u": N_u,
-           "N_u_method": how}
-    return Guarantee(val, N_u * delta + delta_prime + delta_hat, PAPER, "P-AD Thm 6 (App. E)",
-                     "complete graph, hidden sender and receiver", det)
+    det = {
+        "n": n,
+        "T": T,
+        "c": c_best,
+        "gamma_n": float(_gamma_n(n, c_best)),
+        "eps_c": ec,
+        "N_u": N_u,
+        "N_u_method": how,
+    }
+    return Guarantee(
+        val,
+        N_u * delta + delta_prime + delta_hat,
+        PAPER,
+        "P-AD Thm 6 (App. E)",
+        "complete graph, hidden sender and receiver",
+        det,
+    )
 
 
-def spotted_contributions(N_u: float, n: int, eps: float, delta_tilde: float, *, delta_local: float = 0.0,
-                          composition: str = "min") -> Guarantee:
+def spotted_contributions(
+    N_u: float,
+    n: int,
+    eps: float,
+    delta_tilde: float,
+    *,
+    delta_local: float = 0.0,
+    composition: str = "min",
+) -> Guarantee:
     """P-AD Lemma 2 (App. G): the extra loss when v knows its sender and receiver.
 
     A contribution of u is *spotted* by v (immediately before/after v) with probability 2/n;
@@ -596,8 +729,14 @@ def spotted_contributions(N_u: float, n: int, eps: float, delta_tilde: float, *,
     else:
         raise ValueError(f"unknown composition {composition!r}")
     d = K_s * delta_local + delta_tilde + (delta_tilde if used == "advanced" else 0.0)
-    return Guarantee(e, d, PAPER, "P-AD Lemma 2 (App. G)", "complete graph, sender and receiver known",
-                     {"K_s": K_s, "composition": used, "eps_advanced": adv, "eps_simple": simple})
+    return Guarantee(
+        e,
+        d,
+        PAPER,
+        "P-AD Lemma 2 (App. G)",
+        "complete graph, sender and receiver known",
+        {"K_s": K_s, "composition": used, "eps_advanced": adv, "eps_simple": simple},
+    )
 
 
 # --- SGD on the complete graph: Lemma 1, Theorem 4, Remark 5 ----------------------------------
@@ -617,8 +756,16 @@ def _lemma1_denominator(n: int, variant: str) -> float:
     raise ValueError("variant must be 'exact' (certified, ln n/(n-1)) or 'paper' (ln n/n)")
 
 
-def sgd_nrdp(alpha: float, n: int, N_u: float, L: float, sigma: float, *, variant: str = "exact",
-             on_invalid: str = "raise") -> RdpGuarantee:
+def sgd_nrdp(
+    alpha: float,
+    n: int,
+    N_u: float,
+    L: float,
+    sigma: float,
+    *,
+    variant: str = "exact",
+    on_invalid: str = "raise",
+) -> RdpGuarantee:
     """P-AD Lemma 1: network RDP of Algorithm 4 (complete-graph SGD) over ``N_u`` contributions.
 
     Per contribution ``4 α L² ln n / (σ² (n−1))`` with ``variant="exact"`` (the exact geometric
@@ -634,18 +781,29 @@ def sgd_nrdp(alpha: float, n: int, N_u: float, L: float, sigma: float, *, varian
     used = alpha
     if alpha > a_max * (1.0 + 1e-12):
         if on_invalid == "raise":
-            raise ValidityError(f"Lemma 1 needs sigma >= L sqrt(2 alpha (alpha-1)): alpha={alpha:.4g} > "
-                                f"alpha_max={a_max:.4g} for sigma={sigma:.4g}, L={L:.4g}")
+            raise ValidityError(
+                f"Lemma 1 needs sigma >= L sqrt(2 alpha (alpha-1)): alpha={alpha:.4g} > "
+                f"alpha_max={a_max:.4g} for sigma={sigma:.4g}, L={L:.4g}"
+            )
         if on_invalid != "clamp":
             raise ValueError("on_invalid must be 'raise' or 'clamp'")
         used, clamped = a_max, True
     per = 4.0 * used * L * L * math.log(n) / (sigma * sigma * _lemma1_denominator(n, variant))
-    return RdpGuarantee(used, N_u * per, CERTIFIED if variant == "exact" else PAPER, "P-AD Lemma 1",
-                        "complete graph, hidden sender and receiver", clamped, alpha,
-                        {"per_contribution": per, "alpha_max": a_max, "N_u": N_u, "variant": variant})
+    return RdpGuarantee(
+        used,
+        N_u * per,
+        CERTIFIED if variant == "exact" else PAPER,
+        "P-AD Lemma 1",
+        "complete graph, hidden sender and receiver",
+        clamped,
+        alpha,
+        {"per_contribution": per, "alpha_max": a_max, "N_u": N_u, "variant": variant},
+    )
 
 
-def sgd_rdp_curve(orders, n: int, N_u: float, L: float, sigma: float, *, variant: str = "exact") -> np.ndarray:
+def sgd_rdp_curve(
+    orders, n: int, N_u: float, L: float, sigma: float, *, variant: str = "exact"
+) -> np.ndarray:
     """Lemma 1 as an RDP curve on ``orders`` (for the ledger): ``N_u · 4αL² ln n/(σ²(n−1))`` where
     the proof holds (α ≤ α_max) and ``inf`` — no guarantee claimed — at the orders beyond it."""
     o = np.asarray(orders, dtype=float)
@@ -662,7 +820,9 @@ def colluders_effective_n(n: int, c: int) -> float:
     return n / c
 
 
-def sgd_epsilon(n: int, N_u: float, L: float, sigma: float, delta: float, *, variant: str = "exact") -> Guarantee:
+def sgd_epsilon(
+    n: int, N_u: float, L: float, sigma: float, delta: float, *, variant: str = "exact"
+) -> Guarantee:
     """Best (ε, δ) from Lemma 1 over admissible orders α ∈ (1, α_max] (Remark 5's inner step).
 
     The RDP is linear in α (slope a), so ``ε(α) = aα + ln(1/δ)/(α−1)`` is minimised at
@@ -678,20 +838,42 @@ def sgd_epsilon(n: int, N_u: float, L: float, sigma: float, delta: float, *, var
     clamped = alpha > a_max
     alpha = min(alpha, a_max)
     eps = a * alpha + lg / (alpha - 1.0)
-    if variant == "exact":  # certified: hushnet's one RDP → (ε, δ) rule (improved conversion, never larger)
+    if (
+        variant == "exact"
+    ):  # certified: hushnet's one RDP → (ε, δ) rule (improved conversion, never larger)
         from hushnet.privacy.conversions import linear_rdp_to_dp
 
         e, al = linear_rdp_to_dp(a, delta, a_max)
         eps, alpha = float(e), float(al)
         clamped = alpha >= a_max * (1 - 1e-12)
-    return Guarantee(eps, delta, CERTIFIED if variant == "exact" else PAPER, "P-AD Lemma 1 + RDP conversion",
-                     "complete graph, hidden sender and receiver",
-                     {"alpha": alpha, "alpha_max": a_max, "alpha_clamped": clamped, "sigma": sigma, "N_u": N_u,
-                      "variant": variant})
+    return Guarantee(
+        eps,
+        delta,
+        CERTIFIED if variant == "exact" else PAPER,
+        "P-AD Lemma 1 + RDP conversion",
+        "complete graph, hidden sender and receiver",
+        {
+            "alpha": alpha,
+            "alpha_max": a_max,
+            "alpha_clamped": clamped,
+            "sigma": sigma,
+            "N_u": N_u,
+            "variant": variant,
+        },
+    )
 
 
-def sgd_sigma_search(eps_target: float, delta: float, n: int, N_u: float, L: float, *, variant: str = "exact",
-                     sigma_start: float = 1e-3, rtol: float = 1e-9) -> Guarantee:
+def sgd_sigma_search(
+    eps_target: float,
+    delta: float,
+    n: int,
+    N_u: float,
+    L: float,
+    *,
+    variant: str = "exact",
+    sigma_start: float = 1e-3,
+    rtol: float = 1e-9,
+) -> Guarantee:
     """Remark 5: the smallest σ whose best admissible ε (see :func:`sgd_epsilon`) meets the target.
 
     ε(σ) is decreasing in σ, so we grow σ geometrically from ``sigma_start`` until the target is
@@ -712,8 +894,14 @@ def sgd_sigma_search(eps_target: float, delta: float, n: int, N_u: float, L: flo
             mid = 0.5 * (lo + hi)
             lo, hi = (lo, mid) if f(mid) <= eps_target else (mid, hi)
     g = sgd_epsilon(n, N_u, L, hi, delta, variant=variant)
-    return Guarantee(g.epsilon, delta, g.bound, "P-AD Remark 5 sigma search", g.view_model,
-                     {**g.details, "sigma": hi, "eps_target": eps_target})
+    return Guarantee(
+        g.epsilon,
+        delta,
+        g.bound,
+        "P-AD Remark 5 sigma search",
+        g.view_model,
+        {**g.details, "sigma": hi, "eps_target": eps_target},
+    )
 
 
 def sgd_thm4_epsilon(eps: float, delta: float, n: int, T: int, delta_hat: float) -> Guarantee:
@@ -725,8 +913,14 @@ def sgd_thm4_epsilon(eps: float, delta: float, n: int, T: int, delta_hat: float)
     N_u, how = contributions_bound(T, n, delta_hat)
     q = max(2.0 * N_u * math.log(n) / n, 2.0 * math.log(1.0 / delta))
     e = math.sqrt(2.0 * q * math.log(1.0 / delta)) * eps / math.sqrt(math.log(1.25 / delta))
-    return Guarantee(e, delta + delta_hat, PAPER, "P-AD Thm 4", "complete graph, hidden sender and receiver",
-                     {"q": q, "N_u": N_u, "N_u_method": how})
+    return Guarantee(
+        e,
+        delta + delta_hat,
+        PAPER,
+        "P-AD Thm 4",
+        "complete graph, hidden sender and receiver",
+        {"q": q, "N_u": N_u, "N_u_method": how},
+    )
 
 
 def sgd_utility_bound(diameter: float, L: float, d: int, eps: float, delta: float, T: int) -> float:
@@ -742,7 +936,9 @@ def sgd_utility_bound(diameter: float, L: float, d: int, eps: float, delta: floa
 # ----------------------------------------------------------------------------------------------
 
 
-def fig1a_code_curves(n: float, eps0: float = 0.1, delta: float = 1e-7, per_node: float = 100.0) -> dict[str, float]:
+def fig1a_code_curves(
+    n: float, eps0: float = 0.1, delta: float = 1e-7, per_node: float = 100.0
+) -> dict[str, float]:
     """Fig. 1a curves with the reference-code formulas (A.6.1; erratum 21), ``T = per_node·n``.
 
     ``N = T/n + √(3T/2 ln(1/δ))`` (code: 3T/2, paper: 3T/n) or ``N = per_node`` (fixed);
@@ -776,9 +972,15 @@ class EmpiricalWalkLoss:
         return self.ndp[~np.eye(self.ndp.shape[0], dtype=bool)]
 
 
-def empirical_walk_accountant(n: int, T: int, eps0: float, delta: float, rng: np.random.Generator,
-                              mass_fn: Callable[[np.ndarray], np.ndarray] | None = None) -> EmpiricalWalkLoss:
-    """The Fig. 1b empirical accountant (spec A.6.2) for one uniform walk of T steps on K_n.
+def empirical_walk_accountant(
+    n: int,
+    T: int,
+    eps0: float,
+    delta: float,
+    rng: np.random.Generator,
+    mass_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> EmpiricalWalkLoss:
+    """The Fig. 1b empirical accountant (docs/design/spec/randomwalk.md §A.6.2) for one uniform walk of T steps on K_n.
 
     At each arrival of the token at observer o (cycle length m since o's previous arrival), o
     gets a record for every user x: ``mass = ε₀/√m`` (Gaussian aggregation; ``mass_fn`` overrides
@@ -843,7 +1045,9 @@ def _code_K(T: int, n: int) -> int:
     return math.ceil(_CODE_CONF * T / n)
 
 
-def fig2_sigma_local_code(L_clip: float, n: int, eps_tot: float, delta: float, T: int) -> tuple[float, float]:
+def fig2_sigma_local_code(
+    L_clip: float, n: int, eps_tot: float, delta: float, T: int
+) -> tuple[float, float]:
     """Local DP-SGD σ of the reference code: K = ⌈1.2T/n⌉ steps at δ/K each, advanced composition
     solved for ε₀, then ``σ = √(2 ln(1.25K/δ)) L_clip/ε₀``.  Returns ``(σ, ε₀)``; ``"paper"``."""
     K = _code_K(T, n)
@@ -855,10 +1059,17 @@ def fig2_sigma_local_code(L_clip: float, n: int, eps_tot: float, delta: float, T
 
 def fig2_sigma_central_code(L_clip: float, n: int, eps_tot: float, delta: float, T: int) -> float:
     """Centralized DP-SGD σ of the reference code (Bassily et al. 2014 bound); ``"paper"``."""
-    return 16.0 * L_clip * math.sqrt(T * math.log(2.0 / delta) * math.log(1.25 * T / (delta * n))) / (n * eps_tot)
+    return (
+        16.0
+        * L_clip
+        * math.sqrt(T * math.log(2.0 / delta) * math.log(1.25 * T / (delta * n)))
+        / (n * eps_tot)
+    )
 
 
-def fig2_sigma_network_code(L_clip: float, n: int, eps_tot: float, delta: float, T: int) -> tuple[float, dict]:
+def fig2_sigma_network_code(
+    L_clip: float, n: int, eps_tot: float, delta: float, T: int
+) -> tuple[float, dict]:
     """Network DP-SGD σ of the reference code (A.6.3, ``findSigma.net``); ``"paper"``.
 
     Splits ε_tot between the spotted contributions (Lemma 2, K_s from the code) and the others
@@ -886,18 +1097,31 @@ def fig2_sigma_network_code(L_clip: float, n: int, eps_tot: float, delta: float,
             sigma_cand = math.sqrt(2.0 * math.log(1.25 / delta)) * L_clip / eps_other
             while True:
                 alpha = sgd_alpha_max(sigma_cand, L_clip)
-                e = 2 * K * L_clip ** 2 * alpha * math.log(n) / (sigma_cand ** 2 * n) + math.log(1 / delta) / (alpha - 1)
+                e = 2 * K * L_clip**2 * alpha * math.log(n) / (sigma_cand**2 * n) + math.log(
+                    1 / delta
+                ) / (alpha - 1)
                 if e < eps_other:
                     break
                 sigma_cand *= 1.15
         else:
             regime = "closed-form"
-            sigma_cand = 4.0 * L_clip * math.sqrt(2.0 * K * math.log(n) * math.log(1.0 / delta) / n) / eps_other
+            sigma_cand = (
+                4.0
+                * L_clip
+                * math.sqrt(2.0 * K * math.log(n) * math.log(1.0 / delta) / n)
+                / eps_other
+            )
         if sigma_spot / sigma_cand > 1.05:
             beta *= 1.01
         elif sigma_cand / sigma_spot > 1.05:
             beta *= 0.99
         else:
-            return max(sigma_cand, sigma_spot), {"K": K, "K_s": K_s, "beta": beta, "sigma_spotted": sigma_spot,
-                                                 "sigma_other": sigma_cand, "regime": regime}
+            return max(sigma_cand, sigma_spot), {
+                "K": K,
+                "K_s": K_s,
+                "beta": beta,
+                "sigma_spotted": sigma_spot,
+                "sigma_other": sigma_cand,
+                "regime": regime,
+            }
     raise RuntimeError("reference-code budget split did not converge")

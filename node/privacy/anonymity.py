@@ -1,6 +1,6 @@
 """Source anonymity for random-walk learning (Egger et al.): the closed-form model.
 
-This module holds the *paper's mathematics* (spec ``../shared/spec/anonymity.md`` §§2–4): the
+This module holds the *paper's mathematics* (spec ``docs/design/spec/anonymity.md`` §§2–4): the
 first-hitting-time model on random c-regular graphs (Tishby et al.), the destination-distance
 distribution ``p*_{κ,δ}`` (Lemmas 2 and 4), the distance-level posterior ``W_{δ,κ'}`` a destination
 forms (eq. (5)), its entropy, and Theorems 1–3 / Corollary 1 with the computable versions of §3.6.
@@ -15,7 +15,7 @@ Three evaluation modes exist because the paper is partly wrong (errata E1, E4, �
   truncated mean and window mass computed numerically; here ``δ`` matters.
 
 Nothing here is a differential-privacy guarantee: anonymity is never credited to the DP accountant
-(spec §6.7). A "certified" entropy bound in this module means a bound that is *proved and verified*
+(docs/design/spec/anonymity.md §6.7). A "certified" entropy bound in this module means a bound that is *proved and verified*
 inside its stated model (corrected or shifted Theorem 1, Theorem 2). Companion modules:
 :mod:`hushnet.privacy.anonymity_graph` (exact evaluation on the deployed graph) and
 :mod:`hushnet.privacy.anonymity_setup` (public setup, destination sampling, reports, Monte Carlo —
@@ -69,7 +69,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# First-hitting-time model on a random c-regular graph (spec §3.2)
+# First-hitting-time model on a random c-regular graph (docs/design/spec/anonymity.md §3.2)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -87,7 +87,9 @@ class RRGModel:
 
     def __post_init__(self) -> None:
         if self.c < 3:
-            raise ValueError(f"the RRG model needs degree c >= 3 (c' = (c-2)/(c-1) > 0); got c={self.c}")
+            raise ValueError(
+                f"the RRG model needs degree c >= 3 (c' = (c-2)/(c-1) > 0); got c={self.c}"
+            )
         if self.n < 3:
             raise ValueError(f"need n >= 3 nodes, got {self.n}")
 
@@ -161,7 +163,9 @@ class RRGModel:
 
     def pmf(self, t: np.ndarray | int, ell: int) -> np.ndarray:
         """Mixture ``P(T=t|ℓ) = P(SP|ℓ)·SP-pmf + φ_ℓ·not-SP-pmf`` (used by the FULL mode)."""
-        return float(self.p_sp(ell)) * self.sp_pmf(t, ell) + float(self.phi(ell)) * self.nsp_pmf(t, ell)
+        return float(self.p_sp(ell)) * self.sp_pmf(t, ell) + float(self.phi(ell)) * self.nsp_pmf(
+            t, ell
+        )
 
     # --- means -------------------------------------------------------------------------------------
     def mean_sp(self, ell: np.ndarray | float) -> np.ndarray:
@@ -189,7 +193,9 @@ class RRGModel:
         kappa = np.asarray(kappa, dtype=float)
         m = kappa - ell
         if np.any(m <= 0):
-            raise ValueError("the truncated mean needs kappa > ell (Prop. 1 diverges as kappa -> ell+)")
+            raise ValueError(
+                "the truncated mean needs kappa > ell (Prop. 1 diverges as kappa -> ell+)"
+            )
         finite = np.isfinite(m)
         m_safe = np.where(finite, m, 1.0)
         if printed:
@@ -221,7 +227,9 @@ def _shells(model: RRGModel, ells: np.ndarray, A: np.ndarray | None) -> np.ndarr
         return tree_shell_sizes(model.c, ells)
     A = np.asarray(A, dtype=float)
     if A.shape != ells.shape:
-        raise ValueError(f"A must give one shell size per distance {ells.tolist()}, got shape {A.shape}")
+        raise ValueError(
+            f"A must give one shell size per distance {ells.tolist()}, got shape {A.shape}"
+        )
     if np.any(A <= 0):
         raise ValueError("every shell in [ell1, ell2] must be non-empty (A > 0)")
     return A
@@ -239,7 +247,9 @@ def _ells(ell1: int, ell2: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=32)
-def _full_tables(n: int, c: int, ell1: int, ell2: int, t_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _full_tables(
+    n: int, c: int, ell1: int, ell2: int, t_max: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mixture pmf ``P(T=t|ℓ)`` for t = 0..t_max and its cumulative sums (mass and t·mass)."""
     model = RRGModel(n, c)
     t = np.arange(t_max + 1)
@@ -267,7 +277,9 @@ def _full_log_mass(
     k_idx = np.floor(k_idx).astype(np.int64)
     mass_le = cum[:, k_idx].T  # (nk, K)
     if np.any(mass_le <= 0):
-        raise ValueError("FULL mode needs kappa' with positive mass P(T <= kappa'|ell) for every ell")
+        raise ValueError(
+            "FULL mode needs kappa' with positive mass P(T <= kappa'|ell) for every ell"
+        )
     mu = cum_t[:, k_idx].T / mass_le
     lo = np.ceil(mu - delta).astype(np.int64)
     hi = np.floor(mu + delta).astype(np.int64)
@@ -325,7 +337,9 @@ def log_likelihood(
             + a * (delta + ells)
             + math.log(math.expm1(-a * (2 * delta + 1)) / math.expm1(-a))
         )
-        ebar = model.truncated_mean_assumption2(ells[None, :], kappa_arr[:, None], printed=(mode == "paw"))
+        ebar = model.truncated_mean_assumption2(
+            ells[None, :], kappa_arr[:, None], printed=(mode == "paw")
+        )
         if full_mean_at_infinity:
             ebar = np.where(np.isinf(kappa_arr)[:, None], model.mean(ells)[None, :], ebar)
         out = log_k[None, :] - a * ebar
@@ -354,7 +368,14 @@ def p_star(
     """
     return _normalize_log(
         -log_likelihood(
-            model, ell1, ell2, kappa, mode=mode, delta=delta, A=A, full_mean_at_infinity=full_mean_at_infinity
+            model,
+            ell1,
+            ell2,
+            kappa,
+            mode=mode,
+            delta=delta,
+            A=A,
+            full_mean_at_infinity=full_mean_at_infinity,
         )
     )
 
@@ -380,7 +401,9 @@ def posterior_w(
         raise ValueError("p must have one entry per distance in [ell1, ell2]")
     with np.errstate(divide="ignore"):
         logp = np.log(p)
-    return _normalize_log(logp + log_likelihood(model, ell1, ell2, kappa_prime, mode=mode, delta=delta, A=A))
+    return _normalize_log(
+        logp + log_likelihood(model, ell1, ell2, kappa_prime, mode=mode, delta=delta, A=A)
+    )
 
 
 def entropy(w: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -412,7 +435,7 @@ def tv_distance(p: np.ndarray, q: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Theorems 1–3, Corollary 1 (spec §3.6)
+# Theorems 1–3, Corollary 1 (docs/design/spec/anonymity.md §3.6)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -446,7 +469,9 @@ def theorem1_rho(
     scalar = kp.ndim == 0
     kp = np.atleast_1d(kp)
     if np.any(kp <= ell2) or kappa <= ell2:
-        raise ValueError("Theorem 1 needs kappa, kappa' > ell2 (eps_ell diverges as kappa' -> ell+)")
+        raise ValueError(
+            "Theorem 1 needs kappa, kappa' > ell2 (eps_ell diverges as kappa' -> ell+)"
+        )
     a = model.a
     phi = float(model.phi(ell2))
 
@@ -464,9 +489,9 @@ def theorem1_rho(
     kpp = kp[:, None]
     if version == "shifted":
         printed = shift_mode == "paw"
-        dlt = model.truncated_mean_assumption2(ells[None, :], kpp, printed=printed) - model.truncated_mean_assumption2(
-            ells[None, :], kk, printed=printed
-        )
+        dlt = model.truncated_mean_assumption2(
+            ells[None, :], kpp, printed=printed
+        ) - model.truncated_mean_assumption2(ells[None, :], kk, printed=printed)
         s_mid = 0.5 * (dlt.max(axis=-1, keepdims=True) + dlt.min(axis=-1, keepdims=True))
         x = a * np.abs(eps_scale * (dlt - s_mid))
         rho = np.expm1(x).sum(axis=-1) / np.exp(-x).sum(axis=-1)
@@ -513,7 +538,10 @@ def theorem3_proof_rho(model: RRGModel, ell1: int, ell2: int, delta_prime: float
     """
     cp, n = model.c_prime, model.n
     phi = float(model.phi(ell2))
-    eps = max((1 - delta_prime) * math.exp(-(2 * ell1 - ell2) * cp / n) - 1.0, -1.0 / math.log(1 - delta_prime) - 0.5)
+    eps = max(
+        (1 - delta_prime) * math.exp(-(2 * ell1 - ell2) * cp / n) - 1.0,
+        -1.0 / math.log(1 - delta_prime) - 0.5,
+    )
     b = cp * phi * eps / (2 * n)
     K = ell2 - ell1 + 1
     return ((math.exp(b * (ell2 + 1)) - math.exp(b * ell1)) / math.expm1(b) - K) / (ell2 - ell1)
@@ -548,7 +576,7 @@ def return_tail_conditioned(t: np.ndarray | float, n: int, c: int, ell1: int) ->
 
 @dataclass(frozen=True)
 class Theorem3Result:
-    """Computable Theorem 3 at one ``δ'`` (spec §3.6): all numbers over ``κ' ∈ [t1, ∞]``.
+    """Computable Theorem 3 at one ``δ'`` (docs/design/spec/anonymity.md §3.6): all numbers over ``κ' ∈ [t1, ∞]``.
 
     ``alpha_emp`` is the model's actual worst entropy (in ``mode``), ``alpha_bound`` the
     Theorem-2-of-Theorem-1 lower bound in the chosen bound ``version``/``normalizer``.
@@ -592,15 +620,24 @@ class Theorem3Options:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.version not in ("printed", "corrected", "shifted"):
-            raise ValueError(f"version must be 'printed', 'corrected' or 'shifted', got {self.version!r}")
+            raise ValueError(
+                f"version must be 'printed', 'corrected' or 'shifted', got {self.version!r}"
+            )
         if self.normalizer not in ("printed", "tight"):
             raise ValueError(f"normalizer must be 'printed' or 'tight', got {self.normalizer!r}")
         if not self.eps_scale > 0 or not self.grid_factor > 0:
             raise ValueError("eps_scale and grid_factor must be > 0")
 
 
-def theorem3_alpha(model: RRGModel, ell1: int, ell2: int, kappa: float, delta_prime: float,
-                   options: Theorem3Options | None = None, **legacy: Any) -> Theorem3Result:
+def theorem3_alpha(
+    model: RRGModel,
+    ell1: int,
+    ell2: int,
+    kappa: float,
+    delta_prime: float,
+    options: Theorem3Options | None = None,
+    **legacy: Any,
+) -> Theorem3Result:
     """``α_emp = min_{κ'≥t1} H(W_{δ,κ'})`` and ``α_bound = THM2(max_{κ'≥t1} THM1(κ,κ'))``.
 
     ``options`` (:class:`Theorem3Options`, or its fields as keywords: the old call form).
@@ -616,7 +653,15 @@ def theorem3_alpha(model: RRGModel, ell1: int, ell2: int, kappa: float, delta_pr
     H = entropy_w(p, model, ell1, ell2, grid, mode=mode, delta=delta, A=A)
     shift_mode = "paw" if mode == "paw" else "cor"
     rho = theorem1_rho(
-        model, ell1, ell2, kappa, grid, version=version, normalizer=normalizer, eps_scale=eps_scale, shift_mode=shift_mode
+        model,
+        ell1,
+        ell2,
+        kappa,
+        grid,
+        version=version,
+        normalizer=normalizer,
+        eps_scale=eps_scale,
+        shift_mode=shift_mode,
     )
     i_min = int(np.argmin(H))
     rho_max = float(np.max(rho))
@@ -652,8 +697,17 @@ def corollary1_alpha(
     ``κ`` and ``eps_scale=2``."""
     kappa = mean_return_time_nonretro(model.n, model.c) if design == "mean" else math.inf
     return theorem3_alpha(
-        model, ell1, ell2, kappa, delta_prime, mode=mode, delta=delta, A=A, version=version,
-        normalizer=normalizer, eps_scale=2.0,
+        model,
+        ell1,
+        ell2,
+        kappa,
+        delta_prime,
+        mode=mode,
+        delta=delta,
+        A=A,
+        version=version,
+        normalizer=normalizer,
+        eps_scale=2.0,
     )
 
 

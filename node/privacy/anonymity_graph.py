@@ -454,7 +454,9 @@ def strong_adversary(
     )
 
 
-def protocol_mean_iteration_time(M: np.ndarray, E: np.ndarray, pi: np.ndarray | None = None) -> float:
+def protocol_mean_iteration_time(
+    M: np.ndarray, E: np.ndarray, pi: np.ndarray | None = None
+) -> float:
     """Exact mean hops per update of the running protocol: ``Σ_ij π_i M_ij E[T_ij]``.
 
     The sources form a Markov chain with kernel ``M`` (the walk's motion does not depend on the
@@ -517,7 +519,9 @@ def mix_then_hit_information(
     return float(np.dot(pi, h_prior - h_given_t))
 
 
-def return_time_tail(adj: sp.csr_matrix, ts: Sequence[int], *, condition_ge: int = 1) -> dict[int, float]:
+def return_time_tail(
+    adj: sp.csr_matrix, ts: Sequence[int], *, condition_ge: int = 1
+) -> dict[int, float]:
     """Exact ``P(T_FR ≥ t | T_FR ≥ condition_ge)`` of the first return time, pooled over nodes.
 
     Compare with eq. (6) (erratum E9: on a real graph short retroceding returns make the

@@ -1,4 +1,4 @@
-"""Public setup of the source-anonymity walk and the numbers a node reports (spec §2.1–§2.6).
+"""Public setup of the source-anonymity walk and the numbers a node reports (docs/design/spec/anonymity.md §2.1–§2.6).
 
 This is the interface the walk protocol uses (the protocol/crypto layer itself is a later issue):
 
@@ -12,7 +12,7 @@ This is the interface the walk protocol uses (the protocol/crypto layer itself i
 * :func:`anonymity_report` – α-privacy / entropy numbers, each labelled ``paper`` (the published
   formula, PAW mode) or ``certified`` (exact on the deployed graph under the paper's threat model,
   or the corrected Theorem 1 + Theorem 2 bound proved within its model). These are anonymity
-  diagnostics: they are **never** credited as differential privacy (spec §6.7).
+  diagnostics: they are **never** credited as differential privacy (docs/design/spec/anonymity.md §6.7).
 * :func:`simulate_walk`, :func:`simulate_protocol` – vectorised Monte Carlo of the walk and of the
   running protocol (many independent chains in lock-step), used by tests and figures.
 """
@@ -31,28 +31,28 @@ from hushnet.privacy.anonymity import (
     Mode,
     RRGModel,
     entropy_w,
+    kappa_midpoint,
     mean_iteration_time,
     p_star,
     t1_return_bound,
-    kappa_midpoint,
     theorem3_alpha,
     tree_shell_sizes,
 )
 from hushnet.privacy.anonymity_graph import (
     as_adjacency,
-    window_masses_grid,
+    chain_of_custody_probability,
     definition1_entropies,
     destination_matrix,
     distance_matrix,
     graph_mean_shell_sizes,
+    hitting_pmf_horizon,
     mean_hitting_times,
     protocol_mean_iteration_time,
-    chain_of_custody_probability,
     shell_counts,
     stationary_distribution,
     strong_adversary,
-    hitting_pmf_horizon,
     window_masses,
+    window_masses_grid,
 )
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,15 @@ def model_p_star(
     Only meaningful while the tree count is below N; prefer :func:`graph_p_star` for a deployment.
     """
     model = RRGModel(n, c)
-    return p_star(model, ell1, ell2, kappa, mode=mode, delta=delta, A=tree_shell_sizes(c, range(ell1, ell2 + 1)))
+    return p_star(
+        model,
+        ell1,
+        ell2,
+        kappa,
+        mode=mode,
+        delta=delta,
+        A=tree_shell_sizes(c, range(ell1, ell2 + 1)),
+    )
 
 
 def _regular_degree(adj: sp.csr_matrix) -> int:
@@ -271,10 +279,15 @@ def public_setup(
     if n_empty:
         log.warning(
             "%d of %d nodes have an empty shell in [%d, %d]; p* is renormalised over their non-empty shells",
-            n_empty, n, ell1, ell2,
+            n_empty,
+            n,
+            ell1,
+            ell2,
         )
     order = np.argsort(dist, axis=1, kind="stable")
-    shell_start = np.concatenate([np.zeros((n, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
+    shell_start = np.concatenate(
+        [np.zeros((n, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1
+    )
     return AnonymitySetup(
         n=n,
         c=c,
@@ -316,7 +329,9 @@ def sample_destinations(
     k = np.minimum(k, setup.n_distances - 1)
     ell = setup.ell1 + k
     size = setup.counts[sources, ell]
-    pos = setup.shell_start[sources, ell] + np.floor(rng.random(sources.size) * size).astype(np.int64)
+    pos = setup.shell_start[sources, ell] + np.floor(rng.random(sources.size) * size).astype(
+        np.int64
+    )
     pos = np.minimum(pos, setup.shell_start[sources, ell + 1] - 1)
     return setup.order[sources, pos], ell
 
@@ -354,7 +369,9 @@ def exact_graph_alpha(
         t1 = t1_return_bound(setup.n, setup.c, setup.ell1, setup.delta_prime)
     if kappa_primes is None:
         lo = max(math.ceil(t1), setup.ell2 + 1)
-        kappa_primes = sorted({float(round(x)) for x in np.geomspace(lo, 20.0 / model.a, 12)}) + [math.inf]
+        kappa_primes = sorted({float(round(x)) for x in np.geomspace(lo, 20.0 / model.a, 12)}) + [
+            math.inf
+        ]
     masses = window_masses_grid(setup.adjacency, setup.delta, kappa_primes)
     M = setup.destination_matrix()
     dist_min, node_min = [], []
@@ -405,9 +422,18 @@ def anonymity_report(
     K = setup.n_distances
     ells = range(setup.ell1, setup.ell2 + 1)
     tree_A = tree_shell_sizes(setup.c, ells)
-    p_paw = p_star(model, setup.ell1, setup.ell2, setup.kappa, mode="paw", delta=setup.delta, A=tree_A)
+    p_paw = p_star(
+        model, setup.ell1, setup.ell2, setup.kappa, mode="paw", delta=setup.delta, A=tree_A
+    )
     thm_paper = theorem3_alpha(
-        model, setup.ell1, setup.ell2, setup.kappa, setup.delta_prime, mode="paw", delta=setup.delta, A=tree_A
+        model,
+        setup.ell1,
+        setup.ell2,
+        setup.kappa,
+        setup.delta_prime,
+        mode="paw",
+        delta=setup.delta,
+        A=tree_A,
     )
     cert_A = setup.A
     thm_cert = theorem3_alpha(
@@ -435,7 +461,9 @@ def anonymity_report(
         "model_paper": {
             "bound": "paper",
             "what": "PAW closed form (Prop. 1 as printed), tree shells; Theorem 3 via printed Theorem 1",
-            "H_at_kappa": float(entropy_w(p_paw, model, setup.ell1, setup.ell2, setup.kappa, mode="paw")),
+            "H_at_kappa": float(
+                entropy_w(p_paw, model, setup.ell1, setup.ell2, setup.kappa, mode="paw")
+            ),
             "t1": thm_paper.t1,
             "alpha_emp": thm_paper.alpha_emp,
             "rho_max": thm_paper.rho_max,
@@ -455,12 +483,17 @@ def anonymity_report(
             "what": "Definition 1 on the deployed graph with exact first-passage pmfs, kappa' = inf",
             "alpha_node_level": d1.alpha,
             **d1.summary(),
-            "max_entropy_node_level": float(np.log(setup.counts[:, setup.ell1 : setup.ell2 + 1].sum(axis=1)).mean()),
+            "max_entropy_node_level": float(
+                np.log(setup.counts[:, setup.ell1 : setup.ell2 + 1].sum(axis=1)).mean()
+            ),
         },
         "cost": {
             "mean_hops_per_update": protocol_mean_iteration_time(M, E, pi),
             "chain_of_custody_probability": chain_of_custody_probability(M, pi),
-            "source_frequency_times_n_range": [float(pi.min() * setup.n), float(pi.max() * setup.n)],
+            "source_frequency_times_n_range": [
+                float(pi.min() * setup.n),
+                float(pi.max() * setup.n),
+            ],
         },
     }
     if side_information:
@@ -486,7 +519,13 @@ def anonymity_report(
 # ---------------------------------------------------------------------------------------------
 
 
-def _step(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, cur: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _step(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    deg: np.ndarray,
+    cur: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """One simple-random-walk hop for every walker: uniform neighbour, backtracking allowed (D2)."""
     pick = np.floor(rng.random(cur.size) * deg[cur]).astype(np.int64)
     return indices[indptr[cur] + pick]
@@ -495,7 +534,11 @@ def _step(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, cur: np.ndar
 def _csr_parts(adj: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     adj = sp.csr_matrix(adj)
     adj.sort_indices()
-    return adj.indptr.astype(np.int64), adj.indices.astype(np.int64), np.diff(adj.indptr).astype(np.int64)
+    return (
+        adj.indptr.astype(np.int64),
+        adj.indices.astype(np.int64),
+        np.diff(adj.indptr).astype(np.int64),
+    )
 
 
 def simulate_walk(graph: Any, start: int, n_steps: int, rng: np.random.Generator) -> np.ndarray:
@@ -586,12 +629,16 @@ def simulate_protocol(
             active = active[done[active] < quota]
     cat = lambda xs: np.concatenate(xs)  # noqa: E731
     return ProtocolTrace(
-        chain=cat(out_chain), source=cat(out_src), destination=cat(out_dst), distance=cat(out_ell), hops=cat(out_hops)
+        chain=cat(out_chain),
+        source=cat(out_src),
+        destination=cat(out_dst),
+        distance=cat(out_ell),
+        hops=cat(out_hops),
     )
 
 
 # ---------------------------------------------------------------------------------------------
-# Mode B: the source simulates the walk itself (spec §6.3; the maths only, no crypto)
+# Mode B: the source simulates the walk itself (docs/design/spec/anonymity.md §6.3; the maths only, no crypto)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ keyword arguments (the fields of :class:`QueryOptions`), and dispatch to the acc
 (``hushnet privacy``) is a thin layer over these two functions, so the CLI and a notebook get the
 same certified value.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,16 +57,26 @@ def matrix_fn(q: Query) -> Callable[[], Any]:
 
         view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
         return lambda: muffliato.muffliato_loss_matrix(
-            q.W, q.steps, q.alpha, q.sigma, bound=q.bound, view=view, chebyshev=q.chebyshev, graph=q.graph
+            q.W,
+            q.steps,
+            q.alpha,
+            q.sigma,
+            bound=q.bound,
+            view=view,
+            chebyshev=q.chebyshev,
+            graph=q.graph,
         )
     if q.protocol == "gossip-stream":
         from hushnet.privacy import koskela
 
         if q.bound != "certified":
-            raise ValueError("gossip-stream has only the exact (certified) accountant; drop --bound paper")
-        return lambda: koskela.gossip_stream_loss_matrix(q.W, q.steps, q.alpha, q.sigma, view="neighbourhood")
+            raise ValueError(
+                "gossip-stream has only the exact (certified) accountant; drop --bound paper"
+            )
+        return lambda: koskela.gossip_stream_loss_matrix(
+            q.W, q.steps, q.alpha, q.sigma, view="neighbourhood"
+        )
     raise ValueError(f"unknown protocol {q.protocol!r}; choose from {', '.join(PROTOCOLS)}")
-
 
 
 @dataclass(frozen=True)
@@ -105,24 +116,46 @@ def make_query(graph: str | Graph, protocol: str, options: QueryOptions) -> Quer
         raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
     o = options
     W = metropolis_hastings(g, "hamilton" if o.weights == "hamilton" else "paper")
-    return Query(g, W, protocol, float(o.alpha), float(o.sigma), int(o.steps), o.bound, o.horizon, o.contributions,
-                 o.constraint, o.chebyshev, o.weights)
+    return Query(
+        g,
+        W,
+        protocol,
+        float(o.alpha),
+        float(o.sigma),
+        int(o.steps),
+        o.bound,
+        o.horizon,
+        o.contributions,
+        o.constraint,
+        o.chebyshev,
+        o.weights,
+    )
 
 
-def _query(graph: str | Graph | Query, protocol: str | None, options: dict[str, Any], where: str) -> Query:
+def _query(
+    graph: str | Graph | Query, protocol: str | None, options: dict[str, Any], where: str
+) -> Query:
     """A ready :class:`Query`, or one built from the keyword options (unknown names: one-line error)."""
     if isinstance(graph, Query):
         return graph
     return make_query(graph, protocol or "", build(QueryOptions, options, where))
 
 
-def privacy_matrix(graph: str | Graph | Query, protocol: str | None = None, **options: Any) -> PrivacyMatrix:
+def privacy_matrix(
+    graph: str | Graph | Query, protocol: str | None = None, **options: Any
+) -> PrivacyMatrix:
     """All-pairs Rényi losses ``eps[u -> v]`` (row = contributor, column = observer)."""
     return matrix_fn(_query(graph, protocol, options, "privacy_matrix"))()
 
 
-def privacy_pair(graph: str | Graph | Query, protocol: str | None = None, *, source: int, observer: int,
-                 **options: Any) -> dict[str, Any]:
+def privacy_pair(
+    graph: str | Graph | Query,
+    protocol: str | None = None,
+    *,
+    source: int,
+    observer: int,
+    **options: Any,
+) -> dict[str, Any]:
     """The loss of one pair (``rdp``, ``bound``, ``view`` and what the accountant adds)."""
     return pair(_query(graph, protocol, options, "privacy_pair"), source, observer)
 
@@ -137,13 +170,19 @@ def pair(q: Query, u: int, v: int) -> dict[str, Any]:
     if q.protocol == "gossip-stream":
         from hushnet.privacy import koskela
 
-        return dict(koskela.gossip_stream_pair(q.W, u, v, q.steps, q.alpha, q.sigma,
-                                               koskela.StreamOptions(view="neighbourhood")))
+        return dict(
+            koskela.gossip_stream_pair(
+                q.W, u, v, q.steps, q.alpha, q.sigma, koskela.StreamOptions(view="neighbourhood")
+            )
+        )
     pm = matrix_fn(q)()
-    out = {"rdp": float(pm.matrix[u, v]), "bound": pm.bound, "view": pm.view, "notes": list(pm.notes)}
+    out = {
+        "rdp": float(pm.matrix[u, v]),
+        "bound": pm.bound,
+        "view": pm.view,
+        "notes": list(pm.notes),
+    }
     if pm.components:  # several valid bounds: each one's value and the one that won
         out["certified_by"] = pm.certified_by(u, v)
         out["components"] = {k: float(c[u, v]) for k, c in pm.components.items()}
     return out
-
-

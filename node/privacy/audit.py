@@ -2,7 +2,7 @@
 
 Why: an accountant can be wrong in two directions.  A certified number below what an attacker
 actually achieves is a bug (or, for the papers' bounds, a false claim — [M] Theorem 1 on the
-hypercube, spec gossip.md §1.3.9).  The audit gives an independent, model-free check: it runs
+hypercube, docs/design/spec/gossip.md §1.3.9).  The audit gives an independent, model-free check: it runs
 the protocol itself (the gossip recursion, not the accountant's matrices), records what the
 observer receives, and trains a linear attacker by least squares to tell whether the target's
 input was ``0`` or ``Δ``.  A threshold test on fresh runs then yields, via Clopper–Pearson
@@ -14,6 +14,7 @@ the stated confidence:
 where the threshold is chosen on a separate half of the runs so that the bound stays honest.
 Certified ε(δ) must never fall below ε_emp; a paper value that does is refuted.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,13 @@ def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
     return lo, hi
 
 
-def empirical_epsilon(scores0: np.ndarray, scores1: np.ndarray, delta: float, confidence: float = 0.95,
-                      n_thresholds: int = 200) -> dict[str, Any]:
+def empirical_epsilon(
+    scores0: np.ndarray,
+    scores1: np.ndarray,
+    delta: float,
+    confidence: float = 0.95,
+    n_thresholds: int = 200,
+) -> dict[str, Any]:
     """ε lower bound from attacker scores under D (``scores0``) and D' (``scores1``).
 
     Each score array is split in halves: the first half picks the threshold (and the direction of
@@ -99,15 +105,21 @@ def empirical_epsilon(scores0: np.ndarray, scores1: np.ndarray, delta: float, co
     }
 
 
-def fit_linear_attacker(features: np.ndarray, labels: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def fit_linear_attacker(
+    features: np.ndarray, labels: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
     """Least-squares fit ``label ≈ wᵀ features + b`` over recorded views; returns the scorer."""
     X = np.column_stack([features, np.ones(features.shape[0])])
     w, *_ = np.linalg.lstsq(X, labels.astype(float), rcond=None)
     return lambda F: np.column_stack([F, np.ones(F.shape[0])]) @ w
 
 
-def _run_views(record: Callable[[np.ndarray, np.random.Generator], np.ndarray], bits: np.ndarray,
-               rng: np.random.Generator, chunk: int) -> np.ndarray:
+def _run_views(
+    record: Callable[[np.ndarray, np.random.Generator], np.ndarray],
+    bits: np.ndarray,
+    rng: np.random.Generator,
+    chunk: int,
+) -> np.ndarray:
     out = []
     for s in range(0, bits.size, chunk):
         out.append(record(bits[s : s + chunk], rng))
@@ -137,9 +149,18 @@ class AuditOptions:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
 
 
-def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, options: AuditOptions | None = None, *,
-                    sensitivity: float = 1.0, view: str = "neighbourhood",
-                    chebyshev: bool = False) -> dict[str, Any]:
+def audit_muffliato(
+    W,
+    source: int,
+    observer: int,
+    T: int,
+    sigma: float,
+    options: AuditOptions | None = None,
+    *,
+    sensitivity: float = 1.0,
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+) -> dict[str, Any]:
     """Audit Muffliato averaging for one pair: certified vs paper vs what a trained attacker achieves.
 
     Neighbouring inputs: everyone's input is 0 except the source's, which is 0 or ``sensitivity``.
@@ -147,7 +168,14 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, options
     ``x^t_w``, t < T, or its own received aggregates) and its own noise.
     """
     o = options if options is not None else AuditOptions()
-    n_train, n_test, delta, confidence, seed, chunk = o.n_train, o.n_test, o.delta, o.confidence, o.seed, o.chunk
+    n_train, n_test, delta, confidence, seed, chunk = (
+        o.n_train,
+        o.n_test,
+        o.delta,
+        o.confidence,
+        o.seed,
+        o.chunk,
+    )
     Wc = _csr(W)
     n = Wc.shape[0]
     if view == "neighbourhood":
@@ -182,9 +210,17 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, options
     s1 = scorer(_run_views(record, np.ones(n_test), rng, chunk))
     emp = empirical_epsilon(s0, s1, delta, confidence)
 
-    sens_cert = float(muffliato_observer_losses(Wc, observer, T, 2.0, 1.0, bound="certified", view=view,
-                                                chebyshev=chebyshev)[source]) * sensitivity**2
-    slope_paper = float(muffliato_observer_losses(Wc, observer, T, 2.0, 1.0, bound="paper")[source]) / 2.0
+    sens_cert = (
+        float(
+            muffliato_observer_losses(
+                Wc, observer, T, 2.0, 1.0, bound="certified", view=view, chebyshev=chebyshev
+            )[source]
+        )
+        * sensitivity**2
+    )
+    slope_paper = (
+        float(muffliato_observer_losses(Wc, observer, T, 2.0, 1.0, bound="paper")[source]) / 2.0
+    )
     slope_paper *= sensitivity**2 / sigma**2
     cert_eps = epsilon_of(sens_cert, sigma, delta)
     from hushnet.privacy.paper.conversions import classic_epsilon_from_rdp_slope  # labelled "paper"
@@ -211,9 +247,17 @@ def audit_muffliato(W, source: int, observer: int, T: int, sigma: float, options
     }
 
 
-def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: int, sigma: float,
-                        options: AuditOptions | None = None, *, known: np.ndarray | list[int] = (),
-                        pattern: np.ndarray | None = None) -> dict[str, Any]:
+def audit_gossip_stream(
+    W,
+    source: int,
+    observers: np.ndarray | list[int],
+    T: int,
+    sigma: float,
+    options: AuditOptions | None = None,
+    *,
+    known: np.ndarray | list[int] = (),
+    pattern: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Audit [K] streaming gossip: the source adds ``b·c_t`` each round (c = 1 by default).
 
     ``pattern`` is either T numbers (a scalar model) or a (T, d) array whose rows are the source's
@@ -224,7 +268,14 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
     patterns included — and the pattern's own squared sensitivity ``tr(M C Cᵀ)``.
     """
     o = options if options is not None else AuditOptions()
-    n_train, n_test, delta, confidence, seed, chunk = o.n_train, o.n_test, o.delta, o.confidence, o.seed, o.chunk
+    n_train, n_test, delta, confidence, seed, chunk = (
+        o.n_train,
+        o.n_test,
+        o.delta,
+        o.confidence,
+        o.seed,
+        o.chunk,
+    )
     from hushnet.privacy.koskela import stream_sensitivity
 
     Wc = _csr(W)
@@ -235,9 +286,13 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
     if c.ndim == 1:
         c = c[:, None]
     if c.ndim != 2 or c.shape[0] != T:
-        raise ValueError(f"pattern must have T={T} rows (numbers or vectors), got shape {np.shape(pattern)}")
+        raise ValueError(
+            f"pattern must have T={T} rows (numbers or vectors), got shape {np.shape(pattern)}"
+        )
     if np.any(np.linalg.norm(c, axis=1) > 1.0 + 1e-12):
-        raise ValueError("every per-round contribution in the pattern must have norm <= 1 (the clipping bound)")
+        raise ValueError(
+            "every per-round contribution in the pattern must have norm <= 1 (the clipping bound)"
+        )
     d = c.shape[1]
 
     def record(bits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -269,5 +324,7 @@ def audit_gossip_stream(W, source: int, observers: np.ndarray | list[int], T: in
         "certified_epsilon": epsilon_of(float(res["value"]), sigma, delta),
         "certified_method": res["method"],
         "scalar_sensitivity_sq": res.get("scalar"),
-        "pattern_sensitivity_sq": float(np.trace(c.T @ res["M"] @ c)) if np.all(np.isfinite(res["M"])) else math.inf,
+        "pattern_sensitivity_sq": float(np.trace(c.T @ res["M"] @ c))
+        if np.all(np.isfinite(res["M"]))
+        else math.inf,
     }

@@ -14,6 +14,7 @@ noise never leaks more), so one generic bracketing + bisection search serves the
 
 The result says which aggregation, conversion and bound label were used.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,7 +80,9 @@ def alpha_max_for_constraint(sigma: float, k: float) -> float:
     return 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * sigma * sigma / k))
 
 
-def linear_rdp_epsilon(slope, delta: float, alpha_max: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+def linear_rdp_epsilon(
+    slope, delta: float, alpha_max: float = math.inf
+) -> tuple[np.ndarray, np.ndarray]:
     """Best Mironov conversion of an RDP curve ``ε(α) = slope·α`` over α ∈ (1, alpha_max].
 
     ``slope·α + ln(1/δ)/(α−1)`` is convex in α with minimiser ``α* = 1 + √(ln(1/δ)/slope)``;
@@ -129,7 +132,9 @@ def _loss(values, *, kind: str, pair, delta, orders, exclude_diagonal) -> tuple[
         return float(np.max(sel)), {}
     # kind == "rdp": sel has shape (pairs, len(orders))
     if sel.shape[1] != len(orders):
-        raise CalibrationError(f"RDP loss must have a trailing axis of len(orders)={len(orders)}, got {sel.shape}")
+        raise CalibrationError(
+            f"RDP loss must have a trailing axis of len(orders)={len(orders)}, got {sel.shape}"
+        )
     if pair == "mean":
         # B.8 convention: the mean pair's RDP curve, then one conversion.
         eps, a = rdp_to_dp(orders, sel.mean(axis=0), delta)
@@ -164,7 +169,9 @@ class CalibrationOptions:
     def __post_init__(self) -> None:
         if self.kind not in ("dp", "rdp"):
             raise CalibrationError("kind must be 'dp' or 'rdp'")
-        if not (self.pair in ("worst", "mean") or (isinstance(self.pair, tuple) and len(self.pair) == 2)):
+        if not (
+            self.pair in ("worst", "mean") or (isinstance(self.pair, tuple) and len(self.pair) == 2)
+        ):
             raise CalibrationError("pair must be 'worst', 'mean' or a (u, v) tuple")
         if self.kind == "rdp" and self.delta is None:
             raise CalibrationError("kind='rdp' needs delta")
@@ -174,8 +181,12 @@ class CalibrationOptions:
             raise CalibrationError("rtol must be > 0")
 
 
-def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
-                    options: CalibrationOptions | None = None, **legacy: Any) -> CalibrationResult:
+def calibrate_sigma(
+    loss_fn: Callable[[float], np.ndarray],
+    target_eps: float,
+    options: CalibrationOptions | None = None,
+    **legacy: Any,
+) -> CalibrationResult:
     """Smallest σ (to ``rtol``) whose loss meets ``target_eps``.
 
     ``loss_fn(σ)`` returns, for ``kind="dp"``, an array of ε values at the caller's δ (an
@@ -195,8 +206,20 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
     if not target_eps > 0:
         raise CalibrationError("target_eps must be > 0")
     o = resolve(CalibrationOptions, options, legacy, "calibrate_sigma")
-    pair, kind, delta, orders, exclude_diagonal = o.pair, o.kind, o.delta, o.orders, o.exclude_diagonal
-    sigma_init, sigma_min, sigma_max, rtol, bound = o.sigma_init, o.sigma_min, o.sigma_max, o.rtol, o.bound
+    pair, kind, delta, orders, exclude_diagonal = (
+        o.pair,
+        o.kind,
+        o.delta,
+        o.orders,
+        o.exclude_diagonal,
+    )
+    sigma_init, sigma_min, sigma_max, rtol, bound = (
+        o.sigma_init,
+        o.sigma_min,
+        o.sigma_max,
+        o.rtol,
+        o.bound,
+    )
     if kind == "rdp":
         orders = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
     evals = 0
@@ -206,8 +229,14 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
         nonlocal evals
         if s not in cache:
             evals += 1
-            val, info = _loss(loss_fn(s), kind=kind, pair=pair, delta=delta, orders=orders,
-                              exclude_diagonal=exclude_diagonal)
+            val, info = _loss(
+                loss_fn(s),
+                kind=kind,
+                pair=pair,
+                delta=delta,
+                orders=orders,
+                exclude_diagonal=exclude_diagonal,
+            )
             if math.isnan(val):
                 raise CalibrationError(f"loss is NaN at sigma={s}")
             cache[s] = (val, info)
@@ -226,7 +255,8 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
             if hi >= sigma_max:
                 raise UnreachableTarget(
                     f"target eps={target_eps:g} unreachable: loss at sigma={hi:g} is {f(hi):g} "
-                    f"(the loss is not driven below the target by noise alone; check delta and the orders)")
+                    f"(the loss is not driven below the target by noise alone; check delta and the orders)"
+                )
             hi = min(hi * 2.0, sigma_max)
     else:
         while f(lo) <= target_eps:
@@ -246,8 +276,9 @@ def calibrate_sigma(loss_fn: Callable[[float], np.ndarray], target_eps: float,
     return result(hi)
 
 
-def gaussian_sigma(sensitivity: float, eps: float, delta: float, method: str = "tight",
-                   orders=None) -> tuple[float, str]:
+def gaussian_sigma(
+    sensitivity: float, eps: float, delta: float, method: str = "tight", orders=None
+) -> tuple[float, str]:
     """σ for one Gaussian mechanism of L2 sensitivity Δ to be (ε, δ)-DP.
 
     ``method="tight"``: exact, via μ-GDP (``σ = Δ/μ(ε, δ)``); ``"classic"``: Dwork–Roth
@@ -261,13 +292,22 @@ def gaussian_sigma(sensitivity: float, eps: float, delta: float, method: str = "
     if method == "classic":
         if eps > 1.0:
             raise CalibrationError("the classic Gaussian calibration is only valid for eps <= 1")
-        from hushnet.privacy.paper.conversions import gaussian_sigma_classic  # the papers' rule, on request
+        from hushnet.privacy.paper.conversions import (
+            gaussian_sigma_classic,  # the papers' rule, on request
+        )
 
         return gaussian_sigma_classic(sensitivity, eps, delta), method
     if method == "rdp":
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
-        res = calibrate_sigma(lambda s: o * sensitivity ** 2 / (2.0 * s * s), eps, kind="rdp", delta=delta,
-                              orders=o, exclude_diagonal=False, pair="worst",
-                              sigma_init=sensitivity)
+        res = calibrate_sigma(
+            lambda s: o * sensitivity**2 / (2.0 * s * s),
+            eps,
+            kind="rdp",
+            delta=delta,
+            orders=o,
+            exclude_diagonal=False,
+            pair="worst",
+            sigma_init=sensitivity,
+        )
         return res.sigma, method
     raise CalibrationError(f"unknown method {method!r}")

@@ -4,6 +4,7 @@ This is also how other people check hushnet's numbers, so every output names the
 ("certified" — what hushnet stands behind — or "paper" — a labelled reproduction of a
 published formula), the view model and the conventions used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,16 +16,28 @@ from typing import Any
 
 import numpy as np
 
-from hushnet.privacy.graphs import GraphSpecError
 from hushnet.privacy.api import PROTOCOLS, Query, QueryOptions, make_query, matrix_fn, pair
+from hushnet.privacy.graphs import GraphSpecError
 from hushnet.privacy.matrix import PrivacyMatrix, json_number
+
 
 def _query(args: argparse.Namespace) -> Query:
     try:
-        return make_query(args.graph, args.protocol, QueryOptions(
-            alpha=args.alpha, sigma=args.sigma, steps=args.steps, bound=args.bound, horizon=args.horizon,
-            contributions=args.contributions, constraint=args.constraint, chebyshev=args.chebyshev,
-            weights=args.weights))
+        return make_query(
+            args.graph,
+            args.protocol,
+            QueryOptions(
+                alpha=args.alpha,
+                sigma=args.sigma,
+                steps=args.steps,
+                bound=args.bound,
+                horizon=args.horizon,
+                contributions=args.contributions,
+                constraint=args.constraint,
+                chebyshev=args.chebyshev,
+                weights=args.weights,
+            ),
+        )
     except (GraphSpecError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
@@ -67,9 +80,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     else:
         s = report["summary"]
         print(f"{q.protocol} on {q.graph.spec} (n={q.graph.n}), bound={pm.bound}, view={pm.view}")
-        print(f"RDP(alpha={q.alpha}) over {s['pairs']} pairs: min {s['min']}  mean {s['mean']}  max {s['max']}")
-        print("mean by distance: " + ", ".join(
-            f"{d}: {v:.4g}" if isinstance(v, float) else f"{d}: {v}" for d, v in s["mean_by_distance"].items()))
+        print(
+            f"RDP(alpha={q.alpha}) over {s['pairs']} pairs: min {s['min']}  mean {s['mean']}  max {s['max']}"
+        )
+        print(
+            "mean by distance: "
+            + ", ".join(
+                f"{d}: {v:.4g}" if isinstance(v, float) else f"{d}: {v}"
+                for d, v in s["mean_by_distance"].items()
+            )
+        )
         for note in report["notes"]:
             print(f"note: {note}")
     return 0
@@ -82,7 +102,9 @@ def cmd_pair(args: argparse.Namespace) -> int:
         if not 0 <= v < q.graph.n:
             raise SystemExit(f"error: --{name} must be in 0..{q.graph.n - 1}")
     if args.source == args.observer:
-        raise SystemExit("error: --source and --observer must differ (a node's loss to itself is not a privacy loss)")
+        raise SystemExit(
+            "error: --source and --observer must differ (a node's loss to itself is not a privacy loss)"
+        )
     result = pair(q, args.source, args.observer)
     if args.delta is not None:
         if not 0 < args.delta < 1:
@@ -91,9 +113,14 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
         rdp = result["rdp"]
         result["delta"] = args.delta
-        result["epsilon"] = rdp_to_dp([q.alpha], [rdp], args.delta)[0] if math.isfinite(rdp) else math.inf
-        result["epsilon_classic"] = (rdp_to_dp([q.alpha], [rdp], args.delta, method="classic")[0]
-                                     if math.isfinite(rdp) else math.inf)
+        result["epsilon"] = (
+            rdp_to_dp([q.alpha], [rdp], args.delta)[0] if math.isfinite(rdp) else math.inf
+        )
+        result["epsilon_classic"] = (
+            rdp_to_dp([q.alpha], [rdp], args.delta, method="classic")[0]
+            if math.isfinite(rdp)
+            else math.inf
+        )
         result["conversion"] = f"{CONVERSION_LABEL}, at the given alpha; epsilon_classic: Mironov's"
         mu = result.get("mu_gdp")
         if mu is not None and math.isfinite(mu):
@@ -106,8 +133,11 @@ def cmd_pair(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, default=str))
     else:
         won = out.get("certified_by") or out.get("method")
-        line = (f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')}"
-                + (f", by {won}" if won else "") + ")")
+        line = (
+            f"eps[{args.source}->{args.observer}] = {out['rdp']} (RDP alpha={q.alpha}, bound={out.get('bound')}"
+            + (f", by {won}" if won else "")
+            + ")"
+        )
         if "epsilon" in out:
             line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
         print(line)
@@ -115,27 +145,58 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--graph", required=True, help="graph spec: complete:N ring:N hypercube:D grid:RxC er:N:P:SEED "
-                   "regular:N:K:SEED geometric:N:R:SEED sbm:S1,S2:PIN:POUT:SEED edgelist:PATH")
+    p.add_argument(
+        "--graph",
+        required=True,
+        help="graph spec: complete:N ring:N hypercube:D grid:RxC er:N:P:SEED "
+        "regular:N:K:SEED geometric:N:R:SEED sbm:S1,S2:PIN:POUT:SEED edgelist:PATH",
+    )
     p.add_argument("--protocol", required=True, choices=PROTOCOLS)
     p.add_argument("--alpha", type=float, required=True, help="Rényi order (> 1)")
-    p.add_argument("--sigma", type=float, required=True, help="noise (multiplier for rw; std for gossip)")
+    p.add_argument(
+        "--sigma", type=float, required=True, help="noise (multiplier for rw; std for gossip)"
+    )
     p.add_argument("--steps", type=int, required=True, help="walk length T (rw) or gossip rounds T")
-    p.add_argument("--bound", choices=("certified", "paper"), default="certified",
-                   help="certified (default): the value hushnet stands behind; paper: the published formula")
-    p.add_argument("--horizon", choices=("exact", "harmonic", "lnT"), default=None, help="rw finite-T treatment")
-    p.add_argument("--contributions", type=float, default=None, help="rw contributions per node N_u (default T/n)")
-    p.add_argument("--constraint", choices=("strict", "proof", "none"), default="strict",
-                   help="rw noise condition on sigma: strict (printed), proof, none (figures only)")
-    p.add_argument("--weights", choices=("hamilton", "paper"), default="hamilton",
-                   help="Metropolis-Hastings 1/(1+max d) (default) or the printed 1/max d")
+    p.add_argument(
+        "--bound",
+        choices=("certified", "paper"),
+        default="certified",
+        help="certified (default): the value hushnet stands behind; paper: the published formula",
+    )
+    p.add_argument(
+        "--horizon",
+        choices=("exact", "harmonic", "lnT"),
+        default=None,
+        help="rw finite-T treatment",
+    )
+    p.add_argument(
+        "--contributions",
+        type=float,
+        default=None,
+        help="rw contributions per node N_u (default T/n)",
+    )
+    p.add_argument(
+        "--constraint",
+        choices=("strict", "proof", "none"),
+        default="strict",
+        help="rw noise condition on sigma: strict (printed), proof, none (figures only)",
+    )
+    p.add_argument(
+        "--weights",
+        choices=("hamilton", "paper"),
+        default="hamilton",
+        help="Metropolis-Hastings 1/(1+max d) (default) or the printed 1/max d",
+    )
     p.add_argument("--chebyshev", action="store_true", help="muffliato with Chebyshev acceleration")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    priv = sub.add_parser("privacy", help="pairwise privacy losses (accountant tools)",
-                          description="Pairwise network-DP losses computed from public parameters.")
+    priv = sub.add_parser(
+        "privacy",
+        help="pairwise privacy losses (accountant tools)",
+        description="Pairwise network-DP losses computed from public parameters.",
+    )
     psub = priv.add_subparsers(dest="privacy_command", metavar="COMMAND")
     m = psub.add_parser("matrix", help="all-pairs loss matrix and its summary")
     _common(m)

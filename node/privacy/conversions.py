@@ -18,6 +18,7 @@ The conversions to (ε, δ), each result saying which one produced it:
   ``dp-accounting``'s privacy-loss-distribution accountant, an independent check (pessimistic by
   its discretisation: a few 1e-9 above the exact value at the default interval).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,11 @@ __all__ = [
 
 #: Rényi orders used when composing ledgers and converting to (ε, δ).
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
-    [np.linspace(1.1, 10.9, 99), np.arange(11.0, 64.0), np.array([64.0, 80.0, 96.0, 128.0, 256.0, 512.0, 1024.0])]
+    [
+        np.linspace(1.1, 10.9, 99),
+        np.arange(11.0, 64.0),
+        np.array([64.0, 80.0, 96.0, 128.0, 256.0, 512.0, 1024.0]),
+    ]
 )
 
 
@@ -52,12 +57,16 @@ def gaussian_rdp(alpha, sens_sq):
 
 #: how every certified (ε, δ) derived from an RDP curve is labelled
 CONVERSION_LABEL = "RDP->(eps,delta): improved conversion (Balle et al. 2020 / Canonne-Kamath-Steinke 2020, dp-accounting)"
-CLASSIC_LABEL = "RDP->(eps,delta): classic Mironov eps_a + ln(1/delta)/(a-1) (the papers' conversion)"
+CLASSIC_LABEL = (
+    "RDP->(eps,delta): classic Mironov eps_a + ln(1/delta)/(a-1) (the papers' conversion)"
+)
 #: below this order dp-accounting does not apply the improved rule (unstable as α → 1): Mironov's is used
 _IMPROVED_MIN_ORDER = 1.01
 
 
-def rdp_epsilon(orders, rdp, delta: float, *, method: str = "improved") -> tuple[np.ndarray, np.ndarray]:
+def rdp_epsilon(
+    orders, rdp, delta: float, *, method: str = "improved"
+) -> tuple[np.ndarray, np.ndarray]:
     """(ε, δ) of RDP curves, best order per curve: ``rdp[..., k]`` is the RDP at ``orders[k]``.
 
     Vectorised over leading axes (pairs, targets); returns ``(ε, α)`` arrays of the leading shape.
@@ -85,8 +94,9 @@ def rdp_to_dp(orders, rdp_values, delta: float, *, method: str = "improved") -> 
     return float(eps), float(alpha)
 
 
-def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
-                     method: str = "improved") -> tuple[np.ndarray, np.ndarray]:
+def linear_rdp_to_dp(
+    slope, delta: float, alpha_max: float = math.inf, *, method: str = "improved"
+) -> tuple[np.ndarray, np.ndarray]:
     """Best (ε, δ) of linear RDP curves ``ε_α = slope·α`` over ``α ∈ (1, alpha_max]``, vectorised.
 
     Candidates: :data:`DEFAULT_ORDERS` up to the cap, the cap itself, an order just above 1 (where the
@@ -109,7 +119,9 @@ def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
         a_star = np.where(s > 0, 1.0 + np.sqrt(log_inv / np.where(s > 0, s, 1.0)), grid[-1])
     a_star = np.clip(a_star, 1.0 + 1e-9, alpha_max)
     cands = [np.broadcast_to(grid, s.shape + grid.shape), a_star[..., None]]
-    if method == "improved":  # α → 1⁺: KL ≤ slope·α, so (0, δ) when the total-variation bound already meets δ
+    if (
+        method == "improved"
+    ):  # α → 1⁺: KL ≤ slope·α, so (0, δ) when the total-variation bound already meets δ
         cands.append(np.full(s.shape + (1,), 1.0 + 1e-9))
     orders = np.sort(np.concatenate(cands, axis=-1), axis=-1)
     eps, alpha = _rule(orders, s[..., None] * orders, delta, method)
@@ -118,12 +130,19 @@ def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
     i = np.argmin(np.where(orders == alpha[..., None], 0, 1), axis=-1)
     # bracket: the best candidate's neighbours; below the smallest candidate, down to where the improved
     # rule starts (1.01: below it the value is Mironov's, which only grows as α → 1)
-    lo = np.where(i > 0, np.take_along_axis(orders, np.maximum(i - 1, 0)[..., None], axis=-1)[..., 0],
-                  min(_IMPROVED_MIN_ORDER * (1 + 1e-12), float(orders.min())))
-    hi = np.take_along_axis(orders, np.minimum(i + 1, orders.shape[-1] - 1)[..., None], axis=-1)[..., 0]
+    lo = np.where(
+        i > 0,
+        np.take_along_axis(orders, np.maximum(i - 1, 0)[..., None], axis=-1)[..., 0],
+        min(_IMPROVED_MIN_ORDER * (1 + 1e-12), float(orders.min())),
+    )
+    hi = np.take_along_axis(orders, np.minimum(i + 1, orders.shape[-1] - 1)[..., None], axis=-1)[
+        ..., 0
+    ]
     g = (math.sqrt(5.0) - 1.0) / 2.0
     f = lambda x: _rule(x[..., None], (s * x)[..., None], delta, method)[0]  # noqa: E731
-    for _ in range(60):  # golden section, both interior points evaluated each step (cheap, vectorised)
+    for _ in range(
+        60
+    ):  # golden section, both interior points evaluated each step (cheap, vectorised)
         x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
         f1, f2 = f(x1), f(x2)
         left = f1 <= f2
@@ -135,7 +154,9 @@ def linear_rdp_to_dp(slope, delta: float, alpha_max: float = math.inf, *,
     return np.where(better, np.minimum(f1, f2), eps), alpha
 
 
-def _rule(orders: np.ndarray, rdp: np.ndarray, delta: float, method: str) -> tuple[np.ndarray, np.ndarray]:
+def _rule(
+    orders: np.ndarray, rdp: np.ndarray, delta: float, method: str
+) -> tuple[np.ndarray, np.ndarray]:
     """The conversion itself, per order, then the best order of each curve (last axis).
 
     ``orders`` and ``rdp`` have one shape (orders may differ per curve).  Improved: dp-accounting's
@@ -162,7 +183,9 @@ def _rule(orders: np.ndarray, rdp: np.ndarray, delta: float, method: str) -> tup
     return np.maximum(best, 0.0), np.where(np.isfinite(best), alpha, np.nan)
 
 
-def gaussian_pld_epsilon(mus, delta: float, *, counts=None, value_discretization_interval: float = 1e-4) -> float:
+def gaussian_pld_epsilon(
+    mus, delta: float, *, counts=None, value_discretization_interval: float = 1e-4
+) -> float:
     """(ε, δ) of a composition of Gaussian mechanisms (μ_i-GDP, each ``counts[i]`` times) by
     ``dp-accounting``'s PLD accountant.  Exact answer: ``gdp_epsilon(√Σ counts·μ², δ)``; the PLD is a
     pessimistic discretisation of the same loss (tests pin the two together)."""
@@ -172,12 +195,18 @@ def gaussian_pld_epsilon(mus, delta: float, *, counts=None, value_discretization
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     m = np.atleast_1d(np.asarray(mus, dtype=float))
-    c = np.ones(m.size, dtype=int) if counts is None else np.atleast_1d(np.asarray(counts, dtype=int))
+    c = (
+        np.ones(m.size, dtype=int)
+        if counts is None
+        else np.atleast_1d(np.asarray(counts, dtype=int))
+    )
     if np.any(m < 0) or np.any(c < 0) or c.size != m.size:
         raise ValueError("need mus >= 0 and one non-negative count per mu")
     if np.any(np.isinf(m) & (c > 0)):
         return math.inf
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=value_discretization_interval)
+    acc = pld_privacy_accountant.PLDAccountant(
+        value_discretization_interval=value_discretization_interval
+    )
     for mu, k in zip(m, c):
         if mu > 0 and k > 0:
             acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / float(mu)), int(k))
@@ -222,7 +251,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
             return math.inf
     from scipy import optimize
 
-    return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    return float(
+        optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    )
 
 
 def gdp_mu(eps: float, delta: float) -> float:
@@ -234,7 +265,9 @@ def gdp_mu(eps: float, delta: float) -> float:
         hi *= 2.0
     from scipy import optimize
 
-    return float(optimize.brentq(lambda m: gdp_delta(m, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13))
+    return float(
+        optimize.brentq(lambda m: gdp_delta(m, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13)
+    )
 
 
 def gaussian_sigma_tight(sensitivity: float, eps: float, delta: float) -> float:
@@ -245,4 +278,3 @@ def gaussian_sigma_tight(sensitivity: float, eps: float, delta: float) -> float:
 def rdp_gaussian_mu(rdp: float, alpha: float) -> float:
     """The μ of a Gaussian mechanism whose RDP at order α is ``rdp`` (``rdp = α μ²/2``)."""
     return float(math.sqrt(2.0 * rdp / alpha))
-

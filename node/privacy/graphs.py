@@ -15,6 +15,7 @@ Spec syntax (shared by the network and the privacy tools)::
 comma-separated pairs, skips lines that are not two integers, and relabels the ids
 0..n-1 in increasing order.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,14 +24,15 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
-if TYPE_CHECKING:  # networkx is imported where a random graph is generated: a node process rarely needs it
+if (
+    TYPE_CHECKING
+):  # networkx is imported where a random graph is generated: a node process rarely needs it
     import networkx as nx
 
 __all__ = [
@@ -113,7 +115,9 @@ class Graph:
         return np.where(np.isinf(d), -1, d).astype(np.int64)
 
 
-def graph_from_edges(n: int, edges: np.ndarray | list, spec: str = "", positions: np.ndarray | None = None) -> Graph:
+def graph_from_edges(
+    n: int, edges: np.ndarray | list, spec: str = "", positions: np.ndarray | None = None
+) -> Graph:
     """Build a :class:`Graph` from an edge list on nodes 0..n-1 (self-loops and duplicates dropped)."""
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     if e.size and (e.min() < 0 or e.max() >= n):
@@ -226,26 +230,42 @@ def parse_graph(spec: str) -> Graph:
         return _grid(r, c, spec)
     if family == "er":
         _need(args, 3, spec, "er:N:P:SEED")
-        n, p, seed = _int(args[0], "N", spec), _float(args[1], "P", spec), _int(args[2], "SEED", spec, 0)
+        n, p, seed = (
+            _int(args[0], "N", spec),
+            _float(args[1], "P", spec),
+            _int(args[2], "SEED", spec, 0),
+        )
         if not 0.0 <= p <= 1.0:
             raise GraphSpecError(f"{spec!r}: P must be in [0, 1]")
         return _from_networkx(_nx().gnp_random_graph(n, p, seed=seed), spec)
     if family == "regular":
         _need(args, 3, spec, "regular:N:K:SEED")
-        n, k, seed = _int(args[0], "N", spec), _int(args[1], "K", spec, 0), _int(args[2], "SEED", spec, 0)
+        n, k, seed = (
+            _int(args[0], "N", spec),
+            _int(args[1], "K", spec, 0),
+            _int(args[2], "SEED", spec, 0),
+        )
         if k >= n or (n * k) % 2:
             raise GraphSpecError(f"{spec!r}: need K < N and N*K even")
         return _from_networkx(_nx().random_regular_graph(k, n, seed=seed), spec)
     if family == "geometric":
         _need(args, 3, spec, "geometric:N:R:SEED")
-        n, r, seed = _int(args[0], "N", spec), _float(args[1], "R", spec), _int(args[2], "SEED", spec, 0)
+        n, r, seed = (
+            _int(args[0], "N", spec),
+            _float(args[1], "R", spec),
+            _int(args[2], "SEED", spec, 0),
+        )
         g = _nx().random_geometric_graph(n, r, seed=seed)
         pos = np.array([g.nodes[i]["pos"] for i in range(n)])
         return _from_networkx(g, spec, positions=pos)
     if family == "sbm":
         _need(args, 4, spec, "sbm:S1,S2,...:PIN:POUT:SEED")
         sizes = [_int(s, "block size", spec) for s in args[0].split(",")]
-        pin, pout, seed = _float(args[1], "PIN", spec), _float(args[2], "POUT", spec), _int(args[3], "SEED", spec, 0)
+        pin, pout, seed = (
+            _float(args[1], "PIN", spec),
+            _float(args[2], "POUT", spec),
+            _int(args[3], "SEED", spec, 0),
+        )
         probs = [[pin if i == j else pout for j in range(len(sizes))] for i in range(len(sizes))]
         return _from_networkx(_nx().stochastic_block_model(sizes, probs, seed=seed), spec)
     raise GraphSpecError(
@@ -334,4 +354,6 @@ def mixing_time(W, eps: float = 0.25, max_steps: int = 100_000) -> int:
         P = np.asarray(Wm @ P) if sp.issparse(Wm) else P @ Wm
         if 0.5 * np.abs(P - 1.0 / n).sum(axis=1).max() <= eps:
             return t
-    raise RuntimeError(f"W did not mix to {eps} within {max_steps} steps (disconnected or periodic?)")
+    raise RuntimeError(
+        f"W did not mix to {eps} within {max_steps} steps (disconnected or periodic?)"
+    )

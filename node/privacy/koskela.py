@@ -6,15 +6,15 @@ node i sends ``m^i_t = θ^i_t + x^i_t + u^i_t``.  This is DP-GD with gossip aver
 ``y = H_T (x̃ + ũ)`` with the block lower-triangular Toeplitz ``H_T`` (block (t,k) = ``S W^{t−k}``),
 so the view is linear-Gaussian and the privacy of node j is *exactly* that of a Gaussian mechanism
 with squared sensitivity ``Δ² = max_{c ∈ [−1,1]^T} cᵀ M_T c``, ``M_T = G_Tᵀ K_T⁺ G_T`` ([K] Thm 12,
-spec gossip.md §2.3).  Noise the observers know (their own: SecLDP) is removed from ``K_T``.
+docs/design/spec/gossip.md §2.3).  Noise the observers know (their own: SecLDP) is removed from ``K_T``.
 
-Threat models, all one accountant (spec §2.1 table): single node / secure neighbourhood summation
+Threat models, all one accountant (docs/design/spec/gossip.md §2.1 table): single node / secure neighbourhood summation
 (``S = e_iᵀ``), closed neighbourhood (``S(N̄_i)``), coalitions ``S(𝒜)``, LDP (``S = I``), each with
 the observers' noise counted (as in the papers) or known (the realistic default for hushnet).
 
 Contributions are DP-GD's clipped gradient *vectors* (norm ≤ 1 per round), so the certified Δ² is the
 maximum of ``tr(M X)`` over Gram matrices X of such vectors, not the Boolean program over
-``c ∈ {±1}^T`` (whose vertex maximum can be smaller: issue 10 §1, spec gossip.md §2.3).
+``c ∈ {±1}^T`` (whose vertex maximum can be smaller: issue 10 §1, docs/design/spec/gossip.md §2.3).
 :func:`hushnet.privacy.linear_gaussian.box_quadratic_max` returns ``1ᵀM1`` when M is entrywise
 non-negative (c = 1 is then optimal for vectors too), the vertex maximum only when an upper bound
 valid for vectors meets it, and otherwise ``min(T λmax(M), 1ᵀ|M|1, SDP dual certificate)``, all
@@ -27,6 +27,7 @@ nothing is cut; with known noise (SecLDP) the cut removes
 the structural null space, and a signal component outside the kept range makes the loss ``inf``
 (never silently dropped) unless it is below ``RANGE_RTOL`` of the signal.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,7 +76,9 @@ def observer_set(W, observer: int, view: str) -> np.ndarray:
     raise ValueError(f"unknown view {view!r}; use one of {VIEWS}")
 
 
-def _known_set(observers: np.ndarray, anchor: int | None, known_noise: str | Iterable[int]) -> np.ndarray:
+def _known_set(
+    observers: np.ndarray, anchor: int | None, known_noise: str | Iterable[int]
+) -> np.ndarray:
     if isinstance(known_noise, str):
         if known_noise == "none":
             return np.zeros(0, dtype=np.int64)
@@ -87,11 +90,13 @@ def _known_set(observers: np.ndarray, anchor: int | None, known_noise: str | Ite
     return np.asarray(list(known_noise), dtype=np.int64)
 
 
-def stream_kernel(W, T: int, observers: Sequence[int], known: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+def stream_kernel(
+    W, T: int, observers: Sequence[int], known: Sequence[int] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """``(K_T, X)``: the (Tm×Tm) noise covariance ``H̄_T H̄_Tᵀ`` and the signal blocks.
 
     ``X[a] = S W^a`` (m×n) for a = 0..T−1.  ``K_T`` is assembled with the exact recursion
-    ``K[t,s] = F(t,s) + K[t−1,s−1]``, ``F(a,b) = X_a P_C X_bᵀ`` (spec §2.3), where ``P_C`` drops
+    ``K[t,s] = F(t,s) + K[t−1,s−1]``, ``F(a,b) = X_a P_C X_bᵀ`` (docs/design/spec/gossip.md §2.3), where ``P_C`` drops
     the columns of the known noise.
     """
     obs = np.asarray(observers, dtype=np.int64)
@@ -129,8 +134,15 @@ def _signal(X: np.ndarray, j: int) -> np.ndarray:
     return G
 
 
-def stream_sensitivity(W, T: int, observers: Sequence[int], source: int, *, known: Sequence[int] = (),
-                       exact_limit: int = 20) -> dict[str, Any]:
+def stream_sensitivity(
+    W,
+    T: int,
+    observers: Sequence[int],
+    source: int,
+    *,
+    known: Sequence[int] = (),
+    exact_limit: int = 20,
+) -> dict[str, Any]:
     """Δ_T(j → 𝒜)² with its bounds: ``lower`` (c=1), ``spectral``, ``abs``, ``exact``, ``value``.
 
     ``value`` is the certified squared sensitivity (per-round contribution bound 1): exact when
@@ -138,13 +150,23 @@ def stream_sensitivity(W, T: int, observers: Sequence[int], source: int, *, know
     (e.g. j's own noise is known to the observers).
     """
     if T == 0:
-        return {"lower": 0.0, "spectral": 0.0, "abs": 0.0, "exact": 0.0, "value": 0.0, "method": "exact", "M": np.zeros((0, 0))}
+        return {
+            "lower": 0.0,
+            "spectral": 0.0,
+            "abs": 0.0,
+            "exact": 0.0,
+            "value": 0.0,
+            "method": "exact",
+            "M": np.zeros((0, 0)),
+        }
     K, X = stream_kernel(W, T, observers, known)
     L, Ur = _whitener(K)
     G = _signal(X, int(source))
     resid = G - Ur @ (Ur.T @ G)
     norms = np.linalg.norm(G, axis=0)
-    if np.any((np.linalg.norm(resid, axis=0) > RANGE_RTOL * np.maximum(norms, 1e-300)) & (norms > 0)):
+    if np.any(
+        (np.linalg.norm(resid, axis=0) > RANGE_RTOL * np.maximum(norms, 1e-300)) & (norms > 0)
+    ):
         out = box_quadratic_max(np.full((T, T), np.inf))
         out["M"] = np.full((T, T), np.inf)
         out["method"] = "infinite: the contribution leaves the range of the unknown noise"
@@ -156,8 +178,9 @@ def stream_sensitivity(W, T: int, observers: Sequence[int], source: int, *, know
     return out
 
 
-def stream_sensitivities_all_sources(W, T: int, observers: Sequence[int], *, known: Sequence[int] = (),
-                                     exact_limit: int = 12) -> tuple[np.ndarray, np.ndarray]:
+def stream_sensitivities_all_sources(
+    W, T: int, observers: Sequence[int], *, known: Sequence[int] = (), exact_limit: int = 12
+) -> tuple[np.ndarray, np.ndarray]:
     """Certified Δ² for every source j at once (one factorisation of K_T); also ``1ᵀM1``.
 
     Vectorised over sources: ``Z[:, k, j] = L[:, km:] X_stack[:(T−k)m, j]``.
@@ -180,12 +203,16 @@ def stream_sensitivities_all_sources(W, T: int, observers: Sequence[int], *, kno
     value = np.empty(n)
     lower = np.einsum("jkl->j", Ms)
     for j in range(n):
-        value[j] = np.inf if resid_bad[j] else box_quadratic_max(Ms[j], exact_limit=exact_limit)["value"]
+        value[j] = (
+            np.inf if resid_bad[j] else box_quadratic_max(Ms[j], exact_limit=exact_limit)["value"]
+        )
     lower[resid_bad] = np.inf
     return value, lower
 
 
-def explicit_H(W, T: int, observers: Sequence[int], known: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+def explicit_H(
+    W, T: int, observers: Sequence[int], known: Sequence[int] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """Dense ``(H_T, H̄_T)``: signal and unknown-noise system matrices ((Tm)×(Tn)), for tests."""
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     n = Wd.shape[0]
@@ -209,7 +236,9 @@ def explicit_H(W, T: int, observers: Sequence[int], known: Sequence[int] = ()) -
     return H, Hb
 
 
-def explicit_sensitivity_matrix(W, T: int, observers: Sequence[int], source: int, known: Sequence[int] = ()) -> np.ndarray:
+def explicit_sensitivity_matrix(
+    W, T: int, observers: Sequence[int], source: int, known: Sequence[int] = ()
+) -> np.ndarray:
     """``M_T`` from the explicit ``H_T`` with ``pinv`` (reference for tests); ``inf`` if out of range."""
     H, Hb = explicit_H(W, T, observers, known)
     n = H.shape[1] // T
@@ -221,13 +250,16 @@ def explicit_sensitivity_matrix(W, T: int, observers: Sequence[int], source: int
     return G.T @ Kp @ G
 
 
-def coalition_sensitivity(W, T: int, coalition: Sequence[int], source: int, *, secldp: bool = False,
-                          exact_limit: int = 20) -> dict[str, Any]:
+def coalition_sensitivity(
+    W, T: int, coalition: Sequence[int], source: int, *, secldp: bool = False, exact_limit: int = 20
+) -> dict[str, Any]:
     """Colluding set 𝒜 ([K] Thm 15; with ``secldp`` the members know their noise, Thm 16)."""
     coal = np.asarray(coalition, dtype=np.int64)
     if source in set(coal.tolist()):
         raise ValueError("the source must not belong to the coalition")
-    return stream_sensitivity(W, T, coal, source, known=coal if secldp else (), exact_limit=exact_limit)
+    return stream_sensitivity(
+        W, T, coal, source, known=coal if secldp else (), exact_limit=exact_limit
+    )
 
 
 @dataclass(frozen=True)
@@ -247,7 +279,9 @@ class StreamOptions:
         if self.view not in VIEWS:
             raise ValueError(f"view must be one of {VIEWS}, got {self.view!r}")
         if isinstance(self.known_noise, str) and self.known_noise not in KNOWN:
-            raise ValueError(f"known_noise must be one of {KNOWN} or node ids, got {self.known_noise!r}")
+            raise ValueError(
+                f"known_noise must be one of {KNOWN} or node ids, got {self.known_noise!r}"
+            )
         if self.delta is not None and not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
         if not self.sensitivity > 0:
@@ -256,15 +290,28 @@ class StreamOptions:
             raise ValueError(f"exact_limit must be >= 0, got {self.exact_limit!r}")
 
 
-def gossip_stream_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float,
-                       options: StreamOptions | None = None) -> dict[str, Any]:
+def gossip_stream_pair(
+    W,
+    source: int,
+    observer: int,
+    T: int,
+    alpha: float,
+    sigma: float,
+    options: StreamOptions | None = None,
+) -> dict[str, Any]:
     """One pair of streaming gossip (T rounds, fresh noise, per-round contribution bound ``sensitivity``).
 
     Returns ``rdp``, ``sensitivity_sq`` (certified Δ²·sensitivity²), ``mu_gdp``, the bounds
     ``lower``/``spectral``/``abs``/``exact`` (unit per-round sensitivity) and the method used.
     """
     o = options if options is not None else StreamOptions()
-    view, known_noise, delta, sensitivity, exact_limit = o.view, o.known_noise, o.delta, o.sensitivity, o.exact_limit
+    view, known_noise, delta, sensitivity, exact_limit = (
+        o.view,
+        o.known_noise,
+        o.delta,
+        o.sensitivity,
+        o.exact_limit,
+    )
     if not alpha > 1 or not sigma > 0:
         raise ValueError("need alpha > 1 and sigma > 0")
     if source == observer:
@@ -273,21 +320,46 @@ def gossip_stream_pair(W, source: int, observer: int, T: int, alpha: float, sigm
     known = _known_set(obs, observer, known_noise)
     res = stream_sensitivity(W, T, obs, source, known=known, exact_limit=exact_limit)
     sens_sq = sensitivity**2 * res["value"]
-    out = gaussian_loss(sens_sq, alpha, sigma, delta, bound="certified", view=view, protocol="gossip-stream",
-                        source=int(source), observer=int(observer), steps=int(T))
-    out.update({k: (None if res.get(k) is None else float(res[k]))
-                for k in ("lower", "spectral", "abs", "sdp", "vector_lower", "scalar", "exact")})
+    out = gaussian_loss(
+        sens_sq,
+        alpha,
+        sigma,
+        delta,
+        bound="certified",
+        view=view,
+        protocol="gossip-stream",
+        source=int(source),
+        observer=int(observer),
+        steps=int(T),
+    )
+    out.update(
+        {
+            k: (None if res.get(k) is None else float(res[k]))
+            for k in ("lower", "spectral", "abs", "sdp", "vector_lower", "scalar", "exact")
+        }
+    )
     out["method"] = res["method"]
     out["known_noise"] = known.tolist()
-    out["note"] = ("certified: Gaussian mechanism with the box sensitivity of [K] Thm 12 over vector contributions "
-                   "(any model dimension): exact only when a certificate shows scalar and vector maxima agree, else "
-                   "the smallest valid upper bound (method); 'lower' (c = 1) and 'scalar' (±1 contributions only) "
-                   "are not guarantees")
+    out["note"] = (
+        "certified: Gaussian mechanism with the box sensitivity of [K] Thm 12 over vector contributions "
+        "(any model dimension): exact only when a certificate shows scalar and vector maxima agree, else "
+        "the smallest valid upper bound (method); 'lower' (c = 1) and 'scalar' (±1 contributions only) "
+        "are not guarantees"
+    )
     return out
 
 
-def gossip_stream_loss_matrix(W, T: int, alpha: float, sigma: float, *, view: str = "neighbourhood",
-                              known_noise: str = "own", sensitivity: float = 1.0, exact_limit: int = 12) -> PrivacyMatrix:
+def gossip_stream_loss_matrix(
+    W,
+    T: int,
+    alpha: float,
+    sigma: float,
+    *,
+    view: str = "neighbourhood",
+    known_noise: str = "own",
+    sensitivity: float = 1.0,
+    exact_limit: int = 12,
+) -> PrivacyMatrix:
     """All-pairs certified RDP of streaming gossip; row u = source, column v = observer, diag 0."""
     if not alpha > 1 or not sigma > 0:
         raise ValueError("need alpha > 1 and sigma > 0")
@@ -306,6 +378,12 @@ def gossip_stream_loss_matrix(W, T: int, alpha: float, sigma: float, *, view: st
         "vector maxima provably agree (M >= 0, or the vertex maximum meets a vector bound), otherwise "
         "min(spectral, 1'|M|1, SDP dual certificate), all valid upper bounds for vector contributions",
     ]
-    return PrivacyMatrix(matrix=rdp_of(alpha, sensitivity**2 * S, sigma), alpha=float(alpha), bound="certified",
-                         view=view, notes=notes, protocol="gossip-stream", sensitivity_sq=sensitivity**2 * S)
-
+    return PrivacyMatrix(
+        matrix=rdp_of(alpha, sensitivity**2 * S, sigma),
+        alpha=float(alpha),
+        bound="certified",
+        view=view,
+        notes=notes,
+        protocol="gossip-stream",
+        sensitivity_sq=sensitivity**2 * S,
+    )

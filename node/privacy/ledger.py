@@ -15,6 +15,7 @@ It joins two parts kept apart so that the accountant's arithmetic carries no I/O
 A lock makes a ledger safe to share between threads of one process.  The value types and errors
 are re-exported here (``from hushnet.privacy.ledger import PrivacyEntry`` keeps working).
 """
+
 from __future__ import annotations
 
 import threading
@@ -57,7 +58,14 @@ class Ledger:
     one (if any) is used.
     """
 
-    def __init__(self, path: str | Path, *, orders=None, budget: LedgerBudget | None = None, node_id: str = ""):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        orders=None,
+        budget: LedgerBudget | None = None,
+        node_id: str = "",
+    ):
         self._lock = threading.RLock()
         self._path = str(path)
         self._store = LedgerStore(self._path)
@@ -68,7 +76,9 @@ class Ledger:
                 self._store.init_meta(self.orders, node_id)
             else:
                 self.orders = stored
-                if orders is not None and not np.array_equal(np.asarray(orders, dtype=float), self.orders):
+                if orders is not None and not np.array_equal(
+                    np.asarray(orders, dtype=float), self.orders
+                ):
                     raise LedgerError("this ledger file was created with other Rényi orders")
             self.node_id = self._store.meta("node_id") or node_id
             self._state = self._load()
@@ -104,7 +114,9 @@ class Ledger:
             proj = self._state.projection(self._state.validate(entry))
         return {t: p[0] for t, p in LedgerState.violations(proj).items()}
 
-    def charge(self, entry: PrivacyEntry, *, enforce_budget: bool = True, report: bool = True) -> dict[str, Spent]:
+    def charge(
+        self, entry: PrivacyEntry, *, enforce_budget: bool = True, report: bool = True
+    ) -> dict[str, Spent]:
         """Record the entry, or raise :class:`BudgetExceeded` (recording nothing) if it would exceed
         the budget toward any node.  Returns the new loss toward every target it touched (``report=False``:
         an empty dict — a run's per-hop charge skips converting every target's curve a second time).
@@ -118,7 +130,9 @@ class Ledger:
             bad = LedgerState.violations(proj)
             if bad and enforce_budget:
                 raise LedgerState.refusal(bad, entry.run_id)
-            self._store.append(entry, costs)  # persisted before it counts: a crash loses nothing spent
+            self._store.append(
+                entry, costs
+            )  # persisted before it counts: a crash loses nothing spent
             for t, (v, mu) in costs.items():
                 self._state.add(t, v, mu, entry.bound)
             if not report:

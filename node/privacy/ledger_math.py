@@ -16,6 +16,7 @@ This module is pure (no I/O, no locks) so that the accountant's arithmetic can b
 reused (simulator, operator-side projections) apart from the node's SQLite persistence, which lives
 in :mod:`hushnet.privacy.ledger_store`; :class:`hushnet.privacy.ledger.Ledger` joins the two.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,16 @@ class BudgetExceeded(LedgerError):
     toward it had the charge gone through, ``budget_epsilon``/``delta`` its budget.
     """
 
-    def __init__(self, target: str, epsilon: float, budget_epsilon: float, delta: float, run_id: str,
-                 method: str, violations: Mapping[str, float]):
+    def __init__(
+        self,
+        target: str,
+        epsilon: float,
+        budget_epsilon: float,
+        delta: float,
+        run_id: str,
+        method: str,
+        violations: Mapping[str, float],
+    ):
         self.target = target
         self.epsilon = epsilon
         self.budget_epsilon = budget_epsilon
@@ -71,7 +80,8 @@ class BudgetExceeded(LedgerError):
         super().__init__(
             f"charge for run {run_id!r} refused: privacy loss toward node {target!r} would be "
             f"epsilon={epsilon:.6g} at delta={delta:g} ({method} conversion), over its budget "
-            f"epsilon={budget_epsilon:.6g}{more}")
+            f"epsilon={budget_epsilon:.6g}{more}"
+        )
 
 
 def as_key(t) -> str:
@@ -99,24 +109,45 @@ class PrivacyEntry:
     note: str = ""
 
     @classmethod
-    def from_row(cls, run_id: str, protocol: str, view_model: str, bound: str, targets: Iterable,
-                 rdp: np.ndarray, gdp_mu: Iterable[float] | None = None, note: str = "") -> "PrivacyEntry":
+    def from_row(
+        cls,
+        run_id: str,
+        protocol: str,
+        view_model: str,
+        bound: str,
+        targets: Iterable,
+        rdp: np.ndarray,
+        gdp_mu: Iterable[float] | None = None,
+        note: str = "",
+    ) -> "PrivacyEntry":
         """Build an entry from a contributor's row: ``rdp`` of shape (len(targets), len(orders))."""
         keys = [as_key(t) for t in targets]
         arr = np.asarray(rdp, dtype=float)
         if arr.ndim != 2 or arr.shape[0] != len(keys):
             raise LedgerError("rdp must have shape (len(targets), len(orders))")
         mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
-        return cls(run_id, protocol, view_model, bound, {k: arr[i] for i, k in enumerate(keys)}, mus, note)
+        return cls(
+            run_id, protocol, view_model, bound, {k: arr[i] for i, k in enumerate(keys)}, mus, note
+        )
 
     @classmethod
-    def gaussian(cls, run_id: str, protocol: str, view_model: str, bound: str, mu: Mapping,
-                 orders=None, note: str = "") -> "PrivacyEntry":
+    def gaussian(
+        cls,
+        run_id: str,
+        protocol: str,
+        view_model: str,
+        bound: str,
+        mu: Mapping,
+        orders=None,
+        note: str = "",
+    ) -> "PrivacyEntry":
         """Entry for a Gaussian view with sensitivity-to-noise ratio μ per target:
         RDP ``α μ²/2`` on the orders, and μ-GDP."""
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
         m = {as_key(k): float(v) for k, v in mu.items()}
-        return cls(run_id, protocol, view_model, bound, {k: o * v * v / 2.0 for k, v in m.items()}, m, note)
+        return cls(
+            run_id, protocol, view_model, bound, {k: o * v * v / 2.0 for k, v in m.items()}, m, note
+        )
 
 
 @dataclass(frozen=True)
@@ -163,6 +194,7 @@ def check_budget(budget: LedgerBudget, orders: np.ndarray) -> None:
     """Refuse a budget the ledger cannot enforce (δ outside (0, 1), ε < 0, curves off the orders)."""
     if not 0.0 < budget.delta < 1.0 or budget.epsilon < 0:
         raise LedgerError("budget needs epsilon >= 0 and delta in (0, 1)")
+
     def check_curve(c) -> None:
         if c is not None and np.asarray(c, dtype=np.float64).shape != orders.shape:
             raise LedgerError("budget RDP curves must be given on the ledger's orders")
@@ -211,7 +243,9 @@ class LedgerState:
         if bound != "certified":
             self._paper[target] = self._paper.get(target, 0) + 1
 
-    def convert(self, rdp: np.ndarray, gdp_sq: float | None, delta: float) -> tuple[float, str, float | None]:
+    def convert(
+        self, rdp: np.ndarray, gdp_sq: float | None, delta: float
+    ) -> tuple[float, str, float | None]:
         """(ε, method, best order) at δ: the improved RDP conversion, or the tight GDP curve when
         every composed entry carries a μ and it is smaller."""
         eps, order = rdp_to_dp(self.orders, rdp, delta)
@@ -235,7 +269,9 @@ class LedgerState:
                 raise LedgerError("a node does not account a loss toward itself")
             v = np.asarray(vec, dtype=np.float64)
             if v.shape != self.orders.shape:
-                raise LedgerError(f"RDP curve toward {key!r} has shape {v.shape}, expected {self.orders.shape}")
+                raise LedgerError(
+                    f"RDP curve toward {key!r} has shape {v.shape}, expected {self.orders.shape}"
+                )
             if np.any(np.isnan(v)) or np.any(v < 0):
                 raise LedgerError(f"RDP curve toward {key!r} must be non-negative (inf allowed)")
             mu = None
@@ -246,7 +282,9 @@ class LedgerState:
             out[key] = (v, mu)
         return out
 
-    def projection(self, costs: Mapping[str, tuple[np.ndarray, float | None]]) -> dict[str, Projection]:
+    def projection(
+        self, costs: Mapping[str, tuple[np.ndarray, float | None]]
+    ) -> dict[str, Projection]:
         """Per touched target: the would-be (ε, method, best order, budget ε, budget δ, curve violation)."""
         res = {}
         b = self.budget
@@ -254,7 +292,11 @@ class LedgerState:
             rdp = self._rdp.get(t, 0.0) + vec
             n_e = self._n_entries.get(t, 0) + 1
             n_g = self._n_gdp.get(t, 0) + (mu is not None)
-            gdp_sq = (self._gdp_sq.get(t, 0.0) + (mu * mu if mu is not None else 0.0)) if n_g == n_e else None
+            gdp_sq = (
+                (self._gdp_sq.get(t, 0.0) + (mu * mu if mu is not None else 0.0))
+                if n_g == n_e
+                else None
+            )
             be, bd = b.for_target(t) if b is not None else (math.inf, DEFAULT_DELTA)
             eps, method, order = self.convert(rdp, gdp_sq, bd)
             curve = b.curve_for(t) if b is not None else None

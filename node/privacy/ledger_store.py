@@ -6,6 +6,7 @@ reads back; the arithmetic (composition, conversion, budget checks) is in
 :mod:`hushnet.privacy.ledger_math`, and :class:`hushnet.privacy.ledger.Ledger` joins the two under
 one lock.  Curves are stored as raw little-endian float64 blobs on the ledger's orders.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,20 +74,33 @@ class LedgerStore:
     def costs(self) -> Iterator[tuple[str, np.ndarray, float | None, str]]:
         """Every stored cost as (target, RDP curve, μ or None, bound label), oldest first."""
         rows = self._db.execute(
-            "SELECT c.target, c.rdp, c.gdp_mu, e.bound FROM costs c JOIN entries e ON e.id = c.entry_id")
+            "SELECT c.target, c.rdp, c.gdp_mu, e.bound FROM costs c JOIN entries e ON e.id = c.entry_id"
+        )
         for target, blob, mu, bound in rows:
             yield target, np.frombuffer(blob, dtype=np.float64), mu, bound
 
-    def append(self, entry: PrivacyEntry, costs: Mapping[str, tuple[np.ndarray, float | None]]) -> int:
+    def append(
+        self, entry: PrivacyEntry, costs: Mapping[str, tuple[np.ndarray, float | None]]
+    ) -> int:
         """Record one entry and its validated costs in one transaction; returns the entry id."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             cur = self._db.execute(
                 "INSERT INTO entries(run_id, protocol, view_model, bound, note, created) VALUES (?,?,?,?,?,?)",
-                (entry.run_id, entry.protocol, entry.view_model, entry.bound, entry.note, time.time()))
+                (
+                    entry.run_id,
+                    entry.protocol,
+                    entry.view_model,
+                    entry.bound,
+                    entry.note,
+                    time.time(),
+                ),
+            )
             eid = cur.lastrowid
-            self._db.executemany("INSERT INTO costs(entry_id, target, rdp, gdp_mu) VALUES (?,?,?,?)",
-                                 [(eid, t, v.tobytes(), mu) for t, (v, mu) in costs.items()])
+            self._db.executemany(
+                "INSERT INTO costs(entry_id, target, rdp, gdp_mu) VALUES (?,?,?,?)",
+                [(eid, t, v.tobytes(), mu) for t, (v, mu) in costs.items()],
+            )
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -101,12 +115,25 @@ class LedgerStore:
             q += " WHERE run_id = ?"
             args = (run_id,)
         out = []
-        for eid, rid, proto, view, bound, note, created in self._db.execute(q + " ORDER BY id", args).fetchall():
-            costs = self._db.execute("SELECT target, rdp, gdp_mu FROM costs WHERE entry_id = ?", (eid,)).fetchall()
-            out.append({"id": eid, "run_id": rid, "protocol": proto, "view_model": view, "bound": bound,
-                        "note": note, "created": created,
-                        "rdp": {t: np.frombuffer(b, dtype=np.float64).copy() for t, b, _ in costs},
-                        "gdp_mu": {t: mu for t, _, mu in costs if mu is not None}})
+        for eid, rid, proto, view, bound, note, created in self._db.execute(
+            q + " ORDER BY id", args
+        ).fetchall():
+            costs = self._db.execute(
+                "SELECT target, rdp, gdp_mu FROM costs WHERE entry_id = ?", (eid,)
+            ).fetchall()
+            out.append(
+                {
+                    "id": eid,
+                    "run_id": rid,
+                    "protocol": proto,
+                    "view_model": view,
+                    "bound": bound,
+                    "note": note,
+                    "created": created,
+                    "rdp": {t: np.frombuffer(b, dtype=np.float64).copy() for t, b, _ in costs},
+                    "gdp_mu": {t: mu for t, _, mu in costs if mu is not None},
+                }
+            )
         return out
 
     # ---------------------------------------------------------------- budget
@@ -136,7 +163,9 @@ class LedgerStore:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.execute("DELETE FROM budget")
-            self._db.executemany("INSERT INTO budget VALUES (?, ?, ?, ?)", [(t, *r) for t, r in rows.items()])
+            self._db.executemany(
+                "INSERT INTO budget VALUES (?, ?, ?, ?)", [(t, *r) for t, r in rows.items()]
+            )
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

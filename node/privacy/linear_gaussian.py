@@ -1,4 +1,4 @@
-"""Exact privacy of linear-Gaussian views ``O = A z + B ζ`` (spec gossip.md §3).
+"""Exact privacy of linear-Gaussian views ``O = A z + B ζ`` (docs/design/spec/gossip.md §3).
 
 Every gossip protocol hushnet runs (Muffliato averaging, Muffliato-GD rounds, Koskela–Kulkarni
 streaming gossip) hands an observer a view that is linear in the private contributions ``z`` plus
@@ -15,6 +15,7 @@ marginal-by-marginal bound is involved, unlike [M] Theorem 1 (see §1.3.9 of the
 The module holds the generic machinery; ``muffliato.py`` and ``koskela.py`` build ``A`` and ``B``.
 All-pairs results are :class:`hushnet.privacy.matrix.PrivacyMatrix`, the type every accountant returns.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from hushnet.privacy import conversions
-from hushnet.privacy.matrix import json_number
 
 __all__ = [
     "LinearGaussianView",
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: relative threshold on singular values below which a direction counts as numerically absent.
-#: Muffliato/Koskela Gram matrices show a gap of ~8 orders of magnitude around it (spec §1.3.9).
+#: Muffliato/Koskela Gram matrices show a gap of ~8 orders of magnitude around it (docs/design/spec/gossip.md §1.3.9).
 RANK_RTOL = 1e-9
 #: relative residual above which a mean shift is declared outside ``range(B)`` (⇒ Δ = ∞).
 RANGE_RTOL = 1e-7
@@ -70,7 +70,9 @@ def epsilon_of(sens_sq: float, sigma: float, delta: float) -> float:
     return conversions.gdp_epsilon(float(mu_of(sens_sq, sigma)), delta)
 
 
-def gaussian_loss(sens_sq: float, alpha: float, sigma: float, delta: float | None = None, **labels: Any) -> dict:
+def gaussian_loss(
+    sens_sq: float, alpha: float, sigma: float, delta: float | None = None, **labels: Any
+) -> dict:
     """One pair's loss report: RDP at ``alpha``, μ-GDP and, with ``delta``, tight ε; labelled."""
     s = float(sens_sq)
     out: dict[str, Any] = {
@@ -205,23 +207,44 @@ def box_quadratic_max(M: np.ndarray, exact_limit: int = 20, tol: float = 1e-12) 
     spectral = float(T * max(np.linalg.eigvalsh(M)[-1], 0.0))
     absb = float(np.abs(M).sum())
     scale = max(np.abs(M).max(), 1e-300)
-    out: dict[str, Any] = {"lower": lower, "spectral": spectral, "abs": absb, "sdp": None, "vector_lower": None,
-                           "scalar": None, "exact": None, "rank": None}
+    out: dict[str, Any] = {
+        "lower": lower,
+        "spectral": spectral,
+        "abs": absb,
+        "sdp": None,
+        "vector_lower": None,
+        "scalar": None,
+        "exact": None,
+        "rank": None,
+    }
     if np.all(M >= -tol * scale):
-        out.update(scalar=lower, exact=lower, value=max(lower, 0.0), vector_lower=lower, rank=1,
-                   method="exact (non-negative M: c = 1 is optimal for scalar and vector contributions)")
+        out.update(
+            scalar=lower,
+            exact=lower,
+            value=max(lower, 0.0),
+            vector_lower=lower,
+            rank=1,
+            method="exact (non-negative M: c = 1 is optimal for scalar and vector contributions)",
+        )
         return out
     if T <= exact_limit:
         out["scalar"] = _enumerate_vertices(M)
     # the ascent costs O(T²k) a step: long horizons get fewer steps (the certificate stays valid, only looser)
     sdp, vec_lower, rank = sdp_box_bound(M, max_iter=2000 if T <= 64 else 300)
     out.update(sdp=sdp, vector_lower=vec_lower, rank=rank)
-    bounds = {"spectral": spectral, "abs": absb, "sdp (vector contributions, dual certificate)": sdp}
+    bounds = {
+        "spectral": spectral,
+        "abs": absb,
+        "sdp (vector contributions, dual certificate)": sdp,
+    }
     method = min(bounds, key=bounds.get)
     value = max(float(bounds[method]), 0.0)
     scalar = out["scalar"]
     if scalar is not None and scalar >= value - 1e-12 * max(abs(value), 1e-300):
-        out.update(exact=value, method="exact (vertex maximum meets an upper bound valid for vector contributions)")
+        out.update(
+            exact=value,
+            method="exact (vertex maximum meets an upper bound valid for vector contributions)",
+        )
     elif vec_lower >= value - 1e-7 * max(abs(value), 1e-300):
         method += f"; tight for vector contributions of dimension >= {rank}"
         out["method"] = method
@@ -231,8 +254,13 @@ def box_quadratic_max(M: np.ndarray, exact_limit: int = 20, tol: float = 1e-12) 
     return out
 
 
-def sdp_box_bound(M: np.ndarray, max_iter: int = 2000, gap_rtol: float = 1e-9, check_every: int = 20,
-                  seed: int = 0) -> tuple[float, float, int]:
+def sdp_box_bound(
+    M: np.ndarray,
+    max_iter: int = 2000,
+    gap_rtol: float = 1e-9,
+    check_every: int = 20,
+    seed: int = 0,
+) -> tuple[float, float, int]:
     """``(upper, lower, rank)`` for ``max {tr(MX) : X ⪰ 0, diag X ≤ 1}`` (M PSD, T×T).
 
     ``lower``: Burer–Monteiro ascent ``V ← rownormalise((M − λmin I) V)`` with ``k ≈ √(2T)``
@@ -343,12 +371,16 @@ class LinearGaussianView:
             return np.full((cols.size, cols.size), np.inf)
         return z.T @ z
 
-    def box_sensitivity_sq(self, columns: list[int] | np.ndarray, exact_limit: int = 20) -> dict[str, Any]:
+    def box_sensitivity_sq(
+        self, columns: list[int] | np.ndarray, exact_limit: int = 20
+    ) -> dict[str, Any]:
         """Δ² when contributions ``columns`` may each change by at most 1 ([K] Theorem 12)."""
         return box_quadratic_max(self.block_matrix(columns), exact_limit=exact_limit)
 
 
-def brute_force_sensitivity_sq(A: np.ndarray, B: np.ndarray, shift: np.ndarray, rcond: float = 1e-10) -> float:
+def brute_force_sensitivity_sq(
+    A: np.ndarray, B: np.ndarray, shift: np.ndarray, rcond: float = 1e-10
+) -> float:
     """Reference implementation with ``pinv`` (slow, for tests and the dense baseline)."""
     a = np.asarray(A, float) @ np.asarray(shift, float)
     K = np.asarray(B, float) @ np.asarray(B, float).T
@@ -363,4 +395,3 @@ def sign_vectors(T: int):
     """All c ∈ {±1}^T with c_0 = +1 (tests)."""
     for rest in itertools.product((1.0, -1.0), repeat=T - 1):
         yield np.array((1.0,) + rest)
-

@@ -5,6 +5,7 @@ CLI, the run reports and the figures read one shape, and every number travels wi
 that say which bound produced it ("certified" — what hushnet stands behind — or "paper", a
 labelled reproduction of a published formula) and under which view model.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,7 +87,9 @@ class PrivacyMatrix:
         """
         from hushnet.privacy.conversions import rdp_epsilon
 
-        out, _ = rdp_epsilon([self.alpha], np.asarray(self.matrix, dtype=float)[..., None], delta, method=method)
+        out, _ = rdp_epsilon(
+            [self.alpha], np.asarray(self.matrix, dtype=float)[..., None], delta, method=method
+        )
         out = np.array(out, dtype=float)
         np.fill_diagonal(out, 0.0)
         return out

@@ -27,6 +27,7 @@ sees only what secure summation would give it: its own input and the weighted su
 (Alg. 1 with Def. 3 initialisation); acceleration changes messages but not the exact loss,
 because ``P_t(W)`` rows span the same space as the ``W^s`` rows, s ≤ t.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,7 +98,7 @@ def _gamma(Wc, chebyshev: bool, gamma: float | None) -> float | None:
 
 
 def t_mix(W, sigma: float, randomized: bool = False, spread: float = 0.25) -> int:
-    """The reference code's ``T_mix``: ``⌈λ^{-1/2} ln(n/σ² · max(spread, σ²))⌉`` (spec §1.2.2).
+    """The reference code's ``T_mix``: ``⌈λ^{-1/2} ln(n/σ² · max(spread, σ²))⌉`` (docs/design/spec/gossip.md §1.2.2).
 
     ``λ`` is the code's gap ``1 − λ₂(W)``; ``randomized`` uses ``1/λ`` (``T_mix_randomized``).
     """
@@ -108,8 +109,15 @@ def t_mix(W, sigma: float, randomized: bool = False, spread: float = 0.25) -> in
     return int(math.ceil(math.log(n / sigma**2 * max(spread, sigma**2)) / rate))
 
 
-def gossip_rows(W, nodes: Sequence[int], T: int, *, chebyshev: bool = False, gamma: float | None = None,
-                extra_multiply: bool = False) -> np.ndarray:
+def gossip_rows(
+    W,
+    nodes: Sequence[int],
+    T: int,
+    *,
+    chebyshev: bool = False,
+    gamma: float | None = None,
+    extra_multiply: bool = False,
+) -> np.ndarray:
     """``Y[t][:, k]`` = row ``nodes[k]`` of ``P_t(W)`` (as a column), t = 0..T−1.  Shape (T, n, k).
 
     ``P_t`` is ``W^t``, or the rescaled Chebyshev polynomial of Def. 3 with ``chebyshev``.  With
@@ -138,10 +146,12 @@ def gossip_rows(W, nodes: Sequence[int], T: int, *, chebyshev: bool = False, gam
     return Y
 
 
-def simulate(W, x0: np.ndarray, T: int, *, chebyshev: bool = False, gamma: float | None = None) -> Iterator[np.ndarray]:
+def simulate(
+    W, x0: np.ndarray, T: int, *, chebyshev: bool = False, gamma: float | None = None
+) -> Iterator[np.ndarray]:
     """Run Alg. 1 from the noisy inputs ``x0`` (n or n×N); yields ``x^t`` for t = 0..T.
 
-    Def. 3 initialisation (``x¹ = W x⁰``), so the mean is preserved exactly (spec §1.2.2).
+    Def. 3 initialisation (``x¹ = W x⁰``), so the mean is preserved exactly (docs/design/spec/gossip.md §1.2.2).
     """
     Wc = _csr(W)
     g = _gamma(Wc, chebyshev, gamma)
@@ -189,8 +199,16 @@ def _assemble(Y: np.ndarray, v: int, view: str, own_noise_known: bool) -> np.nda
     return M
 
 
-def observer_view_matrix(W, observer: int, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
-                         gamma: float | None = None, own_noise_known: bool = True) -> np.ndarray:
+def observer_view_matrix(
+    W,
+    observer: int,
+    T: int,
+    *,
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+    gamma: float | None = None,
+    own_noise_known: bool = True,
+) -> np.ndarray:
     """The observer's view as an n×r matrix R̃ᵀ: view = R̃ᵀ... i.e. ``O = Mᵀ(x + η)`` up to known terms.
 
     Columns: for view "neighbourhood", rows ``P_t(W)[w, :]`` for t < T, w ∈ N̄(v); for
@@ -200,7 +218,9 @@ def observer_view_matrix(W, observer: int, T: int, *, view: str = "neighbourhood
     """
     Wc = _csr(W)
     nodes = _view_nodes(Wc, observer, view, own_noise_known)
-    Y = gossip_rows(Wc, nodes, T, chebyshev=chebyshev, gamma=gamma, extra_multiply=view == "aggregate")
+    Y = gossip_rows(
+        Wc, nodes, T, chebyshev=chebyshev, gamma=gamma, extra_multiply=view == "aggregate"
+    )
     return _assemble(Y, observer, view, own_noise_known)
 
 
@@ -216,8 +236,9 @@ def _svd_left(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return U, sv
 
 
-def krylov_weights(W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, expansions: int,
-                   rtol: float = 1e-9) -> np.ndarray:
+def krylov_weights(
+    W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, expansions: int, rtol: float = 1e-9
+) -> np.ndarray:
     """``‖Π_S e_u‖²`` for ``S = span{e_f : f ∈ fixed} + span{W^t X₀ : t ≤ expansions}``, minus the
     fixed part, by block Arnoldi with full re-orthogonalisation and deflation.
 
@@ -245,6 +266,7 @@ def krylov_weights(W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, e
     Q = np.zeros((n, min(cap, n)), order="F")
     Q[fixed, np.arange(fixed.size)] = 1.0
     k = fixed.size
+    new = X  # the directions added by the last expansion (the start, before the first one)
     for step in range(expansions + 1):
         if step > 0:
             X = np.asarray(Wc @ new)
@@ -267,7 +289,9 @@ def krylov_weights(W, fixed: Sequence[int], start: Sequence[int] | np.ndarray, e
     return np.einsum("ij,ij->i", B, B)
 
 
-def _krylov_observer(Wc: sp.csr_matrix, v: int, T: int, view: str, own_noise_known: bool) -> np.ndarray:
+def _krylov_observer(
+    Wc: sp.csr_matrix, v: int, T: int, view: str, own_noise_known: bool
+) -> np.ndarray:
     n = Wc.shape[0]
     if T <= 0:
         return np.zeros(n)
@@ -283,9 +307,17 @@ def _krylov_observer(Wc: sp.csr_matrix, v: int, T: int, view: str, own_noise_kno
     return np.clip(s, 0.0, 1.0)
 
 
-def observer_sensitivities(W, observer: int, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
-                           gamma: float | None = None, own_noise_known: bool = True,
-                           method: str = "krylov") -> np.ndarray:
+def observer_sensitivities(
+    W,
+    observer: int,
+    T: int,
+    *,
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+    gamma: float | None = None,
+    own_noise_known: bool = True,
+    method: str = "krylov",
+) -> np.ndarray:
     """``Δ²(u → observer)`` for every source u, in units of Δ² (so in [0, 1]); entry u = v is 0.
 
     ``method="krylov"`` (default) grows an orthonormal basis of the observer's row space round by
@@ -300,17 +332,32 @@ def observer_sensitivities(W, observer: int, T: int, *, view: str = "neighbourho
         return _krylov_observer(Wc, observer, T, view, own_noise_known)
     if method != "rows":
         raise ValueError("method must be 'krylov' or 'rows'")
-    M = observer_view_matrix(Wc, observer, T, view=view, chebyshev=chebyshev, gamma=gamma,
-                             own_noise_known=own_noise_known)
+    M = observer_view_matrix(
+        Wc,
+        observer,
+        T,
+        view=view,
+        chebyshev=chebyshev,
+        gamma=gamma,
+        own_noise_known=own_noise_known,
+    )
     s = projection_weights(M)
     s[observer] = 0.0
     return np.clip(s, 0.0, 1.0)
 
 
-def exact_sensitivity_matrix(W, T: int, *, view: str = "neighbourhood", chebyshev: bool = False,
-                             gamma: float | None = None, own_noise_known: bool = True,
-                             observers: Sequence[int] | None = None, method: str = "krylov",
-                             mem_bytes: float = 2.5e8) -> np.ndarray:
+def exact_sensitivity_matrix(
+    W,
+    T: int,
+    *,
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+    gamma: float | None = None,
+    own_noise_known: bool = True,
+    observers: Sequence[int] | None = None,
+    method: str = "krylov",
+    mem_bytes: float = 2.5e8,
+) -> np.ndarray:
     """``S[u, v] = Δ²(u → v)/Δ²`` for all sources u and the given observers v (all by default).
 
     One orthonormal basis per observer serves every source at once: ``S[u, v] = ‖Π_v e_u‖²``.
@@ -335,7 +382,9 @@ def exact_sensitivity_matrix(W, T: int, *, view: str = "neighbourhood", chebyshe
         chunk = obs[start : start + batch]
         lists = [_view_nodes(Wc, int(v), view, own_noise_known) for v in chunk]
         nodes = np.concatenate(lists)
-        Y = gossip_rows(Wc, nodes, T, chebyshev=chebyshev, gamma=g, extra_multiply=view == "aggregate")
+        Y = gossip_rows(
+            Wc, nodes, T, chebyshev=chebyshev, gamma=g, extra_multiply=view == "aggregate"
+        )
         off = 0
         for k, v in enumerate(chunk):
             m = lists[k].size
@@ -347,14 +396,23 @@ def exact_sensitivity_matrix(W, T: int, *, view: str = "neighbourhood", chebyshe
     return S
 
 
-def dense_exact_pair(W, source: int, observer: int, T: int, *, view: str = "neighbourhood",
-                     own_noise_known: bool = True) -> float:
+def dense_exact_pair(
+    W,
+    source: int,
+    observer: int,
+    T: int,
+    *,
+    view: str = "neighbourhood",
+    own_noise_known: bool = True,
+) -> float:
     """Straightforward reference: build R̃ from dense matrix powers and use ``pinv`` (tests, baseline)."""
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     n = Wd.shape[0]
     P = np.eye(n)
     rows = []
-    nbrs = ([observer] if own_noise_known else []) + [w for w in range(n) if w != observer and Wd[observer, w] != 0]
+    nbrs = ([observer] if own_noise_known else []) + [
+        w for w in range(n) if w != observer and Wd[observer, w] != 0
+    ]
     if view == "aggregate" and own_noise_known:
         rows.append(np.eye(n)[observer])
     for _t in range(T):
@@ -388,9 +446,18 @@ def _check(T: int, alpha: float, sigma: float, bound: str, view: str) -> None:
         raise ValueError(f"view must be one of {VIEWS}")
 
 
-def muffliato_loss_matrix(W, T: int, alpha: float, sigma: float, *, bound: str = "certified",
-                          view: str = "neighbourhood", chebyshev: bool = False, graph=None,
-                          sensitivity: float = 1.0) -> PrivacyMatrix:
+def muffliato_loss_matrix(
+    W,
+    T: int,
+    alpha: float,
+    sigma: float,
+    *,
+    bound: str = "certified",
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+    graph=None,
+    sensitivity: float = 1.0,
+) -> PrivacyMatrix:
     """All-pairs Rényi loss ``ε_{u→v}`` of Muffliato averaging after T gossip rounds.
 
     Row u = source, column v = observer, diagonal 0.  ``certified``: exact RDP of the whole view
@@ -408,13 +475,21 @@ def muffliato_loss_matrix(W, T: int, alpha: float, sigma: float, *, bound: str =
         np.fill_diagonal(F, 0.0)
         mat = rdp_of(alpha, scale * F, sigma)
         notes = [
-            "paper: [M] Theorem 1 eq. (6), t = 0..T-1, unclipped; NOT a guarantee (spec gossip.md §1.3.9)",
+            "paper: [M] Theorem 1 eq. (6), t = 0..T-1, unclipped; NOT a guarantee (docs/design/spec/gossip.md §1.3.9)",
             "acceleration does not change it (messages are post-processing of W^s rows)",
         ]
         if view == "aggregate":
-            notes.append("aggregate view: Theorem 1 has no such view; the neighbourhood value is shown")
-        return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound="paper", view=view, notes=notes,
-                             protocol="muffliato")
+            notes.append(
+                "aggregate view: Theorem 1 has no such view; the neighbourhood value is shown"
+            )
+        return PrivacyMatrix(
+            matrix=mat,
+            alpha=float(alpha),
+            bound="paper",
+            view=view,
+            notes=notes,
+            protocol="muffliato",
+        )
     S = exact_sensitivity_matrix(W, T, view=view, chebyshev=chebyshev, own_noise_known=True)
     mat = rdp_of(alpha, scale * S, sigma)
     notes = [
@@ -422,13 +497,30 @@ def muffliato_loss_matrix(W, T: int, alpha: float, sigma: float, *, bound: str =
         "observer knows its own noise; cap alpha*Delta^2/(2 sigma^2) is the LDP value",
         f"{'Chebyshev-accelerated' if chebyshev else 'plain'} gossip, T = {T} rounds",
     ]
-    return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound="certified", view=view, notes=notes,
-                         protocol="muffliato", sensitivity_sq=scale * S)
+    return PrivacyMatrix(
+        matrix=mat,
+        alpha=float(alpha),
+        bound="certified",
+        view=view,
+        notes=notes,
+        protocol="muffliato",
+        sensitivity_sq=scale * S,
+    )
 
 
-def muffliato_observer_losses(W, observer: int, T: int, alpha: float, sigma: float, *, bound: str = "certified",
-                              view: str = "neighbourhood", chebyshev: bool = False, convention: str = "paper",
-                              sensitivity: float = 1.0) -> np.ndarray:
+def muffliato_observer_losses(
+    W,
+    observer: int,
+    T: int,
+    alpha: float,
+    sigma: float,
+    *,
+    bound: str = "certified",
+    view: str = "neighbourhood",
+    chebyshev: bool = False,
+    convention: str = "paper",
+    sensitivity: float = 1.0,
+) -> np.ndarray:
     """Loss from every source u to one observer (cheap: only the observer's rows are propagated)."""
     _check(T, alpha, sigma, bound, view)
     Wc = _csr(W)
@@ -463,8 +555,15 @@ class MuffliatoOptions:
             raise ValueError(f"sensitivity must be > 0, got {self.sensitivity!r}")
 
 
-def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: float,
-                   options: MuffliatoOptions | None = None) -> dict[str, Any]:
+def muffliato_pair(
+    W,
+    source: int,
+    observer: int,
+    T: int,
+    alpha: float,
+    sigma: float,
+    options: MuffliatoOptions | None = None,
+) -> dict[str, Any]:
     """One pair: ``{"rdp", "sensitivity_sq", "mu_gdp", "bound", "view", ...}`` (+ ``epsilon`` with delta).
 
     ``sensitivity_sq`` is Δ² in the units of the input (RDP = α·sensitivity_sq/(2σ²)).  For the
@@ -472,20 +571,50 @@ def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: f
     Gaussian guarantee — labelled "paper".
     """
     o = options if options is not None else MuffliatoOptions()
-    bound, view, chebyshev, delta, sensitivity = o.bound, o.view, o.chebyshev, o.delta, o.sensitivity
+    bound, view, chebyshev, delta, sensitivity = (
+        o.bound,
+        o.view,
+        o.chebyshev,
+        o.delta,
+        o.sensitivity,
+    )
     _check(T, alpha, sigma, bound, view)
     if source == observer:
         raise ValueError("source and observer must differ")
-    vec = muffliato_observer_losses(W, observer, T, 2.0, 1.0, bound=bound, view=view, chebyshev=chebyshev,
-                                    sensitivity=sensitivity)
+    vec = muffliato_observer_losses(
+        W,
+        observer,
+        T,
+        2.0,
+        1.0,
+        bound=bound,
+        view=view,
+        chebyshev=chebyshev,
+        sensitivity=sensitivity,
+    )
     sens_sq = float(vec[source])  # at α = 2, σ = 1 the RDP equals Δ²
-    out = gaussian_loss(sens_sq, alpha, sigma, delta, bound=bound, view=view, protocol="muffliato",
-                        source=int(source), observer=int(observer), steps=int(T), chebyshev=bool(chebyshev))
+    out = gaussian_loss(
+        sens_sq,
+        alpha,
+        sigma,
+        delta,
+        bound=bound,
+        view=view,
+        protocol="muffliato",
+        source=int(source),
+        observer=int(observer),
+        steps=int(T),
+        chebyshev=bool(chebyshev),
+    )
     out["ldp_rdp"] = float(rdp_of(alpha, sensitivity**2, sigma))
     if bound == "paper":
-        out["note"] = "paper: [M] Theorem 1 (eq. 6), unclipped; not a guarantee (spec gossip.md §1.3.9)"
+        out["note"] = (
+            "paper: [M] Theorem 1 (eq. 6), unclipped; not a guarantee (docs/design/spec/gossip.md §1.3.9)"
+        )
     else:
-        out["note"] = "certified: exact divergence of the whole Gaussian view; observer knows its own noise"
+        out["note"] = (
+            "certified: exact divergence of the whole Gaussian view; observer knows its own noise"
+        )
     return out
 
 
@@ -494,7 +623,7 @@ def muffliato_pair(W, source: int, observer: int, T: int, alpha: float, sigma: f
 # --------------------------------------------------------------------------------------------
 def randomized_schedule(W, T: int, seed: int) -> np.ndarray:
     """Seeded activation schedule of Alg. 2: edge {v,w} w.p. ``p = 2 W_vw / n``; the leftover
-    probability is an idle step (spec §1.2.3 FLAG).  Returns (T, 2) ints, ``[-1, -1]`` = idle."""
+    probability is an idle step (docs/design/spec/gossip.md §1.2.3 FLAG).  Returns (T, 2) ints, ``[-1, -1]`` = idle."""
     Wc = _csr(W)
     n = Wc.shape[0]
     E = sp.triu(_adjacency(Wc), k=1).tocoo()
@@ -511,7 +640,9 @@ def randomized_schedule(W, T: int, seed: int) -> np.ndarray:
     return out
 
 
-def randomized_products_view(schedule: np.ndarray, n: int) -> tuple[dict[int, list[np.ndarray]], list[tuple[int, int, int]]]:
+def randomized_products_view(
+    schedule: np.ndarray, n: int
+) -> tuple[dict[int, list[np.ndarray]], list[tuple[int, int, int]]]:
     """Replay Alg. 2: ``views[v]`` = the rows ``(W_{0:t})_{w,:}`` v received (as arrays);
     also returns the message log ``(t, sender, receiver)``.  O(n²) memory."""
     P = np.eye(n)
@@ -530,8 +661,16 @@ def randomized_products_view(schedule: np.ndarray, n: int) -> tuple[dict[int, li
     return views, log
 
 
-def randomized_exact_matrix(W, T: int, alpha: float, sigma: float, seed: int, *, bound: str = "certified",
-                            sensitivity: float = 1.0) -> PrivacyMatrix:
+def randomized_exact_matrix(
+    W,
+    T: int,
+    alpha: float,
+    sigma: float,
+    seed: int,
+    *,
+    bound: str = "certified",
+    sensitivity: float = 1.0,
+) -> PrivacyMatrix:
     """All pairs for Alg. 2 given the seeded schedule; ``paper`` = Corollary 2 (Thm 1 per message)."""
     Wc = _csr(W)
     n = Wc.shape[0]
@@ -554,18 +693,36 @@ def randomized_exact_matrix(W, T: int, alpha: float, sigma: float, seed: int, *,
         col[v] = 0.0
         mat[:, v] = col
     notes = [f"randomized Muffliato (Alg. 2), seeded schedule seed={seed}, T={T} activations"]
-    notes.append("paper: [M] Corollary 2 / Theorem 1, unclipped" if bound == "paper" else
-                 "certified: exact view divergence, observer knows its own noise")
-    return PrivacyMatrix(matrix=rdp_of(alpha, sensitivity**2 * mat, sigma), alpha=float(alpha), bound=bound,
-                         view="neighbourhood", notes=notes, protocol="muffliato-randomized")
+    notes.append(
+        "paper: [M] Corollary 2 / Theorem 1, unclipped"
+        if bound == "paper"
+        else "certified: exact view divergence, observer knows its own noise"
+    )
+    return PrivacyMatrix(
+        matrix=rdp_of(alpha, sensitivity**2 * mat, sigma),
+        alpha=float(alpha),
+        bound=bound,
+        view="neighbourhood",
+        notes=notes,
+        protocol="muffliato-randomized",
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Alg. 3: Muffliato-GD, fresh noise each gradient round, composed across rounds
 # --------------------------------------------------------------------------------------------
-def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta_phi: float = 1.0,
-                      bound: str = "certified", view: str = "neighbourhood", chebyshev: bool = True,
-                      gammas: Sequence[float] | None = None) -> PrivacyMatrix:
+def muffliato_gd_loss(
+    Ws: Sequence,
+    K: int,
+    alpha: float,
+    sigma: float,
+    *,
+    delta_phi: float = 1.0,
+    bound: str = "certified",
+    view: str = "neighbourhood",
+    chebyshev: bool = True,
+    gammas: Sequence[float] | None = None,
+) -> PrivacyMatrix:
     """Pairwise RDP of Muffliato-GD (Alg. 3) after ``len(Ws)`` gradient rounds with K gossip steps.
 
     Round r gossips ``θ̂ + N(0, ν²σ²)`` with ``W_r`` for K steps (accelerated by default); the
@@ -577,7 +734,7 @@ def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta
       §2.3 unless M ≥ 0) — valid for vector and adaptively chosen gradients ([K] App. A).  Dense: O(n) factorisations of a
       (R·K·d)×(n·R) matrix, so for moderate n.
     * ``composed``: exact per-round values added in RDP, as if rounds were independent mechanisms
-      (spec §1.3.9 item 5).  **Not a guarantee**: the state carries earlier noise into later
+      (docs/design/spec/gossip.md §1.3.9 item 5).  **Not a guarantee**: the state carries earlier noise into later
       rounds and the joint view can leak more (the tests exhibit a case).
     * ``paper``: [M] Theorem 6/11, eq. (13).
     """
@@ -591,8 +748,10 @@ def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta
     if bound == "certified":
         for v in range(n):
             total[:, v] = _gd_observer_all_sources(Ws, K, v, chebyshev, gammas)
-        notes = [f"certified: Muffliato-GD, {len(Ws)} rounds x K={K}, joint view with hidden state, "
-                 "min(spectral, 1'|M|1) box bound (valid for adaptive gradients)"]
+        notes = [
+            f"certified: Muffliato-GD, {len(Ws)} rounds x K={K}, joint view with hidden state, "
+            "min(spectral, 1'|M|1) box bound (valid for adaptive gradients)"
+        ]
     else:
         for r, W in enumerate(Ws):
             if bound == "paper":
@@ -604,16 +763,21 @@ def muffliato_gd_loss(Ws: Sequence, K: int, alpha: float, sigma: float, *, delta
             else:
                 g = None if gammas is None else gammas[r]
                 total += exact_sensitivity_matrix(W, K, view=view, chebyshev=chebyshev, gamma=g)
-        notes = [f"Muffliato-GD: {len(Ws)} rounds x K={K} gossip steps, per-round values added in RDP",
-                 "paper: [M] Theorem 6/11 eq. (13); not a guarantee" if bound == "paper" else
-                 "composed: per-round exact values added; NOT a guarantee (state carries noise across rounds)"]
+        notes = [
+            f"Muffliato-GD: {len(Ws)} rounds x K={K} gossip steps, per-round values added in RDP",
+            "paper: [M] Theorem 6/11 eq. (13); not a guarantee"
+            if bound == "paper"
+            else "composed: per-round exact values added; NOT a guarantee (state carries noise across rounds)",
+        ]
     mat = rdp_of(alpha, delta_phi**2 * total, sigma)
-    return PrivacyMatrix(matrix=mat, alpha=float(alpha), bound=bound, view=view, notes=notes,
-                         protocol="muffliato-gd")
+    return PrivacyMatrix(
+        matrix=mat, alpha=float(alpha), bound=bound, view=view, notes=notes, protocol="muffliato-gd"
+    )
 
 
-def _gd_joint_view(Ws: Sequence, K: int, observer: int, chebyshev: bool,
-                   gammas: Sequence[float] | None) -> np.ndarray:
+def _gd_joint_view(
+    Ws: Sequence, K: int, observer: int, chebyshev: bool, gammas: Sequence[float] | None
+) -> np.ndarray:
     """Stacked messages the observer receives over all rounds, as a map of all per-round inputs
     (rounds × nodes; a source's contribution enters exactly like its noise)."""
     R = len(Ws)
@@ -637,8 +801,9 @@ def _gd_joint_view(Ws: Sequence, K: int, observer: int, chebyshev: bool,
     return np.concatenate(rows, axis=0)
 
 
-def _gd_observer_all_sources(Ws: Sequence, K: int, observer: int, chebyshev: bool,
-                             gammas: Sequence[float] | None) -> np.ndarray:
+def _gd_observer_all_sources(
+    Ws: Sequence, K: int, observer: int, chebyshev: bool, gammas: Sequence[float] | None
+) -> np.ndarray:
     from hushnet.privacy.linear_gaussian import box_quadratic_max, orthonormal_range
 
     R = len(Ws)
@@ -659,13 +824,23 @@ def _gd_observer_all_sources(Ws: Sequence, K: int, observer: int, chebyshev: boo
             continue
         Z = coef / sv[:, None]
         res = box_quadratic_max(Z.T @ Z, exact_limit=0)
-        out[u] = res["value"]  # valid for vector gradients: min(spectral, 1ᵀ|M|1, SDP certificate) unless M ≥ 0
+        out[u] = res[
+            "value"
+        ]  # valid for vector gradients: min(spectral, 1ᵀ|M|1, SDP certificate) unless M ≥ 0
     return out
 
 
-def muffliato_gd_state_space(Ws: Sequence, K: int, source: int, observer: int, *, chebyshev: bool = True,
-                             gammas: Sequence[float] | None = None, own_noise_known: bool = True,
-                             exact_limit: int = 16) -> dict[str, Any]:
+def muffliato_gd_state_space(
+    Ws: Sequence,
+    K: int,
+    source: int,
+    observer: int,
+    *,
+    chebyshev: bool = True,
+    gammas: Sequence[float] | None = None,
+    own_noise_known: bool = True,
+    exact_limit: int = 16,
+) -> dict[str, Any]:
     """Muffliato-GD over all rounds at once, hidden state included (one linear-Gaussian view).
 
     Round r gossips ``θ^r + c_r e_u + ζ_r`` (ζ_r fresh, in units of the per-round noise; ``c_r`` the
@@ -709,7 +884,9 @@ def muffliato_gd_state_space(Ws: Sequence, K: int, source: int, observer: int, *
                 nz = g * nz + (1 - g) * prev_z
             prev_c, prev_z, Xc, Xz = Xc, Xz, nc, nz
         Sc, Sz = Xc, Xz
-        composed += float(observer_sensitivities(Wc, observer, K, own_noise_known=own_noise_known)[source])
+        composed += float(
+            observer_sensitivities(Wc, observer, K, own_noise_known=own_noise_known)[source]
+        )
     A = np.concatenate(rows_A, axis=0)
     B = np.concatenate(rows_B, axis=0)
     if own_noise_known:

@@ -6,6 +6,7 @@ label from another accountant) and hard to pass around; a frozen dataclass is ch
 accountants with many callers still accept the old keywords (:func:`resolve`) and fold them
 into the options object, so both call forms give the same value.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields, replace
@@ -27,8 +28,10 @@ def resolve(cls: type[O], options: O | None, overrides: dict[str, Any], where: s
         names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(overrides) - names)
         if unknown:
-            raise TypeError(f"{where}: unknown option(s) {', '.join(unknown)}; "
-                            f"{cls.__name__} has {', '.join(sorted(names))}")
+            raise TypeError(
+                f"{where}: unknown option(s) {', '.join(unknown)}; "
+                f"{cls.__name__} has {', '.join(sorted(names))}"
+            )
     base = options if options is not None else cls()
     return replace(base, **overrides) if overrides else base  # type: ignore[type-var]
 
@@ -59,5 +62,7 @@ def build(cls: type[O], kwargs: dict[str, Any], where: str) -> O:
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(kwargs) - names)
     if unknown:
-        raise TypeError(f"{where}: unknown option(s) {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(names))}")
+        raise TypeError(
+            f"{where}: unknown option(s) {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(names))}"
+        )
     return cls(**kwargs)

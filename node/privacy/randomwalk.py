@@ -25,7 +25,7 @@ number of contributions ``T/n`` and no noise condition.  ``ln T < H_T = Σ_{t≤
     - ``N_u``: the per-node number of contributions.  The default ``T/n`` is the *expected* count; it is a
       guarantee only when nodes enforce the hard cap ``N_max`` (Remark 5) — ``max_contributions`` applies a cap
       and the notes say which was used.
-    - ``sender_known=True`` when the transport reveals the sender (plain gRPC, spec E.2): the App. B.1 bound
+    - ``sender_known=True`` when the transport reveals the sender (plain gRPC, docs/design/spec/randomwalk.md §E.2): the App. B.1 bound
       ``max_{w ∈ N(v)} ε_{u→w}`` (taken together with the anonymous value, so it is never below it).
     - ``passage="first_passage"`` replaces ``(W^i)_{uv}`` by the exact first-passage probability (sound, tighter,
       not in the paper; a separate named mode).
@@ -33,7 +33,7 @@ number of contributions ``T/n`` and no noise condition.  ``ln T < H_T = Σ_{t≤
 Assumptions behind every value (Theorem 3's proof): the local updates are non-expansive (convex β-smooth losses,
 step γ ≤ 2/β; amplification by iteration needs it — the training engine must enforce it), clipped gradients of
 sensitivity Δ with noise std Δσ at every step, G and W public, no release of the final model x_T (a broadcast
-x_T is an extra observation not covered, spec E.1), nodes not colluding (see :func:`rw_collusion_loss`).
+x_T is an extra observation not covered, docs/design/spec/randomwalk.md §E.1), nodes not colluding (see :func:`rw_collusion_loss`).
 
 Matrix conventions: row ``u`` = contributor, column ``v`` = observer, diagonal 0, values are RDP of order α.
 All-pairs matrices use one ``eigh`` per graph (cached by the bytes of ``W``) and a single matrix product.
@@ -44,16 +44,16 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from scipy.special import digamma
 
 from hushnet.privacy.matrix import PrivacyMatrix
 from hushnet.privacy.options import resolve
-from scipy.special import digamma
 
 __all__ = [
     "WalkLossOptions",
@@ -86,7 +86,7 @@ __all__ = [
     "star_transition_matrix",
 ]
 
-# k in the σ condition  σ² ≥ k·α(α−1)  (spec B.4.2 / B.8).
+# k in the σ condition  σ² ≥ k·α(α−1)  (docs/design/spec/randomwalk.md §B.4.2 / B.8).
 CONSTRAINT_K: dict[str, float] = {"strict": 2.0, "proof": 0.5, "none": 0.0}
 _HORIZONS = ("exact", "harmonic", "lnT")
 _PASSAGES = ("power", "first_passage")
@@ -100,7 +100,9 @@ def _k(constraint: str) -> float:
     try:
         return CONSTRAINT_K[constraint]
     except KeyError:
-        raise ValueError(f"constraint must be one of {sorted(CONSTRAINT_K)}, got {constraint!r}") from None
+        raise ValueError(
+            f"constraint must be one of {sorted(CONSTRAINT_K)}, got {constraint!r}"
+        ) from None
 
 
 def alpha_max(sigma: float, constraint: str) -> float:
@@ -178,7 +180,9 @@ def power_harmonic_sum(lam: np.ndarray | float, T: int) -> np.ndarray:
     return out
 
 
-def _forward_power_sum(lam: np.ndarray, t0: int, t1: int, offset: int = 0, chunk: int = 4096) -> np.ndarray:
+def _forward_power_sum(
+    lam: np.ndarray, t0: int, t1: int, offset: int = 0, chunk: int = 4096
+) -> np.ndarray:
     """``Σ_{t=t0}^{t1} λ^t / (t + offset)`` for a vector λ, in chunks of t to bound memory."""
     acc = np.zeros_like(lam)
     logabs = np.log(np.maximum(np.abs(lam), 1e-300))
@@ -201,7 +205,9 @@ class RWSpectrum:
 
     eigenvalues: np.ndarray
     eigenvectors: np.ndarray
-    adjacency: sp.csr_matrix  # off-diagonal support of W (the graph's edges under Metropolis–Hastings weights)
+    adjacency: (
+        sp.csr_matrix
+    )  # off-diagonal support of W (the graph's edges under Metropolis–Hastings weights)
 
     @property
     def n(self) -> int:
@@ -214,7 +220,9 @@ class RWSpectrum:
 
 _SPECTRUM_CACHE: "OrderedDict[str, RWSpectrum]" = OrderedDict()
 _EIGVALS_CACHE: "OrderedDict[str, np.ndarray]" = OrderedDict()
-_CACHE_SIZE = 32  # entries; and at most _CACHE_BYTES of eigenvectors (an n = 2048 spectrum is 32 MB)
+_CACHE_SIZE = (
+    32  # entries; and at most _CACHE_BYTES of eigenvectors (an n = 2048 spectrum is 32 MB)
+)
 _CACHE_BYTES = 400 * 2**20
 
 
@@ -245,7 +253,9 @@ def _validate_W(Wd: np.ndarray) -> None:
     if Wd.min() < -1e-12:
         raise ValueError("W has negative entries; a transition matrix is non-negative")
     if np.abs(Wd - Wd.T).max() > 1e-10:
-        raise ValueError("W is not symmetric: Theorem 3 needs a symmetric bi-stochastic W (Assumption 2)")
+        raise ValueError(
+            "W is not symmetric: Theorem 3 needs a symmetric bi-stochastic W (Assumption 2)"
+        )
     if np.abs(Wd.sum(axis=1) - 1.0).max() > 1e-9:
         raise ValueError("W is not row-stochastic")
 
@@ -258,7 +268,9 @@ def _validate_sparse(Ws: sp.csr_matrix) -> None:
         raise ValueError("W has negative entries; a transition matrix is non-negative")
     asym = abs(Ws - Ws.T)
     if asym.nnz and asym.max() > 1e-10:
-        raise ValueError("W is not symmetric: Theorem 3 needs a symmetric bi-stochastic W (Assumption 2)")
+        raise ValueError(
+            "W is not symmetric: Theorem 3 needs a symmetric bi-stochastic W (Assumption 2)"
+        )
     if np.abs(np.asarray(Ws.sum(axis=1)).ravel() - 1.0).max() > 1e-9:
         raise ValueError("W is not row-stochastic")
     from scipy.sparse.csgraph import connected_components
@@ -282,7 +294,9 @@ def rw_spectrum(W: Any) -> RWSpectrum:
     adj.eliminate_zeros()
     lam, phi = sla.eigh(Wd, driver="evd", overwrite_a=True, check_finite=False)
     if lam[-2] > 1.0 - 1e-10:
-        raise ValueError("W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)")
+        raise ValueError(
+            "W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)"
+        )
     spec = RWSpectrum(eigenvalues=lam, eigenvectors=phi, adjacency=sp.csr_matrix(adj))
     _SPECTRUM_CACHE[key] = spec
     while len(_SPECTRUM_CACHE) > 1 and (
@@ -306,9 +320,13 @@ def rw_eigenvalues(W: Any) -> np.ndarray:
         return hit
     Wd = _dense(W)
     _validate_W(Wd)
-    lam = sla.eigh(0.5 * (Wd + Wd.T), eigvals_only=True, driver="evd", overwrite_a=True, check_finite=False)
+    lam = sla.eigh(
+        0.5 * (Wd + Wd.T), eigvals_only=True, driver="evd", overwrite_a=True, check_finite=False
+    )
     if lam[-2] > 1.0 - 1e-10:
-        raise ValueError("W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)")
+        raise ValueError(
+            "W has eigenvalue 1 with multiplicity > 1: the graph is disconnected (not irreducible)"
+        )
     _EIGVALS_CACHE[key] = lam
     while len(_EIGVALS_CACHE) > _CACHE_SIZE:
         _EIGVALS_CACHE.popitem(last=False)
@@ -325,7 +343,9 @@ def rw_M_matrix(W: Any) -> np.ndarray:
     """``M = −logm(I − W + J/n) = Σ_{λ_i<1} −ln(1−λ_i) φ_i φ_iᵀ`` (zero row sums)."""
     spec = rw_spectrum(W)
     g = np.zeros_like(spec.eigenvalues)
-    g[:-1] = -np.log1p(-spec.eigenvalues[:-1])  # λ_n = 1 (top) is excluded: connected ⇒ λ_i < 1 for i < n
+    g[:-1] = -np.log1p(
+        -spec.eigenvalues[:-1]
+    )  # λ_n = 1 (top) is excluded: connected ⇒ λ_i < 1 for i < n
     return _from_spectrum(spec, g)
 
 
@@ -335,14 +355,14 @@ def vplambda(W: Any) -> float:
 
 
 def compute_T_walk(W: Any, sigma: float) -> int:
-    """[CODE] ``graph.computeTwalk``: ``int(20·⌈ln(n)/λ⌉·(0.25+σ²)/σ²)`` with λ = vplambda (spec B.6)."""
+    """[CODE] ``graph.computeTwalk``: ``int(20·⌈ln(n)/λ⌉·(0.25+σ²)/σ²)`` with λ = vplambda (docs/design/spec/randomwalk.md §B.6)."""
     n = rw_eigenvalues(W).size
     lam = vplambda(W)
     return int(20 * math.ceil(math.log(n) / lam) * (0.25 + sigma**2) / sigma**2)
 
 
 def gossip_T_mix(W: Any, sigma: float) -> int:
-    """[CODE] ``graphutils.T_mix``: ``⌈(1/√λ) ln(n·max(1/4, σ²)/σ²)⌉`` gossip rounds (spec B.5)."""
+    """[CODE] ``graphutils.T_mix``: ``⌈(1/√λ) ln(n·max(1/4, σ²)/σ²)⌉`` gossip rounds (docs/design/spec/randomwalk.md §B.5)."""
     n = rw_eigenvalues(W).size
     lam = vplambda(W)
     return int(math.ceil(math.log(n * max(0.25, sigma**2) / sigma**2) / math.sqrt(lam)))
@@ -371,8 +391,10 @@ def _csr_W(W: Any) -> sp.csr_matrix:
     return Wc
 
 
-def rw_first_passage_single_matrix(W: Any, T: int, alpha: float, sigma: float, *, tol: float = 1e-14) -> np.ndarray:
-    """``(α/σ²) Σ_{i=1}^T f^{(i)}_{uv}/i`` with the exact first-passage probabilities (spec B.4.2, [SPEC] option).
+def rw_first_passage_single_matrix(
+    W: Any, T: int, alpha: float, sigma: float, *, tol: float = 1e-14
+) -> np.ndarray:
+    """``(α/σ²) Σ_{i=1}^T f^{(i)}_{uv}/i`` with the exact first-passage probabilities (docs/design/spec/randomwalk.md §B.4.2, [SPEC] option).
 
     All columns at once: ``F_1 = W`` and ``F_i = W F_{i−1} − W diag(F_{i−1})`` (column v of ``W^{(−v)}`` zeroed).
     Because ``Σ_i f^{(i)}_{uv} ≤ 1``, the steps after i contribute at most ``(1 − Σ_{j≤i} f^{(j)}_{uv})/(i+1)``; the
@@ -400,7 +422,9 @@ def rw_first_passage_single_matrix(W: Any, T: int, alpha: float, sigma: float, *
     return out
 
 
-def _sender_known_from(S_full: np.ndarray, adjacency: sp.csr_matrix, block: int = 128) -> np.ndarray:
+def _sender_known_from(
+    S_full: np.ndarray, adjacency: sp.csr_matrix, block: int = 128
+) -> np.ndarray:
     """``R[u, v] = max(S[u, v], max_{w ∈ N(v)} S[u, w])`` using the diagonal ``S[u, u]`` when u ∈ N(v)."""
     n = S_full.shape[0]
     adj = sp.csr_matrix(adjacency)
@@ -453,7 +477,9 @@ def rw_single_loss_matrix(
         if horizon != "exact":
             raise ValueError("passage='first_passage' is a finite-T sum: use horizon='exact'")
         if sender_known:
-            raise ValueError("sender_known is defined for passage='power' only (App. B.1 uses (W^i)_{uw})")
+            raise ValueError(
+                "sender_known is defined for passage='power' only (App. B.1 uses (W^i)_{uw})"
+            )
         rw_spectrum(W)  # validation (symmetric, stochastic, connected)
         return rw_first_passage_single_matrix(W, T, alpha, sigma)
     spec = rw_spectrum(W)
@@ -487,7 +513,11 @@ def _resolve(
         if not noise_condition_holds(alpha, sigma, "strict"):
             notes.append(
                 f"σ={sigma:g}, α={alpha:g} violate Theorem 3's printed condition σ² ≥ 2α(α−1)"
-                + ("" if noise_condition_holds(alpha, sigma, "proof") else " and the proof's σ² ≥ α(α−1)/2")
+                + (
+                    ""
+                    if noise_condition_holds(alpha, sigma, "proof")
+                    else " and the proof's σ² ≥ α(α−1)/2"
+                )
             )
         notes.append(
             "paper: Theorem 3 as the reference code computes it (ln T horizon, N_u = T/n, no σ condition); "
@@ -500,7 +530,9 @@ def _resolve(
         raise ValueError(f"bound must be 'certified' or 'paper', got {bound!r}")
     h = horizon or "exact"
     if h == "lnT":
-        raise ValueError("horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for bound='certified'")
+        raise ValueError(
+            "horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for bound='certified'"
+        )
     if h not in ("exact", "harmonic"):
         raise ValueError(f"horizon must be one of {_HORIZONS}, got {h!r}")
     if constraint not in ("strict", "proof"):
@@ -516,17 +548,23 @@ def _resolve(
             f"(largest admissible α is {amax:.6g})"
         )
         if on_violation == "refuse":
-            raise ValueError(msg + "; refusing (use on_violation='clamp', a larger σ, or bound='paper')")
+            raise ValueError(
+                msg + "; refusing (use on_violation='clamp', a larger σ, or bound='paper')"
+            )
         if on_violation != "clamp":
             raise ValueError("on_violation must be 'refuse' or 'clamp'")
         if amax <= 1.0 + 1e-12:
             raise ValueError(msg + "; no order α > 1 is admissible")
-        notes.append(msg + f"; α clamped to {amax:.6g} — the reported losses are RDP of order {amax:.6g}")
+        notes.append(
+            msg + f"; α clamped to {amax:.6g} — the reported losses are RDP of order {amax:.6g}"
+        )
         alpha = amax
     return h, constraint, alpha
 
 
-def _contributions(contributions: Any, T: int, n: int, cap: float | None, bound: str, notes: list[str]) -> np.ndarray:
+def _contributions(
+    contributions: Any, T: int, n: int, cap: float | None, bound: str, notes: list[str]
+) -> np.ndarray:
     if contributions is None:
         N = np.full(n, T / n)
         if bound == "certified" and cap is None:
@@ -577,11 +615,15 @@ class WalkLossOptions:
         if self.horizon is not None and self.horizon not in _HORIZONS:
             raise ValueError(f"horizon must be one of {_HORIZONS}, got {self.horizon!r}")
         if self.bound == "certified" and self.horizon == "lnT":
-            raise ValueError("horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for "
-                             "bound='certified'")
+            raise ValueError(
+                "horizon='lnT' under-estimates the proof's sum (ln T < H_T): not allowed for "
+                "bound='certified'"
+            )
         if self.bound == "certified" and self.constraint not in ("strict", "proof"):
-            raise ValueError("bound='certified' needs constraint='strict' (σ² ≥ 2α(α−1), printed) or 'proof' "
-                             f"(σ² ≥ α(α−1)/2); got {self.constraint!r}")
+            raise ValueError(
+                "bound='certified' needs constraint='strict' (σ² ≥ 2α(α−1), printed) or 'proof' "
+                f"(σ² ≥ α(α−1)/2); got {self.constraint!r}"
+            )
         if self.passage not in _PASSAGES:
             raise ValueError(f"passage must be one of {_PASSAGES}, got {self.passage!r}")
         if self.on_violation not in ("refuse", "clamp"):
@@ -590,8 +632,14 @@ class WalkLossOptions:
             raise ValueError(f"max_contributions must be > 0, got {self.max_contributions!r}")
 
 
-def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLossOptions | None = None,
-                   **legacy: Any) -> PrivacyMatrix:
+def rw_pndp_matrix(
+    W: Any,
+    T: int,
+    alpha: float,
+    sigma: float,
+    options: WalkLossOptions | None = None,
+    **legacy: Any,
+) -> PrivacyMatrix:
     """All-pairs PNDP matrix ``ε_{u→v} = N_u · S[u, v]`` (RDP of order α), labelled certified or paper.
 
     ``options`` (:class:`WalkLossOptions`) says how; the same fields are also accepted as keywords (the
@@ -599,8 +647,18 @@ def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLoss
     for what "certified" means.
     """
     o = resolve(WalkLossOptions, options, legacy, "rw_pndp_matrix")
-    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
-    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
+    bound, horizon, contributions, sender_known = (
+        o.bound,
+        o.horizon,
+        o.contributions,
+        o.sender_known,
+    )
+    constraint, passage, max_contributions, on_violation = (
+        o.constraint,
+        o.passage,
+        o.max_contributions,
+        o.on_violation,
+    )
     T = int(T)
     notes: list[str] = []
     h, used_constraint, a = _resolve(bound, horizon, constraint, alpha, sigma, on_violation, notes)
@@ -609,18 +667,26 @@ def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLoss
     spec = rw_spectrum(W)
     n = spec.n
     if spec.periodic:
-        notes.append("W is periodic (eigenvalue −1, e.g. the printed Hamilton rule on a bipartite graph)")
+        notes.append(
+            "W is periodic (eigenvalue −1, e.g. the printed Hamilton rule on a bipartite graph)"
+        )
     N = _contributions(contributions, T, n, max_contributions, bound, notes)
     S = rw_single_loss_matrix(W, T, a, sigma, horizon=h, passage=passage, sender_known=sender_known)
     if bound == "certified" and h == "harmonic":
         tb = (a / sigma**2) * _certified_harmonic_tail(spec, T)
         S += tb
         np.fill_diagonal(S, 0.0)
-        notes.append(f"harmonic horizon plus the tail bound {tb:.3e} per contribution (≥ the exact finite-T sum)")
+        notes.append(
+            f"harmonic horizon plus the tail bound {tb:.3e} per contribution (≥ the exact finite-T sum)"
+        )
     if bound == "certified":
-        notes.append("assumes non-expansive updates (convex β-smooth losses, γ ≤ 2/β) and no release of x_T")
+        notes.append(
+            "assumes non-expansive updates (convex β-smooth losses, γ ≤ 2/β) and no release of x_T"
+        )
     if passage == "first_passage":
-        notes.append("first-passage probabilities (tighter than (W^i)_uv; hushnet option, not in the paper)")
+        notes.append(
+            "first-passage probabilities (tighter than (W^i)_uv; hushnet option, not in the paper)"
+        )
     if sender_known:
         notes.append("sender-known view: App. B.1 bound max_{w∈N(v)} ε_{u→w}")
     Mx = S * N[:, None]
@@ -629,8 +695,10 @@ def rw_pndp_matrix(W: Any, T: int, alpha: float, sigma: float, options: WalkLoss
     if bound == "certified":
         Mx, components = with_local_dp(Mx, N, a, sigma)
         won = int(np.sum((components[LOCAL_DP] < components[WALK])[~np.eye(n, dtype=bool)]))
-        notes.append(f"certified: per pair min(random-walk bound, local-DP bound N_u·α/(2σ²)), both valid; "
-                     f"local-DP won on {won} of {n * (n - 1)} pairs")
+        notes.append(
+            f"certified: per pair min(random-walk bound, local-DP bound N_u·α/(2σ²)), both valid; "
+            f"local-DP won on {won} of {n * (n - 1)} pairs"
+        )
     return PrivacyMatrix(
         matrix=Mx,
         alpha=float(a),
@@ -651,7 +719,9 @@ WALK = "random-walk"
 LOCAL_DP = "local-DP"
 
 
-def with_local_dp(walk_rdp: np.ndarray, contributions: Any, alpha: float, sigma: float) -> tuple[np.ndarray, dict]:
+def with_local_dp(
+    walk_rdp: np.ndarray, contributions: Any, alpha: float, sigma: float
+) -> tuple[np.ndarray, dict]:
     """``min(walk bound, local-DP bound)`` per pair, and both components (the one rule of every entry point).
 
     Every view of a walk is a post-processing of the noisy contributions themselves, so the Gaussian
@@ -703,8 +773,15 @@ def _first_passage_column(Ws: sp.csr_matrix, targets: Sequence[int], T: int) -> 
     return acc
 
 
-def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
-                 options: WalkLossOptions | None = None) -> float:
+def rw_pair_loss(
+    W: Any,
+    u: int,
+    v: int,
+    T: int,
+    alpha: float,
+    sigma: float,
+    options: WalkLossOptions | None = None,
+) -> float:
     """``ε_{u→v}`` for one pair, equal to ``rw_pndp_matrix(...).matrix[u, v]`` with the same options.
 
     Cheaper than the matrix: O(n) from a cached spectrum, else T sparse mat-vecs (exact horizon) when that costs
@@ -713,8 +790,18 @@ def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
     (:func:`with_local_dp`), as in the matrix.
     """
     o = resolve(WalkLossOptions, options, {}, "rw_pair_loss")
-    bound, horizon, contributions, sender_known = o.bound, o.horizon, o.contributions, o.sender_known
-    constraint, passage, max_contributions, on_violation = o.constraint, o.passage, o.max_contributions, o.on_violation
+    bound, horizon, contributions, sender_known = (
+        o.bound,
+        o.horizon,
+        o.contributions,
+        o.sender_known,
+    )
+    constraint, passage, max_contributions, on_violation = (
+        o.constraint,
+        o.passage,
+        o.max_contributions,
+        o.on_violation,
+    )
     T = int(T)
     if u == v:
         return 0.0
@@ -730,7 +817,9 @@ def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
         if sender_known:
             raise ValueError("sender_known is defined for passage='power' only")
         rw_spectrum(W)
-        return _cap(float(N * (a / sigma**2) * _first_passage_column(Ws, [v], T)[u]), N, a, sigma, bound)
+        return _cap(
+            float(N * (a / sigma**2) * _first_passage_column(Ws, [v], T)[u]), N, a, sigma, bound
+        )
     if passage != "power":
         raise ValueError(f"passage must be one of {_PASSAGES}")
     cheap_iter = h == "exact" and not key_cached and T * max(Ws.nnz, n) < n**3 // 4
@@ -747,7 +836,9 @@ def rw_pair_loss(W: Any, u: int, v: int, T: int, alpha: float, sigma: float,
         else:
             row = np.zeros(n)
             row[v] = float((phi[u] * g) @ phi[v])
-        row_tail = _certified_harmonic_tail(spec, T) if (bound == "certified" and h == "harmonic") else 0.0
+        row_tail = (
+            _certified_harmonic_tail(spec, T) if (bound == "certified" and h == "harmonic") else 0.0
+        )
     if h == "exact":
         row = np.maximum(row, 0.0)  # as in rw_single_loss_matrix: the exact sum is non-negative
     val = row[v]
@@ -778,7 +869,7 @@ def rw_collusion_loss(
     passage: str = "first_passage",
     contributions: float | None = None,
 ) -> float:
-    """Loss of u towards a colluding set F (App. D / spec B.4.8), u ∉ F, order α, per ``contributions`` (default T/n).
+    """Loss of u towards a colluding set F (App. D / docs/design/spec/randomwalk.md §B.4.8), u ∉ F, order α, per ``contributions`` (default T/n).
 
     ``passage="first_passage"``: ``(α/σ²) Σ_i P_u(first hit of F at i)/i`` — the sharp form.
     ``passage="power"``: ``(α/σ²) Σ_i Σ_{v∈F} (W^i)_{uv}/i = Σ_{v∈F} ε_{u→v}`` (basic composition).
@@ -806,7 +897,7 @@ def rw_mean_single_loss(W: Any, T: int, horizon: str = "exact") -> float:
     """``mean_{u≠v}`` of the per-contribution matrix at α/σ² = 1, from the eigenvalues alone (O(n)).
 
     Entries of ``Σ_t W^t/t`` sum to ``n H_T`` (bi-stochastic) and its trace is ``Σ_i s_T(λ_i)``; for the ln T/H_T
-    forms ``M 1 = 0`` gives ``mean = c/n + Σ_{i≥2} ln(1−λ_i)/(n(n−1))`` (spec B.4.2 closed-form mean).
+    forms ``M 1 = 0`` gives ``mean = c/n + Σ_{i≥2} ln(1−λ_i)/(n(n−1))`` (docs/design/spec/randomwalk.md §B.4.2 closed-form mean).
     """
     lam = rw_eigenvalues(W)
     n = lam.size
@@ -816,7 +907,7 @@ def rw_mean_single_loss(W: Any, T: int, horizon: str = "exact") -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# σ calibration (spec B.8)
+# σ calibration (docs/design/spec/randomwalk.md §B.8)
 # ----------------------------------------------------------------------------------------------------------------
 def _best_dp(mean_a: float, sigma: float, delta: float, constraint: str) -> tuple[float, float]:
     """``min_{α∈(1, α_max(σ)]} α·mean_a/σ² + ln(1/δ)/(α−1)`` and the minimiser (convex in α)."""
@@ -841,7 +932,7 @@ def calibrate_sigma_mean(
     horizon: str = "exact",
     rtol: float = 1e-10,
 ) -> float:
-    """Smallest σ such that the mean pairwise (ε, δ) loss is ≤ ``target_eps`` (spec B.8).
+    """Smallest σ such that the mean pairwise (ε, δ) loss is ≤ ``target_eps`` (docs/design/spec/randomwalk.md §B.8).
 
     ``ε_{u→v}(α, σ) = α A_{uv}/σ²`` with ``A = N_u · S(α=σ=1)``; the (ε, δ) value is minimised over
     ``α ∈ (1, α_max(σ)]`` (``constraint``: strict k=2, proof k=1/2, none k=0), then σ is bisected.  ``N_u``: None →
@@ -870,7 +961,9 @@ def calibrate_sigma_mean(
     while f(hi) > target_eps:
         hi *= 2.0
         if hi > 1e12:
-            raise ValueError("no σ reaches the target (the conversion term ln(1/δ)/(α−1) alone exceeds it)")
+            raise ValueError(
+                "no σ reaches the target (the conversion term ln(1/δ)/(α−1) alone exceeds it)"
+            )
     while f(lo) <= target_eps and lo > 1e-12:
         lo /= 2.0
     for _ in range(200):
@@ -885,16 +978,20 @@ def calibrate_sigma_mean(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Ring and star closed forms (spec B.4.5, B.4.6)
+# Ring and star closed forms (docs/design/spec/randomwalk.md §B.4.5, B.4.6)
 # ----------------------------------------------------------------------------------------------------------------
 def ring_M_closed_form(n: int, a: int) -> float:
     """Corrected ring closed form of ``M_{u,u+a}`` for ``W = (I + A_R)/3``: ``(1/n)Σ_k cos(2πak/n) ln(3/(4 sin²(πk/n)))``."""
     k = np.arange(1, n)
-    return float(np.sum(np.cos(2 * np.pi * a * k / n) * np.log(3.0 / (4.0 * np.sin(np.pi * k / n) ** 2))) / n)
+    return float(
+        np.sum(np.cos(2 * np.pi * a * k / n) * np.log(3.0 / (4.0 * np.sin(np.pi * k / n) ** 2))) / n
+    )
 
 
-def ring_single_loss_closed_form(n: int, a: int, T: int, alpha: float, sigma: float, horizon: str = "exact") -> float:
-    """Corrected Theorem 5 (spec B.4.5): per-contribution loss at ring offset ``a``, ``W = (I + A_R)/3``.
+def ring_single_loss_closed_form(
+    n: int, a: int, T: int, alpha: float, sigma: float, horizon: str = "exact"
+) -> float:
+    """Corrected Theorem 5 (docs/design/spec/randomwalk.md §B.4.5): per-contribution loss at ring offset ``a``, ``W = (I + A_R)/3``.
 
     ``(α/(nσ²)) [c_T + Σ_{k=1}^{n−1} cos(2πak/n) g(λ_k)]`` with ``λ_k = (1 + 2cos(2πk/n))/3``; exact horizon uses
     ``c_T = H_T, g = s_T``; harmonic ``H_T, −ln(1−λ)``; lnT ``ln T, −ln(1−λ)``.

@@ -35,6 +35,7 @@ leader that is not a member sees only ``S`` (it holds no shares): it is an obser
 members colluding at most.  A malicious leader that lies about the survivor set is outside the
 semi-honest model of the secure sum (members check ``|U| ≥ t`` themselves).
 """
+
 from __future__ import annotations
 
 import math
@@ -57,13 +58,19 @@ def check_collusion(threshold: int, collusion: int, tolerance: int) -> None:
     if isinstance(collusion, bool) or not isinstance(collusion, (int, np.integer)):
         raise SecureSumError(f"collusion must be an integer, got {collusion!r}")
     if collusion < 1:
-        raise SecureSumError(f"collusion c={collusion} < 1: an observer that is a member knows its own noise, "
-                               "so every coalition counts at least one member")
+        raise SecureSumError(
+            f"collusion c={collusion} < 1: an observer that is a member knows its own noise, "
+            "so every coalition counts at least one member"
+        )
     if not collusion < tolerance:
-        raise SecureSumError(f"collusion c={collusion} is not below the secure sum's collusion tolerance "
-                               f"{tolerance} (threshold t={threshold}): the masks would not hide the inputs")
+        raise SecureSumError(
+            f"collusion c={collusion} is not below the secure sum's collusion tolerance "
+            f"{tolerance} (threshold t={threshold}): the masks would not hide the inputs"
+        )
     if not collusion < threshold:
-        raise SecureSumError(f"collusion c={collusion} ≥ threshold t={threshold}: no honest survivor is guaranteed")
+        raise SecureSumError(
+            f"collusion c={collusion} ≥ threshold t={threshold}: no honest survivor is guaranteed"
+        )
 
 
 def share_std(sigma: float, sensitivity: float, threshold: int, collusion: int) -> float:
@@ -127,16 +134,26 @@ class SecureSumView:
         return 1.0 / self.sigma
 
     def label(self) -> str:
-        return (f"secure-sum Gaussian view (distributed DP): each member adds N(0, (σΔ)²/(t−c)), any coalition of "
-                f"≤ c={self.collusion} members sees ≥ t−c={self.honest_survivors} honest survivors' noise ≥ σΔ "
-                f"(t={self.threshold}, σ={self.sigma:g}): RDP α/(2σ²), exact")
+        return (
+            f"secure-sum Gaussian view (distributed DP): each member adds N(0, (σΔ)²/(t−c)), any coalition of "
+            f"≤ c={self.collusion} members sees ≥ t−c={self.honest_survivors} honest survivors' noise ≥ σΔ "
+            f"(t={self.threshold}, σ={self.sigma:g}): RDP α/(2σ²), exact"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mechanism": MECHANISM, "view_model": VIEW_MODEL, "accountant": self.label(), "collusion": self.collusion,
-                "threshold": self.threshold, "collusion_tolerance": self.tolerance, "sigma": self.sigma,
-                "share_std": self.share_std, "dp_credit": True,
-                "reason": "pairwise-masked secure summation: observers see only the sum of ≥ t survivors; a coalition "
-                          "of ≤ c members knows only its own noise"}
+        return {
+            "mechanism": MECHANISM,
+            "view_model": VIEW_MODEL,
+            "accountant": self.label(),
+            "collusion": self.collusion,
+            "threshold": self.threshold,
+            "collusion_tolerance": self.tolerance,
+            "sigma": self.sigma,
+            "share_std": self.share_std,
+            "dp_credit": True,
+            "reason": "pairwise-masked secure summation: observers see only the sum of ≥ t survivors; a coalition "
+            "of ≤ c members knows only its own noise",
+        }
 
 
 def composed_epsilon(rounds: float, sigma: float, delta: float) -> float:
@@ -148,5 +165,14 @@ def composed_epsilon(rounds: float, sigma: float, delta: float) -> float:
     return gdp_epsilon(math.sqrt(rounds) / sigma, delta)
 
 
-__all__ = ["SecureSumError", "check_collusion", "share_std", "view_sigma", "gaussian_rdp", "SecureSumView",
-           "composed_epsilon", "MECHANISM", "VIEW_MODEL"]
+__all__ = [
+    "SecureSumError",
+    "check_collusion",
+    "share_std",
+    "view_sigma",
+    "gaussian_rdp",
+    "SecureSumView",
+    "composed_epsilon",
+    "MECHANISM",
+    "VIEW_MODEL",
+]

@@ -1,4 +1,4 @@
-"""Source-anonymous random-walk learning (Egger et al.; spec anonymity.md §2, §6.3 Mode A, §6.4).
+"""Source-anonymous random-walk learning (Egger et al.; docs/design/spec/anonymity.md §2, §6.3 Mode A, §6.4).
 
 The token holder updates the model, draws a destination ``j`` from the privacy core's ``p*_{κ,δ}``
 (:func:`hushnet.privacy.anonymity_setup.sample_destination`: ``ℓ ~ p*`` over non-empty shells with
@@ -13,7 +13,7 @@ token is ``kem ‖ AEAD(model)``, bound to the run and key epoch by the sealing 
 as ``kind ‖ hop id ‖ token`` in fixed-size cells.  Each handoff is acknowledged (the fresh random
 hop id marks retransmissions, so a lost ack never duplicates the walk); a neighbour that stays
 silent gets the token re-sent, then the token goes to another uniform neighbour, recorded as a
-``Deviation`` (walk loss, spec §6.6 / D6).  The run ends at the first node asked to update beyond its local cap
+``Deviation`` (walk loss, docs/design/spec/anonymity.md §6.6 / D6).  The run ends at the first node asked to update beyond its local cap
 ``updates_per_node`` (a local rule, so no global counter has to ride in the token).
 
 Hitting times are recorded *outside* the token, as metrics (``anon-hop`` per forward,
@@ -27,6 +27,7 @@ opens here but whose body fails authentication (tampered, or moved under another
 replayed to its destination, a model of the wrong length — each a typed, counted Fault; the
 token is dropped and nothing enters the ledger.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,24 @@ from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.replay import ReplayCache
 from hushnet.crypto.sealed import seal_token, token_length, token_replay_tag, try_open_token
-from hushnet.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
-from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
+from hushnet.engine.errors import (
+    MalformedMessage,
+    ReplayedMessage,
+    UnexpectedSender,
+    WrongDimension,
+)
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import secret_generator
 from hushnet.privacy.anonymity_setup import AnonymitySetup, sample_destination
@@ -50,7 +67,9 @@ KIND_SEALED = 0x53  # 'S'
 KIND_HOP_ACK = 0x41  # 'A' (acks are not celled: 17 bytes that only confirm a handoff to its sender)
 HOP_ID = 16
 _TIMER = "anon-retx:"
-_WORK = "anon-work:"  # the role's work (forward or update) runs on a zero timer, after the hop ack left
+_WORK = (
+    "anon-work:"  # the role's work (forward or update) runs on a zero timer, after the hop ack left
+)
 _RECENT = 4096  # hop ids remembered for duplicate detection
 ACCOUNTING_VIEW = VIEWS["source-anonymous-walk"]
 
@@ -80,7 +99,9 @@ class AnonWalkParams:
         if self.updates_per_node < 1 or not self.step_size > 0 or not self.sigma >= 0:
             raise ValueError("need updates_per_node >= 1, step_size > 0, sigma >= 0")
         if self.mode not in ("A", "B"):
-            raise ValueError(f"walk mode {self.mode!r}: 'A' (walk forwarding) or 'B' (onion random walk)")
+            raise ValueError(
+                f"walk mode {self.mode!r}: 'A' (walk forwarding) or 'B' (onion random walk)"
+            )
         if self.l_max < 0:
             raise ValueError("l_max must be >= 0 (0: the spec's default for the graph)")
         if self.ack_timeout <= 0 or self.pause_retry <= 0 or self.max_retries < 0:
@@ -122,7 +143,9 @@ class AnonymousWalk(Protocol):
         if setup.n != ctx.n:
             raise ValueError(f"setup has {setup.n} nodes, run has {ctx.n}")
         if directory.epoch != params.epoch:
-            raise ValueError(f"directory is for epoch {directory.epoch}, run uses epoch {params.epoch}")
+            raise ValueError(
+                f"directory is for epoch {directory.epoch}, run uses epoch {params.epoch}"
+            )
         self.setup = setup
         self.task = task
         self.p = params
@@ -132,15 +155,21 @@ class AnonymousWalk(Protocol):
         self.sens = float(task.sensitivity())
         self.noise_std = self.sens * params.sigma
         adj = setup.adjacency
-        self.neighbours = np.asarray(adj.indices[adj.indptr[ctx.node] : adj.indptr[ctx.node + 1]], dtype=np.int64)
+        self.neighbours = np.asarray(
+            adj.indices[adj.indptr[ctx.node] : adj.indptr[ctx.node + 1]], dtype=np.int64
+        )
         self._nbset = frozenset(int(x) for x in self.neighbours)
         self.info = sealing_info(ctx.run_id, params.epoch)
         self.token_len = token_length(8 * self.dim)
         self._init_mode()
         self.cells = n_cells(1 + HOP_ID + self._wire_len(), params.cell_body)
-        self._pending: dict[bytes, tuple[int, bytes, bytes, int]] = {}  # hop id -> (dst, token, payload, attempts)
+        self._pending: dict[
+            bytes, tuple[int, bytes, bytes, int]
+        ] = {}  # hop id -> (dst, token, payload, attempts)
         self._recent: dict[bytes, None] = {}  # hop ids received (insertion-ordered, bounded)
-        self._work: dict[bytes, Callable[[], list[Action]]] = {}  # hop id -> the role's deferred work
+        self._work: dict[
+            bytes, Callable[[], list[Action]]
+        ] = {}  # hop id -> the role's deferred work
         # the node's persistent cache when deployed (replays refused for the key's whole epoch, across runs
         # and restarts); a fresh one per machine in the simulator
         self.replay = replay if replay is not None else ReplayCache({params.epoch})
@@ -165,14 +194,25 @@ class AnonymousWalk(Protocol):
         if payload[:1] == bytes([KIND_HOP_ACK]):
             return self._on_ack(src, payload)
         if src not in self._nbset:
-            raise UnexpectedSender(f"sealed token from node {src}, not a neighbour of node {self.ctx.node}")
+            raise UnexpectedSender(
+                f"sealed token from node {src}, not a neighbour of node {self.ctx.node}"
+            )
         data = from_cells(payload, self.p.cell_body, expected_cells=self.cells)
         if len(data) != 1 + HOP_ID + self._wire_len() or data[0] != self.kind:
-            raise MalformedMessage(f"not a Mode-{self.mode} walk message of this run ({len(data)} bytes, kind {data[:1].hex()})")
+            raise MalformedMessage(
+                f"not a Mode-{self.mode} walk message of this run ({len(data)} bytes, kind {data[:1].hex()})"
+            )
         hop_id, wire = bytes(data[1 : 1 + HOP_ID]), bytes(data[1 + HOP_ID :])
         ack: list[Action] = [Send(src, bytes([KIND_HOP_ACK]) + hop_id)] if self.p.reliable else []
-        if hop_id in self._recent:  # a retransmission (our ack was lost) or a replay: acknowledge, never process
-            return ack + [Fault(self.ctx.node, ReplayedMessage("handoff already received here: acknowledged, not processed"))]
+        if (
+            hop_id in self._recent
+        ):  # a retransmission (our ack was lost) or a replay: acknowledge, never process
+            return ack + [
+                Fault(
+                    self.ctx.node,
+                    ReplayedMessage("handoff already received here: acknowledged, not processed"),
+                )
+            ]
         work = self._receive(hop_id, wire)  # the checks every role makes; raises on bad input
         if isinstance(work, list):  # refused after the checks (e.g. routed to a non-neighbour)
             return work + ack
@@ -197,7 +237,9 @@ class AnonymousWalk(Protocol):
     def _receive(self, hop_id: bytes, token: bytes) -> Callable[[], list[Action]] | list[Action]:
         """Mode A: trial-open; not for me → (later) relay the *same* bytes to a uniform neighbour.
         Returns the role's work, run after the hop ack (or actions to send at once, with the ack)."""
-        body = try_open_token(self.key, token, self.info)  # IntegrityError if it opens but was tampered
+        body = try_open_token(
+            self.key, token, self.info
+        )  # IntegrityError if it opens but was tampered
         if body is None:
             return lambda: self._relayed(hop_id) + self._hand_off(token)
         return self._deliver(hop_id, token, body)
@@ -220,11 +262,15 @@ class AnonymousWalk(Protocol):
         """The destination opened ``token``: check the model, refuse a replay; the update and the
         send-on are returned as the deferred work."""
         if len(body) != 8 * self.dim:
-            raise WrongDimension(f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}")
+            raise WrongDimension(
+                f"sealed model of {len(body)} bytes, the run's model has {8 * self.dim}"
+            )
         x = np.frombuffer(body, dtype="<f8").copy()
         if not np.all(np.isfinite(x)):
             raise MalformedMessage("sealed model contains NaN or infinity")
-        self.replay.check_and_add(self.p.epoch, token_replay_tag(token))  # a replayed token stops here
+        self.replay.check_and_add(
+            self.p.epoch, token_replay_tag(token)
+        )  # a replayed token stops here
         self._remember(hop_id)
 
         def update() -> list[Action]:
@@ -248,15 +294,19 @@ class AnonymousWalk(Protocol):
         if attempts <= self.p.max_retries:
             self._pending[hop_id] = (dst, token, payload, attempts)
             return [Send(dst, payload), SetTimer(name, self.p.ack_timeout)]
-        # the neighbour stays silent: hand the token to another uniform neighbour (spec §6.6 walk loss),
+        # the neighbour stays silent: hand the token to another uniform neighbour (docs/design/spec/anonymity.md §6.6 walk loss),
         # recorded as a deviation from the simple random walk; alone with it, keep retrying (paused)
-        others = self.neighbours[self.neighbours != dst] if self.can_reroute else self.neighbours[:0]
+        others = (
+            self.neighbours[self.neighbours != dst] if self.can_reroute else self.neighbours[:0]
+        )
         if others.size == 0:
             self._pending[hop_id] = (dst, token, payload, attempts)
             acts: list[Action] = [Send(dst, payload), SetTimer(name, self.p.pause_retry)]
             if attempts == self.p.max_retries + 1:
                 why = "the onion's next hop" if not self.can_reroute else "only neighbour"
-                acts.insert(0, Paused(self.ctx.node, -1, f"{why} {dst} does not acknowledge the token"))
+                acts.insert(
+                    0, Paused(self.ctx.node, -1, f"{why} {dst} does not acknowledge the token")
+                )
             return acts
         del self._pending[hop_id]
         nxt = int(others[int(self.secret_rng.integers(others.size))])
@@ -279,7 +329,9 @@ class AnonymousWalk(Protocol):
         """Send ``token`` (Mode B: the onion packet) to ``dst`` (default: a uniform neighbour) under a
         fresh per-hop id."""
         dst = self._uniform_neighbour() if dst is None else dst
-        hop_id = self.ctx.csprng(HOP_ID)  # unlinkable across hops; only marks retransmissions of this handoff
+        hop_id = self.ctx.csprng(
+            HOP_ID
+        )  # unlinkable across hops; only marks retransmissions of this handoff
         payload = to_cells(bytes([self.kind]) + hop_id + token, self.p.cell_body)
         if not self.p.reliable:
             return [Send(dst, payload)]
@@ -295,17 +347,38 @@ class AnonymousWalk(Protocol):
         node = self.ctx.node
         if self.updates >= self.p.updates_per_node:
             self.finished = True
-            return [Finish(node, self.updates, x, {"reason": "local update cap reached", "updates": self.updates,
-                                                   **self._mode_report()})]
+            return [
+                Finish(
+                    node,
+                    self.updates,
+                    x,
+                    {
+                        "reason": "local update cap reached",
+                        "updates": self.updates,
+                        **self._mode_report(),
+                    },
+                )
+            ]
         self.updates += 1
         eta = self.ctx.rng.standard_normal(self.dim) * self.noise_std
         x = x - self.p.step_size * (self.task.gradient(x) + eta)
-        led = LedgerEntry(node, self.updates, "gradient", ACCOUNTING_VIEW.view_model, self.sens, self.noise_std,
-                          self.noise_std / self.sens if self.sens > 0 else float("inf"), self.name, self.ctx.run_id,
-                          {"mechanism": ACCOUNTING_VIEW.mechanism, "anonymity_credited": False})
+        led = LedgerEntry(
+            node,
+            self.updates,
+            "gradient",
+            ACCOUNTING_VIEW.view_model,
+            self.sens,
+            self.noise_std,
+            self.noise_std / self.sens if self.sens > 0 else float("inf"),
+            self.name,
+            self.ctx.run_id,
+            {"mechanism": ACCOUNTING_VIEW.mechanism, "anonymity_credited": False},
+        )
         j = sample_destination(self.setup, node, self.secret_rng)
         self.chosen.append(j)
-        token = seal_token(self.directory.public(j), np.ascontiguousarray(x, dtype="<f8").tobytes(), self.info)
+        token = seal_token(
+            self.directory.public(j), np.ascontiguousarray(x, dtype="<f8").tobytes(), self.info
+        )
         return [led, Metric("anon-hop", 1, -1, node)] + self._dispatch(token, j)
 
 
@@ -321,8 +394,11 @@ def iterations(metrics: list[Metric], start: int) -> dict[str, np.ndarray]:
             dst.append(int(m.value))
             hops.append(h)
             cur, h = int(m.value), 0
-    return {"source": np.asarray(src, dtype=np.int64), "destination": np.asarray(dst, dtype=np.int64),
-            "hops": np.asarray(hops, dtype=np.int64)}
+    return {
+        "source": np.asarray(src, dtype=np.int64),
+        "destination": np.asarray(dst, dtype=np.int64),
+        "hops": np.asarray(hops, dtype=np.int64),
+    }
 
 
 def build_walk(
@@ -351,8 +427,19 @@ def build_walk(
     for v in range(n):
         srng = None if secret_seed is None else np.random.default_rng([secret_seed, v])
         ctx = NodeContext(v, n, run_id, rngs[v])
-        ms.append(walk_machine(ctx, setup, tasks[v], params, keys[v], directory, secret_rng=srng,
-                               onion_key=onion[v] if onion is not None else None, onion_directory=onion_dir))
+        ms.append(
+            walk_machine(
+                ctx,
+                setup,
+                tasks[v],
+                params,
+                keys[v],
+                directory,
+                secret_rng=srng,
+                onion_key=onion[v] if onion is not None else None,
+                onion_directory=onion_dir,
+            )
+        )
     return ms, keys
 
 
@@ -371,10 +458,24 @@ def walk_machine(
 ) -> AnonymousWalk:
     """One node's machine of the walk in ``params.mode`` (Mode B needs the onion key and directory)."""
     if params.mode == "A":
-        return AnonymousWalk(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay)
+        return AnonymousWalk(
+            ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay
+        )
     from hushnet.protocols.onion_walk import OnionWalk
 
     if onion_key is None or onion_directory is None:
-        raise ValueError("Mode B (onion random walk) needs the node's onion key and the onion-key directory")
-    return OnionWalk(ctx, setup, task, params, dest_key, directory, onion_key, onion_directory, secret_rng=secret_rng,
-                     replay=replay)
+        raise ValueError(
+            "Mode B (onion random walk) needs the node's onion key and the onion-key directory"
+        )
+    return OnionWalk(
+        ctx,
+        setup,
+        task,
+        params,
+        dest_key,
+        directory,
+        onion_key,
+        onion_directory,
+        secret_rng=secret_rng,
+        replay=replay,
+    )

@@ -1,10 +1,11 @@
 """Central DP-SGD: the **non-decentralized baseline** with a trusted aggregator (operator side).
 
-Shipped only for comparison (spec E.7, P-AD Fig. 2 "Centralized DP-SGD"): the aggregator holds
+Shipped only for comparison (docs/design/spec/randomwalk.md §E.7, P-AD Fig. 2 "Centralized DP-SGD"): the aggregator holds
 the model, samples a node uniformly at each step, receives that node's clipped gradient *in the
 clear*, adds the Gaussian noise itself and steps.  Nodes must trust the aggregator; the ledger
 entries say so (``view_model="trusted-aggregator"``).  Machine ids: nodes 0..n−1, aggregator n.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,13 @@ import numpy as np
 from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric, Send
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.wire import KIND_GRADIENT_REPLY, KIND_GRADIENT_REQUEST, decode_token, encode_token, message_kind
+from hushnet.engine.wire import (
+    KIND_GRADIENT_REPLY,
+    KIND_GRADIENT_REQUEST,
+    decode_token,
+    encode_token,
+    message_kind,
+)
 from hushnet.tasks.base import GradientTask
 
 
@@ -36,7 +43,9 @@ class CentralClient(Protocol):
 
     name: ClassVar[str] = "central-dpsgd"
 
-    def __init__(self, ctx: NodeContext, task: GradientTask, aggregator: int, clip_after_noise: bool = False) -> None:
+    def __init__(
+        self, ctx: NodeContext, task: GradientTask, aggregator: int, clip_after_noise: bool = False
+    ) -> None:
         super().__init__(ctx)
         self.task = task
         self.aggregator = aggregator
@@ -50,17 +59,32 @@ class CentralClient(Protocol):
         if message_kind(payload) != KIND_GRADIENT_REQUEST:
             raise MalformedMessage("central client expects gradient requests")
         if src != self.aggregator:
-            raise UnexpectedSender(f"gradient request from node {src}, not the aggregator {self.aggregator}")
+            raise UnexpectedSender(
+                f"gradient request from node {src}, not the aggregator {self.aggregator}"
+            )
         tok = decode_token(payload, self.task.dim, kind=KIND_GRADIENT_REQUEST)
         if tok.step <= self.last_step:
-            raise ReplayedMessage(f"gradient request for step {tok.step} after step {self.last_step}")
+            raise ReplayedMessage(
+                f"gradient request for step {tok.step} after step {self.last_step}"
+            )
         self.last_step = tok.step
         g = self.task.raw_gradient(tok.vector) if self.raw else self.task.gradient(tok.vector)
         led = LedgerEntry(
-            self.ctx.node, tok.step, "gradient", "trusted-aggregator", self.task.sensitivity(), 0.0, 0.0,
-            self.name, self.ctx.run_id, {"clear_to": "aggregator"},
+            self.ctx.node,
+            tok.step,
+            "gradient",
+            "trusted-aggregator",
+            self.task.sensitivity(),
+            0.0,
+            0.0,
+            self.name,
+            self.ctx.run_id,
+            {"clear_to": "aggregator"},
         )
-        return [led, Send(src, encode_token(tok.step, tok.total, 0, src, g, kind=KIND_GRADIENT_REPLY))]
+        return [
+            led,
+            Send(src, encode_token(tok.step, tok.total, 0, src, g, kind=KIND_GRADIENT_REPLY)),
+        ]
 
 
 class CentralAggregator(Protocol):
@@ -80,7 +104,9 @@ class CentralAggregator(Protocol):
     def _request(self) -> list[Action]:
         u = int(self.ctx.rng.integers(self.n_clients))
         self.waiting = u
-        return [Send(u, encode_token(self.step, self.p.steps, 0, u, self.x, kind=KIND_GRADIENT_REQUEST))]
+        return [
+            Send(u, encode_token(self.step, self.p.steps, 0, u, self.x, kind=KIND_GRADIENT_REQUEST))
+        ]
 
     def on_start(self) -> list[Action]:
         return self._request()
@@ -89,7 +115,9 @@ class CentralAggregator(Protocol):
         if message_kind(payload) != KIND_GRADIENT_REPLY:
             raise MalformedMessage("aggregator expects gradient replies")
         if src != self.waiting:
-            raise UnexpectedSender(f"gradient from node {src}, the aggregator asked node {self.waiting}")
+            raise UnexpectedSender(
+                f"gradient from node {src}, the aggregator asked node {self.waiting}"
+            )
         tok = decode_token(payload, self.dim, kind=KIND_GRADIENT_REPLY)
         if tok.step != self.step:
             raise ReplayedMessage(f"gradient for step {tok.step}, expected step {self.step}")
@@ -107,5 +135,12 @@ class CentralAggregator(Protocol):
         if self.step >= self.p.steps:
             self.finished = True
             self.waiting = None
-            return acts + [Finish(self.ctx.node, self.step, self.x.copy(), {"baseline": "central (trusted aggregator)"})]
+            return acts + [
+                Finish(
+                    self.ctx.node,
+                    self.step,
+                    self.x.copy(),
+                    {"baseline": "central (trusted aggregator)"},
+                )
+            ]
         return acts + self._request()

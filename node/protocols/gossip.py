@@ -11,7 +11,7 @@ that owns everything about a round over a real network, and three thin protocol 
   repeated; the graph may be a fresh public Erdős–Rényi draw per step (the paper's Fig. 1c);
 * :class:`StreamingGossip` — [K] §5: fresh noise every round, ``θ ← W(θ + x + u)``.
 
-**The round over a network** (spec gossip.md §4.2).  Round t has two phases:
+**The round over a network** (docs/design/spec/gossip.md §4.2).  Round t has two phases:
 
 1. *availability*: the node sends ``AVAIL(t, up)`` to its round-t neighbours (``up = 0`` announces a
    dropout) and waits for theirs, or for a timeout; ``H`` = neighbours heard as up.
@@ -42,6 +42,7 @@ empty: the node keeps its own value).  A plain VALUE is then refused, never mixe
 observer's view is the aggregate one (``S = e_iᵀ``).  The node heartbeats while its sum runs, and
 after the last round it stays until its memberships in its neighbours' last sums are done.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,15 +54,47 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Send, SetTimer
-from hushnet.engine.errors import MalformedMessage, ProtocolError, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Send,
+    SetTimer,
+)
+from hushnet.engine.errors import (
+    MalformedMessage,
+    ProtocolError,
+    ReplayedMessage,
+    UnexpectedSender,
+    WrongDimension,
+)
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.tasks.base import GradientTask, Task, TaskError, ValueTask
 
 __all__ = [
-    "KIND_AVAIL", "KIND_VALUE", "KIND_SKIP", "KIND_JOIN", "StaleRound", "FutureRound", "GossipOptions", "Topology",
-    "FixedTopology", "ERPerStep", "GossipMachine", "MuffliatoAveraging", "MuffliatoGD", "StreamingGossip",
-    "encode_round", "decode_round", "mh_weight", "connected_er", "er_graph", "t_stop",
+    "KIND_AVAIL",
+    "KIND_VALUE",
+    "KIND_SKIP",
+    "KIND_JOIN",
+    "StaleRound",
+    "FutureRound",
+    "GossipOptions",
+    "Topology",
+    "FixedTopology",
+    "ERPerStep",
+    "GossipMachine",
+    "MuffliatoAveraging",
+    "MuffliatoGD",
+    "StreamingGossip",
+    "encode_round",
+    "decode_round",
+    "mh_weight",
+    "connected_er",
+    "er_graph",
+    "t_stop",
 ]
 
 # ---- wire format --------------------------------------------------------------------------------
@@ -70,12 +103,16 @@ KIND_AVAIL = 16
 KIND_VALUE = 17
 KIND_SKIP = 18
 KIND_HEARTBEAT = 19
-KIND_JOIN = 20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
+KIND_JOIN = (
+    20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
+)
 _KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT, KIND_JOIN)
 KIND_INVITE = 21  # secure summation: a leader's member list (hushnet.protocols.gossip_secure)
 KIND_SECAGG = 22  # secure summation: one SecAgg message of the sum led by ``aux``
 _SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
-_HDR = struct.Struct("<BQII")  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
+_HDR = struct.Struct(
+    "<BQII"
+)  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
 _F64 = np.dtype("<f8")
 
 
@@ -101,7 +138,9 @@ def encode_round(kind: int, rnd: int, aux: int, vector: np.ndarray | None = None
 def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | None]:
     """Strict parse: known kind, complete header, VALUE of exactly the run's dimension, finite values."""
     if len(payload) < _HDR.size:
-        raise MalformedMessage(f"gossip message too short ({len(payload)} bytes, header needs {_HDR.size})")
+        raise MalformedMessage(
+            f"gossip message too short ({len(payload)} bytes, header needs {_HDR.size})"
+        )
     kind, rnd, aux, d = _HDR.unpack_from(payload)
     if kind not in _KINDS:
         raise MalformedMessage(f"unknown gossip message kind {kind}")
@@ -112,17 +151,23 @@ def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | 
         if kind == KIND_AVAIL and aux not in (0, 1):
             raise MalformedMessage(f"availability flag must be 0 or 1, got {aux}")
         if kind == KIND_JOIN and aux < 1:
-            raise MalformedMessage("a JOIN sender announces at least one heard neighbour (the receiver)")
+            raise MalformedMessage(
+                "a JOIN sender announces at least one heard neighbour (the receiver)"
+            )
         return kind, rnd, aux, None
     if d != dim:
         raise WrongDimension(f"round value has dimension {d}, this run's model has dimension {dim}")
     if body != 8 * d:
         raise MalformedMessage(f"round value declares {d} float64 values but carries {body} bytes")
     vec = np.frombuffer(payload, dtype=_F64, count=d, offset=_HDR.size).copy()
-    if not np.isfinite(vec.sum()) and not np.all(np.isfinite(vec)):  # the sum is finite iff all are (barring overflow)
+    if not np.isfinite(vec.sum()) and not np.all(
+        np.isfinite(vec)
+    ):  # the sum is finite iff all are (barring overflow)
         raise MalformedMessage("round value contains NaN or infinity")
     if aux < 1:
-        raise MalformedMessage("a VALUE sender announces at least one heard neighbour (the receiver)")
+        raise MalformedMessage(
+            "a VALUE sender announces at least one heard neighbour (the receiver)"
+        )
     return kind, rnd, aux, vec
 
 
@@ -187,7 +232,9 @@ def connected_er(n: int, q: float, seed: int) -> sp.csr_matrix:
     for _ in range(1000):
         g = nx.fast_gnp_random_graph(n, q, seed=s)
         if nx.is_connected(g):
-            return nx.to_scipy_sparse_array(g, nodelist=range(n), format="csr").astype(np.int8).tocsr()
+            return (
+                nx.to_scipy_sparse_array(g, nodelist=range(n), format="csr").astype(np.int8).tocsr()
+            )
         s += 1_000_003
     raise ValueError(f"G({n}, {q}) never connected in 1000 draws: raise q")
 
@@ -208,7 +255,9 @@ class ERPerStep(Topology):
     re-draws until connected (Fig. 1c) — the dropout experiment's sparse graphs are used as drawn.
     """
 
-    def __init__(self, n: int, q: float, seed: int, rounds_per_step: Sequence[int], connected: bool = True) -> None:
+    def __init__(
+        self, n: int, q: float, seed: int, rounds_per_step: Sequence[int], connected: bool = True
+    ) -> None:
         self.n, self.q, self.seed = int(n), float(q), int(seed)
         self.connected = bool(connected)
         self.ks = [int(k) for k in rounds_per_step]
@@ -244,7 +293,7 @@ class GossipOptions:
     ``dropout``: probability that this node announces itself unavailable for a round (the
     *simulated* user dropouts of [M] App. H.6, drawn from a child of the node's generator so the
     noise stream is unchanged); ``record_states``: emit the state after every round as a
-    ``state`` metric (simulation traces only — a state is an extra release, spec E.1).
+    ``state`` metric (simulation traces only — a state is an extra release, docs/design/spec/randomwalk.md §E.1).
     """
 
     timeout: float = 0.05
@@ -266,7 +315,12 @@ class GossipOptions:
 
 # ---- the round machine --------------------------------------------------------------------------
 
-_A, _B, _C, _Z = 0, 1, 2, 3  # phases: availability, values (or joins), secure sum, last round's memberships
+_A, _B, _C, _Z = (
+    0,
+    1,
+    2,
+    3,
+)  # phases: availability, values (or joins), secure sum, last round's memberships
 
 
 class GossipMachine(Protocol):
@@ -278,8 +332,14 @@ class GossipMachine(Protocol):
 
     name: ClassVar[str] = "gossip"
 
-    def __init__(self, ctx: NodeContext, topology: Topology, rounds: int, dim: int,
-                 options: GossipOptions | None = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        topology: Topology,
+        rounds: int,
+        dim: int,
+        options: GossipOptions | None = None,
+    ) -> None:
         super().__init__(ctx)
         if rounds < 1:
             raise ValueError("a gossip run needs at least one round")
@@ -295,7 +355,9 @@ class GossipMachine(Protocol):
         self.gone: set[int] = set()
         self._missed: dict[int, int] = {}
         self._buf: dict[tuple[int, int, int], tuple[int, int, np.ndarray | None]] = {}
-        self._seen: dict[tuple[int, int, int], int] = {}  # (round, phase, src) -> hash of the payload
+        self._seen: dict[
+            tuple[int, int, int], int
+        ] = {}  # (round, phase, src) -> hash of the payload
         self._cand: np.ndarray = np.zeros(0, dtype=np.int64)
         self._up = True
         self._heard: dict[int, int] = {}
@@ -312,14 +374,18 @@ class GossipMachine(Protocol):
         self._late: list[int] = []
         #: restored from a checkpoint after a crash and not yet back in step with its neighbours (issue 14)
         self._rejoining = False
-        self._skipping = False  # inside _fast_forward: silence of skipped rounds declares nobody gone
+        self._skipping = (
+            False  # inside _fast_forward: silence of skipped rounds declares nobody gone
+        )
 
     # ---- hooks ------------------------------------------------------------------------------------
 
     def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:  # pragma: no cover - interface
+    def incorporate(
+        self, rnd: int, mixed: np.ndarray
+    ) -> list[Action]:  # pragma: no cover - interface
         raise NotImplementedError
 
     def final_model(self) -> tuple[np.ndarray, dict[str, Any]]:  # pragma: no cover - interface
@@ -339,35 +405,52 @@ class GossipMachine(Protocol):
             if self.secure is None:
                 raise MalformedMessage("secure-summation message in a plain gossip run")
             if src in self.gone:
-                raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
+                raise UnexpectedSender(
+                    f"node {src} was declared gone by node {self.ctx.node}; its messages are refused"
+                )
             return self.secure.on_message(src, payload)
         kind, rnd, aux, vec = decode_round(payload, self.dim)
         if kind == KIND_VALUE and self.secure is not None:
-            raise MalformedMessage("a plain round value in a secure-summation run: refused and never used (it would be "
-                                   "a release the aggregate-view accountant does not account)")
+            raise MalformedMessage(
+                "a plain round value in a secure-summation run: refused and never used (it would be "
+                "a release the aggregate-view accountant does not account)"
+            )
         if kind == KIND_JOIN and self.secure is None:
             raise MalformedMessage("a secure-summation JOIN in a plain gossip run")
         pre: list[Action] = []
-        if self.durable and rnd < self.rounds and src in self.topo.neighbour_set(self.ctx.node, rnd):
-            if src in self.gone:  # a neighbour declared gone is alive again (restarted): wire it back in
+        if (
+            self.durable
+            and rnd < self.rounds
+            and src in self.topo.neighbour_set(self.ctx.node, rnd)
+        ):
+            if (
+                src in self.gone
+            ):  # a neighbour declared gone is alive again (restarted): wire it back in
                 pre = self._readmit(src)
             if self._rejoining and rnd > self.t and self.phase in (_A, _B):
                 pre += self._fast_forward(rnd)
-        if pre:  # the message itself may be for a round this node has already closed: then only `pre`
+        if (
+            pre
+        ):  # the message itself may be for a round this node has already closed: then only `pre`
             try:
                 return pre + self._round_message(src, kind, rnd, aux, vec, payload)
             except ProtocolError:
                 return pre
         return self._round_message(src, kind, rnd, aux, vec, payload)
 
-    def _round_message(self, src: int, kind: int, rnd: int, aux: int, vec: np.ndarray | None,
-                       payload: bytes) -> list[Action]:
+    def _round_message(
+        self, src: int, kind: int, rnd: int, aux: int, vec: np.ndarray | None, payload: bytes
+    ) -> list[Action]:
         if rnd >= self.rounds:
             raise MalformedMessage(f"round {rnd} outside 0..{self.rounds - 1}")
         if src in self.gone:
-            raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}; its messages are refused")
+            raise UnexpectedSender(
+                f"node {src} was declared gone by node {self.ctx.node}; its messages are refused"
+            )
         if src not in self.topo.neighbour_set(self.ctx.node, rnd):
-            raise UnexpectedSender(f"node {src} is not a neighbour of node {self.ctx.node} in round {rnd}")
+            raise UnexpectedSender(
+                f"node {src} is not a neighbour of node {self.ctx.node} in round {rnd}"
+            )
         if kind == KIND_HEARTBEAT:
             # The sender is alive.  It counts as *legitimately slow* only if it has not yet reached the
             # stage at which it sends what we wait for (AVAIL(t) leaves at the end of phase A of round
@@ -380,14 +463,20 @@ class GossipMachine(Protocol):
         key = (rnd, phase, src)
         if key in self._seen:
             same = self._seen[key] == hash(payload)
-            raise ReplayedMessage(f"{'duplicate' if same else 'conflicting'} phase-{'AB'[phase]} message of round "
-                                  f"{rnd} from node {src} (already received; not used again)")
+            raise ReplayedMessage(
+                f"{'duplicate' if same else 'conflicting'} phase-{'AB'[phase]} message of round "
+                f"{rnd} from node {src} (already received; not used again)"
+            )
         if (rnd, phase) < (self.t, self.phase):
-            raise StaleRound(f"phase {'AB'[phase]} of round {rnd} is closed at node {self.ctx.node} "
-                             f"(now round {self.t}); message from node {src} not used")
+            raise StaleRound(
+                f"phase {'AB'[phase]} of round {rnd} is closed at node {self.ctx.node} "
+                f"(now round {self.t}); message from node {src} not used"
+            )
         if rnd > self.t + self.opt.max_ahead:
-            raise FutureRound(f"message for round {rnd} while node {self.ctx.node} is in round {self.t} "
-                              f"(at most {self.opt.max_ahead} ahead)")
+            raise FutureRound(
+                f"message for round {rnd} while node {self.ctx.node} is in round {self.t} "
+                f"(at most {self.opt.max_ahead} ahead)"
+            )
         self._seen[key] = hash(payload)
         if (rnd, phase) > (self.t, self.phase):
             self._buf[key] = (kind, aux, vec)
@@ -404,7 +493,9 @@ class GossipMachine(Protocol):
                 return []
             # waiting for this node's own secure sum: tell the neighbours it is alive (slow, not dropped)
             hb = encode_round(KIND_HEARTBEAT, self.t, 2 * self.t + 1)
-            return [Send(int(j), hb) for j in self._cand] + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
+            return [Send(int(j), hb) for j in self._cand] + [
+                SetTimer(name, self.opt.timeout / self.opt.ticks)
+            ]
         if name != f"{'AB'[self.phase]}{self.t}":
             return []  # a timer of a phase that already closed
         awaited = self._awaited()
@@ -433,13 +524,18 @@ class GossipMachine(Protocol):
     # ---- the round --------------------------------------------------------------------------------
 
     def _candidates(self, t: int) -> np.ndarray:
-        return np.asarray([j for j in self.topo.neighbours(self.ctx.node, t) if j not in self.gone], dtype=np.int64)
+        return np.asarray(
+            [j for j in self.topo.neighbours(self.ctx.node, t) if j not in self.gone],
+            dtype=np.int64,
+        )
 
     def _announce(self, t: int) -> list[Action]:
         """Send ``AVAIL(t)``.  It goes out as soon as round t−1's availability phase closes (with the
         round-(t−1) values), so a live neighbour is never awaited in phase A: only silent ones are,
         and a node delayed by a dead neighbour does not make its other neighbours time out on it."""
-        self._up_next = not (self._drop_rng is not None and self._drop_rng.random() < self.opt.dropout)
+        self._up_next = not (
+            self._drop_rng is not None and self._drop_rng.random() < self.opt.dropout
+        )
         avail = encode_round(KIND_AVAIL, t, int(self._up_next))
         return [Send(int(j), avail) for j in self._candidates(t)]
 
@@ -453,7 +549,9 @@ class GossipMachine(Protocol):
         msg, acts = self.outgoing(t)
         self._msg = np.asarray(msg, dtype=np.float64)
         if self._msg.shape != (self.dim,):
-            raise ValueError(f"outgoing message has shape {self._msg.shape}, expected ({self.dim},)")
+            raise ValueError(
+                f"outgoing message has shape {self._msg.shape}, expected ({self.dim},)"
+            )
         if self._cand.size == 0:
             return acts + self._close_availability(timed_out=False)
         acts.append(self._arm(_A))
@@ -466,7 +564,9 @@ class GossipMachine(Protocol):
         for key in keys:
             if self.t != key[0] or self.phase != phase:
                 break
-            if key not in self._buf:  # consumed by a nested drain (the round advanced and came back here)
+            if (
+                key not in self._buf
+            ):  # consumed by a nested drain (the round advanced and came back here)
                 continue
             kind, aux, vec = self._buf.pop(key)
             acts.extend(self._accept(key[2], kind, aux, vec))
@@ -479,7 +579,9 @@ class GossipMachine(Protocol):
             if len(self._heard) == self._cand.size:
                 return self._close_availability(timed_out=False)
             return []
-        self._replies[src] = (aux, vec) if kind == KIND_VALUE else (aux, None) if kind == KIND_JOIN else (0, None)
+        self._replies[src] = (
+            (aux, vec) if kind == KIND_VALUE else (aux, None) if kind == KIND_JOIN else (0, None)
+        )
         if all(j in self._replies for j in self._heard):
             return self._close_values(timed_out=False)
         return []
@@ -505,8 +607,12 @@ class GossipMachine(Protocol):
             acts.extend(self._announce(t + 1))
         self._round_missing = missing
         if timed_out and missing:
-            acts.append(Deviation(self.ctx.node, t, "availability-timeout", {"round": t, "silent": missing}))
-        if all(j in self._replies for j in self._heard):  # nobody heard (or all replies already buffered)
+            acts.append(
+                Deviation(self.ctx.node, t, "availability-timeout", {"round": t, "silent": missing})
+            )
+        if all(
+            j in self._replies for j in self._heard
+        ):  # nobody heard (or all replies already buffered)
             return acts + self._close_values(timed_out=False)
         acts.append(self._arm(_B))
         return acts + self._drain(_B)
@@ -521,8 +627,11 @@ class GossipMachine(Protocol):
         if timed_out and late:
             acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
         if self.secure is not None:
-            joiners = {j: int(self._replies[j][0]) for j in self._H
-                       if j in self._replies and self._replies[j][0] >= 1}
+            joiners = {
+                j: int(self._replies[j][0])
+                for j in self._H
+                if j in self._replies and self._replies[j][0] >= 1
+            }
             self.phase = _C
             acts.append(SetTimer(f"C{t}", self.opt.timeout / self.opt.ticks))
             return acts + self.secure.lead(t, joiners)
@@ -545,7 +654,9 @@ class GossipMachine(Protocol):
             return []
         self_w = 1.0 - sum(row.values())
         mixed = self_w * self._msg if total is None else total + self_w * self._msg
-        return self._complete_round([CancelTimer(f"C{t}")], row, self_w, mixed, self.secure.lead_info.get(t))
+        return self._complete_round(
+            [CancelTimer(f"C{t}")], row, self_w, mixed, self.secure.lead_info.get(t)
+        )
 
     def _secure_drained(self) -> list[Action]:
         """The last round's memberships are done (or their wait timed out): the run ends here."""
@@ -554,31 +665,65 @@ class GossipMachine(Protocol):
         self._draining = False
         return [CancelTimer("Zsecure")] + self._finish()
 
-    def _complete_round(self, acts: list[Action], row: dict[int, float], self_w: float, mixed: np.ndarray,
-                        secure: dict[str, Any] | None = None) -> list[Action]:
+    def _complete_round(
+        self,
+        acts: list[Action],
+        row: dict[int, float],
+        self_w: float,
+        mixed: np.ndarray,
+        secure: dict[str, Any] | None = None,
+    ) -> list[Action]:
         t = self.t
         me = self.ctx.node
         late = self._late
-        entry = {"round": t, "up": self._up, "row": {int(k): float(v) for k, v in row.items()}, "self": self_w,
-                 "sent_value": list(self._H), "missing": list(self._round_missing) + late,
-                 "step": self.topo.step_of(t)}
+        entry = {
+            "round": t,
+            "up": self._up,
+            "row": {int(k): float(v) for k, v in row.items()},
+            "self": self_w,
+            "sent_value": list(self._H),
+            "missing": list(self._round_missing) + late,
+            "step": self.topo.step_of(t),
+        }
         if secure is not None:
             entry["secure"] = secure
         self.schedule.append(entry)
-        acts.append(LedgerEntry(me, t, "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name, self.ctx.run_id,
-                                entry))
+        acts.append(
+            LedgerEntry(
+                me,
+                t,
+                "schedule",
+                self.ctx.view_model,
+                0.0,
+                0.0,
+                0.0,
+                self.name,
+                self.ctx.run_id,
+                entry,
+            )
+        )
         # neighbours silent in both phases of consecutive rounds are declared gone
         silent = set(self._round_missing)
         for j in self._cand:
             j = int(j)
             self._missed[j] = self._missed.get(j, 0) + 1 if j in silent else 0
-            if self._missed[j] >= self.opt.give_up_after and j not in self.gone and not self._skipping:
+            if (
+                self._missed[j] >= self.opt.give_up_after
+                and j not in self.gone
+                and not self._skipping
+            ):
                 self.gone.add(j)
-                acts.append(Deviation(me, t, "neighbour-gone", {"neighbour": j, "silent_rounds": self._missed[j]}))
+                acts.append(
+                    Deviation(
+                        me, t, "neighbour-gone", {"neighbour": j, "silent_rounds": self._missed[j]}
+                    )
+                )
         acts.extend(self.incorporate(t, mixed))
         if self.opt.record_states:
             acts.append(Metric("state", self.current_state().copy(), t + 1, me))
-        if t % 4 == 3:  # prune old rounds now and then (a replay of those is refused as stale anyway)
+        if (
+            t % 4 == 3
+        ):  # prune old rounds now and then (a replay of those is refused as stale anyway)
             self._seen = {k: v for k, v in self._seen.items() if k[0] >= t}
         self._buf = {k: v for k, v in self._buf.items() if k[0] > t}
         if t + 1 >= self.rounds:
@@ -594,8 +739,11 @@ class GossipMachine(Protocol):
         model, extra = self.final_model()
         extra = {"rounds": self.rounds, "gone": sorted(self.gone), **extra}
         if self.secure is not None:
-            extra["secure"] = {"released": self.secure.released, "aborted": self.secure.aborted,
-                               "view": "aggregate"}
+            extra["secure"] = {
+                "released": self.secure.released,
+                "aborted": self.secure.aborted,
+                "view": "aggregate",
+            }
         return [Finish(self.ctx.node, self.rounds, model, extra)]
 
     def current_state(self) -> np.ndarray:
@@ -608,7 +756,9 @@ class GossipMachine(Protocol):
     #: fraction of the cost (per-event checkpoints of 10⁴-float rounds: 4.6 instead of 17.6 rounds/s)
     checkpoint_every_event: ClassVar[bool] = False
     #: not part of a checkpoint: public construction inputs the rebuilt machine already has
-    _NOT_STATE = frozenset({"ctx", "topo", "opt", "task", "secure", "_drop_rng", "_sets", "_skipping"})
+    _NOT_STATE = frozenset(
+        {"ctx", "topo", "opt", "task", "secure", "_drop_rng", "_sets", "_skipping"}
+    )
 
     @property
     def durable(self) -> bool:  # type: ignore[override]
@@ -650,8 +800,21 @@ class GossipMachine(Protocol):
     def journal_entries(self) -> list[LedgerEntry]:
         """The ``schedule`` entries of every round this machine closed (a restored driver re-journals them:
         its checkpoint is written before the journal, so a crash between the two is repaired)."""
-        return [LedgerEntry(self.ctx.node, int(e["round"]), "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name,
-                            self.ctx.run_id, e) for e in self.schedule]
+        return [
+            LedgerEntry(
+                self.ctx.node,
+                int(e["round"]),
+                "schedule",
+                self.ctx.view_model,
+                0.0,
+                0.0,
+                0.0,
+                self.name,
+                self.ctx.run_id,
+                e,
+            )
+            for e in self.schedule
+        ]
 
     def _readmit(self, src: int) -> list[Action]:
         """``src`` was declared gone but speaks again: it is a candidate again from the next round on (its
@@ -675,7 +838,11 @@ class GossipMachine(Protocol):
             while not self.finished and self.t < rnd and self.phase in (_A, _B):
                 for j in self._awaited():
                     self._silence[j] = self.opt.ticks
-                acts = self._close_availability(timed_out=True) if self.phase == _A else self._close_values(timed_out=True)
+                acts = (
+                    self._close_availability(timed_out=True)
+                    if self.phase == _A
+                    else self._close_values(timed_out=True)
+                )
                 kept.extend(a for a in acts if not isinstance(a, (Send, Deviation)))
         finally:
             self._skipping = False
@@ -685,14 +852,32 @@ class GossipMachine(Protocol):
             return kept
         avail = encode_round(KIND_AVAIL, self.t, int(self._up))
         kept.extend(Send(int(j), avail) for j in self._cand)
-        kept.append(Deviation(self.ctx.node, start, "rejoined",
-                              {"from_round": start, "to_round": self.t, "skipped": self.t - start}))
+        kept.append(
+            Deviation(
+                self.ctx.node,
+                start,
+                "rejoined",
+                {"from_round": start, "to_round": self.t, "skipped": self.t - start},
+            )
+        )
         return kept + self._drain(_A)
 
-    def data_entry(self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any) -> LedgerEntry:
+    def data_entry(
+        self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any
+    ) -> LedgerEntry:
         sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
-        return LedgerEntry(self.ctx.node, step, kind, self.ctx.view_model, sensitivity, noise_std, sigma,
-                           self.name, self.ctx.run_id, detail)
+        return LedgerEntry(
+            self.ctx.node,
+            step,
+            kind,
+            self.ctx.view_model,
+            sensitivity,
+            noise_std,
+            sigma,
+            self.name,
+            self.ctx.run_id,
+            detail,
+        )
 
 
 # ---- the protocols ------------------------------------------------------------------------------
@@ -705,10 +890,21 @@ class MuffliatoAveraging(GossipMachine):
 
     name: ClassVar[str] = "muffliato"
 
-    def __init__(self, ctx: NodeContext, topology: Topology, task: ValueTask, rounds: int, sigma: float, *,
-                 gamma: float = 1.0, options: GossipOptions | None = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        topology: Topology,
+        task: ValueTask,
+        rounds: int,
+        sigma: float,
+        *,
+        gamma: float = 1.0,
+        options: GossipOptions | None = None,
+    ) -> None:
         if not isinstance(task, ValueTask):
-            raise TaskError(f"muffliato averages values: it needs a value task (got {type(task).__name__})")
+            raise TaskError(
+                f"muffliato averages values: it needs a value task (got {type(task).__name__})"
+            )
         if not sigma >= 0 or not 1.0 <= gamma < 2.0:
             raise ValueError("need sigma >= 0 and gamma in [1, 2)")
         super().__init__(ctx, topology, rounds, task.dim, options)
@@ -722,8 +918,13 @@ class MuffliatoAveraging(GossipMachine):
     def outgoing(self, rnd: int) -> tuple[np.ndarray, list[Action]]:
         if rnd == 0:
             std = self.sigma * self.sens
-            self.x = np.asarray(self.task.value(0), dtype=np.float64) + self.ctx.rng.standard_normal(self.dim) * std
-            return self.x, [self.data_entry(0, "value", self.sens, std, gamma=self.gamma, rounds=self.rounds)]
+            self.x = (
+                np.asarray(self.task.value(0), dtype=np.float64)
+                + self.ctx.rng.standard_normal(self.dim) * std
+            )
+            return self.x, [
+                self.data_entry(0, "value", self.sens, std, gamma=self.gamma, rounds=self.rounds)
+            ]
         return self.x, []
 
     def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:
@@ -750,10 +951,21 @@ class MuffliatoGD(GossipMachine):
 
     name: ClassVar[str] = "muffliato-gd"
 
-    def __init__(self, ctx: NodeContext, topology: Topology, task: GradientTask, ks: Sequence[int], step_size: float,
-                 sigma: float, *, gammas: Sequence[float] | None = None, noise_std: float | None = None,
-                 clip_after_noise: bool = False, x0: Sequence[float] | None = None,
-                 options: GossipOptions | None = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        topology: Topology,
+        task: GradientTask,
+        ks: Sequence[int],
+        step_size: float,
+        sigma: float,
+        *,
+        gammas: Sequence[float] | None = None,
+        noise_std: float | None = None,
+        clip_after_noise: bool = False,
+        x0: Sequence[float] | None = None,
+        options: GossipOptions | None = None,
+    ) -> None:
         if not isinstance(task, GradientTask):
             raise TaskError(f"muffliato-gd needs a gradient task (got {type(task).__name__})")
         ks = [int(k) for k in ks]
@@ -797,8 +1009,17 @@ class MuffliatoGD(GossipMachine):
             g = self.task.gradient(self.theta) + xi
         self.x = self.theta - self.nu * g
         self.prev = None
-        return self.x, [self.data_entry(r, "gradient", self.sens, self.noise_std, rounds=self.ks[r],
-                                        gamma=self.gammas[r], clip_after_noise=self.clip_after_noise)]
+        return self.x, [
+            self.data_entry(
+                r,
+                "gradient",
+                self.sens,
+                self.noise_std,
+                rounds=self.ks[r],
+                gamma=self.gammas[r],
+                clip_after_noise=self.clip_after_noise,
+            )
+        ]
 
     def incorporate(self, rnd: int, mixed: np.ndarray) -> list[Action]:
         r, k = self._step_of(rnd)
@@ -824,9 +1045,18 @@ class StreamingGossip(GossipMachine):
 
     name: ClassVar[str] = "gossip-stream"
 
-    def __init__(self, ctx: NodeContext, topology: Topology, task: Task, rounds: int, sigma: float, *,
-                 step_size: float = 1.0, x0: Sequence[float] | None = None,
-                 options: GossipOptions | None = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        topology: Topology,
+        task: Task,
+        rounds: int,
+        sigma: float,
+        *,
+        step_size: float = 1.0,
+        x0: Sequence[float] | None = None,
+        options: GossipOptions | None = None,
+    ) -> None:
         if not isinstance(task, (ValueTask, GradientTask)):
             raise TaskError("gossip-stream needs a value task or a gradient task")
         if not sigma >= 0 or not step_size > 0:

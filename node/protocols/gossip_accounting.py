@@ -23,6 +23,7 @@ plain gossip, the observer sees every message sent to it (closed neighbourhood);
 secure neighbourhood summation, the observer learns only its own input and the weighted sums it
 mixes, ``S = e_iᵀ``.  The observer always knows its own noise.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -33,14 +34,25 @@ import numpy as np
 import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
-from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights
 from hushnet.privacy.ledger_math import PrivacyEntry
-from hushnet.privacy.linear_gaussian import rdp_of
+from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights, rdp_of
 
 __all__ = [
-    "VIEWS", "RealisedSchedule", "schedule_from_ledgers", "complete_crashed", "replay_averaging", "replay_stream",
-    "averaging_sensitivities", "averaging_thm1", "stream_sensitivity", "gd_sensitivity", "pairwise_schedule_from_ledgers",
-    "replay_pairwise", "pairwise_sensitivities", "privacy_ledger_entries", "certified_report",
+    "VIEWS",
+    "RealisedSchedule",
+    "schedule_from_ledgers",
+    "complete_crashed",
+    "replay_averaging",
+    "replay_stream",
+    "averaging_sensitivities",
+    "averaging_thm1",
+    "stream_sensitivity",
+    "gd_sensitivity",
+    "pairwise_schedule_from_ledgers",
+    "replay_pairwise",
+    "pairwise_sensitivities",
+    "privacy_ledger_entries",
+    "certified_report",
 ]
 
 VIEWS = ("neighbourhood", "aggregate")
@@ -77,7 +89,9 @@ class RealisedSchedule:
         return [s for s, r in self.sent[t] if r == v]
 
 
-def schedule_from_ledgers(ledgers: Mapping[int, Sequence[LedgerEntry]], n: int, rounds: int) -> RealisedSchedule:
+def schedule_from_ledgers(
+    ledgers: Mapping[int, Sequence[LedgerEntry]], n: int, rounds: int
+) -> RealisedSchedule:
     """Rebuild the realised schedule from the nodes' ``schedule`` ledger entries (engine actions)."""
     rows: list[list[int]] = [[] for _ in range(rounds)]
     cols: list[list[int]] = [[] for _ in range(rounds)]
@@ -117,7 +131,9 @@ def schedule_from_ledgers(ledgers: Mapping[int, Sequence[LedgerEntry]], n: int, 
     return RealisedSchedule(n, Ws, sent, up, rec, steps)
 
 
-def complete_crashed(sched: RealisedSchedule, vertices: Iterable[int], neighbours) -> dict[int, int]:
+def complete_crashed(
+    sched: RealisedSchedule, vertices: Iterable[int], neighbours
+) -> dict[int, int]:
     """Account the rounds a crashed node did not record, in the SAFE direction (in place).
 
     A node's durable records are a prefix of its rounds (:mod:`hushnet.runs.gossip_store`: a round's
@@ -144,10 +160,14 @@ def complete_crashed(sched: RealisedSchedule, vertices: Iterable[int], neighbour
             continue
         if rec[c:].any():
             later = int(c + np.argmax(rec[c:]))
-            raise ValueError(f"node {v}'s records skip round {c} but hold round {later}: not the prefix a crash "
-                             "leaves; the schedule cannot be completed safely")
+            raise ValueError(
+                f"node {v}'s records skip round {c} but hold round {later}: not the prefix a crash "
+                "leaves; the schedule cannot be completed safely"
+            )
         already = {j for s, j in sched.sent[c] if s == v}
-        sched.sent[c].extend((v, int(j)) for j in neighbours(v, c) if int(j) != v and int(j) not in already)
+        sched.sent[c].extend(
+            (v, int(j)) for j in neighbours(v, c) if int(j) != v and int(j) not in already
+        )
         out[v] = c
     return out
 
@@ -159,8 +179,12 @@ def _gammas(gamma: float | Sequence[float], rounds: int) -> np.ndarray:
     return g
 
 
-def replay_averaging(sched: RealisedSchedule, x0: np.ndarray, gamma: float | Sequence[float] = 1.0,
-                     rounds: Iterable[int] | None = None) -> np.ndarray:
+def replay_averaging(
+    sched: RealisedSchedule,
+    x0: np.ndarray,
+    gamma: float | Sequence[float] = 1.0,
+    rounds: Iterable[int] | None = None,
+) -> np.ndarray:
     """States after replaying the recorded ``W_t`` on ``x0`` (n×d) with the Chebyshev recursion
     (round ``rounds[0]`` is the first of its step: ``x¹ = W x⁰``).  Returns the final states."""
     ts = list(range(sched.rounds)) if rounds is None else list(rounds)
@@ -174,7 +198,9 @@ def replay_averaging(sched: RealisedSchedule, x0: np.ndarray, gamma: float | Seq
     return cur
 
 
-def replay_stream(sched: RealisedSchedule, z: np.ndarray, theta0: np.ndarray | None = None) -> np.ndarray:
+def replay_stream(
+    sched: RealisedSchedule, z: np.ndarray, theta0: np.ndarray | None = None
+) -> np.ndarray:
     """Streaming gossip replay: ``θ_{t+1} = W_t(θ_t + z_t)``; ``z`` is (T, n, d) contributions + noise."""
     theta = np.zeros(z.shape[1:]) if theta0 is None else np.asarray(theta0, dtype=float)
     for t in range(sched.rounds):
@@ -182,10 +208,16 @@ def replay_stream(sched: RealisedSchedule, z: np.ndarray, theta0: np.ndarray | N
     return theta
 
 
-def averaging_sensitivities(sched: RealisedSchedule, gamma: float | Sequence[float] = 1.0, *,
-                            view: str = "neighbourhood", rounds: Sequence[int] | None = None,
-                            observers: Sequence[int] | None = None, batch: int = 64,
-                            source: int | None = None) -> np.ndarray:
+def averaging_sensitivities(
+    sched: RealisedSchedule,
+    gamma: float | Sequence[float] = 1.0,
+    *,
+    view: str = "neighbourhood",
+    rounds: Sequence[int] | None = None,
+    observers: Sequence[int] | None = None,
+    batch: int = 64,
+    source: int | None = None,
+) -> np.ndarray:
     """Certified ``S[u, v] = Δ²(u → v)/Δ²`` of one averaging phase (noise once, then the rounds
     ``rounds`` of the recorded schedule; all rounds by default).  Exact: projection of ``e_u`` on
     the observer's view with its own noise removed.  Diagonal 0; columns of observers not asked for
@@ -236,8 +268,9 @@ def averaging_sensitivities(sched: RealisedSchedule, gamma: float | Sequence[flo
     return S
 
 
-def averaging_thm1(sched: RealisedSchedule, rounds: Sequence[int] | None = None, *,
-                   keep_diagonal: bool = False) -> np.ndarray:
+def averaging_thm1(
+    sched: RealisedSchedule, rounds: Sequence[int] | None = None, *, keep_diagonal: bool = False
+) -> np.ndarray:
     """[M] Theorem 1 (paper bound, unclipped, unit-free) on the recorded schedule, plain gossip:
     ``F[u, v] = Σ_t Σ_{w→v at t} W_{0:t}[w,u]²/‖W_{0:t}[w,:]‖²`` (t = 0..T−1, ``W_{0:0} = I``)."""
     n = sched.n
@@ -250,13 +283,21 @@ def averaging_thm1(sched: RealisedSchedule, rounds: Sequence[int] | None = None,
         for w, v in sched.sent[t]:
             F[:, v] += C[w]
         P = np.asarray(sched.W[t] @ P)
-    if not keep_diagonal:  # u = v: the observer's own input (its term is kept only to reproduce [M] App. H.6)
+    if (
+        not keep_diagonal
+    ):  # u = v: the observer's own input (its term is kept only to reproduce [M] App. H.6)
         np.fill_diagonal(F, 0.0)
     return F
 
 
-def stream_sensitivity(sched: RealisedSchedule, source: int, observer: int, *, view: str = "neighbourhood",
-                       exact_limit: int = 16) -> dict[str, Any]:
+def stream_sensitivity(
+    sched: RealisedSchedule,
+    source: int,
+    observer: int,
+    *,
+    view: str = "neighbourhood",
+    exact_limit: int = 16,
+) -> dict[str, Any]:
     """Certified Δ² (per-round contribution bound 1) of streaming gossip on the recorded schedule.
 
     Messages ``m^w_t = Σ_{k≤t} Φ(t,k)[w,:] z_k`` with ``Φ(t,k) = W_{t−1}⋯W_k``; the observer sees its
@@ -287,13 +328,30 @@ def stream_sensitivity(sched: RealisedSchedule, source: int, observer: int, *, v
     A = np.array(blocks)
     B = A.copy()
     B[:, [k * n + observer for k in range(T)]] = 0.0
-    res = LinearGaussianView(A, B).box_sensitivity_sq([k * n + source for k in range(T)], exact_limit=exact_limit)
-    res.update({"source": int(source), "observer": int(observer), "view": view, "rounds": T, "bound": "certified"})
+    res = LinearGaussianView(A, B).box_sensitivity_sq(
+        [k * n + source for k in range(T)], exact_limit=exact_limit
+    )
+    res.update(
+        {
+            "source": int(source),
+            "observer": int(observer),
+            "view": view,
+            "rounds": T,
+            "bound": "certified",
+        }
+    )
     return res
 
 
-def gd_sensitivity(sched: RealisedSchedule, source: int, observer: int, phases: Sequence[Sequence[int]],
-                   gammas: Sequence[np.ndarray] | None = None, *, view: str = "neighbourhood") -> dict[str, Any]:
+def gd_sensitivity(
+    sched: RealisedSchedule,
+    source: int,
+    observer: int,
+    phases: Sequence[Sequence[int]],
+    gammas: Sequence[np.ndarray] | None = None,
+    *,
+    view: str = "neighbourhood",
+) -> dict[str, Any]:
     """Certified Δ² (per-step contribution bound 1) of Muffliato-GD on the recorded schedule, the whole run
     as ONE linear-Gaussian view.
 
@@ -337,15 +395,27 @@ def gd_sensitivity(sched: RealisedSchedule, source: int, observer: int, phases: 
     A = np.array(rows)
     B = A.copy()
     B[:, [r * n + observer for r in range(R)]] = 0.0
-    res = LinearGaussianView(A, B).box_sensitivity_sq([r * n + source for r in range(R)], exact_limit=0)
-    res.update({"source": int(source), "observer": int(observer), "view": view, "steps": R, "bound": "certified"})
+    res = LinearGaussianView(A, B).box_sensitivity_sq(
+        [r * n + source for r in range(R)], exact_limit=0
+    )
+    res.update(
+        {
+            "source": int(source),
+            "observer": int(observer),
+            "view": view,
+            "steps": R,
+            "bound": "certified",
+        }
+    )
     return res
 
 
 # ---- Alg. 2: pairwise schedule -----------------------------------------------------------------
 
 
-def pairwise_schedule_from_ledgers(ledgers: Mapping[int, Sequence[LedgerEntry]], T: int) -> dict[int, dict[int, dict]]:
+def pairwise_schedule_from_ledgers(
+    ledgers: Mapping[int, Sequence[LedgerEntry]], T: int
+) -> dict[int, dict[int, dict]]:
     """``rec[t][node]`` = that node's record of activation t (partner, whether it averaged, whether it sent)."""
     rec: dict[int, dict[int, dict]] = defaultdict(dict)
     for node, entries in ledgers.items():
@@ -366,7 +436,15 @@ def _pairwise_steps(rec, T: int) -> Iterable[tuple[int, int, int, bool, bool, bo
         a = nodes[0]
         b = int(rec[t][a]["partner"])
         ra, rb = rec[t].get(a, {}), rec[t].get(b, {})
-        yield t, a, b, bool(ra.get("used")), bool(rb.get("used")), bool(ra.get("sent")), bool(rb.get("sent"))
+        yield (
+            t,
+            a,
+            b,
+            bool(ra.get("used")),
+            bool(rb.get("used")),
+            bool(ra.get("sent")),
+            bool(rb.get("sent")),
+        )
 
 
 def replay_pairwise(rec, T: int, x0: np.ndarray) -> np.ndarray:
@@ -410,33 +488,62 @@ def pairwise_sensitivities(rec, T: int, n: int) -> np.ndarray:
 # ---- what the node's privacy ledger charges --------------------------------------------------
 
 
-def privacy_ledger_entries(S: np.ndarray, sigma: float, *, run_id: str, protocol: str, view: str,
-                           sources: Iterable[int] | None = None) -> dict[int, PrivacyEntry]:
+def privacy_ledger_entries(
+    S: np.ndarray,
+    sigma: float,
+    *,
+    run_id: str,
+    protocol: str,
+    view: str,
+    sources: Iterable[int] | None = None,
+) -> dict[int, PrivacyEntry]:
     """One certified Gaussian entry per contributor u: μ toward v = ``sqrt(S[u, v])/σ`` (σ = noise
     multiplier, S in units of Δ²) — what the node's ledger charges and its budget checks."""
     n = S.shape[0]
     out = {}
-    for u in (range(n) if sources is None else sources):
+    for u in range(n) if sources is None else sources:
         mu = {str(v): float(np.sqrt(S[u, v]) / sigma) for v in range(n) if v != u and S[u, v] > 0}
         if mu:
-            out[int(u)] = PrivacyEntry.gaussian(run_id, protocol, view, "certified", mu,
-                                                      note=f"{protocol}: exact view divergence on the recorded schedule")
+            out[int(u)] = PrivacyEntry.gaussian(
+                run_id,
+                protocol,
+                view,
+                "certified",
+                mu,
+                note=f"{protocol}: exact view divergence on the recorded schedule",
+            )
     return out
 
 
-def certified_report(S: np.ndarray, sigma: float, alpha: float, *, view: str, protocol: str,
-                     paper: np.ndarray | None = None) -> dict[str, Any]:
+def certified_report(
+    S: np.ndarray,
+    sigma: float,
+    alpha: float,
+    *,
+    view: str,
+    protocol: str,
+    paper: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Summary a node/operator sees: certified RDP at ``alpha`` (and the paper's number, labelled)."""
     n = S.shape[0]
     off = ~np.eye(n, dtype=bool)
     cert = rdp_of(alpha, S, sigma)
     out: dict[str, Any] = {
-        "protocol": protocol, "view": view, "alpha": float(alpha), "sigma": float(sigma),
-        "certified": {"bound": "certified (exact view divergence on the recorded schedule)",
-                      "max": float(cert[off].max()), "mean": float(cert[off].mean())},
+        "protocol": protocol,
+        "view": view,
+        "alpha": float(alpha),
+        "sigma": float(sigma),
+        "certified": {
+            "bound": "certified (exact view divergence on the recorded schedule)",
+            "max": float(cert[off].max()),
+            "mean": float(cert[off].mean()),
+        },
     }
     if paper is not None:
         p = rdp_of(alpha, paper, sigma)
-        out["paper"] = {"bound": "paper ([M] Theorem 1, unclipped; not a guarantee)",
-                        "max": float(p[off].max()), "mean": float(p[off].mean())}
+        out["paper"] = {
+            "bound": "paper ([M] Theorem 1, unclipped; not a guarantee)",
+            "max": float(p[off].max()),
+            "mean": float(p[off].mean()),
+        }
     return out

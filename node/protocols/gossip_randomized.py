@@ -18,16 +18,32 @@ Values for activations the node has not reached yet are buffered (a partner that
 activation runs ahead); a skipped activation's late value is refused as stale, never mixed in.
 Each activation is recorded in the ledger (partner, whether the value was sent, whether it was used).
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import numpy as np
 
-from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Send, SetTimer
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Finish,
+    LedgerEntry,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.protocols.gossip import KIND_HEARTBEAT, KIND_VALUE, GossipOptions, StaleRound, decode_round, encode_round
+from hushnet.protocols.gossip import (
+    KIND_HEARTBEAT,
+    KIND_VALUE,
+    GossipOptions,
+    StaleRound,
+    decode_round,
+    encode_round,
+)
 from hushnet.tasks.base import TaskError, ValueTask
 
 __all__ = ["RandomizedMuffliato"]
@@ -38,8 +54,15 @@ class RandomizedMuffliato(Protocol):
 
     name: ClassVar[str] = "muffliato-randomized"
 
-    def __init__(self, ctx: NodeContext, task: ValueTask, schedule: np.ndarray, sigma: float, *,
-                 options: GossipOptions | None = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        task: ValueTask,
+        schedule: np.ndarray,
+        sigma: float,
+        *,
+        options: GossipOptions | None = None,
+    ) -> None:
         super().__init__(ctx)
         if not isinstance(task, ValueTask):
             raise TaskError("randomized muffliato averages values: it needs a value task")
@@ -70,15 +93,37 @@ class RandomizedMuffliato(Protocol):
         if self.x is not None:
             return []
         std = self.sigma * self.sens
-        self.x = np.asarray(self.task.value(0), dtype=np.float64) + self.ctx.rng.standard_normal(self.dim) * std
-        led = LedgerEntry(self.ctx.node, 0, "value", self.ctx.view_model, self.sens, std,
-                          std / self.sens if self.sens > 0 else float("inf"), self.name, self.ctx.run_id,
-                          {"activations": len(self.acts)})
+        self.x = (
+            np.asarray(self.task.value(0), dtype=np.float64)
+            + self.ctx.rng.standard_normal(self.dim) * std
+        )
+        led = LedgerEntry(
+            self.ctx.node,
+            0,
+            "value",
+            self.ctx.view_model,
+            self.sens,
+            std,
+            std / self.sens if self.sens > 0 else float("inf"),
+            self.name,
+            self.ctx.run_id,
+            {"activations": len(self.acts)},
+        )
         return [led] + self._next()
 
     def _record(self, t: int, partner: int, used: bool, sent: bool) -> LedgerEntry:
-        return LedgerEntry(self.ctx.node, t, "schedule", self.ctx.view_model, 0.0, 0.0, 0.0, self.name,
-                           self.ctx.run_id, {"round": t, "partner": partner, "used": used, "sent": sent})
+        return LedgerEntry(
+            self.ctx.node,
+            t,
+            "schedule",
+            self.ctx.view_model,
+            0.0,
+            0.0,
+            0.0,
+            self.name,
+            self.ctx.run_id,
+            {"round": t, "partner": partner, "used": used, "sent": sent},
+        )
 
     def _next(self) -> list[Action]:
         acts: list[Action] = []
@@ -95,8 +140,14 @@ class RandomizedMuffliato(Protocol):
             acts.append(SetTimer(f"P{t}", self.opt.timeout / self.opt.ticks))
             return acts
         self.finished = True
-        return acts + [Finish(self.ctx.node, len(self.sched), self.x, {"activations": len(self.acts),
-                                                                        "gone": sorted(self.gone)})]
+        return acts + [
+            Finish(
+                self.ctx.node,
+                len(self.sched),
+                self.x,
+                {"activations": len(self.acts), "gone": sorted(self.gone)},
+            )
+        ]
 
     def _average(self, t: int, p: int, vec: np.ndarray) -> list[Action]:
         self.x = 0.5 * (self.x + vec)
@@ -116,15 +167,21 @@ class RandomizedMuffliato(Protocol):
             raise MalformedMessage(f"activation {t} outside 0..{len(self.sched) - 1}")
         a, b = (int(v) for v in self.sched[t])
         if {a, b} != {self.ctx.node, src}:
-            raise UnexpectedSender(f"activation {t} is edge {{{a}, {b}}}: node {src} may not send it to node {self.ctx.node}")
+            raise UnexpectedSender(
+                f"activation {t} is edge {{{a}, {b}}}: node {src} may not send it to node {self.ctx.node}"
+            )
         if src in self.gone:
             raise UnexpectedSender(f"node {src} was declared gone by node {self.ctx.node}")
         if t in self._seen:
-            raise ReplayedMessage(f"activation {t} from node {src} already received "
-                                  f"({'duplicate' if self._seen[t] == hash(payload) else 'conflicting'}); not used again")
+            raise ReplayedMessage(
+                f"activation {t} from node {src} already received "
+                f"({'duplicate' if self._seen[t] == hash(payload) else 'conflicting'}); not used again"
+            )
         cur = self.acts[self.ptr][0] if self.ptr < len(self.acts) else len(self.sched)
         if t < cur:
-            raise StaleRound(f"activation {t} already closed at node {self.ctx.node} (now at {cur}); value not used")
+            raise StaleRound(
+                f"activation {t} already closed at node {self.ctx.node} (now at {cur}); value not used"
+            )
         if t > cur:
             self._seen[t] = hash(payload)
             self._buf[t] = vec
@@ -139,7 +196,9 @@ class RandomizedMuffliato(Protocol):
             return []  # a late sign of life changes nothing
         if self.ptr < len(self.acts):
             cur, p = self.acts[self.ptr]
-            if p == src and t < cur:  # the partner has not reached our activation yet: slow, not silent
+            if (
+                p == src and t < cur
+            ):  # the partner has not reached our activation yet: slow, not silent
                 self._silent = 0
         return []
 
@@ -150,13 +209,19 @@ class RandomizedMuffliato(Protocol):
         if name != f"P{t}":
             return []
         self._silent += 1
-        if self._silent < self.opt.ticks:  # still waiting: tell whoever waits on this node that it is alive
+        if (
+            self._silent < self.opt.ticks
+        ):  # still waiting: tell whoever waits on this node that it is alive
             hb = encode_round(KIND_HEARTBEAT, t, 0)
-            waiting = sorted({q for _, q in self.acts[self.ptr:]} - self.gone)
-            return [Send(q, hb) for q in waiting] + [SetTimer(name, self.opt.timeout / self.opt.ticks)]
+            waiting = sorted({q for _, q in self.acts[self.ptr :]} - self.gone)
+            return [Send(q, hb) for q in waiting] + [
+                SetTimer(name, self.opt.timeout / self.opt.ticks)
+            ]
         self._missed[p] = self._missed.get(p, 0) + 1
-        acts: list[Action] = [Deviation(self.ctx.node, t, "activation-timeout", {"partner": p}),
-                              self._record(t, p, False, True)]
+        acts: list[Action] = [
+            Deviation(self.ctx.node, t, "activation-timeout", {"partner": p}),
+            self._record(t, p, False, True),
+        ]
         if self._missed[p] >= self.opt.give_up_after:
             self.gone.add(p)
             acts.append(Deviation(self.ctx.node, t, "neighbour-gone", {"neighbour": p}))

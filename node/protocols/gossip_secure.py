@@ -48,6 +48,7 @@ pairwise AES-128-CTR mask streams of the model's dimension.
 Threat model: SecAgg's honest-but-curious leader and members; a colluding neighbour set of the
 leader can of course subtract its own inputs (the accountant's view is per single observer).
 """
+
 from __future__ import annotations
 
 import struct
@@ -62,11 +63,22 @@ from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.protocols.gossip import KIND_INVITE, KIND_SECAGG, GossipMachine, mh_weight
 from hushnet.protocols.secagg import ABORT, SecAggMachine, SecAggParams
 
-__all__ = ["KIND_INVITE", "KIND_SECAGG", "SECURE_KINDS", "SecureNeighbourhood", "secure_threshold", "attach_secure",
-           "encode_invite", "encode_secagg", "ACCOUNTING_LABEL"]
+__all__ = [
+    "KIND_INVITE",
+    "KIND_SECAGG",
+    "SECURE_KINDS",
+    "SecureNeighbourhood",
+    "secure_threshold",
+    "attach_secure",
+    "encode_invite",
+    "encode_secagg",
+    "ACCOUNTING_LABEL",
+]
 
 SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
-_HDR = struct.Struct("<BQII")  # kind, round, aux (INVITE: leader's degree; SECAGG: leader vertex), body length
+_HDR = struct.Struct(
+    "<BQII"
+)  # kind, round, aux (INVITE: leader's degree; SECAGG: leader vertex), body length
 _U32 = struct.Struct("<I")
 #: what the run report says when this mechanism is on
 ACCOUNTING_LABEL = "aggregate (secure neighbourhood summation)"
@@ -93,22 +105,33 @@ def _decode(payload: bytes) -> tuple[int, int, int, bytes]:
     kind, rnd, aux, n = _HDR.unpack_from(payload)
     body = payload[_HDR.size :]
     if len(body) != n:
-        raise MalformedMessage(f"secure gossip message declares {n} body bytes, carries {len(body)}")
+        raise MalformedMessage(
+            f"secure gossip message declares {n} body bytes, carries {len(body)}"
+        )
     return kind, rnd, aux, body
 
 
 class SecureNeighbourhood:
     """The secure-summation part of one node's gossip machine: its led sums and its memberships."""
 
-    def __init__(self, machine: GossipMachine, share_key: KeyPair, directory: KeyDirectory, *, frac_bits: int = 24,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        machine: GossipMachine,
+        share_key: KeyPair,
+        directory: KeyDirectory,
+        *,
+        frac_bits: int = 24,
+        timeout: float | None = None,
+    ) -> None:
         self.m = machine
         self.key = share_key
         self.directory = directory
         self.frac_bits = int(frac_bits)
         self.timeout = float(timeout if timeout is not None else machine.opt.timeout)
         self.subs: dict[tuple[int, int], SecAggMachine] = {}  # (round, leader) -> live sub-machine
-        self.joined: dict[int, tuple[np.ndarray, int, frozenset[int]]] = {}  # round -> (m_i, |H_i|, H_i)
+        self.joined: dict[
+            int, tuple[np.ndarray, int, frozenset[int]]
+        ] = {}  # round -> (m_i, |H_i|, H_i)
         self.lead_info: dict[int, dict[str, Any]] = {}
         self.released = self.aborted = 0
         self._lead_members: dict[int, dict[int, float]] = {}
@@ -117,11 +140,17 @@ class SecureNeighbourhood:
 
     def offer(self, t: int, msg: np.ndarray, heard: list[int]) -> None:
         """This node sent ``JOIN(t)`` to ``heard``: keep what a member needs (its message, its degree)."""
-        self.joined[t] = (np.array(msg, dtype=np.float64), len(heard), frozenset(int(j) for j in heard))
+        self.joined[t] = (
+            np.array(msg, dtype=np.float64),
+            len(heard),
+            frozenset(int(j) for j in heard),
+        )
         horizon = t - self.m.opt.max_ahead - 2
         for old in [r for r in self.joined if r < horizon]:
             self.joined.pop(old, None)
-        for key in [k for k in self.subs if k[0] < horizon]:  # memberships of long-gone sums (leader silent)
+        for key in [
+            k for k in self.subs if k[0] < horizon
+        ]:  # memberships of long-gone sums (leader silent)
             del self.subs[key]
 
     def lead(self, t: int, joiners: dict[int, int]) -> list[Action]:
@@ -142,7 +171,11 @@ class SecureNeighbourhood:
     def pending(self) -> list[tuple[int, int]]:
         """Memberships in other nodes' sums whose part is not done yet."""
         me, t, gone = self.m.ctx.node, self.m.t, self.m.gone
-        return [k for k, s in self.subs.items() if k[1] != me and not s.finished and k[0] >= t - 1 and k[1] not in gone]
+        return [
+            k
+            for k, s in self.subs.items()
+            if k[1] != me and not s.finished and k[0] >= t - 1 and k[1] not in gone
+        ]
 
     # ---- messages and timers -------------------------------------------------------------------
 
@@ -158,10 +191,14 @@ class SecureNeighbourhood:
         leader = int(aux)
         sub = self.subs.get((t, leader))
         if sub is None:
-            if body[:1] == bytes([ABORT]):  # an abort for a sum this node never joined (its invite was refused)
+            if body[:1] == bytes(
+                [ABORT]
+            ):  # an abort for a sum this node never joined (its invite was refused)
                 return []
-            raise UnexpectedSender(f"secure-sum message for the round-{t} sum led by node {leader}, "
-                                   f"which node {me} is not part of")
+            raise UnexpectedSender(
+                f"secure-sum message for the round-{t} sum led by node {leader}, "
+                f"which node {me} is not part of"
+            )
         return self._run(t, leader, sub, MessageArrived(src, body))
 
     def on_timer(self, name: str) -> list[Action]:
@@ -189,19 +226,37 @@ class SecureNeighbourhood:
         offered = self.joined.get(t)
         if offered is None or leader not in offered[2]:
             raise UnexpectedSender(f"node {me} did not offer its round-{t} value to node {leader}")
-        if me not in members or leader not in members or len(set(members)) != len(members) or deg_leader < 1 \
-                or len(members) > deg_leader + 1:
-            raise MalformedMessage(f"invite from node {leader} with an inconsistent member list or degree")
+        if (
+            me not in members
+            or leader not in members
+            or len(set(members)) != len(members)
+            or deg_leader < 1
+            or len(members) > deg_leader + 1
+        ):
+            raise MalformedMessage(
+                f"invite from node {leader} with an inconsistent member list or degree"
+            )
         msg, deg, _ = offered
         w = mh_weight(deg_leader, deg)
         sub = self._machine(t, leader, tuple(sorted(members)), w * msg)
         return self._run(t, leader, sub, RunStarted())
 
-    def _machine(self, t: int, leader: int, members: tuple[int, ...], vector: np.ndarray) -> SecAggMachine:
+    def _machine(
+        self, t: int, leader: int, members: tuple[int, ...], vector: np.ndarray
+    ) -> SecAggMachine:
         m = self.m
-        p = SecAggParams(members=members, leader=leader, threshold=secure_threshold(len(members)), dim=m.dim,
-                         frac_bits=self.frac_bits, round_timeout=self.timeout, broadcast=False,
-                         round_id=t * m.ctx.n + leader, consistency_check=False, fresh_nonce=False)
+        p = SecAggParams(
+            members=members,
+            leader=leader,
+            threshold=secure_threshold(len(members)),
+            dim=m.dim,
+            frac_bits=self.frac_bits,
+            round_timeout=self.timeout,
+            broadcast=False,
+            round_id=t * m.ctx.n + leader,
+            consistency_check=False,
+            fresh_nonce=False,
+        )
         # the gossip machine's context: the sum adds no noise (noise_std = 0), so the run generator is not drawn
         # from and the noise stream is the plain run's (parity with the simulator holds)
         sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)
@@ -248,19 +303,33 @@ class SecureNeighbourhood:
         members = sorted([me, *weights])
         if fin.model is None:
             self.aborted += 1
-            self.lead_info[t] = {"status": "aborted", "members": members, "reason": str(info.get("reason", ""))}
+            self.lead_info[t] = {
+                "status": "aborted",
+                "members": members,
+                "reason": str(info.get("reason", "")),
+            }
             return [Metric("secure-sum-aborted", t, t, me)] + self.m._secure_done(t, {}, None)  # noqa: SLF001
         self.released += 1
         surv = [int(j) for j in info.get("survivors", [])]
         row = {j: weights[j] for j in surv if j != me}
-        self.lead_info[t] = {"status": "released", "members": members, "survivors": surv,
-                             "dropped": [int(j) for j in info.get("dropped", [])],
-                             "error_bound": float(info.get("error_bound", 0.0))}
+        self.lead_info[t] = {
+            "status": "released",
+            "members": members,
+            "survivors": surv,
+            "dropped": [int(j) for j in info.get("dropped", [])],
+            "error_bound": float(info.get("error_bound", 0.0)),
+        }
         return self.m._secure_done(t, row, np.asarray(fin.model, dtype=np.float64))  # noqa: SLF001
 
 
-def attach_secure(machine: GossipMachine, share_key: KeyPair, directory: KeyDirectory, *, frac_bits: int = 24,
-                  timeout: float | None = None) -> GossipMachine:
+def attach_secure(
+    machine: GossipMachine,
+    share_key: KeyPair,
+    directory: KeyDirectory,
+    *,
+    frac_bits: int = 24,
+    timeout: float | None = None,
+) -> GossipMachine:
     """Turn a synchronous gossip machine's value phase into secure neighbourhood summation (before it starts)."""
     if machine.t or machine._msg is not None:  # noqa: SLF001
         raise ValueError("secure summation must be attached before the machine starts")
@@ -269,5 +338,7 @@ def attach_secure(machine: GossipMachine, share_key: KeyPair, directory: KeyDire
         raise ValueError(f"the key directory has no share-transport key for vertices {missing[:5]}")
     if directory.keys.get(machine.ctx.node) != share_key.public:
         raise ValueError("the directory's key for this node is not this node's share-transport key")
-    machine.secure = SecureNeighbourhood(machine, share_key, directory, frac_bits=frac_bits, timeout=timeout)
+    machine.secure = SecureNeighbourhood(
+        machine, share_key, directory, frac_bits=frac_bits, timeout=timeout
+    )
     return machine

@@ -4,6 +4,7 @@ The privacy analyses assume the walk follows the public transition matrix exactl
 samples from the node's own generator and, when a neighbour is unreachable, never re-samples
 silently: :meth:`TransitionRow.without` builds the changed row that a recorded deviation uses.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,7 +47,9 @@ class TransitionRow(HopRule):
         self.probs = p / total
         self.cum = np.cumsum(self.probs)
         self.cum[-1] = 1.0
-        self._senders = np.sort(self.cols[self.cols != self.node])  # sorted: membership by binary search
+        self._senders = np.sort(
+            self.cols[self.cols != self.node]
+        )  # sorted: membership by binary search
 
     @classmethod
     def from_matrix(cls, W, node: int) -> "TransitionRow":

@@ -26,12 +26,13 @@ uniformly among the walks of ``k`` edges from the sender to it that avoid the re
 view of a delivery then has one law whatever the sender.  Where no such ``k`` fits the header
 (``independent = False``) the run is charged the sender-known bound, and its report says why.  The
 path must be unpredictable to others, so it is drawn from ``path_rng`` — by default seeded from
-the OS CSPRNG, not from the public run seed (spec E.4).
+the OS CSPRNG, not from the public run seed (docs/design/spec/randomwalk.md §E.4).
 
 This module also holds the *accounting views* of the anonymity layer (:data:`VIEWS`,
 :func:`accounting_view`): which observation model the accountant must use when each mechanism is
 really on, with the reason, as data a run report can show.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,24 @@ import scipy.sparse as sp
 
 from hushnet.crypto.cells import CELL_BODY, from_cells, n_cells, to_cells
 from hushnet.crypto.keys import KeyDirectory
-from hushnet.crypto.onion import DuplicatePacket, OnionKeyring, build_packet, onion_ad, packet_length, peel
-from hushnet.engine.actions import Action, CancelTimer, Fault, Finish, Metric, Paused, Send, SetTimer
+from hushnet.crypto.onion import (
+    DuplicatePacket,
+    OnionKeyring,
+    build_packet,
+    onion_ad,
+    packet_length,
+    peel,
+)
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Fault,
+    Finish,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
@@ -75,44 +92,67 @@ class AccountingView:
 
 VIEWS: dict[str, AccountingView] = {
     "plain-links": AccountingView(
-        "plain-links", "sender-known",
+        "plain-links",
+        "sender-known",
         "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
-        "without onion relaying the receiver's gRPC peer is the token's sender (spec randomwalk.md E.2)", True),
+        "without onion relaying the receiver's gRPC peer is the token's sender (docs/design/spec/randomwalk.md E.2)",
+        True,
+    ),
     "onion-relay": AccountingView(
-        "onion-relay", "local",
+        "onion-relay",
+        "local",
         "local-DP Gaussian bound per contribution (the contribution seen in the clear), certified",
         "per delivery the relay plan hides the sender from the receiver, but every node also relays the same "
         "walk's other hops and so sees its link peers and next hops: part of the token's trajectory, which "
         "neither the random-walk paper's anonymous-sender view (its eq. 7) nor the sender-known view covers "
         "(exact on K4: a node's relay observations raise its best guess of the next sender from 1/3 to 0.47). "
         "No walk bound is certified; the anonymous-sender value is shown only as a labelled paper reproduction",
-        False),
+        False,
+    ),
     "neighbourhood": AccountingView(
-        "plain-gossip", "neighbourhood",
+        "plain-gossip",
+        "neighbourhood",
         "Muffliato certified exact loss, view='neighbourhood'",
-        "without secure summation a node sees every message of its closed neighbourhood", True),
+        "without secure summation a node sees every message of its closed neighbourhood",
+        True,
+    ),
     "secure-summation": AccountingView(
-        "secure-summation", "aggregate",
+        "secure-summation",
+        "aggregate",
         "Muffliato certified exact loss, view='aggregate' (S = e_i^T: the observer sees only its sums)",
         "pairwise-masked secure summation is on: the aggregating node learns only the sum of its "
-        "closed neighbourhood (threshold-bounded; a round below threshold releases nothing)", True),
+        "closed neighbourhood (threshold-bounded; a round below threshold releases nothing)",
+        True,
+    ),
     "source-anonymous-walk": AccountingView(
-        "source-anonymous-walk", "sender-known",
+        "source-anonymous-walk",
+        "sender-known",
         "every update charged as attributable to its node (no amplification credited), certified",
         "the destination sees the model after one update; source anonymity has no DP theorem and leaks "
-        "by chain of custody (spec anonymity.md §6.6-6.7): entropy is reported as a diagnostic only", False),
+        "by chain of custody (docs/design/spec/anonymity.md §6.6-6.7): entropy is reported as a diagnostic only",
+        False,
+    ),
 }
 
 
-def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: bool = False,
-                    relay_independent: bool = True) -> AccountingView:
+def accounting_view(
+    protocol: str,
+    *,
+    onion_hops: int = 0,
+    secure_summation: bool = False,
+    relay_independent: bool = True,
+) -> AccountingView:
     """The view the accountant must use for a run (and why): aggregate only with secure summation; onion
     relaying is charged at local DP (its relays observe the walk's trajectory, see ``VIEWS["onion-relay"]``),
     whatever its relay plan; no anonymity credit for the source-anonymous walk."""
     if protocol in ("anon-walk-sgd",):
         return VIEWS["source-anonymous-walk"]
     if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
-        return VIEWS["secure-summation"] if secure_summation or protocol == "secagg-sum" else VIEWS["neighbourhood"]
+        return (
+            VIEWS["secure-summation"]
+            if secure_summation or protocol == "secagg-sum"
+            else VIEWS["neighbourhood"]
+        )
     if onion_hops < 1:
         return VIEWS["plain-links"]
     return VIEWS["onion-relay"]  # local DP whatever the plan: relays see the walk's trajectory
@@ -121,8 +161,13 @@ def accounting_view(protocol: str, *, onion_hops: int = 0, secure_summation: boo
 def onion_view(plan: "RelayPlan") -> dict[str, Any]:
     """The accounting view of an onion run with relay plan ``plan``, as a report shows it (the plan says
     whether each delivery hides the sender from its receiver; the charge is local DP either way)."""
-    return {**VIEWS["onion-relay"].as_dict(), "relays": plan.relays, "mean_relays": plan.mean_relays,
-            "relay_plan": plan.reason, "sender_hidden_per_delivery": plan.independent}
+    return {
+        **VIEWS["onion-relay"].as_dict(),
+        "relays": plan.relays,
+        "mean_relays": plan.mean_relays,
+        "relay_plan": plan.reason,
+        "sender_hidden_per_delivery": plan.independent,
+    }
 
 
 # ---- relay paths -------------------------------------------------------------------------------
@@ -174,7 +219,9 @@ def relay_tables(adj: sp.csr_matrix, dst: int, hops: int, slots: int) -> RelayTa
     """
     n = adj.shape[0]
     Ac = adj.tocsc()
-    nb = Ac.indices[Ac.indptr[dst] : Ac.indptr[dst + 1]].astype(np.int64)  # who can hand dst a packet
+    nb = Ac.indices[Ac.indptr[dst] : Ac.indptr[dst + 1]].astype(
+        np.int64
+    )  # who can hand dst a packet
     mask = np.ones((n, 1))
     mask[dst] = 0.0
     F = [np.zeros((n, nb.size))]
@@ -185,7 +232,9 @@ def relay_tables(adj: sp.csr_matrix, dst: int, hops: int, slots: int) -> RelayTa
         top = X.max(axis=0) if n else np.zeros(nb.size)
         F.append(X / np.where(top > 0, top, 1.0))
         if m >= hops:
-            every = (F[m][nb] > 0).all(axis=0)  # every possible sender reaches nb[j] in exactly m edges
+            every = (F[m][nb] > 0).all(
+                axis=0
+            )  # every possible sender reaches nb[j] in exactly m edges
             k[(k == 0) & every] = m
     return nb, F, k
 
@@ -212,29 +261,54 @@ def relay_plan(graph: sp.spmatrix | np.ndarray, hops: int, slots: int) -> RelayP
             continue
         if not fail and (k == 0).any():
             j = int(np.flatnonzero(k == 0)[0])
-            u = int(nb[int(np.flatnonzero(F[hops][nb, j] == 0)[0])]) if hops < len(F) else int(nb[0])
-            fail = (f"recipient {v}: no common walk length in {hops}..{slots - 1} from all its neighbours "
-                    f"to its neighbour {int(nb[j])} avoiding it (none of {hops} edges from {u})")
+            u = (
+                int(nb[int(np.flatnonzero(F[hops][nb, j] == 0)[0])])
+                if hops < len(F)
+                else int(nb[0])
+            )
+            fail = (
+                f"recipient {v}: no common walk length in {hops}..{slots - 1} from all its neighbours "
+                f"to its neighbour {int(nb[j])} avoiding it (none of {hops} edges from {u})"
+            )
         longest = max(longest, int(k.max()))
         means.append(float(k[k > 0].mean()) if (k > 0).any() else float(hops))
     if fail:
-        plan = RelayPlan(hops, slots, longest or hops, float(np.mean(means)) if means else float(hops), False,
-                         f"{fail}: the last relay's law would depend on the sender, so the run is charged "
-                         f"the sender-known bound")
+        plan = RelayPlan(
+            hops,
+            slots,
+            longest or hops,
+            float(np.mean(means)) if means else float(hops),
+            False,
+            f"{fail}: the last relay's law would depend on the sender, so the run is charged "
+            f"the sender-known bound",
+        )
     else:
         mean = float(np.mean(means)) if means else float(hops)
-        plan = RelayPlan(hops, slots, longest or hops, mean, True,
-                         f"last relay uniform among the recipient's neighbours (sender included) whatever the "
-                         f"sender; path length a function of (recipient, last relay): {hops}..{longest} relays, "
-                         f"mean {mean:.2f}")
+        plan = RelayPlan(
+            hops,
+            slots,
+            longest or hops,
+            mean,
+            True,
+            f"last relay uniform among the recipient's neighbours (sender included) whatever the "
+            f"sender; path length a function of (recipient, last relay): {hops}..{longest} relays, "
+            f"mean {mean:.2f}",
+        )
     if len(_PLAN_CACHE) > 16:
         _PLAN_CACHE.clear()
     _PLAN_CACHE[key] = plan
     return plan
 
 
-def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, slots: int, rng: np.random.Generator,
-               tables: RelayTables | None = None) -> list[int] | None:
+def relay_path(
+    adj: sp.csr_matrix,
+    src: int,
+    dst: int,
+    hops: int,
+    slots: int,
+    rng: np.random.Generator,
+    tables: RelayTables | None = None,
+) -> list[int] | None:
     """Relays ``r_1..r_k`` with ``src ~ r_1 ~ … ~ r_k ~ dst`` along edges (:class:`RelayPlan`).
 
     The last relay is drawn first, uniformly among ``dst``'s neighbours for which ``k(dst, ℓ)``
@@ -254,14 +328,18 @@ def relay_path(adj: sp.csr_matrix, src: int, dst: int, hops: int, slots: int, rn
     cand = np.flatnonzero([k[j] > 0 and F[k[j]][src, j] > 0 for j in range(k.size)])
     if cand.size == 0:
         return None
-    j = int(cand[int(rng.integers(cand.size))])  # the last relay first: nothing above involves src when klen > 0
+    j = int(
+        cand[int(rng.integers(cand.size))]
+    )  # the last relay first: nothing above involves src when klen > 0
     path: list[int] = []
     cur = src
     for m in range(int(k[j]) - 1, -1, -1):
         lo, hi = adj.indptr[cur], adj.indptr[cur + 1]
         nbrs = adj.indices[lo:hi]
         cw = np.cumsum(F[m][nbrs, j])
-        cur = int(nbrs[min(int(np.searchsorted(cw, rng.random() * cw[-1], side="right")), nbrs.size - 1)])
+        cur = int(
+            nbrs[min(int(np.searchsorted(cw, rng.random() * cw[-1], side="right")), nbrs.size - 1)]
+        )
         path.append(cur)
     return path
 
@@ -292,7 +370,9 @@ class OnionParams:
         if self.hops < 1:
             raise ValueError("onion relaying needs at least one relay (hops >= 1)")
         if self.slots < self.hops + 2:
-            raise ValueError("slots must be >= hops + 2 (relays, the recipient, room for one longer detour)")
+            raise ValueError(
+                "slots must be >= hops + 2 (relays, the recipient, room for one longer detour)"
+            )
 
     @property
     def packet_len(self) -> int:
@@ -344,7 +424,9 @@ class OnionLayer(Protocol):
         self.plan = relay_plan(self.adj, self.p.hops, self.p.slots)
         self._pending: dict[str, tuple[int, bytes, int]] = {}
         self._tables: dict[int, RelayTables] = {}  # recipient -> its public path tables
-        self._work: dict[str, Any] = {}  # deferred role work by timer key: (link peer, peeled layer)
+        self._work: dict[
+            str, Any
+        ] = {}  # deferred role work by timer key: (link peer, peeled layer)
         self._work_n = 0
         self.relayed = 0
         self.delivered = 0
@@ -380,7 +462,14 @@ class OnionLayer(Protocol):
             return [send, SetTimer(name, self.p.ack_timeout)]
         acts: list[Action] = [send, SetTimer(name, self.p.pause_retry)]
         if attempts == self.p.max_retries + 1:
-            acts.insert(0, Paused(self.ctx.node, -1, f"onion hop to neighbour {dst} unacknowledged after {self.p.max_retries} retries"))
+            acts.insert(
+                0,
+                Paused(
+                    self.ctx.node,
+                    -1,
+                    f"onion hop to neighbour {dst} unacknowledged after {self.p.max_retries} retries",
+                ),
+            )
         return acts
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
@@ -396,18 +485,36 @@ class OnionLayer(Protocol):
         if kind != KIND_PACKET:
             raise MalformedMessage(f"unknown onion message kind {kind}")
         if src not in self.neighbours:
-            raise UnexpectedSender(f"onion packet from node {src}, which is not a neighbour of node {self.ctx.node}")
+            raise UnexpectedSender(
+                f"onion packet from node {src}, which is not a neighbour of node {self.ctx.node}"
+            )
         packet = from_cells(payload[1:], self.p.cell_body, expected_cells=self.p.cells)
         # the hop ack: a message, or (link receipts) the transport's answer to this very delivery, which
         # leaves when this handler returns — after the same checks in every role, before any role work
-        ack = [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))] if self.p.reliable and not self.p.link_receipts else []
+        ack = (
+            [Send(src, bytes([KIND_HOP_ACK]) + _digest(payload))]
+            if self.p.reliable and not self.p.link_receipts
+            else []
+        )
         try:
-            res = peel(self.keyring, packet, slots=self.p.slots, payload_len=self.p.payload_len, ad=self._ad)
+            res = peel(
+                self.keyring,
+                packet,
+                slots=self.p.slots,
+                payload_len=self.p.payload_len,
+                ad=self._ad,
+            )
         except DuplicatePacket as err:  # our ack was lost: acknowledge again, forward nothing
             return ack + [Fault(self.ctx.node, err)]
         if not res.final and res.next_hop not in self.neighbours:
-            return ack + [Fault(self.ctx.node, UnexpectedSender(
-                f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
+            return ack + [
+                Fault(
+                    self.ctx.node,
+                    UnexpectedSender(
+                        f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"
+                    ),
+                )
+            ]
         # the ack leaves here, after the checks every role makes (cells, MAC, replay tag, next hop) and
         # before any role-specific work, whether this node relays or receives (issue 11 finding 5): its
         # place and time must not tell the last relay that its successor is the token's receiver.  The
@@ -415,7 +522,9 @@ class OnionLayer(Protocol):
         self._work_n += 1
         key = str(self._work_n)
         self._work[key] = (src, res)
-        if not self.p.reliable:  # no hop ack (unreliable links): nothing to keep apart from the role's work
+        if (
+            not self.p.reliable
+        ):  # no hop ack (unreliable links): nothing to keep apart from the role's work
             return self._role_work(*self._work.pop(key))
         return ack + [SetTimer(_WORK + key, 0.0)]
 
@@ -443,22 +552,42 @@ class OnionLayer(Protocol):
             return [Send(dst, data)]
         key = _digest(data).hex()
         self._pending[key] = (dst, data, 0)
-        return [Send(dst, data, key if self.p.link_receipts else ""), SetTimer(_TIMER + key, self.p.ack_timeout)]
+        return [
+            Send(dst, data, key if self.p.link_receipts else ""),
+            SetTimer(_TIMER + key, self.p.ack_timeout),
+        ]
 
     def wrap(self, dst: int, message: bytes) -> tuple[list[int], list[Action]]:
         """Onion-wrap ``message`` for ``dst``: (the path, the actions sending it to the first relay)."""
         if dst not in self._tables:  # the sparse block products once per recipient, not per message
             self._tables[dst] = relay_tables(self.adj, int(dst), self.p.hops, self.p.slots)
-        relays = relay_path(self.adj, self.ctx.node, int(dst), self.p.hops, self.p.slots, self.path_rng,
-                            self._tables[dst])
+        relays = relay_path(
+            self.adj,
+            self.ctx.node,
+            int(dst),
+            self.p.hops,
+            self.p.slots,
+            self.path_rng,
+            self._tables[dst],
+        )
         if relays is None:
-            raise ValueError(f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}")
+            raise ValueError(
+                f"no relay path of {self.p.hops}..{self.p.slots - 1} relays from {self.ctx.node} to {dst}"
+            )
         path = relays + [int(dst)]
         hops = [(v, self.directory.public(v)) for v in path]
-        packet = build_packet(hops, message, epoch=self.p.epoch, slots=self.p.slots, payload_len=self.p.payload_len,
-                              ad=self._ad)
+        packet = build_packet(
+            hops,
+            message,
+            epoch=self.p.epoch,
+            slots=self.p.slots,
+            payload_len=self.p.payload_len,
+            ad=self._ad,
+        )
         self.paths.append(path)
-        return path, [Metric("onion-path-length", len(relays), -1, self.ctx.node)] + self._send_packet(path[0], packet)
+        return path, [
+            Metric("onion-path-length", len(relays), -1, self.ctx.node)
+        ] + self._send_packet(path[0], packet)
 
     def _translate(self, acts: list[Action]) -> list[Action]:
         out: list[Action] = []
@@ -466,9 +595,13 @@ class OnionLayer(Protocol):
             if isinstance(a, Send):
                 out.extend(self.wrap(a.dst, a.payload)[1])
             else:
-                if isinstance(a, Finish):  # the run report shows which view the accountant must use, and why
+                if isinstance(
+                    a, Finish
+                ):  # the run report shows which view the accountant must use, and why
                     a.result.setdefault("accounting_view", onion_view(self.plan))
-                    a.result.setdefault("onion", {"relayed": self.relayed, "delivered": self.delivered})
+                    a.result.setdefault(
+                        "onion", {"relayed": self.relayed, "delivered": self.delivered}
+                    )
                 out.append(a)
         return out
 
@@ -509,12 +642,22 @@ def _anon_setup(W, p: dict[str, Any]):
     from hushnet.privacy.anonymity_setup import public_setup
 
     A = _adjacency(W)
-    key = (A.shape[0], A.indptr.tobytes(), A.indices.tobytes(), int(p.get("ell1", 2)), int(p.get("ell2", 6)),
-           float(p.get("delta", 5.0)), p.get("kappa"), float(p.get("delta_prime", 0.3)))
+    key = (
+        A.shape[0],
+        A.indptr.tobytes(),
+        A.indices.tobytes(),
+        int(p.get("ell1", 2)),
+        int(p.get("ell2", 6)),
+        float(p.get("delta", 5.0)),
+        p.get("kappa"),
+        float(p.get("delta_prime", 0.3)),
+    )
     if key not in _SETUP_CACHE:
         if len(_SETUP_CACHE) > 8:
             _SETUP_CACHE.clear()
-        _SETUP_CACHE[key] = public_setup(A, ell1=key[3], ell2=key[4], delta=key[5], kappa=key[6], delta_prime=key[7])
+        _SETUP_CACHE[key] = public_setup(
+            A, ell1=key[3], ell2=key[4], delta=key[5], kappa=key[6], delta_prime=key[7]
+        )
     return _SETUP_CACHE[key]
 
 
@@ -552,10 +695,14 @@ def make_anonymity_machine(
         k, d = p.pop(f"{purpose}_key", None), p.pop(f"{purpose}_directory", None)
         if k is None or d is None:
             pairs = simulation_keypairs(run_seed, n, purpose)
-            return pairs[node], simulation_directory(pairs, int(p.get("epoch", p.get("onion_epoch", 0))))
+            return pairs[node], simulation_directory(
+                pairs, int(p.get("epoch", p.get("onion_epoch", 0)))
+            )
         return k, d
 
-    replay = p.pop("replay_cache", None)  # the node's persistent cache (deployed); None: one per machine
+    replay = p.pop(
+        "replay_cache", None
+    )  # the node's persistent cache (deployed); None: one per machine
     secret_seed = p.pop("secret_seed", None)
     srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
     if protocol == "rw-dpsgd-onion":
@@ -564,10 +711,20 @@ def make_anonymity_machine(
         from hushnet.protocols.walk import WalkOptions
 
         if W is None:
-            raise ValueError("rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)")
-        shared = p.pop("onion_keyring", None)  # a deployed node's per-epoch keyring (all epochs it holds)
-        receipts = bool(p.pop("link_receipts", False))  # only the networked node's driver reports them
-        op = {k[len("onion_"):]: p.pop(k) for k in list(p) if k.startswith("onion_") and k not in ("onion_key", "onion_directory")}
+            raise ValueError(
+                "rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)"
+            )
+        shared = p.pop(
+            "onion_keyring", None
+        )  # a deployed node's per-epoch keyring (all epochs it holds)
+        receipts = bool(
+            p.pop("link_receipts", False)
+        )  # only the networked node's driver reports them
+        op = {
+            k[len("onion_") :]: p.pop(k)
+            for k in list(p)
+            if k.startswith("onion_") and k not in ("onion_key", "onion_directory")
+        }
         if shared is not None:
             key, directory = None, p.pop("onion_directory")
             op.pop("epoch", None)  # the packets' epoch is the directory's (current at acceptance)
@@ -579,14 +736,28 @@ def make_anonymity_machine(
         # the receiver's peer is the last relay, sender-independent only where the plan says so
         ctx = NodeContext(node, n, run_id, rng, "anonymous" if plan.independent else "sender-known")
         base = options or WalkOptions()
-        inner_opt = WalkOptions(reliable=False, progress_every=base.progress_every, snapshot_every=base.snapshot_every)
+        inner_opt = WalkOptions(
+            reliable=False, progress_every=base.progress_every, snapshot_every=base.snapshot_every
+        )
         inner = RWDPSGD(ctx, TransitionRow.from_matrix(W, node), task, RWParams(**p), inner_opt)
         inner.name = "rw-dpsgd-onion"  # type: ignore[misc]
         cell_body = int(op.pop("cell_body", CELL_BODY))
         payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
-        par = OnionParams(hops=hops, slots=slots, payload_len=payload, cell_body=cell_body,
-                          epoch=directory.epoch, reliable=base.reliable, link_receipts=receipts, **op)
-        keyring = shared if shared is not None else OnionKeyring.single(key, directory.epoch, replay=replay)
+        par = OnionParams(
+            hops=hops,
+            slots=slots,
+            payload_len=payload,
+            cell_body=cell_body,
+            epoch=directory.epoch,
+            reliable=base.reliable,
+            link_receipts=receipts,
+            **op,
+        )
+        keyring = (
+            shared
+            if shared is not None
+            else OnionKeyring.single(key, directory.epoch, replay=replay)
+        )
         return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
     if protocol == "anon-walk-sgd":
         from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
@@ -600,8 +771,18 @@ def make_anonymity_machine(
         okey, odir = keypair("onion") if p.get("mode", "A") == "B" else (None, None)
         p.pop("onion_key", None), p.pop("onion_directory", None)  # Mode A has no onion layers
         ctx = NodeContext(node, n, run_id, rng, view_model)
-        return walk_machine(ctx, setup, task, AnonWalkParams(**p), key, directory, onion_key=okey, onion_directory=odir,
-                            secret_rng=srng, replay=replay)
+        return walk_machine(
+            ctx,
+            setup,
+            task,
+            AnonWalkParams(**p),
+            key,
+            directory,
+            onion_key=okey,
+            onion_directory=odir,
+            secret_rng=srng,
+            replay=replay,
+        )
     if protocol == "secagg-sum":
         from hushnet.protocols.secagg import SecAggMachine, SecAggParams
 
@@ -610,16 +791,29 @@ def make_anonymity_machine(
         key, directory = keypair("share")
         p.pop("epoch", None)
         if task is None:
-            raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
+            raise ValueError(
+                "secagg-sum needs a value task (its dimension, and the input of members)"
+            )
         p.setdefault("dim", int(task.dim))
         p.setdefault("sensitivity", float(task.sensitivity()))
         signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), replay
-        if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
+        if (
+            signer is None or sdir is None
+        ):  # simulator: signing keys from the public run seed (never deployed)
             from hushnet.crypto.signing import signer_directory, simulation_signers
 
             signers = simulation_signers(run_seed, n)
             signer, sdir = signers[node], signer_directory(signers)
         sp_ = SecAggParams(**p)
         vec = task.value(0) if node in sp_.members else None
-        return SecAggMachine(NodeContext(node, n, run_id, rng, view_model), sp_, vec, key, directory, signer, sdir, nonces)
+        return SecAggMachine(
+            NodeContext(node, n, run_id, rng, view_model),
+            sp_,
+            vec,
+            key,
+            directory,
+            signer,
+            sdir,
+            nonces,
+        )
     raise ValueError(f"{protocol!r} is not an anonymity-layer protocol")

@@ -1,4 +1,4 @@
-"""Mode B of the source-anonymous walk: the onion random walk (spec anonymity.md §6.3, §6.6).
+"""Mode B of the source-anonymous walk: the onion random walk (docs/design/spec/anonymity.md §6.3, §6.6).
 
 Mode A (:class:`~hushnet.protocols.anonymous_walk.AnonymousWalk`) lets the sealed token itself walk:
 every relay forwards the *same bytes*, so a relay that sees the walk twice knows whether an update
@@ -11,7 +11,7 @@ detection").  Mode B removes that leak without changing the hitting-time law:
   (:func:`~hushnet.privacy.anonymity_setup.sample_walk_to_destination`).  The first hitting time is
   therefore distributed exactly as Mode A's, so the whole accounting of §3 (and the hitting-time
   records) applies unchanged;
-* a walk longer than the header's ``L_max`` slots is **rejected and resampled** (spec §6.3: the
+* a walk longer than the header's ``L_max`` slots is **rejected and resampled** (docs/design/spec/anonymity.md §6.3: the
   truncated law differs from the untruncated one by ``P(T > L_max) ≲ ε_tr = 1e-3``, the paper's κ
   as an upper bound on ``T_FH`` made literal); the default ``L_max = ℓ2 + ⌈(N/c')·ln(1/ε_tr)⌉``;
 * the source builds a Sphinx-like onion (:func:`hushnet.crypto.onion.build_packet`) along that
@@ -41,12 +41,14 @@ both with distinct HKDF salts — see docs/anonymity.md).  Cost: the source does
 operations plus ``O(T²·S + T·(R·S + P))`` keystream, a hop ``R·S + P`` — affordable for the
 networks here (N=12: ``L_max`` = 171 slots, an 11 KB header).
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
 
 import numpy as np
 
+from hushnet.crypto.errors import IntegrityError
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.onion import OnionKeyring, build_packet, onion_ad, packet_length, peel
 from hushnet.crypto.replay import ReplayCache
@@ -54,8 +56,11 @@ from hushnet.crypto.sealed import try_open_token
 from hushnet.engine.actions import Action, Fault, Metric
 from hushnet.engine.errors import UnexpectedSender
 from hushnet.engine.protocol import NodeContext
-from hushnet.crypto.errors import IntegrityError
-from hushnet.privacy.anonymity_setup import AnonymitySetup, onion_path_length_max, sample_walk_to_destination
+from hushnet.privacy.anonymity_setup import (
+    AnonymitySetup,
+    onion_path_length_max,
+    sample_walk_to_destination,
+)
 from hushnet.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
 from hushnet.tasks.base import GradientTask
 
@@ -90,17 +95,23 @@ class OnionWalk(AnonymousWalk):
         replay: ReplayCache | None = None,
     ) -> None:
         if onion_directory.epoch != params.epoch:
-            raise ValueError(f"onion directory is for epoch {onion_directory.epoch}, run uses epoch {params.epoch}")
+            raise ValueError(
+                f"onion directory is for epoch {onion_directory.epoch}, run uses epoch {params.epoch}"
+            )
         self.keyring = OnionKeyring.single(onion_key, params.epoch, replay=replay)
         self.onion_directory = onion_directory
         self.paths: list[list[int]] = []  # own trajectories (source side; never sent anywhere)
         self.resampled = 0  # walks rejected for exceeding l_max
-        super().__init__(ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay)
+        super().__init__(
+            ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay
+        )
 
     def _init_mode(self) -> None:
         self.l_max = int(self.p.l_max) or default_l_max(self.setup)
         if self.l_max <= self.setup.ell2:
-            raise ValueError(f"l_max={self.l_max} cannot hold a walk to a destination at distance up to ℓ2={self.setup.ell2}")
+            raise ValueError(
+                f"l_max={self.l_max} cannot hold a walk to a destination at distance up to ℓ2={self.setup.ell2}"
+            )
         self.payload_len = self.token_len + _LEN_PREFIX
 
     def _wire_len(self) -> int:
@@ -109,15 +120,29 @@ class OnionWalk(AnonymousWalk):
     def _receive(self, hop_id: bytes, packet: bytes):
         """Peel one layer (MAC, then replay tag, then shift) — the same work at every hop — and
         return the role's work, run after the hop ack: deliver if final, else forward."""
-        res = peel(self.keyring, packet, slots=self.l_max, payload_len=self.payload_len, ad=onion_ad(self.ctx.run_id))
+        res = peel(
+            self.keyring,
+            packet,
+            slots=self.l_max,
+            payload_len=self.payload_len,
+            ad=onion_ad(self.ctx.run_id),
+        )
         if res.final:
             body = try_open_token(self.key, res.message, self.info)
             if body is None:
-                raise IntegrityError("final onion layer carries a token that is not sealed to this node")
+                raise IntegrityError(
+                    "final onion layer carries a token that is not sealed to this node"
+                )
             return self._deliver(hop_id, res.message, body)
         if res.next_hop not in self._nbset:
-            return [Fault(self.ctx.node, UnexpectedSender(
-                f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"))]
+            return [
+                Fault(
+                    self.ctx.node,
+                    UnexpectedSender(
+                        f"authentic onion layer routes to node {res.next_hop}, not a neighbour of node {self.ctx.node}: dropped"
+                    ),
+                )
+            ]
         return lambda: self._relayed(hop_id) + self._hand_off(res.packet, res.next_hop)
 
     def _dispatch(self, token: bytes, j: int) -> list[Action]:
@@ -125,11 +150,19 @@ class OnionWalk(AnonymousWalk):
         before = self.resampled
         path = self._walk_to(j)
         hops = [(v, self.onion_directory.public(v)) for v in path]
-        packet = build_packet(hops, token, epoch=self.p.epoch, slots=self.l_max, payload_len=self.payload_len,
-                              ad=onion_ad(self.ctx.run_id))
+        packet = build_packet(
+            hops,
+            token,
+            epoch=self.p.epoch,
+            slots=self.l_max,
+            payload_len=self.payload_len,
+            ad=onion_ad(self.ctx.run_id),
+        )
         self.paths.append(path)
         acts: list[Action] = []
-        if self.resampled > before:  # the truncation is visible in the run's events, not only in the law
+        if (
+            self.resampled > before
+        ):  # the truncation is visible in the run's events, not only in the law
             acts.append(Metric("anon-walk-resampled", self.resampled - before, -1, self.ctx.node))
         return acts + self._hand_off(packet, path[0])
 
@@ -140,10 +173,18 @@ class OnionWalk(AnonymousWalk):
         # one try at a time, so that rejections are counted (each try is an independent simple walk)
         for _ in range(1000):
             try:
-                path = sample_walk_to_destination(self.setup.adjacency, self.ctx.node, j, self.secret_rng,
-                                                  l_max=self.l_max, max_tries=1)
+                path = sample_walk_to_destination(
+                    self.setup.adjacency,
+                    self.ctx.node,
+                    j,
+                    self.secret_rng,
+                    l_max=self.l_max,
+                    max_tries=1,
+                )
             except RuntimeError:
                 self.resampled += 1
                 continue
             return [int(v) for v in path]
-        raise RuntimeError(f"no walk from {self.ctx.node} reached {j} within l_max={self.l_max} in 1000 tries")
+        raise RuntimeError(
+            f"no walk from {self.ctx.node} reached {j} within l_max={self.l_max} in 1000 tries"
+        )

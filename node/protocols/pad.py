@@ -10,6 +10,7 @@
 * :class:`CompleteHistogram` — Alg. 5 (init 0, debias ``(τ − γT/L)/(1−γ)``).
 Complete-graph SGD (Alg. 4) is :class:`~hushnet.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n``.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,16 +20,15 @@ import numpy as np
 
 from hushnet.engine.actions import Action
 from hushnet.engine.protocol import NodeContext
-from hushnet.protocols.hops import HopRule, RingSuccessor, UniformHop
-from hushnet.protocols.walk import WalkMachine, WalkOptions
 from hushnet.privacy.amplification import (
     debias_complete_histogram,
     debias_ring_histogram,
     ring_noise_draws,
     rr_epsilon,
 )
+from hushnet.protocols.hops import HopRule, RingSuccessor, UniformHop
+from hushnet.protocols.walk import WalkMachine, WalkOptions
 from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
-
 
 # Parameters and debiasing come from the privacy core (hushnet.privacy.amplification): the
 # corrected γ of Thm 2 is ``rr_gamma_for_batch(eps, delta, n, L)``, the exact noise count of
@@ -39,7 +39,16 @@ from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 
 class _ValueWalk(WalkMachine):
-    def __init__(self, ctx: NodeContext, hop: HopRule, task, steps: int, *, start: int, options: WalkOptions | None):
+    def __init__(
+        self,
+        ctx: NodeContext,
+        hop: HopRule,
+        task,
+        steps: int,
+        *,
+        start: int,
+        options: WalkOptions | None,
+    ):
         super().__init__(ctx, hop, steps, task.dim, start=start, options=options)
         self.task = task
 
@@ -66,7 +75,9 @@ class RingSum(_ValueWalk):
     ) -> None:
         if ctx.n < 2:
             raise ValueError("the ring needs n >= 2")
-        super().__init__(ctx, RingSuccessor(ctx.node, ctx.n), task, rounds * ctx.n, start=0, options=options)
+        super().__init__(
+            ctx, RingSuccessor(ctx.node, ctx.n), task, rounds * ctx.n, start=0, options=options
+        )
         self.rounds = int(rounds)
         self.sigma_loc = float(sigma_loc)
         self.sigma_small = self.sigma_loc / math.sqrt(ctx.n - 1)
@@ -88,7 +99,9 @@ class RingSum(_ValueWalk):
     def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
         res: dict[str, Any] = {
             "estimate": x.copy(),
-            "noise_draws": (self.total if self.distributed else ring_noise_draws(self.rounds, self.ctx.n)),
+            "noise_draws": (
+                self.total if self.distributed else ring_noise_draws(self.rounds, self.ctx.n)
+            ),
         }
         if isinstance(self.task, MeanTask):
             res["mean"] = x / self.total
@@ -110,7 +123,9 @@ class CompleteSum(_ValueWalk):
         start: int = 0,
         options: WalkOptions | None = None,
     ) -> None:
-        super().__init__(ctx, UniformHop(ctx.node, ctx.n), task, steps, start=start, options=options)
+        super().__init__(
+            ctx, UniformHop(ctx.node, ctx.n), task, steps, start=start, options=options
+        )
         self.sigma_loc = float(sigma_loc)
 
     def visit(self, step: int, x: np.ndarray, aux: int) -> tuple[np.ndarray, int, list[Action]]:
@@ -127,7 +142,9 @@ class CompleteSum(_ValueWalk):
 
 
 class _HistogramWalk(_ValueWalk):
-    def __init__(self, ctx, hop, task: HistogramTask, steps: int, gamma: float, *, start: int, options):
+    def __init__(
+        self, ctx, hop, task: HistogramTask, steps: int, gamma: float, *, start: int, options
+    ):
         if not 0.0 <= gamma < 1.0:
             raise ValueError("gamma must lie in [0, 1)")
         super().__init__(ctx, hop, task, steps, start=start, options=options)
@@ -142,7 +159,9 @@ class _HistogramWalk(_ValueWalk):
         y = int(rng.integers(self.L)) if rng.random() < self.gamma else true
         x = x.copy()
         x[y] += 1.0
-        return x, [self.ledger(step, "rr", self.task.sensitivity(), 0.0, eps0=self.eps0, gamma=self.gamma)]
+        return x, [
+            self.ledger(step, "rr", self.task.sensitivity(), 0.0, eps0=self.eps0, gamma=self.gamma)
+        ]
 
 
 class RingHistogram(_HistogramWalk):
@@ -150,10 +169,26 @@ class RingHistogram(_HistogramWalk):
 
     name: ClassVar[str] = "pad-ring-histogram"
 
-    def __init__(self, ctx: NodeContext, task: HistogramTask, rounds: int, gamma: float, *, options: WalkOptions | None = None):
+    def __init__(
+        self,
+        ctx: NodeContext,
+        task: HistogramTask,
+        rounds: int,
+        gamma: float,
+        *,
+        options: WalkOptions | None = None,
+    ):
         if ctx.n < 2:
             raise ValueError("the ring needs n >= 2")
-        super().__init__(ctx, RingSuccessor(ctx.node, ctx.n), task, rounds * ctx.n, gamma, start=0, options=options)
+        super().__init__(
+            ctx,
+            RingSuccessor(ctx.node, ctx.n),
+            task,
+            rounds * ctx.n,
+            gamma,
+            start=0,
+            options=options,
+        )
         self.rounds = int(rounds)
         self.dummies = int(round(gamma * ctx.n))
 
@@ -177,9 +212,18 @@ class CompleteHistogram(_HistogramWalk):
     name: ClassVar[str] = "pad-complete-histogram"
 
     def __init__(
-        self, ctx: NodeContext, task: HistogramTask, steps: int, gamma: float, *, start: int = 0, options: WalkOptions | None = None
+        self,
+        ctx: NodeContext,
+        task: HistogramTask,
+        steps: int,
+        gamma: float,
+        *,
+        start: int = 0,
+        options: WalkOptions | None = None,
     ):
-        super().__init__(ctx, UniformHop(ctx.node, ctx.n), task, steps, gamma, start=start, options=options)
+        super().__init__(
+            ctx, UniformHop(ctx.node, ctx.n), task, steps, gamma, start=start, options=options
+        )
 
     def visit(self, step: int, x: np.ndarray, aux: int) -> tuple[np.ndarray, int, list[Action]]:
         x, led = self._report(step, x)

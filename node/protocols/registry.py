@@ -4,6 +4,7 @@ A networked node calls :func:`make_machine` for itself only; the simulator calls
 :func:`build_machines` for all n nodes.  Both go through the same constructor with the same
 per-node generator (``SeedSequence(run_seed).spawn(n)[v]``), which is the parity guarantee.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -55,7 +56,9 @@ def make_machine(
     if rng is None:
         rng = node_generator(run_seed, n_ctx, node)
     ctx = NodeContext(node, n_ctx, run_id, rng, view_model)
-    return family.make_machine(protocol, ctx, task, dict(params), W=W, options=options, run_seed=run_seed)
+    return family.make_machine(
+        protocol, ctx, task, dict(params), W=W, options=options, run_seed=run_seed
+    )
 
 
 def build_machines(
@@ -76,41 +79,103 @@ def build_machines(
     n_ctx = family_of(protocol).contexts(protocol, n)
     rngs = node_generators(run_seed, n_ctx)
     ms = [
-        make_machine(protocol, v, n, tasks[v], run_seed=run_seed, run_id=run_id, params=params, W=W,
-                     view_model=view_model, options=options, rng=rngs[v])
+        make_machine(
+            protocol,
+            v,
+            n,
+            tasks[v],
+            run_seed=run_seed,
+            run_id=run_id,
+            params=params,
+            W=W,
+            view_model=view_model,
+            options=options,
+            rng=rngs[v],
+        )
         for v in range(n)
     ]
     for extra in range(n, n_ctx):  # machines that hold no data (the central baseline's aggregator)
-        ms.append(make_machine(protocol, extra, n, tasks[0], run_seed=run_seed, run_id=run_id, params=params,
-                               view_model=view_model, options=options, rng=rngs[extra]))
+        ms.append(
+            make_machine(
+                protocol,
+                extra,
+                n,
+                tasks[0],
+                run_seed=run_seed,
+                run_id=run_id,
+                params=params,
+                view_model=view_model,
+                options=options,
+                rng=rngs[extra],
+            )
+        )
     return ms
 
 
 def options_for_spec(spec: Any, *, reliable: bool = True, progress_every: int = 0) -> WalkOptions:
     """Walk transport options from a :class:`~hushnet.runs.spec.RunSpec` (its ``on_peer_down`` run option)."""
-    return WalkOptions(reliable=reliable, on_peer_down=spec.on_peer_down, progress_every=progress_every)
+    return WalkOptions(
+        reliable=reliable, on_peer_down=spec.on_peer_down, progress_every=progress_every
+    )
 
 
-def machine_for_spec(spec: Any, node: int, task: Task | None, *, W: Any = None, reliable: bool = True,
-                     progress_every: int = 0) -> Protocol:
+def machine_for_spec(
+    spec: Any,
+    node: int,
+    task: Task | None,
+    *,
+    W: Any = None,
+    reliable: bool = True,
+    progress_every: int = 0,
+) -> Protocol:
     """What a networked node runs for a verified spec: its own machine, its own generator."""
     n = transition_matrix(spec.graph, spec.weights).shape[0] if W is None else W.shape[0]
     if W is None and family_of(spec.protocol).needs_transition_matrix(spec.protocol):
         W = transition_matrix(spec.graph, spec.weights)
-    return make_machine(spec.protocol, node, n, task, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(),
-                        W=W, view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
-                                                                                     progress_every=progress_every))
+    return make_machine(
+        spec.protocol,
+        node,
+        n,
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=spec.machine_params(),
+        W=W,
+        view_model=spec.view_model,
+        options=options_for_spec(spec, reliable=reliable, progress_every=progress_every),
+    )
 
 
-def build_from_spec(spec: Any, tasks: Sequence[Task], *, reliable: bool = True, progress_every: int = 0) -> list[Protocol]:
+def build_from_spec(
+    spec: Any, tasks: Sequence[Task], *, reliable: bool = True, progress_every: int = 0
+) -> list[Protocol]:
     """All machines of a spec's run (simulator side of the parity with :func:`machine_for_spec`)."""
-    W = transition_matrix(spec.graph, spec.weights) if family_of(spec.protocol).needs_transition_matrix(spec.protocol) else None
+    W = (
+        transition_matrix(spec.graph, spec.weights)
+        if family_of(spec.protocol).needs_transition_matrix(spec.protocol)
+        else None
+    )
     if W is not None and W.shape[0] != len(tasks):
         raise ValueError(f"the spec's graph has {W.shape[0]} nodes, {len(tasks)} tasks were given")
-    return build_machines(spec.protocol, tasks, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(), W=W,
-                          view_model=spec.view_model, options=options_for_spec(spec, reliable=reliable,
-                                                                               progress_every=progress_every))
+    return build_machines(
+        spec.protocol,
+        tasks,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=spec.machine_params(),
+        W=W,
+        view_model=spec.view_model,
+        options=options_for_spec(spec, reliable=reliable, progress_every=progress_every),
+    )
 
 
-__all__ = ["PROTOCOLS", "UnknownRunProtocol", "transition_matrix", "make_machine", "build_machines", "options_for_spec",
-           "machine_for_spec", "build_from_spec"]
+__all__ = [
+    "PROTOCOLS",
+    "UnknownRunProtocol",
+    "transition_matrix",
+    "make_machine",
+    "build_machines",
+    "options_for_spec",
+    "machine_for_spec",
+    "build_from_spec",
+]

@@ -3,16 +3,17 @@
 The token carries the model.  At every visit the holder draws fresh Gaussian noise of std
 ``Δσ`` (Δ = the task's sensitivity, σ = the noise multiplier), adds its clipped gradient if it
 has not yet made ``cap`` contributions, steps, and samples the next holder from its public row
-``W[v, :]`` (spec B.3, PART D 22–25):
+``W[v, :]`` (docs/design/spec/randomwalk.md §B.3, PART D 22–25):
 
 * over-cap visits still add noise, with a zero gradient ("contribute then noise", Remark 5) —
   the other nodes' guarantees rely on that noise;
 * the local-DP baseline instead adds *nothing* on over-cap visits ("contribute then nothing",
-  spec A.4.6) and calibrates σ for local DP;
+  docs/design/spec/randomwalk.md §A.4.6) and calibrates σ for local DP;
 * P-AD Algorithm 4 (complete-graph SGD) is this machine on ``W = J/n`` with P-AD's calibration.
 
 A node's view is only what it receives: ``(t, x_t)`` in the token, and the next node it picks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,10 +35,10 @@ _PREFETCH = "prefetch-noise"
 class RWParams:
     """Public parameters of a random-walk SGD run.
 
-    ``sigma`` is the noise **multiplier** (noise std = ``sensitivity·sigma``, spec §0 P-RW convention);
+    ``sigma`` is the noise **multiplier** (noise std = ``sensitivity·sigma``, docs/design/spec/randomwalk.md §0 P-RW convention);
     ``cap`` the per-node contribution cap N_max (None = no cap); ``over_cap`` ``"noise"`` (RW/network
     DP-SGD) or ``"nothing"`` (local-DP baseline); ``clip_after_noise`` emulates the reference code
-    (noisy update clipped to the task's clip norm, spec A.4.6) for figure reproductions only.
+    (noisy update clipped to the task's clip norm, docs/design/spec/randomwalk.md §A.4.6) for figure reproductions only.
     ``record_view`` keeps this node's view ``(t, x_t, next)`` for audits and tests.
     """
 
@@ -118,7 +119,9 @@ class RWDPSGD(WalkMachine):
                 x = x - p.step_size * u
             else:
                 x = self._noisy_step(x, self.task.gradient(x))
-            led = self.ledger(step, "gradient", self.sens, self.noise_std, clip_after_noise=p.clip_after_noise)
+            led = self.ledger(
+                step, "gradient", self.sens, self.noise_std, clip_after_noise=p.clip_after_noise
+            )
             return x, aux, [led]
         if p.over_cap == "nothing":
             return x, aux, []
@@ -156,9 +159,12 @@ class RWDPSGD(WalkMachine):
             t, xt, _ = self.view[-1]
             self.view[-1] = (t, xt, dst)
         acts = super()._send_token(dst, step, x, aux)
-        if self.opt.prefetch_noise and not self._eta_ready and not self.p.clip_after_noise and (
-                self.contributions < self.cap
-                or self.p.over_cap == "noise"):
+        if (
+            self.opt.prefetch_noise
+            and not self._eta_ready
+            and not self.p.clip_after_noise
+            and (self.contributions < self.cap or self.p.over_cap == "noise")
+        ):
             acts.append(SetTimer(_PREFETCH, 0.0))
         return acts
 

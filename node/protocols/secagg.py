@@ -113,6 +113,7 @@ Self-mask seeds come from the context's CSPRNG
 the primitives; the DP noise (``noise_std``) comes from the node's run generator like every other
 machine.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -127,10 +128,25 @@ from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityErro
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
-from hushnet.crypto.signing import MAX_SIG_LEN, MAX_SPKI_LEN, Signer, SignerDirectory
 from hushnet.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
-from hushnet.engine.actions import Action, CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Send, SetTimer
-from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender, WrongDimension
+from hushnet.crypto.signing import MAX_SIG_LEN, MAX_SPKI_LEN, Signer, SignerDirectory
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Send,
+    SetTimer,
+)
+from hushnet.engine.errors import (
+    MalformedMessage,
+    ReplayedMessage,
+    UnexpectedSender,
+    WrongDimension,
+)
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.protocols.onion import VIEWS
 
@@ -138,12 +154,19 @@ ACCOUNTING_VIEW = VIEWS["secure-summation"]
 # 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the
 # separate share messages of the four-round one: retired, never reused
 MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x65, 0x66, 0x67, 0x68, 0x69
-ANNOUNCE, CHECK_REQ, CHECK_SIG = 0x6A, 0x6B, 0x6C  # the leader's fresh nonce; the survivor-set confirmation
+ANNOUNCE, CHECK_REQ, CHECK_SIG = (
+    0x6A,
+    0x6B,
+    0x6C,
+)  # the leader's fresh nonce; the survivor-set confirmation
 NONCE_LEN = 32
 _CHECK_LABEL = b"hushnet-secagg-consistency-v1|"
 _TIMER = "secagg-round"
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
-_B, _S = 0, 1  # which secret a revealed share belongs to: a self-mask seed b_u, a pairwise seed s_uv
+_B, _S = (
+    0,
+    1,
+)  # which secret a revealed share belongs to: a self-mask seed b_u, a pairwise seed s_uv
 
 
 @dataclass(frozen=True)
@@ -161,7 +184,9 @@ class SecAggParams:
     sensitivity: float = 1.0
     broadcast: bool = True
     round_id: int = 0
-    mask_degree: int | None = None  # None: complete masking graph (plain SecAgg); k: Harary graph H_{k,n}
+    mask_degree: int | None = (
+        None  # None: complete masking graph (plain SecAgg); k: Harary graph H_{k,n}
+    )
     # members sign the survivor set and refuse to unmask without a quorum of matching signatures
     # (SecAgg's malicious-leader consistency round); False: the honest-but-curious protocol, t > n/2 only
     consistency_check: bool = True
@@ -175,16 +200,20 @@ class SecAggParams:
         if not 2 <= self.threshold <= len(m):
             raise ValueError(f"threshold must be in 2..{len(m)}")
         if not self.consistency_check and 2 * self.threshold <= len(m):
-            raise ValueError(f"threshold {self.threshold} <= n/2 = {len(m) / 2:g} without the consistency check: a leader "
-                             "that tells two halves different survivor sets could unmask a member; use threshold >= "
-                             f"{len(m) // 2 + 1} or consistency_check")
+            raise ValueError(
+                f"threshold {self.threshold} <= n/2 = {len(m) / 2:g} without the consistency check: a leader "
+                "that tells two halves different survivor sets could unmask a member; use threshold >= "
+                f"{len(m) // 2 + 1} or consistency_check"
+            )
         if self.dim < 1 or self.round_timeout <= 0 or self.noise_std < 0:
             raise ValueError("need dim >= 1, round_timeout > 0, noise_std >= 0")
         if self.mask_degree is not None:
             lo = len(m) - self.threshold + 1
             if not lo <= self.mask_degree:
-                raise ValueError(f"mask_degree {self.mask_degree} < n − t + 1 = {lo}: dropouts allowed by the threshold "
-                                 "could cut the masking graph and expose partial sums")
+                raise ValueError(
+                    f"mask_degree {self.mask_degree} < n − t + 1 = {lo}: dropouts allowed by the threshold "
+                    "could cut the masking graph and expose partial sums"
+                )
 
     @property
     def fixed_point(self) -> FixedPoint:
@@ -270,7 +299,9 @@ class _Reader:
 
     def end(self) -> None:
         if self.o != len(self.d):
-            raise MalformedMessage(f"{len(self.d) - self.o} trailing bytes in secure-summation message")
+            raise MalformedMessage(
+                f"{len(self.d) - self.o} trailing bytes in secure-summation message"
+            )
 
 
 class SecAggMachine(Protocol):
@@ -292,7 +323,9 @@ class SecAggMachine(Protocol):
         super().__init__(ctx)
         p = params
         if p.consistency_check and (signers is None or (signer is None and ctx.node in p.members)):
-            raise ValueError("the consistency check needs the node's signing key and the directory of signing keys")
+            raise ValueError(
+                "the consistency check needs the node's signing key and the directory of signing keys"
+            )
         self.signer, self.signers = signer, signers
         # nonces this member has masked under (a ReplayCache, persistent on a deployed node): a leader that
         # replays its nonce in a re-run of the same spec is refused instead of getting the same masks again
@@ -309,17 +342,23 @@ class SecAggMachine(Protocol):
             self.x = np.asarray(vector, dtype=np.float64)
         self.key = share_key  # long-term: seals the shares and agrees the pairwise seeds
         self.directory = directory
-        self.base_context = ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big") + p.leader.to_bytes(4, "big")
+        self.base_context = (
+            ctx.run_id.encode() + b"|" + p.round_id.to_bytes(8, "big") + p.leader.to_bytes(4, "big")
+        )
         self.context = self.base_context  # + "|" + the leader's fresh nonce once announced
         self.nonce: bytes | None = None
         self.q = p.consistency_quorum
         self.signed_U3: list[int] | None = None
         self.t = p.threshold
         self.members = frozenset(p.members)
-        self.graph = mask_graph(p.members, p.mask_degree)  # public: every node computes the same graph
+        self.graph = mask_graph(
+            p.members, p.mask_degree
+        )  # public: every node computes the same graph
         # member state
         self.phase = "idle"
-        self.input_sent = False  # the masked input (and the shares) left: the networked wrapper charges then
+        self.input_sent = (
+            False  # the masked input (and the shares) left: the networked wrapper charges then
+        )
         # dealer -> (share of b, {peer: share of s}), kept encoded: a holder only forwards them to the leader
         self.held: dict[int, tuple[bytes, dict[int, bytes]]] = {}
         self.result: np.ndarray | None = None
@@ -332,7 +371,9 @@ class SecAggMachine(Protocol):
         self.reveals: dict[int, dict[tuple[int, int, int], Share]] = {}
         self.lU3: list[int] = []
         self.lD: list[int] = []
-        self.sigs: dict[int, tuple[bytes, bytes]] = {}  # signer -> (SubjectPublicKeyInfo, signature over U3)
+        self.sigs: dict[
+            int, tuple[bytes, bytes]
+        ] = {}  # signer -> (SubjectPublicKeyInfo, signature over U3)
         self.lU4: list[int] = []
         self.offenders: set[int] = set()
 
@@ -342,7 +383,13 @@ class SecAggMachine(Protocol):
         if dst == self.ctx.node:  # the leader as a member talks to itself without the network
             try:
                 return self._receive(dst, data)
-            except (MalformedMessage, CryptoError, ReplayedMessage, UnexpectedSender, WrongDimension) as err:
+            except (
+                MalformedMessage,
+                CryptoError,
+                ReplayedMessage,
+                UnexpectedSender,
+                WrongDimension,
+            ) as err:
                 return [Fault(self.ctx.node, err)]
         return [Send(dst, data)]
 
@@ -374,7 +421,11 @@ class SecAggMachine(Protocol):
             enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
         except ValueError as exc:
             self.phase = "out"
-            return [Deviation(self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)})]
+            return [
+                Deviation(
+                    self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)}
+                )
+            ]
         msg = self._trip_one(enc)
         self.phase = "masked"
         self.input_sent = True
@@ -388,14 +439,18 @@ class SecAggMachine(Protocol):
         me = self.ctx.node
         b = self.ctx.csprng(32)
         nbrs = sorted(self.graph[me])
-        seeds = {v: pairwise_seed(self.key, self.directory.public(v), me, v, self.context) for v in nbrs}
+        seeds = {
+            v: pairwise_seed(self.key, self.directory.public(v), me, v, self.context) for v in nbrs
+        }
         y = enc  # a fresh array from encode(): masked in place
         add_masks(y, [(b, 1)], self.context + b"|self")
         add_masks(y, ((seeds[v], 1 if me < v else -1) for v in nbrs), self.context + b"|pair")
         y = self.fp.reduce(y).astype(self.fp.dtype, copy=False)
         peers = sorted(self.members)
         xs = [v + 1 for v in peers]
-        b_sh, *s_rows = split_many([b] + [seeds[v] for v in nbrs], xs, self.t)  # one pass over the points
+        b_sh, *s_rows = split_many(
+            [b] + [seeds[v] for v in nbrs], xs, self.t
+        )  # one pass over the points
         s_sh = dict(zip(nbrs, s_rows))
         others, plains = [], []
         for i, w in enumerate(peers):
@@ -403,16 +458,37 @@ class SecAggMachine(Protocol):
                 self.held[me] = (b_sh[i].encode(), {v: s_sh[v][i].encode() for v in nbrs})
                 continue
             others.append(w)
-            plains.append(_U32.pack(me) + _U32.pack(w) + b_sh[i].encode() + _U16.pack(len(nbrs))
-                          + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs))
+            plains.append(
+                _U32.pack(me)
+                + _U32.pack(w)
+                + b_sh[i].encode()
+                + _U16.pack(len(nbrs))
+                + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs)
+            )
         info = self.context + b"|shares"
-        cts = [seal_static(self.key, self.directory.public(w), pt, info) for w, pt in zip(others, plains)]
-        head = (_commit(b"b", b) + _U16.pack(len(nbrs)) + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
-                + _U16.pack(len(others)) + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts)))
+        cts = [
+            seal_static(self.key, self.directory.public(w), pt, info)
+            for w, pt in zip(others, plains)
+        ]
+        head = (
+            _commit(b"b", b)
+            + _U16.pack(len(nbrs))
+            + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
+            + _U16.pack(len(others))
+            + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts))
+        )
         off = -(-(_HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
         # one copy of the words into the message (not tobytes() and then a concatenation)
-        return b"".join((bytes([MASKED]), _U32.pack(self.p.dim), _U32.pack(off), head, bytes(off - _HEAD - len(head)),
-                         np.ascontiguousarray(y).data))
+        return b"".join(
+            (
+                bytes([MASKED]),
+                _U32.pack(self.p.dim),
+                _U32.pack(off),
+                head,
+                bytes(off - _HEAD - len(head)),
+                np.ascontiguousarray(y).data,
+            )
+        )
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
         return self._receive(src, payload)
@@ -425,13 +501,17 @@ class SecAggMachine(Protocol):
             if not self.is_leader:
                 raise UnexpectedSender(f"node {self.ctx.node} is not this round's leader")
             if src not in self.members:
-                raise UnexpectedSender(f"secure-summation input from node {src}, which is not a member")
+                raise UnexpectedSender(
+                    f"secure-summation input from node {src}, which is not a member"
+                )
             return self._leader(src, kind, data)
         if kind in (ANNOUNCE, CHECK_REQ, UNMASK_REQ, RESULT, ABORT):
             if not self.is_member:
                 raise UnexpectedSender(f"node {self.ctx.node} is not a member of this round")
             if src != self.p.leader:
-                raise UnexpectedSender(f"round message from node {src}, the leader is {self.p.leader}")
+                raise UnexpectedSender(
+                    f"round message from node {src}, the leader is {self.p.leader}"
+                )
             return self._member(kind, data)
         raise MalformedMessage(f"unknown secure-summation message kind {kind}")
 
@@ -446,13 +526,19 @@ class SecAggMachine(Protocol):
             nonce = r.take(NONCE_LEN)
             r.end()
             if me != self.p.leader:
-                if self.nonce_cache is not None:  # ReplayedMessage: this leader used this nonce with us before
-                    self.nonce_cache.check_and_add(self.directory.epoch, _nonce_tag(self.base_context, nonce))
+                if (
+                    self.nonce_cache is not None
+                ):  # ReplayedMessage: this leader used this nonce with us before
+                    self.nonce_cache.check_and_add(
+                        self.directory.epoch, _nonce_tag(self.base_context, nonce)
+                    )
                 self._set_nonce(nonce)
             return self._mask()
         if kind == CHECK_REQ:
             if not self.p.consistency_check or self.phase != "masked":
-                raise ReplayedMessage(f"survivor-set confirmation request in phase {self.phase}: refused")
+                raise ReplayedMessage(
+                    f"survivor-set confirmation request in phase {self.phase}: refused"
+                )
             U3, D = r.ids(), r.ids()
             r.end()
             self._check_sets(U3, D, self.q)
@@ -461,7 +547,10 @@ class SecAggMachine(Protocol):
             self.signed_U3 = U3
             self.phase = "signed"  # one survivor set per round: a second request is refused above
             spki = self.signer.spki
-            return self._send(self.p.leader, bytes([CHECK_SIG]) + _U16.pack(len(spki)) + spki + _U16.pack(len(sig)) + sig)
+            return self._send(
+                self.p.leader,
+                bytes([CHECK_SIG]) + _U16.pack(len(spki)) + spki + _U16.pack(len(sig)) + sig,
+            )
         if kind == ABORT:
             reason = r.take(r.u16()).decode(errors="replace")
             self.phase = "done"
@@ -486,34 +575,49 @@ class SecAggMachine(Protocol):
             s3 = set(U3)
             if self.p.consistency_check:
                 if U3 != self.signed_U3:
-                    raise MalformedMessage("unmask request for a survivor set other than the one this member confirmed")
+                    raise MalformedMessage(
+                        "unmask request for a survivor set other than the one this member confirmed"
+                    )
                 self._check_quorum(r, U3)
             got: dict[int, tuple[bytes, dict[int, bytes]]] = {}
             for _ in range(r.u16()):
                 u = r.u32()
                 ct = r.take(r.u32())
                 if u not in s3 or u == me or u in got:
-                    raise MalformedMessage(f"shares from node {u}, which is not a survivor (or twice)")
+                    raise MalformedMessage(
+                        f"shares from node {u}, which is not a survivor (or twice)"
+                    )
                 got[u] = self._open_shares(u, ct)
             r.end()
             if set(got) != s3 - {me}:
                 raise MalformedMessage(f"shares from {sorted(got)}, expected every other survivor")
             held = {**got, me: self.held[me]}
             parts = [_U32.pack(w) + bytes([_B]) + held[w][0] for w in U3]
-            parts += [_U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d]
-                      for u in U3 for d in D if d in self.graph[u]]
+            parts += [
+                _U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d]
+                for u in U3
+                for d in D
+                if d in self.graph[u]
+            ]
             self.phase = "unmasked"
             if not self.p.broadcast and me != self.p.leader:
                 # a plain member's part ends here; a leader that is also a member is finished only when it
                 # releases or aborts (its straggler timer must keep running until then)
                 self.finished = True
-            return self._send(self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts))
+            return self._send(
+                self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts)
+            )
         raise MalformedMessage(f"unexpected message kind {kind}")
 
     def _check_sets(self, U3: list[int], D: list[int], need: int) -> None:
         s3 = set(U3)
-        if (not s3 <= self.members or self.ctx.node not in s3 or set(D) != self.members - s3 or len(U3) < need
-                or len(s3) != len(U3)):
+        if (
+            not s3 <= self.members
+            or self.ctx.node not in s3
+            or set(D) != self.members - s3
+            or len(U3) < need
+            or len(s3) != len(U3)
+        ):
             raise MalformedMessage(f"survivor/dropout sets inconsistent or below {need} survivors")
 
     def _check_message(self, U3: list[int]) -> bytes:
@@ -531,11 +635,17 @@ class SecAggMachine(Protocol):
             spki = r.take(r.u16())
             sig = r.take(r.u16())
             if v not in s3 or v in seen:
-                raise MalformedMessage(f"survivor-set signature of node {v}, which is not a survivor (or twice)")
-            self.signers.verify(v, spki, msg, sig)  # IntegrityError: forged, or over another survivor set
+                raise MalformedMessage(
+                    f"survivor-set signature of node {v}, which is not a survivor (or twice)"
+                )
+            self.signers.verify(
+                v, spki, msg, sig
+            )  # IntegrityError: forged, or over another survivor set
             seen.add(v)
         if len(seen) < self.q:
-            raise MalformedMessage(f"{len(seen)} members confirmed the survivor set, quorum {self.q}: refused to unmask")
+            raise MalformedMessage(
+                f"{len(seen)} members confirmed the survivor set, quorum {self.q}: refused to unmask"
+            )
 
     def _open_shares(self, u: int, ct: bytes) -> tuple[bytes, dict[int, bytes]]:
         """Open dealer ``u``'s share envelope to this member: its share of ``b_u`` and of each ``s_uv``
@@ -545,15 +655,21 @@ class SecAggMachine(Protocol):
         # IntegrityError unless u made it for me in this round
         plain = open_static(self.key, self.directory.public(u), ct, self.context + b"|shares")
         nb = sorted(self.graph[u])
-        if (len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN) or _U32.unpack_from(plain, 0)[0] != u
-                or _U32.unpack_from(plain, 4)[0] != me or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)):
+        if (
+            len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN)
+            or _U32.unpack_from(plain, 0)[0] != u
+            or _U32.unpack_from(plain, 4)[0] != me
+            or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)
+        ):
             raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
         b = check_encoded(plain[8 : 8 + SHARE_LEN], x)
         seeds: dict[int, bytes] = {}
         o = 10 + SHARE_LEN
         for v in nb:
             if _U32.unpack_from(plain, o)[0] != v:
-                raise IntegrityError(f"share envelope from {u} names pairwise seeds for the wrong neighbours")
+                raise IntegrityError(
+                    f"share envelope from {u} names pairwise seeds for the wrong neighbours"
+                )
             seeds[v] = check_encoded(plain[o + 4 : o + 4 + SHARE_LEN], x)
             o += 4 + SHARE_LEN
         return b, seeds
@@ -567,9 +683,16 @@ class SecAggMachine(Protocol):
                 raise ReplayedMessage(f"masked input from {src} out of phase or twice")
             dim, off = r.u32(), r.u32()
             w = self.fp.dtype.itemsize
-            if dim != self.p.dim or off % 8 or not _HEAD <= off <= len(data) or len(data) - off != w * self.p.dim:
-                raise WrongDimension(f"masked input of {dim} entries ({len(data) - min(off, len(data))} bytes), "
-                                     f"the round sums {self.p.dim} words of {w} bytes")
+            if (
+                dim != self.p.dim
+                or off % 8
+                or not _HEAD <= off <= len(data)
+                or len(data) - off != w * self.p.dim
+            ):
+                raise WrongDimension(
+                    f"masked input of {dim} entries ({len(data) - min(off, len(data))} bytes), "
+                    f"the round sums {self.p.dim} words of {w} bytes"
+                )
             r = _Reader(data[:off], _HEAD)
             commit = r.take(32)
             pair_commits: dict[int, bytes] = {}
@@ -585,13 +708,19 @@ class SecAggMachine(Protocol):
             if off - r.o >= 8 or any(data[r.o : off]):
                 raise MalformedMessage("masked input with a malformed header padding")
             if set(cts) != self.members - {src}:
-                raise MalformedMessage(f"member {src} sent shares for {sorted(cts)}, expected every other member")
+                raise MalformedMessage(
+                    f"member {src} sent shares for {sorted(cts)}, expected every other member"
+                )
             if set(pair_commits) != self.graph[src]:
-                raise MalformedMessage(f"member {src} committed to pairwise seeds with {sorted(pair_commits)}, "
-                                       f"its masking-graph neighbours are {sorted(self.graph[src])}")
+                raise MalformedMessage(
+                    f"member {src} committed to pairwise seeds with {sorted(pair_commits)}, "
+                    f"its masking-graph neighbours are {sorted(self.graph[src])}"
+                )
             # input and shares are taken together or not at all: U3 = members whose whole message came
             self.commits[src], self.pair_commits[src], self.cts[src] = commit, pair_commits, cts
-            self.masked[src] = np.frombuffer(data, dtype=self.fp.dtype, offset=off)  # read-only view, summed at release
+            self.masked[src] = np.frombuffer(
+                data, dtype=self.fp.dtype, offset=off
+            )  # read-only view, summed at release
             return self._maybe_advance(len(self.masked) == len(self.members))
         if kind == CHECK_SIG:
             if self.lphase != "check" or src in self.sigs or src not in self.lU3:
@@ -605,7 +734,11 @@ class SecAggMachine(Protocol):
             self.sigs[src] = (spki, sig)
             return self._maybe_advance(len(self.sigs) == len(self.lU3))
         if kind == UNMASK:
-            if self.lphase != "unmask" or src in self.reveals or src not in (self.lU4 if self.p.consistency_check else self.lU3):
+            if (
+                self.lphase != "unmask"
+                or src in self.reveals
+                or src not in (self.lU4 if self.p.consistency_check else self.lU3)
+            ):
                 raise ReplayedMessage(f"unmask shares from {src} out of phase or twice")
             rev: dict[tuple[int, int, int], Share] = {}
             for _ in range(r.u16()):
@@ -617,15 +750,18 @@ class SecAggMachine(Protocol):
             if set(rev) != self._wanted():
                 raise MalformedMessage(f"member {src} revealed shares for the wrong owners")
             self.reveals[src] = rev
-            return self._maybe_advance(len(self.reveals) == len(self.lU4 if self.p.consistency_check else self.lU3))
+            return self._maybe_advance(
+                len(self.reveals) == len(self.lU4 if self.p.consistency_check else self.lU3)
+            )
         raise MalformedMessage(f"unexpected message kind {kind}")
 
     def _wanted(self) -> set[tuple[int, int, int]]:
         """The shares a survivor reveals: of ``b_w`` for survivors w, of ``s_ud`` for survivors u and their
         dropped masking neighbours d (never a share of a dropped member's ``b``)."""
         d = set(self.lD)
-        return ({(w, _B, -1) for w in self.lU3}
-                | {(u, _S, v) for u in self.lU3 for v in self.graph[u] & d})
+        return {(w, _B, -1) for w in self.lU3} | {
+            (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
+        }
 
     def on_timer(self, name: str) -> list[Action]:
         if name != _TIMER or not self.is_leader or self.lphase in ("done", "idle"):
@@ -642,8 +778,10 @@ class SecAggMachine(Protocol):
             self.lU3 = sorted(self.masked)
             self.lD = sorted(self.members - set(self.lU3))
             if len(self.lU3) < self.q:
-                return self._abort(f"{len(self.lU3)} masked inputs arrived, threshold {self.t}"
-                                   + (f" (consistency quorum {self.q})" if self.q > self.t else ""))
+                return self._abort(
+                    f"{len(self.lU3)} masked inputs arrived, threshold {self.t}"
+                    + (f" (consistency quorum {self.q})" if self.q > self.t else "")
+                )
             sets = _ids(self.lU3) + _ids(self.lD)
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
             if self.p.consistency_check:
@@ -655,14 +793,21 @@ class SecAggMachine(Protocol):
         if ph == "check":
             self.lU4 = sorted(self.sigs)
             if len(self.lU4) < self.q:
-                return self._abort(f"{len(self.lU4)} members confirmed the survivor set, quorum {self.q}")
+                return self._abort(
+                    f"{len(self.lU4)} members confirmed the survivor set, quorum {self.q}"
+                )
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
             quorum = _U16.pack(len(self.lU4)) + b"".join(
-                _U32.pack(v) + _U16.pack(len(k)) + k + _U16.pack(len(g)) + g for v in self.lU4 for k, g in [self.sigs[v]])
+                _U32.pack(v) + _U16.pack(len(k)) + k + _U16.pack(len(g)) + g
+                for v in self.lU4
+                for k, g in [self.sigs[v]]
+            )
             return acts + self._unmask_requests(self.lU4, _ids(self.lU3) + _ids(self.lD) + quorum)
         if ph == "unmask":
             if len(self.reveals) < self.t:
-                return self._abort(f"{len(self.reveals)} members answered the unmask request, threshold {self.t}")
+                return self._abort(
+                    f"{len(self.reveals)} members answered the unmask request, threshold {self.t}"
+                )
             return self._release()
         return []
 
@@ -670,13 +815,22 @@ class SecAggMachine(Protocol):
         self.lphase = "unmask"
         acts: list[Action] = []
         for v in to:
-            parts = [_U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v] for u in self.lU3 if u != v]
-            acts += self._send(v, bytes([UNMASK_REQ]) + head + _U16.pack(len(parts)) + b"".join(parts))
+            parts = [
+                _U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v]
+                for u in self.lU3
+                if u != v
+            ]
+            acts += self._send(
+                v, bytes([UNMASK_REQ]) + head + _U16.pack(len(parts)) + b"".join(parts)
+            )
         return acts
 
     def _abort(self, reason: str) -> list[Action]:
         self.lphase = "done"
-        acts: list[Action] = [CancelTimer(_TIMER), Metric("secagg-aborted", reason, self.p.round_id, self.ctx.node)]
+        acts: list[Action] = [
+            CancelTimer(_TIMER),
+            Metric("secagg-aborted", reason, self.p.round_id, self.ctx.node),
+        ]
         msg = bytes([ABORT]) + _U16.pack(len(reason.encode())) + reason.encode()
         for v in sorted(self.members):
             if v != self.ctx.node:
@@ -684,7 +838,9 @@ class SecAggMachine(Protocol):
         self.finished = True
         if self.is_member:
             self.phase = "done"
-        acts.append(Finish(self.ctx.node, self.p.round_id, None, {"status": "aborted", "reason": reason}))
+        acts.append(
+            Finish(self.ctx.node, self.p.round_id, None, {"status": "aborted", "reason": reason})
+        )
         return acts
 
     def _recover(self, key: tuple[int, int, int]) -> tuple[bytes | None, list[Action]]:
@@ -722,11 +878,23 @@ class SecAggMachine(Protocol):
             for h, g in zip(rest, good[self.t :]):
                 if not g:
                     self.offenders.add(h)
-                    faults.append(Fault(self.ctx.node, InconsistentShares(
-                        f"member {h} revealed a share of member {owner}'s {what} that is not on the committed polynomial")))
+                    faults.append(
+                        Fault(
+                            self.ctx.node,
+                            InconsistentShares(
+                                f"member {h} revealed a share of member {owner}'s {what} that is not on the committed polynomial"
+                            ),
+                        )
+                    )
             return sec, faults
-        return None, [Fault(self.ctx.node, InconsistentShares(
-            f"no {self.t} revealed shares of member {owner}'s {what} open its commitment"))]
+        return None, [
+            Fault(
+                self.ctx.node,
+                InconsistentShares(
+                    f"no {self.t} revealed shares of member {owner}'s {what} open its commitment"
+                ),
+            )
+        ]
 
     def _release(self) -> list[Action]:
         d = self.p.dim
@@ -740,7 +908,9 @@ class SecAggMachine(Protocol):
             acts += f
             owner, which, peer = key
             if sec is None:
-                what = "self-mask seed" if which == _B else f"pairwise seed with dropped member {peer}"
+                what = (
+                    "self-mask seed" if which == _B else f"pairwise seed with dropped member {peer}"
+                )
                 return acts + self._abort(f"{what} of member {owner} could not be recovered")
             if which == _B:
                 self_seeds.append((sec, -1))
@@ -755,9 +925,24 @@ class SecAggMachine(Protocol):
         sens = float(self.p.sensitivity)
         sigma = self.p.noise_std / sens if sens > 0 else float("inf")
         for u in self.lU3:
-            acts.append(LedgerEntry(u, self.p.round_id, "value", ACCOUNTING_VIEW.view_model, sens, self.p.noise_std, sigma,
-                                    self.name, self.ctx.run_id,
-                                    {"released_to": self.ctx.node, "contributors": len(self.lU3), "mechanism": ACCOUNTING_VIEW.mechanism}))
+            acts.append(
+                LedgerEntry(
+                    u,
+                    self.p.round_id,
+                    "value",
+                    ACCOUNTING_VIEW.view_model,
+                    sens,
+                    self.p.noise_std,
+                    sigma,
+                    self.name,
+                    self.ctx.run_id,
+                    {
+                        "released_to": self.ctx.node,
+                        "contributors": len(self.lU3),
+                        "mechanism": ACCOUNTING_VIEW.mechanism,
+                    },
+                )
+            )
         if self.p.broadcast:
             msg = bytes([RESULT]) + _U32.pack(d) + result.astype("<f8").tobytes()
             for v in self.lU3:
@@ -766,9 +951,15 @@ class SecAggMachine(Protocol):
             if self.is_member:
                 self.result = result
                 self.phase = "done"
-        info = {"status": "released", "role": "leader", "survivors": list(self.lU3), "dropped": list(self.lD),
-                "offenders": sorted(self.offenders), "error_bound": self.fp.error_bound(len(self.lU3)),
-                "view": ACCOUNTING_VIEW.as_dict()}
+        info = {
+            "status": "released",
+            "role": "leader",
+            "survivors": list(self.lU3),
+            "dropped": list(self.lD),
+            "offenders": sorted(self.offenders),
+            "error_bound": self.fp.error_bound(len(self.lU3)),
+            "view": ACCOUNTING_VIEW.as_dict(),
+        }
         acts.append(Finish(self.ctx.node, self.p.round_id, result, info))
         return acts
 
@@ -808,6 +999,16 @@ def build_round(
     directory = simulation_directory(keys)
     sdir = signer_directory(signers)
     rngs = node_generators(run_seed, n)
-    ms = [SecAggMachine(NodeContext(v, n, run_id, rngs[v]), params, vectors.get(v), keys[v], directory, signers[v], sdir)
-          for v in range(n)]
+    ms = [
+        SecAggMachine(
+            NodeContext(v, n, run_id, rngs[v]),
+            params,
+            vectors.get(v),
+            keys[v],
+            directory,
+            signers[v],
+            sdir,
+        )
+        for v in range(n)
+    ]
     return ms, keys

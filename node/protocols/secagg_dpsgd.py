@@ -30,6 +30,7 @@ past round are dropped with a ``ddp-late`` metric (a straggler's input after the
 Limits: a leader that crashes stalls the run at its round (every node waits for its outcome) — the
 secure sum handles member dropouts, not a dead leader; the operator sees the run stall.
 """
+
 from __future__ import annotations
 
 import struct
@@ -49,7 +50,7 @@ from hushnet.protocols.secagg import SecAggMachine, SecAggParams
 PROTOCOL = "secagg-dpsgd"
 DDP_PROTOCOLS: dict[str, str] = {
     PROTOCOL: "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise shares "
-              "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
+    "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
 }
 ROUND, OUTCOME, PLAIN = 0x70, 0x71, 0x72
 WINDOW = 4  # rounds ahead a message may be buffered
@@ -66,7 +67,9 @@ class DDPParams:
     rounds: int
     step_size: float
     sigma: float  # certified noise multiplier of the aggregate view
-    collusion: int = 1  # c: members in the largest certified observer coalition (the observer counts)
+    collusion: int = (
+        1  # c: members in the largest certified observer coalition (the observer counts)
+    )
     threshold: int | None = None  # t (default: ⌊m/2⌋ + 1 of the m members of a round)
     sample: int | None = None  # members per round (None: every node)
     sample_seed: int = 0  # public: the run seed
@@ -107,12 +110,25 @@ def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
     m = p.members_per_round(n)
     if not 2 <= m <= n:
         raise ValueError(f"sample must be in 2..{n} members per round, got {m}")
-    probe = SecAggParams(members=tuple(range(m)), leader=0, threshold=p.t(n), dim=1, frac_bits=p.frac_bits,
-                         bits=p.bits, round_timeout=p.round_timeout, mask_degree=p.mask_degree)
+    probe = SecAggParams(
+        members=tuple(range(m)),
+        leader=0,
+        threshold=p.t(n),
+        dim=1,
+        frac_bits=p.frac_bits,
+        bits=p.bits,
+        round_timeout=p.round_timeout,
+        mask_degree=p.mask_degree,
+    )
     probe.fixed_point  # noqa: B018 - validates frac_bits/bits
     # the rounds run the consistency check, so the tolerance is the one against a malicious (equivocating) leader
-    return SecureSumView(float(p.sigma), float(sensitivity), p.t(n), int(p.collusion),
-                         probe.malicious_collusion_tolerance())
+    return SecureSumView(
+        float(p.sigma),
+        float(sensitivity),
+        p.t(n),
+        int(p.collusion),
+        probe.malicious_collusion_tolerance(),
+    )
 
 
 class SecAggDPSGD(Protocol):
@@ -120,9 +136,19 @@ class SecAggDPSGD(Protocol):
 
     name: ClassVar[str] = PROTOCOL
 
-    def __init__(self, ctx: NodeContext, task: Any, params: DDPParams, share_key: KeyPair, directory: KeyDirectory,
-                 x0: np.ndarray | None = None, *, signer: Any = None, signers: Any = None,
-                 nonce_cache: Any = None) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        task: Any,
+        params: DDPParams,
+        share_key: KeyPair,
+        directory: KeyDirectory,
+        x0: np.ndarray | None = None,
+        *,
+        signer: Any = None,
+        signers: Any = None,
+        nonce_cache: Any = None,
+    ) -> None:
         super().__init__(ctx)
         self.task = task
         self.p = params
@@ -146,7 +172,9 @@ class SecAggDPSGD(Protocol):
         self.leader = -1
         self.released = 0
         self.aborted = 0
-        self.survivors: list[int] = []  # |U_r| of every released round (a leader's knowledge, sent in OUTCOME)
+        self.survivors: list[
+            int
+        ] = []  # |U_r| of every released round (a leader's knowledge, sent in OUTCOME)
 
     # ---- rounds ---------------------------------------------------------------------------------
 
@@ -157,9 +185,14 @@ class SecAggDPSGD(Protocol):
         if r >= self.p.rounds:
             self.finished = True
             self.inner = None
-            info = {"rounds": self.p.rounds, "released": self.released, "aborted": self.aborted,
-                    "survivors": list(self.survivors), "accounting_view": self.view.as_dict(),
-                    "aggregation": self.p.aggregation}
+            info = {
+                "rounds": self.p.rounds,
+                "released": self.released,
+                "aborted": self.aborted,
+                "survivors": list(self.survivors),
+                "accounting_view": self.view.as_dict(),
+                "aggregation": self.p.aggregation,
+            }
             return [Finish(self.ctx.node, r, self.x.copy(), info)]
         me = self.ctx.node
         self.round, self.inner, self.plain = r, None, {}
@@ -170,11 +203,30 @@ class SecAggDPSGD(Protocol):
         vec = self.task.gradient(self.x) if member else None
         if self.p.aggregation == "secure":
             if member or me == self.leader:
-                sp = SecAggParams(self.members, self.leader, self.view.threshold, self.dim, self.p.frac_bits,
-                                  self.p.bits, self.p.round_timeout, self.s, self.sens, broadcast=False, round_id=r,
-                                  mask_degree=self.p.mask_degree)
-                self.inner = SecAggMachine(self.ctx, sp, vec, self.key, self.directory, self.signer, self.signers,
-                                           self.nonce_cache)
+                sp = SecAggParams(
+                    self.members,
+                    self.leader,
+                    self.view.threshold,
+                    self.dim,
+                    self.p.frac_bits,
+                    self.p.bits,
+                    self.p.round_timeout,
+                    self.s,
+                    self.sens,
+                    broadcast=False,
+                    round_id=r,
+                    mask_degree=self.p.mask_degree,
+                )
+                self.inner = SecAggMachine(
+                    self.ctx,
+                    sp,
+                    vec,
+                    self.key,
+                    self.directory,
+                    self.signer,
+                    self.signers,
+                    self.nonce_cache,
+                )
                 acts += self._wrap(r, self.inner.handle(RunStarted()))
         else:
             if me == self.leader:
@@ -186,7 +238,9 @@ class SecAggDPSGD(Protocol):
                 if me == self.leader:
                     acts += self._plain_in(me, noisy)
                 else:
-                    acts.append(Send(self.leader, _H.pack(PLAIN, r) + noisy.astype("<f8").tobytes()))
+                    acts.append(
+                        Send(self.leader, _H.pack(PLAIN, r) + noisy.astype("<f8").tobytes())
+                    )
         for src, kind, payload in self.buffer.pop(r, []):
             if self.round != r:
                 break
@@ -196,10 +250,24 @@ class SecAggDPSGD(Protocol):
     def _entry(self, r: int, view: str) -> LedgerEntry:
         """The member's own charge for round r (precedes the send of its input)."""
         sigma = self.view.sigma if view == "aggregate" else self.s / self.sens
-        return LedgerEntry(self.ctx.node, r, "gradient", view, self.sens, self.s, sigma, self.name, self.ctx.run_id,
-                           {"mechanism": "secure-summation" if view == "aggregate" else "plain-sum",
-                            "collusion": self.view.collusion, "threshold": self.view.threshold,
-                            "members": len(self.members), "leader": self.leader})
+        return LedgerEntry(
+            self.ctx.node,
+            r,
+            "gradient",
+            view,
+            self.sens,
+            self.s,
+            sigma,
+            self.name,
+            self.ctx.run_id,
+            {
+                "mechanism": "secure-summation" if view == "aggregate" else "plain-sum",
+                "collusion": self.view.collusion,
+                "threshold": self.view.threshold,
+                "members": len(self.members),
+                "leader": self.leader,
+            },
+        )
 
     def _wrap(self, r: int, acts: list[Action]) -> list[Action]:
         """The inner secure-sum machine's actions, tagged with the round; its release/abort ends the round."""
@@ -213,7 +281,9 @@ class SecAggDPSGD(Protocol):
                 out.append(SetTimer(f"{a.name}:{r}", a.delay))
             elif cls is CancelTimer:
                 out.append(CancelTimer(f"{a.name}:{r}"))
-            elif cls is LedgerEntry:  # the leader's release record for a contributor: not a charge of this node
+            elif (
+                cls is LedgerEntry
+            ):  # the leader's release record for a contributor: not a charge of this node
                 out.append(Metric("ddp-release", int(a.node), r, self.ctx.node))
             elif cls is Finish:
                 if self.ctx.node == self.leader:
@@ -278,14 +348,16 @@ class SecAggDPSGD(Protocol):
             raise MalformedMessage(f"unknown secagg-dpsgd message kind {kind}")
         if r >= self.p.rounds:
             raise MalformedMessage(f"message for round {r}, the run has {self.p.rounds}")
-        body = payload[_H.size:]
+        body = payload[_H.size :]
         if r < self.round or self.finished:
             return [Metric("ddp-late", float(kind), r, self.ctx.node)]
         if r > self.round:
             if r > self.round + WINDOW:
                 raise MalformedMessage(f"message for round {r}, this node is at round {self.round}")
             if kind == OUTCOME and src != round_leader(self.n, r):
-                raise UnexpectedSender(f"outcome of round {r} from node {src}, its leader is {round_leader(self.n, r)}")
+                raise UnexpectedSender(
+                    f"outcome of round {r} from node {src}, its leader is {round_leader(self.n, r)}"
+                )
             self.buffer.setdefault(r, []).append((src, kind, body))
             return []
         return self._dispatch(src, kind, r, body)
@@ -293,16 +365,32 @@ class SecAggDPSGD(Protocol):
     def _dispatch(self, src: int, kind: int, r: int, body: bytes) -> list[Action]:
         if kind == OUTCOME:
             if src != self.leader or self.ctx.node == self.leader:
-                raise UnexpectedSender(f"outcome of round {r} from node {src}, its leader is {self.leader}")
+                raise UnexpectedSender(
+                    f"outcome of round {r} from node {src}, its leader is {self.leader}"
+                )
             if len(body) < _OUT.size:
                 raise MalformedMessage("truncated outcome")
             status, survivors, d = _OUT.unpack_from(body)
-            if status not in (0, 1) or (status == 1 and (d != self.dim or survivors < self.view.threshold
-                                                         or survivors > len(self.members))):
-                raise WrongDimension(f"outcome of round {r}: status {status}, {survivors} survivors, dim {d}")
+            if status not in (0, 1) or (
+                status == 1
+                and (
+                    d != self.dim
+                    or survivors < self.view.threshold
+                    or survivors > len(self.members)
+                )
+            ):
+                raise WrongDimension(
+                    f"outcome of round {r}: status {status}, {survivors} survivors, dim {d}"
+                )
             if len(body) != _OUT.size + 8 * d:
-                raise MalformedMessage(f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, expected {8 * d}")
-            total = np.frombuffer(body, dtype="<f8", offset=_OUT.size).astype(np.float64) if status == 1 else None
+                raise MalformedMessage(
+                    f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, expected {8 * d}"
+                )
+            total = (
+                np.frombuffer(body, dtype="<f8", offset=_OUT.size).astype(np.float64)
+                if status == 1
+                else None
+            )
             if total is not None and not np.all(np.isfinite(total)):
                 raise MalformedMessage(f"outcome of round {r} is not finite")
             if self.inner is not None:
@@ -310,9 +398,13 @@ class SecAggDPSGD(Protocol):
             return self._apply(r, total, survivors)
         if kind == PLAIN:
             if self.p.aggregation != "plain" or self.ctx.node != self.leader:
-                raise UnexpectedSender(f"plain input of round {r} at node {self.ctx.node}, not its plain leader")
+                raise UnexpectedSender(
+                    f"plain input of round {r} at node {self.ctx.node}, not its plain leader"
+                )
             if src not in self.members or src in self.plain:
-                raise UnexpectedSender(f"plain input of round {r} from node {src}: not a member, or twice")
+                raise UnexpectedSender(
+                    f"plain input of round {r} from node {src}: not a member, or twice"
+                )
             if len(body) != 8 * self.dim:
                 raise WrongDimension(f"plain input of {len(body)} bytes, expected {8 * self.dim}")
             vec = np.frombuffer(body, dtype="<f8").astype(np.float64)
@@ -320,7 +412,9 @@ class SecAggDPSGD(Protocol):
                 raise MalformedMessage("plain input is not finite")
             return self._plain_in(src, vec)
         if self.inner is None:
-            raise UnexpectedSender(f"secure-sum message of round {r} at node {self.ctx.node}, which has no part in it")
+            raise UnexpectedSender(
+                f"secure-sum message of round {r} at node {self.ctx.node}, which has no part in it"
+            )
         return self._wrap(r, self.inner.handle(MessageArrived(src, body)))
 
     def on_timer(self, name: str) -> list[Action]:
@@ -335,7 +429,9 @@ class SecAggDPSGD(Protocol):
         return []
 
 
-def make_ddp_machine(ctx: NodeContext, task: Any, params: dict[str, Any], *, run_seed: int) -> SecAggDPSGD:
+def make_ddp_machine(
+    ctx: NodeContext, task: Any, params: dict[str, Any], *, run_seed: int
+) -> SecAggDPSGD:
     """Build one node's machine (registry entry).  ``share_key``/``share_directory``: the node's long-term
     X25519 key and the directory's public keys (a deployment); without them, simulation keys derived
     from the run seed (reproducible, simulator only)."""
@@ -347,8 +443,14 @@ def make_ddp_machine(ctx: NodeContext, task: Any, params: dict[str, Any], *, run
     if key is None or directory is None:
         pairs = simulation_keypairs(run_seed, ctx.n, "share")
         key, directory = pairs[ctx.node], simulation_directory(pairs)
-    signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), p.pop("replay_cache", None)
-    if signer is None or sdir is None:  # simulator: signing keys from the public run seed (never deployed)
+    signer, sdir, nonces = (
+        p.pop("sign_key", None),
+        p.pop("sign_directory", None),
+        p.pop("replay_cache", None),
+    )
+    if (
+        signer is None or sdir is None
+    ):  # simulator: signing keys from the public run seed (never deployed)
         from hushnet.crypto.signing import signer_directory, simulation_signers
 
         signers = simulation_signers(run_seed, ctx.n)
@@ -361,9 +463,26 @@ def make_ddp_machine(ctx: NodeContext, task: Any, params: dict[str, Any], *, run
     unknown = set(p) - known
     if unknown:
         raise ValueError(f"unknown {PROTOCOL} parameter(s) {sorted(unknown)}")
-    return SecAggDPSGD(ctx, task, DDPParams(**p), key, directory, x0=x0, signer=signer, signers=sdir,
-                       nonce_cache=nonces)
+    return SecAggDPSGD(
+        ctx,
+        task,
+        DDPParams(**p),
+        key,
+        directory,
+        x0=x0,
+        signer=signer,
+        signers=sdir,
+        nonce_cache=nonces,
+    )
 
 
-__all__ = ["PROTOCOL", "DDP_PROTOCOLS", "DDPParams", "SecAggDPSGD", "calibrate", "round_members", "round_leader",
-           "make_ddp_machine"]
+__all__ = [
+    "PROTOCOL",
+    "DDP_PROTOCOLS",
+    "DDPParams",
+    "SecAggDPSGD",
+    "calibrate",
+    "round_members",
+    "round_leader",
+    "make_ddp_machine",
+]

@@ -7,6 +7,7 @@ handoff with retries, the run option for a neighbour that stays down (pause, or 
 record it), self-loops (the same node updates again, no message), progress metrics and the end
 of the run.  Subclasses implement :meth:`WalkMachine.visit` (one update) and the initial token.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,10 +15,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hushnet.engine.actions import Action, CancelTimer, Deviation, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.wire import KIND_ACK, KIND_TOKEN, decode_ack, decode_token, digest, encode_ack, encode_token, message_kind
+from hushnet.engine.wire import (
+    KIND_ACK,
+    KIND_TOKEN,
+    decode_ack,
+    decode_token,
+    digest,
+    encode_ack,
+    encode_token,
+    message_kind,
+)
 from hushnet.protocols.hops import HopRule
 
 ON_PEER_DOWN = ("pause", "deviate")
@@ -35,7 +55,7 @@ class WalkOptions:
     renormalised — which changes W, so the accountant must be told.
     ``progress_every``: emit a ``step`` metric every that many steps (0 = never).
     ``snapshot_every``: emit the model itself as a ``model`` metric (simulation traces only; a
-    released model is an extra observation not covered by the walk's accounting, spec E.1).
+    released model is an extra observation not covered by the walk's accounting, docs/design/spec/randomwalk.md §E.1).
     ``prefetch_noise``: draw the next visit's noise while the token is away (a zero-delay timer
     after each handoff; same draws, same models — see :meth:`RWDPSGD.on_timer`).  On for networked
     runs, where it takes the draw off a hop's critical path; off in the simulator, where it would
@@ -53,7 +73,9 @@ class WalkOptions:
 
     def __post_init__(self) -> None:
         if self.on_peer_down not in ON_PEER_DOWN:
-            raise ValueError(f"on_peer_down must be one of {ON_PEER_DOWN}, got {self.on_peer_down!r}")
+            raise ValueError(
+                f"on_peer_down must be one of {ON_PEER_DOWN}, got {self.on_peer_down!r}"
+            )
         if self.ack_timeout <= 0 or self.pause_retry <= 0 or self.max_retries < 0:
             raise ValueError("ack_timeout and pause_retry must be > 0, max_retries >= 0")
 
@@ -92,7 +114,9 @@ class WalkMachine(Protocol):
         self._pending: tuple[int, bytes, int, int] | None = None  # (dst, payload, step, attempts)
         self._down: set[int] = set()
         self._paused = False
-        self._held: tuple[int, np.ndarray, int] | None = None  # token kept while a handoff is unresolved
+        self._held: tuple[int, np.ndarray, int] | None = (
+            None  # token kept while a handoff is unresolved
+        )
         # the last token this node handed off and had acknowledged: (dst, step, x, aux) — the durable
         # copy the operator resumes from if its receiver never comes back (see :meth:`resume`)
         self._copy: tuple[int, int, np.ndarray, int] | None = None
@@ -127,13 +151,19 @@ class WalkMachine(Protocol):
         if kind != KIND_TOKEN:
             raise MalformedMessage(f"unknown message kind {kind} for protocol {self.name}")
         if src in self._fenced:
-            raise UnexpectedSender(f"node {src} was declared a lost holder of run {self.ctx.run_id} and the walk "
-                                   "resumed without it; its tokens are refused")
+            raise UnexpectedSender(
+                f"node {src} was declared a lost holder of run {self.ctx.run_id} and the walk "
+                "resumed without it; its tokens are refused"
+            )
         tok = decode_token(payload, self.dim)
         if tok.total != self.total:
-            raise MalformedMessage(f"token for a run of {tok.total} steps; this run has {self.total}")
+            raise MalformedMessage(
+                f"token for a run of {tok.total} steps; this run has {self.total}"
+            )
         if tok.recipient != self.ctx.node:
-            raise MalformedMessage(f"token addressed to node {tok.recipient}, delivered to node {self.ctx.node}")
+            raise MalformedMessage(
+                f"token addressed to node {tok.recipient}, delivered to node {self.ctx.node}"
+            )
         if not 1 <= tok.step < self.total:
             raise MalformedMessage(f"token step {tok.step} outside 1..{self.total - 1}")
         if self.ctx.view_model == "sender-known" and not self.hop.may_receive_from(src):
@@ -142,11 +172,16 @@ class WalkMachine(Protocol):
             )
         recent = self._recent
         if (recent is not None and recent[0] == tok.step) or tok.step in self._seen:
-            same = recent[1] == payload if recent is not None and recent[0] == tok.step else \
-                self._seen[tok.step] == digest(payload)
+            same = (
+                recent[1] == payload
+                if recent is not None and recent[0] == tok.step
+                else self._seen[tok.step] == digest(payload)
+            )
             if same:  # a retransmission whose ack was lost: acknowledge again, do nothing
                 return [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
-            raise ReplayedMessage(f"step {tok.step} of run {self.ctx.run_id} already processed here, with other contents")
+            raise ReplayedMessage(
+                f"step {tok.step} of run {self.ctx.run_id} already processed here, with other contents"
+            )
         if tok.step <= self.last_step:
             raise ReplayedMessage(
                 f"stale token: step {tok.step} of run {self.ctx.run_id}, but this node already handled step {self.last_step}"
@@ -171,7 +206,13 @@ class WalkMachine(Protocol):
             acts: list[Action] = []
             if not self._paused:
                 self._paused = True
-                acts.append(Paused(self.ctx.node, step, f"neighbour {dst} unreachable after {self.opt.max_retries} retries"))
+                acts.append(
+                    Paused(
+                        self.ctx.node,
+                        step,
+                        f"neighbour {dst} unreachable after {self.opt.max_retries} retries",
+                    )
+                )
             return acts + [Send(dst, payload), SetTimer(_HANDOFF, self.opt.pause_retry)]
         # deviate: record it, drop the dead neighbour from the row, re-sample
         self._pending = None
@@ -181,14 +222,18 @@ class WalkMachine(Protocol):
             self._pending = (dst, payload, step, attempts)
             self._paused = True
             return [
-                Paused(self.ctx.node, step, f"no reachable neighbour left (down: {sorted(self._down)})"),
+                Paused(
+                    self.ctx.node, step, f"no reachable neighbour left (down: {sorted(self._down)})"
+                ),
                 Send(dst, payload),
                 SetTimer(_HANDOFF, self.opt.pause_retry),
             ]
         self.hop = new_rule
         assert self._held is not None
         _, x, aux = self._held
-        dev = Deviation(self.ctx.node, step, "peer-down", {"dead": dst, "excluded": sorted(self._down)})
+        dev = Deviation(
+            self.ctx.node, step, "peer-down", {"dead": dst, "excluded": sorted(self._down)}
+        )
         return [dev] + self._forward(step, x, aux)
 
     def _settle(self) -> None:
@@ -227,10 +272,21 @@ class WalkMachine(Protocol):
         or has not had acknowledged, the last acknowledged handoff (the resume copy), excluded and
         fenced neighbours.  Subclasses add their own fields with :meth:`_checkpoint_extra`."""
         self._settle()
-        return {"rng": self.ctx.rng.bit_generator.state, "contributions": self.contributions, "visits": self.visits,
-                "last_step": self.last_step, "finished": self.finished, "seen": dict(self._seen),
-                "pending": self._pending, "held": self._held, "copy": self._copy, "down": set(self._down),
-                "fenced": set(self._fenced), "paused": self._paused, "extra": self._checkpoint_extra()}
+        return {
+            "rng": self.ctx.rng.bit_generator.state,
+            "contributions": self.contributions,
+            "visits": self.visits,
+            "last_step": self.last_step,
+            "finished": self.finished,
+            "seen": dict(self._seen),
+            "pending": self._pending,
+            "held": self._held,
+            "copy": self._copy,
+            "down": set(self._down),
+            "fenced": set(self._fenced),
+            "paused": self._paused,
+            "extra": self._checkpoint_extra(),
+        }
 
     def restore(self, state: dict[str, Any]) -> list[Action]:
         """Load :meth:`checkpoint` into this (freshly built) machine; re-send an unacknowledged token."""
@@ -274,7 +330,9 @@ class WalkMachine(Protocol):
             out["passed_to"], out["passed_step"] = int(self._copy[0]), int(self._copy[1])
         return out
 
-    def resume(self, lost: set[int], *, take_up: bool = True, from_step: int | None = None) -> list[Action]:
+    def resume(
+        self, lost: set[int], *, take_up: bool = True, from_step: int | None = None
+    ) -> list[Action]:
         """The operator declared ``lost`` (holders that never came back): refuse their tokens from now on,
         drop them from this node's row, and — if this node's last handoff went to one of them and
         nothing newer passed through here — take the walk up again from its copy of that token.
@@ -321,9 +379,17 @@ class WalkMachine(Protocol):
         self._pending = None
         self._held = None
         self._paused = False
-        dev = Deviation(self.ctx.node, step, "holder-lost", {"dead": sorted(lost)[0], "lost": sorted(lost),
-                                                             "resumed_from": self.ctx.node})
-        return [CancelTimer(_HANDOFF), dev, Metric("resumed", step, step, self.ctx.node)] + self._forward(step, x, aux)
+        dev = Deviation(
+            self.ctx.node,
+            step,
+            "holder-lost",
+            {"dead": sorted(lost)[0], "lost": sorted(lost), "resumed_from": self.ctx.node},
+        )
+        return [
+            CancelTimer(_HANDOFF),
+            dev,
+            Metric("resumed", step, step, self.ctx.node),
+        ] + self._forward(step, x, aux)
 
     # ---- the walk -------------------------------------------------------------------------------
 
@@ -367,8 +433,19 @@ class WalkMachine(Protocol):
         self._held = (step, x, aux)
         return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
 
-    def ledger(self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any) -> LedgerEntry:
+    def ledger(
+        self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any
+    ) -> LedgerEntry:
         sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
         return LedgerEntry(
-            self.ctx.node, step, kind, self.ctx.view_model, sensitivity, noise_std, sigma, self.name, self.ctx.run_id, detail
+            self.ctx.node,
+            step,
+            kind,
+            self.ctx.view_model,
+            sensitivity,
+            noise_std,
+            sigma,
+            self.name,
+            self.ctx.run_id,
+            detail,
         )

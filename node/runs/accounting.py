@@ -12,6 +12,7 @@ contribution seen in the clear (post-processing), valid at every order and for e
 also covers orders above the noise condition's α_max.  Everything here is "certified"; the paper's
 Theorem 3 values are computed separately by :func:`paper_row` and labelled "paper".
 """
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,9 @@ class ContributionCost:
 
     targets: list[str]
     orders: np.ndarray
-    walk_slope: np.ndarray | None  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
+    walk_slope: (
+        np.ndarray | None
+    )  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
     alpha_max: float
     bound_name: str
 
@@ -55,8 +58,15 @@ class ContributionCost:
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
         rdp = self.curves(ev.sigma)
-        return PrivacyEntry.from_row(run_id, ev.protocol, ev.view_model, "certified", self.targets, rdp,
-                                     note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
+        return PrivacyEntry.from_row(
+            run_id,
+            ev.protocol,
+            ev.view_model,
+            "certified",
+            self.targets,
+            rdp,
+            note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})",
+        )
 
 
 def onion_relay_plan(spec: RunSpec, W=None):
@@ -66,7 +76,9 @@ def onion_relay_plan(spec: RunSpec, W=None):
 
     hops = int(spec.protocol_params.get("hops", 3))
     slots = int(spec.protocol_params.get("slots", hops + 8))
-    return relay_plan(W if W is not None else transition_matrix(spec.graph, spec.weights), hops, slots)
+    return relay_plan(
+        W if W is not None else transition_matrix(spec.graph, spec.weights), hops, slots
+    )
 
 
 def sender_known(spec: RunSpec, W=None) -> bool:
@@ -99,7 +111,9 @@ def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -
     row = np.delete(S[vertex], vertex)
     amax = alpha_max(spec.sigma, spec.constraint)
     view = "sender-known" if known else spec.view_model
-    name = f"random-walk bound ({view}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
+    name = (
+        f"random-walk bound ({view}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
+    )
     return ContributionCost(targets, o, row, amax, name)
 
 
@@ -107,7 +121,9 @@ def local_dp_cost(vertex: int, ids: list[str], orders=None) -> ContributionCost:
     """The contribution seen in the clear (Gaussian RDP α/(2σ²)): sound for every protocol."""
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
-    return ContributionCost(targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)")
+    return ContributionCost(
+        targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)"
+    )
 
 
 def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
@@ -126,16 +142,26 @@ def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.nd
         return None
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
-    return theorem3_printed_row(W, spec.steps, spec.sigma, vertex, contributions, spec.budget.delta,
-                                sender_known=sender_known(spec, W))
+    return theorem3_printed_row(
+        W,
+        spec.steps,
+        spec.sigma,
+        vertex,
+        contributions,
+        spec.budget.delta,
+        sender_known=sender_known(spec, W),
+    )
 
 
 #: what the random-walk report's "paper" column is
-RW_PAPER_LABEL = ("paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); "
-                  "not a guarantee")
+RW_PAPER_LABEL = (
+    "paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); not a guarantee"
+)
 
 
-def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tuple[np.ndarray, str] | None:
+def paper_bound(
+    spec: RunSpec, vertex: int, contributions: float, W=None
+) -> tuple[np.ndarray, str] | None:
     """The paper's value of this node's row, best order, and the label that says which bound it is
     ("paper": a labelled reproduction, never a guarantee); None when the protocol has none."""
     from hushnet.families import family_of
@@ -143,5 +169,14 @@ def paper_bound(spec: RunSpec, vertex: int, contributions: float, W=None) -> tup
     return family_of(spec.protocol).paper_bound(spec, vertex, contributions, W)
 
 
-__all__ = ["paper_bound", "RW_PAPER_LABEL", "ContributionCost", "contribution_cost", "walk_cost", "local_dp_cost",
-           "dp_from_rdp", "paper_row", "WALK_ACCOUNTED"]
+__all__ = [
+    "paper_bound",
+    "RW_PAPER_LABEL",
+    "ContributionCost",
+    "contribution_cost",
+    "walk_cost",
+    "local_dp_cost",
+    "dp_from_rdp",
+    "paper_row",
+    "WALK_ACCOUNTED",
+]

@@ -30,8 +30,8 @@ Each protocol registers, on import (``hushnet.runs.service`` imports this module
                  σΔ/√(t − c) and the same α/(2σ²) is the sum's Gaussian view toward any coalition of
                  ≤ c members (:mod:`hushnet.privacy.secure_sum`, :mod:`hushnet.runs.ddp_runs`)
   anon-walk-sgd  every update charged as attributable (α/(2σ²) each): source anonymity has no DP
-                 theorem, entropy is a diagnostic (spec anonymity.md §6.6–6.7); the same for
-                 ``mode = "A"`` and ``"B"`` (identical hitting-time law, spec §6.3)
+                 theorem, entropy is a diagnostic (docs/design/spec/anonymity.md §6.6–6.7); the same for
+                 ``mode = "A"`` and ``"B"`` (identical hitting-time law, docs/design/spec/anonymity.md §6.3)
   ============== ===================================================================================
 
 Secure summation over the network is wrapped by :class:`NetworkSecAgg`: the sans-IO leader writes
@@ -43,13 +43,14 @@ other members' shares alone) — and keeps the leader's release record as a metr
 aborts below the threshold released nothing, but the charges of the members whose input left stay
 (conservative: no node can know at start whether enough others will show up).
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
 import pathlib
-import weakref
 import time
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -88,7 +89,11 @@ def node_key_directory(node, epoch: int = 0) -> KeyDirectory:
     d = getattr(node, "directory", None)
     if d is None:
         raise ValueError("this node has no membership directory yet")
-    keys = {int(m.vertex): bytes(m.x25519_public) for m in d.members if len(bytes(m.x25519_public)) == 32}
+    keys = {
+        int(m.vertex): bytes(m.x25519_public)
+        for m in d.members
+        if len(bytes(m.x25519_public)) == 32
+    }
     return KeyDirectory(int(epoch), keys)
 
 
@@ -110,7 +115,9 @@ def node_signer_directory(node):
     d = getattr(node, "directory", None)
     if d is None:
         raise ValueError("this node has no membership directory yet")
-    return SignerDirectory({int(m.vertex): bytes.fromhex(m.key_sha256) for m in d.members if len(m.key_sha256) == 64})
+    return SignerDirectory(
+        {int(m.vertex): bytes.fromhex(m.key_sha256) for m in d.members if len(m.key_sha256) == 64}
+    )
 
 
 _REPLAY: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
@@ -147,17 +154,28 @@ def node_onion_keys(node, ids: list[str], vertex: int, spec: RunSpec):
     if store is None:
         return None
     if "epoch" in spec.protocol_params:
-        raise ValueError("protocol_params.epoch is a label for networks without onion-key rotation; this network "
-                         "rotates onion keys, and a run uses the epoch current at acceptance")
+        raise ValueError(
+            "protocol_params.epoch is a label for networks without onion-key rotation; this network "
+            "rotates onion keys, and a run uses the epoch current at acceptance"
+        )
     epoch = store.current_epoch()
     d = node.directory
-    keys = {int(m.vertex): bytes(k.public_key) for m in d.members for k in m.onion_keys if int(k.epoch) == epoch}
+    keys = {
+        int(m.vertex): bytes(k.public_key)
+        for m in d.members
+        for k in m.onion_keys
+        if int(k.epoch) == epoch
+    }
     missing = [ids[v] for v in range(len(ids)) if v not in keys]
     if missing:
-        raise ValueError(f"the directory has no onion key of epoch {epoch} for {', '.join(missing[:5])}"
-                         f"{' …' if len(missing) > 5 else ''} (not published yet): cannot build onion layers")
+        raise ValueError(
+            f"the directory has no onion key of epoch {epoch} for {', '.join(missing[:5])}"
+            f"{' …' if len(missing) > 5 else ''} (not published yet): cannot build onion layers"
+        )
     if keys[vertex] != store.pair(epoch).public:
-        raise ValueError(f"the directory's onion key of epoch {epoch} for this node is not the key in its state directory")
+        raise ValueError(
+            f"the directory's onion key of epoch {epoch} for this node is not the key in its state directory"
+        )
     return store.keyring, KeyDirectory(epoch, keys)
 
 
@@ -166,22 +184,40 @@ def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDi
     directory = node_key_directory(node, epoch)
     missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
     if missing:
-        raise ValueError(f"the directory has no X25519 key for {', '.join(missing[:5])}"
-                         f"{' …' if len(missing) > 5 else ''}: cannot seal to them")
+        raise ValueError(
+            f"the directory has no X25519 key for {', '.join(missing[:5])}"
+            f"{' …' if len(missing) > 5 else ''}: cannot seal to them"
+        )
     if directory.keys.get(vertex) != kp.public:
-        raise ValueError("the directory's X25519 key for this node is not the key in its state directory")
+        raise ValueError(
+            "the directory's X25519 key for this node is not the key in its state directory"
+        )
     return kp, directory
 
 
 # ---- machine parameters (public, from the spec) -----------------------------------------------
 
-ONION_OPTIONS = ("hops", "slots", "cell_body", "payload_len", "epoch", "ack_timeout", "max_retries", "pause_retry")
+ONION_OPTIONS = (
+    "hops",
+    "slots",
+    "cell_body",
+    "payload_len",
+    "epoch",
+    "ack_timeout",
+    "max_retries",
+    "pause_retry",
+)
 
 
 def _onion_params(spec: RunSpec) -> dict[str, Any]:
     pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {"steps": spec.steps, "step_size": spec.step_size, "sigma": spec.sigma, "cap": spec.cap,
-                           "start": spec.start}
+    out: dict[str, Any] = {
+        "steps": spec.steps,
+        "step_size": spec.step_size,
+        "sigma": spec.sigma,
+        "cap": spec.cap,
+        "start": spec.start,
+    }
     out["onion_hops"] = int(pp.get("hops", 3))
     out["onion_ack_timeout"] = float(pp.get("ack_timeout", NET_ACK_TIMEOUT))
     out["onion_max_retries"] = int(pp.get("max_retries", NET_MAX_RETRIES))
@@ -196,10 +232,14 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
     pp = dict(spec.protocol_params)
     n = spec.n
     members = tuple(int(m) for m in pp.get("members", range(n)))
-    out: dict[str, Any] = {"members": members, "leader": int(pp.get("leader", spec.start)),
-                           "threshold": int(pp.get("threshold", len(members) // 2 + 1)),
-                           "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
-                           "broadcast": bool(pp.get("broadcast", True)), "round_id": int(pp.get("round_id", 0))}
+    out: dict[str, Any] = {
+        "members": members,
+        "leader": int(pp.get("leader", spec.start)),
+        "threshold": int(pp.get("threshold", len(members) // 2 + 1)),
+        "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
+        "broadcast": bool(pp.get("broadcast", True)),
+        "round_id": int(pp.get("round_id", 0)),
+    }
     for k in ("frac_bits", "bits", "mask_degree"):
         if k in pp:
             out[k] = int(pp[k])
@@ -210,16 +250,22 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
 
 def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
     pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {"updates_per_node": int(pp.get("updates_per_node", spec.cap or 1)),
-                           "step_size": spec.step_size, "sigma": spec.sigma, "start": spec.start,
-                           "epoch": int(pp.get("epoch", 0)),
-                           "ack_timeout": float(pp.get("ack_timeout", NET_ACK_TIMEOUT)),
-                           "max_retries": int(pp.get("max_retries", NET_MAX_RETRIES)),
-                           "pause_retry": float(pp.get("pause_retry", NET_PAUSE_RETRY))}
+    out: dict[str, Any] = {
+        "updates_per_node": int(pp.get("updates_per_node", spec.cap or 1)),
+        "step_size": spec.step_size,
+        "sigma": spec.sigma,
+        "start": spec.start,
+        "epoch": int(pp.get("epoch", 0)),
+        "ack_timeout": float(pp.get("ack_timeout", NET_ACK_TIMEOUT)),
+        "max_retries": int(pp.get("max_retries", NET_MAX_RETRIES)),
+        "pause_retry": float(pp.get("pause_retry", NET_PAUSE_RETRY)),
+    }
     for k in ("ell1", "ell2", "delta", "kappa", "delta_prime", "cell_body", "l_max"):
         if k in pp:
             out[k] = pp[k]
-    out["mode"] = str(pp.get("mode", "A")).upper()  # "A": the sealed token walks; "B": onion random walk
+    out["mode"] = str(
+        pp.get("mode", "A")
+    ).upper()  # "A": the sealed token walks; "B": onion random walk
     return out
 
 
@@ -227,20 +273,33 @@ def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
 
 
 def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
-    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+    return PolicyDecision(
+        False,
+        f"cannot project this node's privacy loss: {reason}",
+        None,
+        spec.budget.delta,
+        "certified",
+    )
 
 
-def project_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_walk(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     """Plain-link walks (``rw-dpsgd``, ``pad-complete-sgd``): the anonymous-sender view is refused —
     without onion relaying the receiver's gRPC peer *is* the sender."""
     if spec.view_model != "sender-known":
-        return _refuse(spec, f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
-                             "plain links reveal the sender, so only 'sender-known' is accountable")
+        return _refuse(
+            spec,
+            f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
+            "plain links reveal the sender, so only 'sender-known' is accountable",
+        )
     dec = evaluate_policy(spec, vertex, local, W)
     return replace(dec, details={**dec.details, "accounting_view": VIEWS["plain-links"].as_dict()})
 
 
-def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_onion(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     """Onion-relayed RW DP-SGD: charged at **local DP** per contribution (``N_u`` contributions, each seen
     in the clear).  The relay plan hides each delivery's sender from its receiver, but every node also
     relays the walk's other hops and sees part of its trajectory, which no random-walk bound covers
@@ -250,45 +309,96 @@ def project_onion(spec: RunSpec, vertex: int, local: Budget | None = None, W: An
     if hops < 1:
         return _refuse(spec, "rw-dpsgd-onion with hops < 1 relays nothing")
     if spec.view_model != "anonymous":
-        return _refuse(spec, "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
-                             "(each delivery's sender is hidden from its receiver; the charge is local DP)")
+        return _refuse(
+            spec,
+            "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
+            "(each delivery's sender is hidden from its receiver; the charge is local DP)",
+        )
     from hushnet.protocols.onion import onion_view
     from hushnet.runs.accounting import onion_relay_plan
 
     plan = onion_relay_plan(spec, W)
-    walk = evaluate_policy(replace(spec, protocol="rw-dpsgd", view_model="sender-known"), vertex, local, W)
+    walk = evaluate_policy(
+        replace(spec, protocol="rw-dpsgd", view_model="sender-known"), vertex, local, W
+    )
     if walk.epsilon_row is None:  # refused before any projection (δ, noise condition …): say why
         return walk
     n_u = float(walk.details.get("N_u", 0.0))
-    dec = _ldp_decision(spec, vertex, local, spec.n, n_u, spec.sigma,
-                        "local DP: onion relays observe the walk's trajectory", "onion-relay")
-    return replace(dec, details={**dec.details, "accounting_view": {**onion_view(plan), "charged_as": "local DP"}})
+    dec = _ldp_decision(
+        spec,
+        vertex,
+        local,
+        spec.n,
+        n_u,
+        spec.sigma,
+        "local DP: onion relays observe the walk's trajectory",
+        "onion-relay",
+    )
+    return replace(
+        dec,
+        details={**dec.details, "accounting_view": {**onion_view(plan), "charged_as": "local DP"}},
+    )
 
 
-def _ldp_decision(spec: RunSpec, vertex: int, local: Budget | None, n: int, contributions: float,
-                  sigma: float, what: str, view: str) -> PolicyDecision:
+def _ldp_decision(
+    spec: RunSpec,
+    vertex: int,
+    local: Budget | None,
+    n: int,
+    contributions: float,
+    sigma: float,
+    what: str,
+    view: str,
+) -> PolicyDecision:
     """``contributions`` Gaussian releases with noise multiplier ``sigma``, each seen in the clear."""
     from hushnet.runs.spec import _best_order_dp
 
     budget = local or spec.budget
     if budget.delta < spec.budget.delta:
-        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-                              None, spec.budget.delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            spec.budget.delta,
+            "certified",
+        )
     if not (sigma > 0 and math.isfinite(sigma)):
-        return _refuse(spec, f"{spec.protocol} needs sigma > 0 (noise multiplier): a release without noise is not private")
-    row = _best_order_dp(np.full(n, contributions / (2.0 * sigma**2)), math.inf, math.log(1.0 / spec.budget.delta))
+        return _refuse(
+            spec,
+            f"{spec.protocol} needs sigma > 0 (noise multiplier): a release without noise is not private",
+        )
+    row = _best_order_dp(
+        np.full(n, contributions / (2.0 * sigma**2)), math.inf, math.log(1.0 / spec.budget.delta)
+    )
     row[vertex] = 0.0
-    det = {"N_u": float(contributions), "accounting_view": {**VIEWS[view].as_dict(), "charged_as": what}}
+    det = {
+        "N_u": float(contributions),
+        "accounting_view": {**VIEWS[view].as_dict(), "charged_as": what},
+    }
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
-        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-                                     f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
-                              row, spec.budget.delta, "certified", det)
-    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g}; {what})", row, spec.budget.delta,
-                          "certified", det)
+        return PolicyDecision(
+            False,
+            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+            f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
+            row,
+            spec.budget.delta,
+            "certified",
+            det,
+        )
+    return PolicyDecision(
+        True,
+        f"within budget (worst certified ε={row[worst]:.4g}; {what})",
+        row,
+        spec.budget.delta,
+        "certified",
+        det,
+    )
 
 
-def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_secagg(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     p = _secagg_params(spec)
     n = spec.n
     if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
@@ -300,8 +410,14 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     except ValueError as exc:
         return _refuse(spec, f"secure-summation parameters: {exc}")
     if vertex not in p["members"]:
-        return PolicyDecision(True, "not a member of the secure sum: no contribution", np.zeros(n), spec.budget.delta,
-                              "certified", {"N_u": 0.0})
+        return PolicyDecision(
+            True,
+            "not a member of the secure sum: no contribution",
+            np.zeros(n),
+            spec.budget.delta,
+            "certified",
+            {"N_u": 0.0},
+        )
     from hushnet.runs.ddp_runs import secagg_sum_calibration
 
     try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
@@ -309,20 +425,49 @@ def project_secagg(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     except ValueError as exc:
         return _refuse(spec, f"secure-sum calibration: {exc}")
     if view is not None:
-        dec = _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
-                            f"one input seen only inside the sum: Gaussian view of ≥ t−c honest survivors' noise "
-                            f"(c={view.collusion} colluding members)", "secure-summation")
+        dec = _ldp_decision(
+            spec,
+            vertex,
+            local,
+            n,
+            1.0,
+            spec.sigma,
+            f"one input seen only inside the sum: Gaussian view of ≥ t−c honest survivors' noise "
+            f"(c={view.collusion} colluding members)",
+            "secure-summation",
+        )
         if dec.details.get("accounting_view") is not None:
-            dec.details["accounting_view"] = {**view.as_dict(), "charged_as": "secure-sum Gaussian view"}
+            dec.details["accounting_view"] = {
+                **view.as_dict(),
+                "charged_as": "secure-sum Gaussian view",
+            }
         return dec
-    return _ldp_decision(spec, vertex, local, n, 1.0, spec.sigma,
-                         "one contribution: Gaussian bound of the node's noisy input seen in the sum", "secure-summation")
+    return _ldp_decision(
+        spec,
+        vertex,
+        local,
+        n,
+        1.0,
+        spec.sigma,
+        "one contribution: Gaussian bound of the node's noisy input seen in the sum",
+        "secure-summation",
+    )
 
 
-def project_anon_walk(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_anon_walk(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     p = _anon_walk_params(spec)
-    return _ldp_decision(spec, vertex, local, spec.n, float(p["updates_per_node"]), spec.sigma,
-                         "every update charged as attributable (no anonymity credit)", "source-anonymous-walk")
+    return _ldp_decision(
+        spec,
+        vertex,
+        local,
+        spec.n,
+        float(p["updates_per_node"]),
+        spec.sigma,
+        "every update charged as attributable (no anonymity credit)",
+        "source-anonymous-walk",
+    )
 
 
 # ---- machine builders --------------------------------------------------------------------------
@@ -337,18 +482,35 @@ def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, optio
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     epoch_keys = node_onion_keys(node, ids, vertex, spec)
-    if epoch_keys is not None:  # per-epoch onion keys: the node's shared keyring, the epoch's directory
+    if (
+        epoch_keys is not None
+    ):  # per-epoch onion keys: the node's shared keyring, the epoch's directory
         keyring, directory = epoch_keys
         params = {**spec.machine_params(), "onion_keyring": keyring, "onion_directory": directory}
     else:  # a network without rotation: the long-term key, the spec's epoch label
         kp, directory = _keys(node, ids, vertex, _epoch(spec))
-        params = {**spec.machine_params(), "onion_key": kp, "onion_directory": directory,
-                  "replay_cache": node_replay_cache(node, "onion")}
+        params = {
+            **spec.machine_params(),
+            "onion_key": kp,
+            "onion_directory": directory,
+            "replay_cache": node_replay_cache(node, "onion"),
+        }
     # the node's Deliver answers after the receiving machine accepted the packet: that answer is the hop
     # ack (Delivered, from RunDriver), so no second RPC per link hop
     params["link_receipts"] = True
-    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                        W=W, view_model="anonymous", options=options, rng=spec.node_rng(vertex, len(ids)))
+    return make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=params,
+        W=W,
+        view_model="anonymous",
+        options=options,
+        rng=spec.node_rng(vertex, len(ids)),
+    )
 
 
 def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
@@ -356,12 +518,29 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
 
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
     kp, directory = _keys(node, ids, vertex, _epoch(spec))
-    params = {**spec.machine_params(), "dest_key": kp, "dest_directory": directory,
-              "replay_cache": node_replay_cache(node, "onion")}
-    if params.get("mode") == "B":  # the onion layers use the same long-term key (distinct HKDF salts)
+    params = {
+        **spec.machine_params(),
+        "dest_key": kp,
+        "dest_directory": directory,
+        "replay_cache": node_replay_cache(node, "onion"),
+    }
+    if (
+        params.get("mode") == "B"
+    ):  # the onion layers use the same long-term key (distinct HKDF salts)
         params.update(onion_key=kp, onion_directory=directory)
-    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                        W=W, view_model="sender-known", options=options, rng=spec.node_rng(vertex, len(ids)))
+    return make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=params,
+        W=W,
+        view_model="sender-known",
+        options=options,
+        rng=spec.node_rng(vertex, len(ids)),
+    )
 
 
 def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
@@ -370,17 +549,37 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     kp, directory = _keys(node, ids, vertex, 0)
     signer, sdir = node_signer(node), node_signer_directory(node)
     if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
-        raise ValueError("the directory's signing key for this node is not the key in its state directory")
-    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
-              "sign_directory": sdir, "replay_cache": node_replay_cache(node, "secagg")}
+        raise ValueError(
+            "the directory's signing key for this node is not the key in its state directory"
+        )
+    params = {
+        **spec.machine_params(),
+        "share_key": kp,
+        "share_directory": directory,
+        "sign_key": signer,
+        "sign_directory": sdir,
+        "replay_cache": node_replay_cache(node, "secagg"),
+    }
     if task is not None:
         from hushnet.runs.ddp_runs import secagg_sum_calibration
 
         view = secagg_sum_calibration(spec, float(task.sensitivity()))
         # distributed calibration (protocol_params.collusion): σΔ/√(t−c) per member; else σΔ (local DP)
-        params["noise_std"] = view.share_std if view is not None else float(spec.sigma) * float(task.sensitivity())
-    inner = make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                         view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
+        params["noise_std"] = (
+            view.share_std if view is not None else float(spec.sigma) * float(task.sensitivity())
+        )
+    inner = make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=params,
+        view_model=spec.view_model,
+        options=options,
+        rng=spec.node_rng(vertex, len(ids)),
+    )
     return NetworkSecAgg(inner)
 
 
@@ -401,7 +600,9 @@ class NetworkSecAgg(Protocol):
         self.name = inner.name  # type: ignore[misc]
         self.charged = False
         self.released_for: list[int] = []
-        self.busy = 0.0  # seconds spent in the machine (crypto, masks): benchmarks separate it from waiting
+        self.busy = (
+            0.0  # seconds spent in the machine (crypto, masks): benchmarks separate it from waiting
+        )
 
     @property
     def finished(self) -> bool:  # type: ignore[override]
@@ -427,8 +628,18 @@ class NetworkSecAgg(Protocol):
             self.charged = True
             sens = float(p.sensitivity)
             sigma = p.noise_std / sens if sens > 0 else math.inf
-            entry = LedgerEntry(self.ctx.node, p.round_id, "value", "aggregate", sens, p.noise_std, sigma, self.name,
-                                self.ctx.run_id, {"mechanism": "secure-summation", "charged_at": "masked input leaves"})
+            entry = LedgerEntry(
+                self.ctx.node,
+                p.round_id,
+                "value",
+                "aggregate",
+                sens,
+                p.noise_std,
+                sigma,
+                self.name,
+                self.ctx.run_id,
+                {"mechanism": "secure-summation", "charged_at": "masked input leaves"},
+            )
             out.insert(0, entry)
         for a in out:
             if isinstance(a, Finish) and isinstance(a.result, dict):
@@ -444,9 +655,15 @@ class NetworkSecAgg(Protocol):
         answer an unmask request for a round it may have been declared dropped in (revealing both a
         member's self-mask and its pairwise seeds would expose its input)."""
         m = self.inner
-        return {"charged": self.charged, "released_for": list(self.released_for), "finished": bool(m.finished),
-                "input_sent": bool(getattr(m, "input_sent", False)), "phase": getattr(m, "phase", ""),
-                "lphase": getattr(m, "lphase", ""), "round": int(m.p.round_id)}
+        return {
+            "charged": self.charged,
+            "released_for": list(self.released_for),
+            "finished": bool(m.finished),
+            "input_sent": bool(getattr(m, "input_sent", False)),
+            "phase": getattr(m, "phase", ""),
+            "lphase": getattr(m, "lphase", ""),
+            "round": int(m.p.round_id),
+        }
 
     def restore(self, state: dict[str, Any]) -> list[Action]:
         """A round that ended stays ended.  A round in progress: a member is a dropout of it (the leader
@@ -464,11 +681,24 @@ class NetworkSecAgg(Protocol):
             return m._abort("the leader restarted mid-round: the masked inputs it held are gone")  # noqa: SLF001
         m.finished = True
         m.phase = "done"
-        why = ("node restarted mid-round: a dropout of this round (its one-time masks and the shares it held are "
-               "gone; the sum goes on without it)")
-        return [Deviation(self.ctx.node, rnd, "restarted-mid-round", {"input_sent": m.input_sent}),
-                Finish(self.ctx.node, rnd, None, {"status": "dropped-out", "reason": why,
-                                                  "input_sent": m.input_sent, "released_for": list(self.released_for)})]
+        why = (
+            "node restarted mid-round: a dropout of this round (its one-time masks and the shares it held are "
+            "gone; the sum goes on without it)"
+        )
+        return [
+            Deviation(self.ctx.node, rnd, "restarted-mid-round", {"input_sent": m.input_sent}),
+            Finish(
+                self.ctx.node,
+                rnd,
+                None,
+                {
+                    "status": "dropped-out",
+                    "reason": why,
+                    "input_sent": m.input_sent,
+                    "released_for": list(self.released_for),
+                },
+            ),
+        ]
 
     # the wrapper only forwards: Protocol's dispatch is replaced by handle() above
     def on_start(self) -> list[Action]:  # pragma: no cover - never called (handle is overridden)
@@ -491,11 +721,34 @@ def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> di
     from hushnet.engine.actions import Metric as _M
     from hushnet.protocols.anonymous_walk import iterations
 
-    evs = sorted((e for es in event_streams for e in es
-                  if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")),
-                 key=lambda e: (e["t"], e["seq"]))
+    evs = sorted(
+        (
+            e
+            for es in event_streams
+            for e in es
+            if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")
+        ),
+        key=lambda e: (e["t"], e["seq"]),
+    )
     return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
 
 
-__all__ = ["node_keypair", "node_key_directory", "node_onion_keys", "node_signer", "node_signer_directory", "node_replay_cache", "project_walk", "project_onion", "project_secagg", "project_anon_walk",
-           "build_onion", "build_anon_walk", "build_secagg", "NetworkSecAgg", "walk_iterations", "NET_ACK_TIMEOUT", "NET_ROUND_TIMEOUT"]
+__all__ = [
+    "node_keypair",
+    "node_key_directory",
+    "node_onion_keys",
+    "node_signer",
+    "node_signer_directory",
+    "node_replay_cache",
+    "project_walk",
+    "project_onion",
+    "project_secagg",
+    "project_anon_walk",
+    "build_onion",
+    "build_anon_walk",
+    "build_secagg",
+    "NetworkSecAgg",
+    "walk_iterations",
+    "NET_ACK_TIMEOUT",
+    "NET_ROUND_TIMEOUT",
+]

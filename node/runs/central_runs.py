@@ -19,6 +19,7 @@ sampling is *not* claimed).  The projection bounds u's Binomial(T, 1/n) number o
 Chernoff bound of P-AD App. D at δ̂ = the spec's δ; the ledger is charged per real request, before
 the gradient leaves.  The final model stays with the operator.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,14 +36,15 @@ from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp
-from hushnet.runs.driver import RunRefused
+from hushnet.runs.driver import NodeEffects, RunDriver, RunRefused
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
-from hushnet.runs.driver import NodeEffects, RunDriver
 
 PROTOCOL = "central-dpsgd"
 LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
-BOUND_NAME = (f"{LABEL}: Gaussian RDP α/(2σ²) per clipped gradient toward every other node, which sees only noisy "
-              "models; the trusted aggregator (operator) sees every clipped gradient in the clear")
+BOUND_NAME = (
+    f"{LABEL}: Gaussian RDP α/(2σ²) per clipped gradient toward every other node, which sees only noisy "
+    "models; the trusted aggregator (operator) sees every clipped gradient in the clear"
+)
 GRADIENT_COMMAND = "run.gradient"
 
 
@@ -58,11 +60,19 @@ class CentralCost(ContributionCost):
         if ev.kind != "gradient":
             raise ValueError(f"central DP-SGD records gradient contributions, got {ev.kind!r}")
         if ev.sensitivity > self.max_sensitivity * (1.0 + 1e-12):
-            raise ValueError(f"gradient sensitivity {ev.sensitivity:g} exceeds the public 2C={self.max_sensitivity:g}")
-        return PrivacyEntry.from_row(run_id, ev.protocol, "trusted-aggregator", "certified", self.targets,
-                                     self.curves(self.sigma),
-                                     note=f"clipped gradient sent in the clear to the trusted aggregator at step {ev.step} "
-                                          f"({BOUND_NAME})")
+            raise ValueError(
+                f"gradient sensitivity {ev.sensitivity:g} exceeds the public 2C={self.max_sensitivity:g}"
+            )
+        return PrivacyEntry.from_row(
+            run_id,
+            ev.protocol,
+            "trusted-aggregator",
+            "certified",
+            self.targets,
+            self.curves(self.sigma),
+            note=f"clipped gradient sent in the clear to the trusted aggregator at step {ev.step} "
+            f"({BOUND_NAME})",
+        )
 
 
 def central_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> CentralCost:
@@ -70,12 +80,20 @@ def central_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None
     return CentralCost(spec, [ids[v] for v in range(len(ids)) if v != vertex], o)
 
 
-def central_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W=None) -> PolicyDecision:
+def central_projector(
+    spec: RunSpec, vertex: int, local_budget: Budget | None, W=None
+) -> PolicyDecision:
     """Certified row toward the other nodes (central model); the aggregator is trusted, not in the row."""
     budget = local_budget or spec.budget
     delta = spec.budget.delta
     if budget.delta < delta:
-        return PolicyDecision(False, f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}", None, delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            delta,
+            "certified",
+        )
     n = spec.n if W is None else int(W.shape[0])
     bound, method = contributions_bound(int(spec.steps), float(n), delta)
     n_u = float(min(math.ceil(bound), spec.steps))
@@ -83,17 +101,36 @@ def central_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W
     eps = dp_from_rdp(o, n_u * o / (2.0 * spec.sigma**2), delta)
     row = np.full(n, eps)
     row[vertex] = 0.0
-    details: dict[str, Any] = {"N_u": n_u, "contributions": f"{method} bound on Binomial(T, 1/n) at δ̂={delta:g}",
-                               "accounting_view": {"label": "central: other nodes see noisy models only; the trusted "
-                                                            "aggregator (operator) sees the clipped gradients in the clear",
-                                                   "view_model": "central", "mechanism": "trusted aggregator"},
-                               "baseline": LABEL}
+    details: dict[str, Any] = {
+        "N_u": n_u,
+        "contributions": f"{method} bound on Binomial(T, 1/n) at δ̂={delta:g}",
+        "accounting_view": {
+            "label": "central: other nodes see noisy models only; the trusted "
+            "aggregator (operator) sees the clipped gradients in the clear",
+            "view_model": "central",
+            "mechanism": "trusted aggregator",
+        },
+        "baseline": LABEL,
+    }
     if eps > budget.epsilon:
-        return PolicyDecision(False, f"over budget: projected certified loss toward every other node is ε={eps:.4g} at "
-                                     f"δ={delta:g} ({LABEL}), this node's budget is ε={budget.epsilon:g}",
-                              row, delta, "certified", details)
-    return PolicyDecision(True, f"within budget (certified ε={eps:.4g} toward every other node; {LABEL}; "
-                                "the aggregator is trusted and sees clipped gradients)", row, delta, "certified", details)
+        return PolicyDecision(
+            False,
+            f"over budget: projected certified loss toward every other node is ε={eps:.4g} at "
+            f"δ={delta:g} ({LABEL}), this node's budget is ε={budget.epsilon:g}",
+            row,
+            delta,
+            "certified",
+            details,
+        )
+    return PolicyDecision(
+        True,
+        f"within budget (certified ε={eps:.4g} toward every other node; {LABEL}; "
+        "the aggregator is trusted and sees clipped gradients)",
+        row,
+        delta,
+        "certified",
+        details,
+    )
 
 
 class _GradientEffects(NodeEffects):
@@ -128,7 +165,9 @@ async def c_gradient(service, payload: bytes) -> bytes:
     """
     run, args = service._run(payload)
     if run.spec.protocol != PROTOCOL:
-        raise RunRefused("wrong-protocol", f"run {run.run_id} is {run.spec.protocol}, not {PROTOCOL}")
+        raise RunRefused(
+            "wrong-protocol", f"run {run.run_id} is {run.spec.protocol}, not {PROTOCOL}"
+        )
     if run.state in ("finished", "closed", "stopped", "cancelled"):
         raise RunRefused("run-over", f"run {run.run_id} is {run.state} at {run.node_id}")
     try:
@@ -143,7 +182,9 @@ async def c_gradient(service, payload: bytes) -> bytes:
         if fx.faults:
             err = fx.faults[0].error
             raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
-        raise RunRefused("budget", f"{run.node_id}: {run.reason}")  # the charge was refused: no gradient left
+        raise RunRefused(
+            "budget", f"{run.node_id}: {run.reason}"
+        )  # the charge was refused: no gradient left
     reply = fx.reply
     if reply is None:
         raise RunRefused("protocol-error", "the central client produced no gradient reply")

@@ -17,6 +17,7 @@ Registers, on import (``hushnet.runs.service`` imports this module):
 The cost recomputes the certified multiplier from what the node's machine reports it added (its
 share's std) and the public ``t``, ``c`` — never from a σ field the machine chose.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,15 +35,29 @@ from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
 
 #: network default: a secure-sum phase waits this long for stragglers (seconds)
 NET_ROUND_TIMEOUT = 5.0
-_OPTIONS = ("collusion", "threshold", "sample", "aggregation", "round_timeout", "frac_bits", "bits", "mask_degree",
-            "average")
+_OPTIONS = (
+    "collusion",
+    "threshold",
+    "sample",
+    "aggregation",
+    "round_timeout",
+    "frac_bits",
+    "bits",
+    "mask_degree",
+    "average",
+)
 
 
 def ddp_params(spec: RunSpec) -> dict[str, Any]:
     """Machine parameters of a ``secagg-dpsgd`` spec (public: every node computes the same)."""
     pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {"rounds": int(spec.steps), "step_size": float(spec.step_size), "sigma": float(spec.sigma),
-                           "sample_seed": int(spec.seed), "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT))}
+    out: dict[str, Any] = {
+        "rounds": int(spec.steps),
+        "step_size": float(spec.step_size),
+        "sigma": float(spec.sigma),
+        "sample_seed": int(spec.seed),
+        "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
+    }
     for k in _OPTIONS:
         if k in pp and k != "round_timeout":
             v = pp[k]
@@ -67,7 +82,9 @@ def member_rounds(spec: RunSpec, vertex: int) -> int:
     sample = p.get("sample")
     if sample is None or sample >= spec.n:
         return int(spec.steps)
-    return sum(vertex in round_members(spec.n, sample, spec.seed, r) for r in range(int(spec.steps)))
+    return sum(
+        vertex in round_members(spec.n, sample, spec.seed, r) for r in range(int(spec.steps))
+    )
 
 
 class SecureSumCost(ContributionCost):
@@ -77,10 +94,23 @@ class SecureSumCost(ContributionCost):
     plain (unmasked) aggregation, where the leader sees each noisy share: local DP of the share.
     """
 
-    def __init__(self, targets: list[str], orders: np.ndarray, view: SecureSumView, *, secure: bool,
-                 max_sensitivity: float) -> None:
-        label = view.label() if secure else ("plain aggregation (no masks): local-DP Gaussian bound of the member's "
-                                             "noisy share seen in the clear by the leader")
+    def __init__(
+        self,
+        targets: list[str],
+        orders: np.ndarray,
+        view: SecureSumView,
+        *,
+        secure: bool,
+        max_sensitivity: float,
+    ) -> None:
+        label = (
+            view.label()
+            if secure
+            else (
+                "plain aggregation (no masks): local-DP Gaussian bound of the member's "
+                "noisy share seen in the clear by the leader"
+            )
+        )
         super().__init__(targets, orders, None, math.inf, label)
         self.view = view
         self.secure = secure
@@ -92,13 +122,19 @@ class SecureSumCost(ContributionCost):
     def curves(self, sigma: float) -> np.ndarray:
         if not sigma > 0 or not math.isfinite(sigma):
             raise ValueError(f"cannot account a round with noise multiplier {sigma}")
-        return np.array(np.broadcast_to(gaussian_rdp(self.orders, sigma * self._factor()),
-                                        (len(self.targets), self.orders.size)))
+        return np.array(
+            np.broadcast_to(
+                gaussian_rdp(self.orders, sigma * self._factor()),
+                (len(self.targets), self.orders.size),
+            )
+        )
 
     def certified_sigma(self, ev: EngineEntry) -> float:
         """The multiplier the view really has, from the share std the machine added and the public t, c."""
         if ev.sensitivity > self.max_sensitivity * (1.0 + 1e-12):
-            raise ValueError(f"input sensitivity {ev.sensitivity:g} exceeds the public Δ={self.max_sensitivity:g}")
+            raise ValueError(
+                f"input sensitivity {ev.sensitivity:g} exceeds the public Δ={self.max_sensitivity:g}"
+            )
         sens = self.max_sensitivity
         if self.secure:
             return view_sigma(ev.noise_std, sens, self.view.threshold, self.view.collusion)
@@ -106,81 +142,166 @@ class SecureSumCost(ContributionCost):
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
         if ev.kind not in ("gradient", "value"):
-            raise ValueError(f"a secure-sum round records a gradient or value input, got {ev.kind!r}")
+            raise ValueError(
+                f"a secure-sum round records a gradient or value input, got {ev.kind!r}"
+            )
         sig = self.certified_sigma(ev)
         if not sig > 0:
             raise ValueError("the input carries no noise: its release would not be private")
-        rdp = np.array(np.broadcast_to(gaussian_rdp(self.orders, sig), (len(self.targets), self.orders.size)))
+        rdp = np.array(
+            np.broadcast_to(gaussian_rdp(self.orders, sig), (len(self.targets), self.orders.size))
+        )
         view = "aggregate" if self.secure else "plain"
-        return PrivacyEntry.from_row(run_id, ev.protocol, view, "certified", self.targets, rdp,
-                                     gdp_mu=[1.0 / sig] * len(self.targets),
-                                     note=f"round {ev.step} input ({self.bound_name}; collusion c={self.view.collusion})")
+        return PrivacyEntry.from_row(
+            run_id,
+            ev.protocol,
+            view,
+            "certified",
+            self.targets,
+            rdp,
+            gdp_mu=[1.0 / sig] * len(self.targets),
+            note=f"round {ev.step} input ({self.bound_name}; collusion c={self.view.collusion})",
+        )
 
 
 def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
-    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+    return PolicyDecision(
+        False,
+        f"cannot project this node's privacy loss: {reason}",
+        None,
+        spec.budget.delta,
+        "certified",
+    )
 
 
-def _decision(spec: RunSpec, vertex: int, local: Budget | None, rounds: int, sigma: float, view: dict[str, Any],
-              what: str) -> PolicyDecision:
+def _decision(
+    spec: RunSpec,
+    vertex: int,
+    local: Budget | None,
+    rounds: int,
+    sigma: float,
+    view: dict[str, Any],
+    what: str,
+) -> PolicyDecision:
     budget = local or spec.budget
     delta = spec.budget.delta
     if budget.delta < delta:
-        return PolicyDecision(False, f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}", None, delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            delta,
+            "certified",
+        )
     n = spec.n
-    row = _best_order_dp(np.full(n, rounds / (2.0 * sigma**2)), math.inf, math.log(1.0 / delta)) if rounds else np.zeros(n)
+    row = (
+        _best_order_dp(np.full(n, rounds / (2.0 * sigma**2)), math.inf, math.log(1.0 / delta))
+        if rounds
+        else np.zeros(n)
+    )
     row[vertex] = 0.0
     det = {"N_u": float(rounds), "accounting_view": view}
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
-        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-                                     f"at δ={delta:g} ({what}), this node's budget is ε={budget.epsilon:g}",
-                              row, delta, "certified", det)
-    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g}; {what})", row, delta, "certified", det)
+        return PolicyDecision(
+            False,
+            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+            f"at δ={delta:g} ({what}), this node's budget is ε={budget.epsilon:g}",
+            row,
+            delta,
+            "certified",
+            det,
+        )
+    return PolicyDecision(
+        True,
+        f"within budget (worst certified ε={row[worst]:.4g}; {what})",
+        row,
+        delta,
+        "certified",
+        det,
+    )
 
 
-def project_ddp(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_ddp(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     """Certified row of a ``secagg-dpsgd`` run: ``N_u`` rounds (exact count from the public sampling),
     each the Gaussian view α/(2σ²) toward every other node (plain aggregation: local DP of the share)."""
     if not spec.graph.startswith("complete:"):
-        return _refuse(spec, f"{PROTOCOL} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}")
+        return _refuse(
+            spec, f"{PROTOCOL} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}"
+        )
     try:
         view = spec_view(spec)
     except (SecureSumError, ValueError, TypeError) as exc:
         return _refuse(spec, f"{PROTOCOL} parameters: {exc}")
     secure = ddp_params(spec).get("aggregation", "secure") == "secure"
     sigma = view.sigma if secure else view.sigma / math.sqrt(view.honest_survivors)
-    info = view.as_dict() if secure else {"mechanism": "plain-sum", "view_model": "plain", "collusion": view.collusion,
-                                          "accountant": "local-DP Gaussian bound of the noisy share (no masks)"}
-    what = (f"secure-sum Gaussian view, any coalition of ≤ c={view.collusion} members" if secure
-            else "plain aggregation: each noisy share seen by the leader")
+    info = (
+        view.as_dict()
+        if secure
+        else {
+            "mechanism": "plain-sum",
+            "view_model": "plain",
+            "collusion": view.collusion,
+            "accountant": "local-DP Gaussian bound of the noisy share (no masks)",
+        }
+    )
+    what = (
+        f"secure-sum Gaussian view, any coalition of ≤ c={view.collusion} members"
+        if secure
+        else "plain aggregation: each noisy share seen by the leader"
+    )
     return _decision(spec, vertex, local, member_rounds(spec, vertex), sigma, info, what)
 
 
 def ddp_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> SecureSumCost:
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     secure = ddp_params(spec).get("aggregation", "secure") == "secure"
-    return SecureSumCost([ids[v] for v in range(len(ids)) if v != vertex], o, spec_view(spec), secure=secure,
-                         max_sensitivity=spec_sensitivity(spec))
+    return SecureSumCost(
+        [ids[v] for v in range(len(ids)) if v != vertex],
+        o,
+        spec_view(spec),
+        secure=secure,
+        max_sensitivity=spec_sensitivity(spec),
+    )
 
 
 def build_ddp(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
     """The node's machine with its own long-term X25519 key and the directory's public keys."""
-    from hushnet.protocols.registry import make_machine
     import hashlib
 
+    from hushnet.protocols.registry import make_machine
     from hushnet.runs.anonymity import _keys, node_replay_cache, node_signer, node_signer_directory
 
     kp, directory = _keys(node, ids, vertex, 0)
     signer, sdir = node_signer(node), node_signer_directory(node)
     if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
-        raise ValueError("the directory's signing key for this node is not the key in its state directory")
+        raise ValueError(
+            "the directory's signing key for this node is not the key in its state directory"
+        )
     if task is not None and float(task.sensitivity()) > spec_sensitivity(spec) * (1 + 1e-12):
         raise ValueError(f"the task's sensitivity {task.sensitivity():g} exceeds the public 2·clip")
-    params = {**spec.machine_params(), "share_key": kp, "share_directory": directory, "sign_key": signer,
-              "sign_directory": sdir, "replay_cache": node_replay_cache(node, "secagg")}
-    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id, params=params,
-                        view_model=spec.view_model, options=options, rng=spec.node_rng(vertex, len(ids)))
+    params = {
+        **spec.machine_params(),
+        "share_key": kp,
+        "share_directory": directory,
+        "sign_key": signer,
+        "sign_directory": sdir,
+        "replay_cache": node_replay_cache(node, "secagg"),
+    }
+    return make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=params,
+        view_model=spec.view_model,
+        options=options,
+        rng=spec.node_rng(vertex, len(ids)),
+    )
 
 
 # ---- secagg-sum with the distributed calibration ---------------------------------------------------
@@ -202,7 +323,9 @@ def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> S
     # each member answers one unmask request, so the tolerance is 2t − n − 1, not the honest-but-curious t − 1
     sp_ = SecAggParams(dim=1, **p)
     tol = sp_.malicious_collusion_tolerance()
-    sens = float(sensitivity) if sensitivity is not None else 1.0  # σ is a multiplier: the charge does not depend on Δ
+    sens = (
+        float(sensitivity) if sensitivity is not None else 1.0
+    )  # σ is a multiplier: the charge does not depend on Δ
     return SecureSumView(float(spec.sigma), sens, t, int(pp["collusion"]), tol)
 
 
@@ -213,15 +336,28 @@ class SecAggSumCost(SecureSumCost):
         return view_sigma(ev.noise_std, ev.sensitivity, self.view.threshold, self.view.collusion)
 
 
-def secagg_sum_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
+def secagg_sum_cost(
+    spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None
+) -> ContributionCost:
     view = secagg_sum_calibration(spec)
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
     if view is None:  # the old calibration: the local-DP Gaussian bound (unchanged behaviour)
-        return ContributionCost(targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)")
+        return ContributionCost(
+            targets, o, None, math.inf, "local-DP Gaussian bound (contribution seen in the clear)"
+        )
     return SecAggSumCost(targets, o, view, secure=True, max_sensitivity=math.inf)
 
 
-
-__all__ = ["ddp_params", "spec_view", "member_rounds", "SecureSumCost", "project_ddp", "ddp_cost", "build_ddp",
-           "secagg_sum_calibration", "secagg_sum_cost", "NET_ROUND_TIMEOUT"]
+__all__ = [
+    "ddp_params",
+    "spec_view",
+    "member_rounds",
+    "SecureSumCost",
+    "project_ddp",
+    "ddp_cost",
+    "build_ddp",
+    "secagg_sum_calibration",
+    "secagg_sum_cost",
+    "NET_ROUND_TIMEOUT",
+]

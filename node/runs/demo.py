@@ -44,6 +44,7 @@ each of 3 partitions the accuracy goes from 0.85–0.87 ± 0.12–0.13 (7.5–11
 0.87–0.88 ± 0.09–0.10 (5.5–6.5 %), for a projected mean-pair ε of 9.90 instead of 9.64.  The demo prints the
 simulated distribution over other seeds (mean, 10th percentile, min) beside its own run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,10 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 DELTA = 1e-5
-SUMMARY_FORMAT = ("demo: accuracy={acc:.4f} nonprivate={nonpriv:.4f} localdp={ldp:.4f} worst_pair_epsilon={worst:.4f} "
-                  "delta={delta:g} seconds={seconds:.1f}")
+SUMMARY_FORMAT = (
+    "demo: accuracy={acc:.4f} nonprivate={nonpriv:.4f} localdp={ldp:.4f} worst_pair_epsilon={worst:.4f} "
+    "delta={delta:g} seconds={seconds:.1f}"
+)
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,41 @@ class DemoConfig:
 CONFIGS: dict[str, DemoConfig] = {
     "breast-cancer": DemoConfig(
         data="breast-cancer",
-        spec=dict(protocol="rw-dpsgd", task="logreg", steps=2700, seed=7, sigma=8.0, clip=0.1, step_size=0.01, cap=200,
-                  view_model="sender-known", on_peer_down="deviate"),
-        node_budget=12.0, per_node=None, expected_accuracy=0.80, task_params={"intercept": False}, features="worst"),
+        spec=dict(
+            protocol="rw-dpsgd",
+            task="logreg",
+            steps=2700,
+            seed=7,
+            sigma=8.0,
+            clip=0.1,
+            step_size=0.01,
+            cap=200,
+            view_model="sender-known",
+            on_peer_down="deviate",
+        ),
+        node_budget=12.0,
+        per_node=None,
+        expected_accuracy=0.80,
+        task_params={"intercept": False},
+        features="worst",
+    ),
     "houses": DemoConfig(
         data="houses",
-        spec=dict(protocol="rw-dpsgd", task="logreg", steps=800, seed=7, sigma=4.0, clip=1.0, step_size=0.02, cap=50,
-                  view_model="sender-known", on_peer_down="deviate"),
-        node_budget=12.0, per_node=1000),
+        spec=dict(
+            protocol="rw-dpsgd",
+            task="logreg",
+            steps=800,
+            seed=7,
+            sigma=4.0,
+            clip=1.0,
+            step_size=0.02,
+            cap=50,
+            view_model="sender-known",
+            on_peer_down="deviate",
+        ),
+        node_budget=12.0,
+        per_node=1000,
+    ),
 }
 
 
@@ -108,8 +138,10 @@ def _houses_data_dir() -> None:
     if (shared / "cal_housing.data.gz").exists():
         os.environ["HUSHNET_DATA_DIR"] = str(shared)
         return
-    raise SystemExit("demo: error: the houses data is not available offline. Set HUSHNET_DATA_DIR to a directory "
-                     "holding cal_housing.data.gz (or run once online so hushnet.datasets downloads it).")
+    raise SystemExit(
+        "demo: error: the houses data is not available offline. Set HUSHNET_DATA_DIR to a directory "
+        "holding cal_housing.data.gz (or run once online so hushnet.datasets downloads it)."
+    )
 
 
 def graph_for(n: int) -> str:
@@ -130,8 +162,16 @@ def prepare(data: str, n: int):
         P = houses_partition(n, per_node=cfg.per_node, seed=42)
     else:
         P = breast_cancer_partition(n, cfg.per_node, features=cfg.features, seed=42)
-    spec = RunSpec(**cfg.spec, graph=graph_for(n), budget=Budget(cfg.node_budget, DELTA),
-                   task_params=dict(cfg.task_params)).with_run_id().validate()
+    spec = (
+        RunSpec(
+            **cfg.spec,
+            graph=graph_for(n),
+            budget=Budget(cfg.node_budget, DELTA),
+            task_params=dict(cfg.task_params),
+        )
+        .with_run_id()
+        .validate()
+    )
     tasks = [LogisticRegressionTask(X, y, **spec.task_kwargs()) for X, y in P.shards]
     return cfg, P, tasks, spec
 
@@ -143,7 +183,9 @@ def simulate(spec, tasks: Sequence, P, seeds: Sequence[int]) -> np.ndarray:
 
     out = []
     for s in seeds:
-        res = Simulator(build_from_spec(replace(spec, seed=int(s), run_id="").with_run_id(), tasks)).run()
+        res = Simulator(
+            build_from_spec(replace(spec, seed=int(s), run_id="").with_run_id(), tasks)
+        ).run()
         if res.status != "finished":
             raise RuntimeError(f"simulated run (seed {s}) ended {res.status}")
         out.append(tasks[0].evaluate(res.model, P.X_test, P.y_test)["accuracy"])
@@ -167,7 +209,9 @@ def nonprivate_accuracy(P, intercept: bool = True) -> float:
     return full.evaluate(w, P.X_test, P.y_test)["accuracy"]
 
 
-def localdp_accuracy(spec, tasks, P, target_eps: float, seeds: Sequence[int]) -> tuple[float, float]:
+def localdp_accuracy(
+    spec, tasks, P, target_eps: float, seeds: Sequence[int]
+) -> tuple[float, float]:
     """Local-DP walk with σ such that its certified worst-pair ε equals ``target_eps``; mean accuracy over ``seeds``."""
     from hushnet.runs.spec import projected_row
 
@@ -196,9 +240,13 @@ def projected_privacy(spec) -> tuple[float, float]:
     return float(off.max()), float(off.mean())
 
 
-def summary_line(acc: float, nonpriv: float, ldp: float, worst: float, delta: float, seconds: float) -> str:
+def summary_line(
+    acc: float, nonpriv: float, ldp: float, worst: float, delta: float, seconds: float
+) -> str:
     """The machine-readable last line (format fixed: scripts parse it)."""
-    return SUMMARY_FORMAT.format(acc=acc, nonpriv=nonpriv, ldp=ldp, worst=worst, delta=delta, seconds=seconds)
+    return SUMMARY_FORMAT.format(
+        acc=acc, nonpriv=nonpriv, ldp=ldp, worst=worst, delta=delta, seconds=seconds
+    )
 
 
 def _network_run(args, spec, P, n: int):
@@ -220,24 +268,34 @@ def _network_run(args, spec, P, n: int):
         d.mkdir(parents=True, exist_ok=True)
         np.savez(d / "data.npz", X=X, y=y)
         NodePolicy.write(d, epsilon=cfg.node_budget, delta=DELTA, data_path="data.npz")
-        (d / PUBLIC_DIR).mkdir(exist_ok=True)  # the public test split: what the final model's loss is reported on
+        (d / PUBLIC_DIR).mkdir(
+            exist_ok=True
+        )  # the public test split: what the final model's loss is reported on
         np.savez(d / PUBLIC_DIR / eval_name, X=P.X_test, y=P.y_test)
-    spec = replace(spec, protocol_params={**spec.protocol_params, "eval_data": eval_name}, run_id="").with_run_id()
+    spec = replace(
+        spec, protocol_params={**spec.protocol_params, "eval_data": eval_name}, run_id=""
+    ).with_run_id()
     print(f"starting a {n}-node network ({spec.graph}) on 127.0.0.x ...", flush=True)
     cluster = LocalCluster(state, n, spec.graph, restart=False)
     try:
         cluster.start(timeout=90)
         cluster.wait_healthy(timeout=120)
-        print(f"network healthy after {time.perf_counter() - args.t0:.1f} s; every node holds "
-              f"{P.shards[0][0].shape[0]} private {args.data} rows", flush=True)
+        print(
+            f"network healthy after {time.perf_counter() - args.t0:.1f} s; every node holds "
+            f"{P.shards[0][0].shape[0]} private {args.data} rows",
+            flush=True,
+        )
         with Client(state) as client:
             try:
                 run_id = client.start_run(spec)
             except ClientError as exc:
                 print(f"demo: error: {exc}", file=sys.stderr)
                 return 1
-            print(f"run {run_id}: {spec.protocol}, T={spec.steps}, σ={spec.sigma}, clip={spec.clip}, step={spec.step_size}, "
-                  f"cap={spec.cap}, all {n} nodes accepted", flush=True)
+            print(
+                f"run {run_id}: {spec.protocol}, T={spec.steps}, σ={spec.sigma}, clip={spec.clip}, step={spec.step_size}, "
+                f"cap={spec.cap}, all {n} nodes accepted",
+                flush=True,
+            )
             outcome = client.watch(run_id, progress=not args.no_progress, timeout=300)
             if outcome.state != "finished":
                 print(f"demo: error: run {outcome.state}: {outcome.reason}", file=sys.stderr)
@@ -251,21 +309,43 @@ def _network_run(args, spec, P, n: int):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--compare" in argv:  # distributed DP beside the other protocols at the same certified ε (issue 10 §3)
+    if (
+        "--compare" in argv
+    ):  # distributed DP beside the other protocols at the same certified ε (issue 10 §3)
         from hushnet.runs.demo_ddp import main as compare_main
 
         return compare_main([a for a in argv if a != "--compare"])
-    ap = argparse.ArgumentParser(prog="python -m hushnet.runs.demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", choices=sorted(CONFIGS), default="breast-cancer",
-                    help="bundled data set partitioned across the nodes (default: breast-cancer)")
+    ap = argparse.ArgumentParser(
+        prog="python -m hushnet.runs.demo", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--data",
+        choices=sorted(CONFIGS),
+        default="breast-cancer",
+        help="bundled data set partitioned across the nodes (default: breast-cancer)",
+    )
     ap.add_argument("--nodes", type=int, default=16)
-    ap.add_argument("--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)")
+    ap.add_argument(
+        "--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)"
+    )
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--seeds", type=int, default=16, help="other seeds simulated for the expected accuracy (0: skip)")
-    ap.add_argument("--simulate", action="store_true",
-                    help="run the walk in the in-process simulator instead of a network (a quick check; the privacy "
-                         "numbers are then the accountant's projection from the public spec)")
-    ap.add_argument("--report-png", type=pathlib.Path, help="also write the privacy heatmap + loss-by-distance plot")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=16,
+        help="other seeds simulated for the expected accuracy (0: skip)",
+    )
+    ap.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run the walk in the in-process simulator instead of a network (a quick check; the privacy "
+        "numbers are then the accountant's projection from the public spec)",
+    )
+    ap.add_argument(
+        "--report-png",
+        type=pathlib.Path,
+        help="also write the privacy heatmap + loss-by-distance plot",
+    )
     args = ap.parse_args(argv)
     args.t0 = t0 = time.perf_counter()
     import logging
@@ -302,21 +382,33 @@ def main(argv: list[str] | None = None) -> int:
     if report is not None:
         print(report.format_table())
         print()
-    print(f"data: {args.data}, {len(P.y_train)} training rows over {n} nodes ({P.shards[0][0].shape[0]} each), "
-          f"{len(P.y_test)} test rows; majority-class baseline {majority:.3f}")
+    print(
+        f"data: {args.data}, {len(P.y_train)} training rows over {n} nodes ({P.shards[0][0].shape[0]} each), "
+        f"{len(P.y_test)} test rows; majority-class baseline {majority:.3f}"
+    )
     draw = f"simulated, seed {spec.seed}" if args.simulate else f"this run; noise {spec.noise}"
-    print(f"test accuracy: private random walk {acc:.3f} ({draw}) | non-private {nonpriv:.3f} | "
-          f"majority class {majority:.3f}")
+    print(
+        f"test accuracy: private random walk {acc:.3f} ({draw}) | non-private {nonpriv:.3f} | "
+        f"majority class {majority:.3f}"
+    )
     if outcome is not None and outcome.loss is not None:
-        print(f"  loss of the final model on the public test split (reported by its holder, {outcome.loss_data}): "
-              f"{outcome.loss:.4f}")
+        print(
+            f"  loss of the final model on the public test split (reported by its holder, {outcome.loss_data}): "
+            f"{outcome.loss:.4f}"
+        )
     if others is not None:
-        print(f"  private walk, same configuration over seeds {seeds[0]}..{seeds[-1]} (simulator): mean "
-              f"{others.mean():.3f} ± {others.std():.3f}, 10th percentile {np.quantile(others, 0.1):.3f}, "
-              f"min {others.min():.3f} — one run is one draw of this distribution")
-    print(f"  local-DP at the same certified ε (σ={sig_ldp:.2f}), seeds {seeds[0]}..{seeds[-1]} (simulator): mean {ldp:.3f}")
+        print(
+            f"  private walk, same configuration over seeds {seeds[0]}..{seeds[-1]} (simulator): mean "
+            f"{others.mean():.3f} ± {others.std():.3f}, 10th percentile {np.quantile(others, 0.1):.3f}, "
+            f"min {others.min():.3f} — one run is one draw of this distribution"
+        )
+    print(
+        f"  local-DP at the same certified ε (σ={sig_ldp:.2f}), seeds {seeds[0]}..{seeds[-1]} (simulator): mean {ldp:.3f}"
+    )
     src = "projected from the public spec" if report is None else "from the nodes' ledgers"
-    print(f"privacy (certified, δ={DELTA:g}, {src}): worst pair ε={worst:.3f}, mean pair ε={mean_pair:.3f}")
+    print(
+        f"privacy (certified, δ={DELTA:g}, {src}): worst pair ε={worst:.3f}, mean pair ε={mean_pair:.3f}"
+    )
     print(f"{walk_note}; total wall time {seconds:.1f} s")
     print(summary_line(acc, nonpriv, ldp, worst, DELTA, seconds))
     return 0

@@ -22,6 +22,7 @@ reports its accuracy and the worst-pair ε from the nodes' ledgers.  ``--figure 
 ``ddp_compare.png`` and ``ddp_compare.json``.  The goal of issue 10 §3: secagg-dpsgd within 2 points
 of the trusted aggregator.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,9 @@ DDP = {"steps": 200, "step_size": 0.3, "threshold": 14, "collusion": 1}
 CENTRAL = {"steps": 800, "step_size": 0.005}
 
 
-def bisect_sigma(eps_of: Callable[[float], float], target: float, lo: float = 0.05, hi: float = 500.0) -> float:
+def bisect_sigma(
+    eps_of: Callable[[float], float], target: float, lo: float = 0.05, hi: float = 500.0
+) -> float:
     """Smallest σ (to 1e-9 relative) whose certified worst-pair ε is ≤ ``target`` (ε decreases in σ)."""
     for _ in range(80):
         mid = math.sqrt(lo * hi)
@@ -56,11 +59,28 @@ def ddp_spec(base, sigma: float, n: int, **over: Any):
     from hushnet.runs.spec import RunSpec
 
     cfg = {**DDP, **over}
-    return RunSpec(protocol="secagg-dpsgd", task=base.task, graph=f"complete:{n}", steps=cfg["steps"], seed=base.seed,
-                   budget=base.budget, sigma=sigma, clip=base.clip, step_size=cfg["step_size"],
-                   task_params=dict(base.task_params), noise=base.noise,
-                   protocol_params={"threshold": cfg["threshold"], "collusion": cfg["collusion"],
-                                    "round_timeout": 5.0}).with_run_id().validate()
+    return (
+        RunSpec(
+            protocol="secagg-dpsgd",
+            task=base.task,
+            graph=f"complete:{n}",
+            steps=cfg["steps"],
+            seed=base.seed,
+            budget=base.budget,
+            sigma=sigma,
+            clip=base.clip,
+            step_size=cfg["step_size"],
+            task_params=dict(base.task_params),
+            noise=base.noise,
+            protocol_params={
+                "threshold": cfg["threshold"],
+                "collusion": cfg["collusion"],
+                "round_timeout": 5.0,
+            },
+        )
+        .with_run_id()
+        .validate()
+    )
 
 
 def worst_ddp(spec) -> float:
@@ -90,7 +110,9 @@ def accuracy(spec, tasks, P, seeds: Sequence[int]) -> np.ndarray:
     return np.asarray(out)
 
 
-def ideal_central(tasks, P, sigma: float, rounds: int, step: float, seeds: Sequence[int]) -> np.ndarray:
+def ideal_central(
+    tasks, P, sigma: float, rounds: int, step: float, seeds: Sequence[int]
+) -> np.ndarray:
     """Full-batch DP-SGD with a trusted aggregator: x ← x − η(Σ_u g_u + N(0,(σΔ)²))/n — the reference."""
     n, sens = len(tasks), float(tasks[0].sensitivity())
     out = []
@@ -104,7 +126,9 @@ def ideal_central(tasks, P, sigma: float, rounds: int, step: float, seeds: Seque
     return np.asarray(out)
 
 
-def compare(data: str = "houses", n: int = 16, seeds: int = 4, log: Callable[[str], None] = print) -> dict[str, Any]:
+def compare(
+    data: str = "houses", n: int = 16, seeds: int = 4, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Every protocol at the random walk's certified worst-pair ε: σ, ε (recomputed), accuracy over seeds."""
     from hushnet.runs import demo
     from hushnet.runs.spec import projected_row
@@ -112,46 +136,115 @@ def compare(data: str = "houses", n: int = 16, seeds: int = 4, log: Callable[[st
     cfg, P, tasks, rw = demo.prepare(data, n)
     sd = list(range(rw.seed, rw.seed + seeds))
     target, _ = demo.projected_privacy(rw)
-    log(f"target: the random walk's certified worst-pair ε = {target:.4f} (δ={demo.DELTA:g}, {rw.graph}, T={rw.steps}, "
-        f"σ={rw.sigma}, cap={rw.cap})")
+    log(
+        f"target: the random walk's certified worst-pair ε = {target:.4f} (δ={demo.DELTA:g}, {rw.graph}, T={rw.steps}, "
+        f"σ={rw.sigma}, cap={rw.cap})"
+    )
     rows: list[dict[str, Any]] = []
 
-    def add(key: str, name: str, trusted: bool, sigma: float, eps: float, accs: np.ndarray, note: str) -> None:
-        rows.append({"key": key, "protocol": name, "trusted_party": trusted, "sigma": float(sigma), "worst_pair_epsilon": float(eps),
-                     "accuracy_mean": float(accs.mean()), "accuracy_std": float(accs.std()),
-                     "accuracies": [float(a) for a in accs], "note": note})
-        log(f"  {name:<44} σ={sigma:8.4f}  ε={eps:7.4f}  accuracy {accs.mean():.4f} ± {accs.std():.4f}")
+    def add(
+        key: str, name: str, trusted: bool, sigma: float, eps: float, accs: np.ndarray, note: str
+    ) -> None:
+        rows.append(
+            {
+                "key": key,
+                "protocol": name,
+                "trusted_party": trusted,
+                "sigma": float(sigma),
+                "worst_pair_epsilon": float(eps),
+                "accuracy_mean": float(accs.mean()),
+                "accuracy_std": float(accs.std()),
+                "accuracies": [float(a) for a in accs],
+                "note": note,
+            }
+        )
+        log(
+            f"  {name:<44} σ={sigma:8.4f}  ε={eps:7.4f}  accuracy {accs.mean():.4f} ± {accs.std():.4f}"
+        )
 
-    add("rw-dpsgd", "rw-dpsgd (random walk)", False, rw.sigma, target, demo.simulate(rw, tasks, P, sd), f"{rw.graph}, T={rw.steps}")
+    add(
+        "rw-dpsgd",
+        "rw-dpsgd (random walk)",
+        False,
+        rw.sigma,
+        target,
+        demo.simulate(rw, tasks, P, sd),
+        f"{rw.graph}, T={rw.steps}",
+    )
     ldp = replace(rw, protocol="local-dp-sgd", run_id="")
     s_ldp = bisect_sigma(lambda s: float(projected_row(replace(ldp, sigma=s), 0)[0].max()), target)
     ldp = replace(ldp, sigma=s_ldp).with_run_id()
-    add("local-dp-sgd", "local-dp-sgd (local DP)", False, s_ldp, float(projected_row(ldp, 0)[0].max()), demo.simulate(ldp, tasks, P, sd),
-        "same walk, every contribution protected on its own")
+    add(
+        "local-dp-sgd",
+        "local-dp-sgd (local DP)",
+        False,
+        s_ldp,
+        float(projected_row(ldp, 0)[0].max()),
+        demo.simulate(ldp, tasks, P, sd),
+        "same walk, every contribution protected on its own",
+    )
     cen = replace(rw, protocol="central-dpsgd", cap=None, run_id="", **CENTRAL)
     s_cen = bisect_sigma(lambda s: worst_central(replace(cen, sigma=s)), target)
     cen = replace(cen, sigma=s_cen).with_run_id()
-    add("central-dpsgd", "central-dpsgd (trusted aggregator, 1 node/step)", True, s_cen, worst_central(cen), accuracy(cen, tasks, P, sd),
-        f"node/client/central.py, T={cen.steps}, η={cen.step_size}")
+    add(
+        "central-dpsgd",
+        "central-dpsgd (trusted aggregator, 1 node/step)",
+        True,
+        s_cen,
+        worst_central(cen),
+        accuracy(cen, tasks, P, sd),
+        f"node/client/central.py, T={cen.steps}, η={cen.step_size}",
+    )
     s_ddp = bisect_sigma(lambda s: worst_ddp(ddp_spec(rw, s, n)), target)
     ddp = ddp_spec(rw, s_ddp, n)
     eps_ddp = worst_ddp(ddp)
-    add("central-full-batch", "central full-batch DP-SGD (trusted, ideal)", True, s_ddp, eps_ddp,
+    add(
+        "central-full-batch",
+        "central full-batch DP-SGD (trusted, ideal)",
+        True,
+        s_ddp,
+        eps_ddp,
         ideal_central(tasks, P, s_ddp, DDP["steps"], DDP["step_size"], sd),
-        "the same rounds and charge as secagg-dpsgd, noise N(0,(σΔ)²) added by a trusted server (numpy reference)")
-    add("secagg-dpsgd", "secagg-dpsgd (distributed DP, no trusted party)", False, s_ddp, eps_ddp, accuracy(ddp, tasks, P, sd),
-        f"R={ddp.steps}, η={ddp.step_size}, t={DDP['threshold']}, c={DDP['collusion']} colluding members certified")
+        "the same rounds and charge as secagg-dpsgd, noise N(0,(σΔ)²) added by a trusted server (numpy reference)",
+    )
+    add(
+        "secagg-dpsgd",
+        "secagg-dpsgd (distributed DP, no trusted party)",
+        False,
+        s_ddp,
+        eps_ddp,
+        accuracy(ddp, tasks, P, sd),
+        f"R={ddp.steps}, η={ddp.step_size}, t={DDP['threshold']}, c={DDP['collusion']} colluding members certified",
+    )
     by = {r["key"]: r for r in rows}
-    best_trusted = max(by["central-dpsgd"]["accuracy_mean"], by["central-full-batch"]["accuracy_mean"])
+    best_trusted = max(
+        by["central-dpsgd"]["accuracy_mean"], by["central-full-batch"]["accuracy_mean"]
+    )
     gap = best_trusted - by["secagg-dpsgd"]["accuracy_mean"]
-    log(f"secagg-dpsgd vs the best trusted aggregator: {100 * gap:+.2f} points (goal: ≤ 2 points behind); "
-        f"collusion c={DDP['collusion']}, threshold t={DDP['threshold']} of {n}")
-    return {"data": data, "n": n, "delta": demo.DELTA, "target_worst_pair_epsilon": float(target), "seeds": sd,
-            "rows": rows, "secagg_gap_to_best_trusted_points": float(100 * gap), "goal_within_2_points": bool(gap <= 0.02),
-            "nonprivate_accuracy": float(demo.nonprivate_accuracy(P)), "majority_accuracy": float(demo.majority_accuracy(P)),
-            "secagg_dpsgd": {**DDP, "sigma": s_ddp, "share_std": float(s_ddp * 2 * rw.clip
-                                                                       / math.sqrt(DDP["threshold"] - DDP["collusion"]))},
-            "ddp_spec": ddp.to_dict()}
+    log(
+        f"secagg-dpsgd vs the best trusted aggregator: {100 * gap:+.2f} points (goal: ≤ 2 points behind); "
+        f"collusion c={DDP['collusion']}, threshold t={DDP['threshold']} of {n}"
+    )
+    return {
+        "data": data,
+        "n": n,
+        "delta": demo.DELTA,
+        "target_worst_pair_epsilon": float(target),
+        "seeds": sd,
+        "rows": rows,
+        "secagg_gap_to_best_trusted_points": float(100 * gap),
+        "goal_within_2_points": bool(gap <= 0.02),
+        "nonprivate_accuracy": float(demo.nonprivate_accuracy(P)),
+        "majority_accuracy": float(demo.majority_accuracy(P)),
+        "secagg_dpsgd": {
+            **DDP,
+            "sigma": s_ddp,
+            "share_std": float(
+                s_ddp * 2 * rw.clip / math.sqrt(DDP["threshold"] - DDP["collusion"])
+            ),
+        },
+        "ddp_spec": ddp.to_dict(),
+    }
 
 
 def save_figure(result: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -165,18 +258,30 @@ def save_figure(result: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.
     fig, ax = plt.subplots(figsize=(10, 4.4))
     colours = ["tab:blue", "tab:gray", "tab:red", "tab:orange", "tab:green"]
     y = np.arange(len(rows))
-    ax.barh(y, [r["accuracy_mean"] for r in rows], xerr=[r["accuracy_std"] for r in rows],
-            color=[colours[i % len(colours)] for i in range(len(rows))], alpha=0.85)
-    ax.set_yticks(y, [f"{r['protocol']}\nε={r['worst_pair_epsilon']:.3f}, σ={r['sigma']:.3g}" for r in rows], fontsize=7)
+    ax.barh(
+        y,
+        [r["accuracy_mean"] for r in rows],
+        xerr=[r["accuracy_std"] for r in rows],
+        color=[colours[i % len(colours)] for i in range(len(rows))],
+        alpha=0.85,
+    )
+    ax.set_yticks(
+        y,
+        [f"{r['protocol']}\nε={r['worst_pair_epsilon']:.3f}, σ={r['sigma']:.3g}" for r in rows],
+        fontsize=7,
+    )
     ax.axvline(result["nonprivate_accuracy"], color="k", ls=":", lw=1, label="non-private")
     ax.axvline(result["majority_accuracy"], color="k", ls="--", lw=0.8, label="majority class")
     ax.set_xlim(0.4, 1.0)
     ax.set_xlabel(f"test accuracy (mean ± std over {len(result['seeds'])} seeds, simulator)")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(f"houses, {result['n']} nodes, every protocol at the certified worst-pair ε = "
-                 f"{result['target_worst_pair_epsilon']:.3f} (δ={result['delta']:g})\nsecagg-dpsgd: t={DDP['threshold']}, "
-                 f"c={DDP['collusion']}; gap to the best trusted aggregator {result['secagg_gap_to_best_trusted_points']:+.2f} "
-                 "points", fontsize=8)
+    ax.set_title(
+        f"houses, {result['n']} nodes, every protocol at the certified worst-pair ε = "
+        f"{result['target_worst_pair_epsilon']:.3f} (δ={result['delta']:g})\nsecagg-dpsgd: t={DDP['threshold']}, "
+        f"c={DDP['collusion']}; gap to the best trusted aggregator {result['secagg_gap_to_best_trusted_points']:+.2f} "
+        "points",
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.subplots_adjust(left=0.36)  # the protocol labels are long
     png, js = out_dir / "ddp_compare.png", out_dir / "ddp_compare.json"
@@ -186,47 +291,65 @@ def save_figure(result: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.
     return png, js
 
 
-def network_run(result: dict[str, Any], data: str, n: int, state_dir: pathlib.Path | None, progress: bool) -> dict[str, Any]:
+def network_run(
+    result: dict[str, Any], data: str, n: int, state_dir: pathlib.Path | None, progress: bool
+) -> dict[str, Any]:
     """secagg-dpsgd on a real 16-process network at the compared σ: accuracy and the ledgers' worst-pair ε."""
     from hushnet.runs import demo
     from hushnet.runs.spec import spec_from_dict
 
     cfg, P, tasks, _ = demo.prepare(data, n)
     spec = spec_from_dict(result["ddp_spec"])
-    args = argparse.Namespace(data=data, state_dir=state_dir, no_progress=not progress, t0=time.perf_counter())
+    args = argparse.Namespace(
+        data=data, state_dir=state_dir, no_progress=not progress, t0=time.perf_counter()
+    )
     got = demo._network_run(args, spec, P, n)
     if isinstance(got, int):
         raise SystemExit(got)
     w, report, outcome = got
     acc = float(tasks[0].evaluate(w, P.X_test, P.y_test)["accuracy"])
     summ = report.summary()
-    return {"accuracy": acc, "worst_pair_epsilon": float(summ["worst_pair_epsilon"]), "run_seconds": summ.get("run_seconds")}
+    return {
+        "accuracy": acc,
+        "worst_pair_epsilon": float(summ["worst_pair_epsilon"]),
+        "run_seconds": summ.get("run_seconds"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hushnet.runs.demo --compare", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m hushnet.runs.demo --compare", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--data", default="houses", choices=("houses", "breast-cancer"))
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--seeds", type=int, default=4, help="simulator seeds per protocol")
-    ap.add_argument("--network", action="store_true", help="also run secagg-dpsgd on a real 16-process network")
+    ap.add_argument(
+        "--network", action="store_true", help="also run secagg-dpsgd on a real 16-process network"
+    )
     ap.add_argument("--state-dir", type=pathlib.Path)
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--figure", type=pathlib.Path, help="write ddp_compare.png / .json into this directory")
+    ap.add_argument(
+        "--figure", type=pathlib.Path, help="write ddp_compare.png / .json into this directory"
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     res = compare(args.data, args.nodes, max(1, args.seeds))
     if args.network:
         net = network_run(res, args.data, args.nodes, args.state_dir, not args.no_progress)
         res["network"] = net
-        print(f"secagg-dpsgd on the network: accuracy {net['accuracy']:.4f}, worst-pair ε from the ledgers "
-              f"{net['worst_pair_epsilon']:.4f}")
+        print(
+            f"secagg-dpsgd on the network: accuracy {net['accuracy']:.4f}, worst-pair ε from the ledgers "
+            f"{net['worst_pair_epsilon']:.4f}"
+        )
     if args.figure:
         png, js = save_figure(res, args.figure)
         print(f"figure: {png} and {js}")
     sec = next(r for r in res["rows"] if r["key"] == "secagg-dpsgd")
-    print(f"demo-ddp: secagg_accuracy={sec['accuracy_mean']:.4f} worst_pair_epsilon={sec['worst_pair_epsilon']:.4f} "
-          f"gap_to_trusted_points={res['secagg_gap_to_best_trusted_points']:+.2f} collusion={DDP['collusion']} "
-          f"seconds={time.perf_counter() - t0:.1f}")
+    print(
+        f"demo-ddp: secagg_accuracy={sec['accuracy_mean']:.4f} worst_pair_epsilon={sec['worst_pair_epsilon']:.4f} "
+        f"gap_to_trusted_points={res['secagg_gap_to_best_trusted_points']:+.2f} collusion={DDP['collusion']} "
+        f"seconds={time.perf_counter() - t0:.1f}"
+    )
     return 0
 
 

@@ -16,6 +16,7 @@ machine, the same per-node generator, the same event order rules —
 
 Nothing here knows what a walk is: any :class:`~hushnet.engine.protocol.Protocol` runs in it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +28,17 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.actions import (
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFired
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
@@ -74,8 +85,13 @@ class Timings:
         if self.started is not None:
             end = self.finished or self.closed
             wall = None if end is None else end - self.started
-        return {"accepted": self.accepted, "started": self.started, "finished": self.finished,
-                "closed": self.closed, "run_seconds": wall}
+        return {
+            "accepted": self.accepted,
+            "started": self.started,
+            "finished": self.finished,
+            "closed": self.closed,
+            "run_seconds": wall,
+        }
 
 
 class RunDriver:
@@ -87,10 +103,22 @@ class RunDriver:
     driver only records the entries.
     """
 
-    def __init__(self, spec: RunSpec, vertex: int, ids: list[str], machine: Protocol, send: SendFn, *,
-                 ledger: Ledger | None = None, cost: ContributionCost | None = None, W: Any = None,
-                 decision: dict[str, Any] | None = None, journal: Callable[[LedgerEntry], None] | None = None,
-                 public_eval: PublicEval | None = None, store: Any = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        vertex: int,
+        ids: list[str],
+        machine: Protocol,
+        send: SendFn,
+        *,
+        ledger: Ledger | None = None,
+        cost: ContributionCost | None = None,
+        W: Any = None,
+        decision: dict[str, Any] | None = None,
+        journal: Callable[[LedgerEntry], None] | None = None,
+        public_eval: PublicEval | None = None,
+        store: Any = None,
+    ) -> None:
         self.spec = spec
         self.run_id = spec.run_id
         self.vertex = vertex
@@ -103,7 +131,9 @@ class RunDriver:
         self.cost = cost
         self.W = W
         self.decision = decision or {}
-        self.journal = journal  # durable record of every engine ledger entry (gossip schedule rows), or None
+        self.journal = (
+            journal  # durable record of every engine ledger entry (gossip schedule rows), or None
+        )
         self.public_eval = public_eval  # public data the final model's loss is reported on, or None
         self.state = "accepted"
         self.reason = ""
@@ -132,17 +162,31 @@ class RunDriver:
         self.early_dropped = 0
         # durable runs (issue 14): a RunStore and a machine with checkpoint/restore hooks
         self.store = store if (store is not None and getattr(machine, "durable", False)) else None
-        self.used_sigmas: dict[float, int] = {}  # noise multiplier → data contributions (for a top-up)
-        self.ledger_credit = 0  # data charges already on the ledger for steps a restored machine redoes
+        self.used_sigmas: dict[
+            float, int
+        ] = {}  # noise multiplier → data contributions (for a top-up)
+        self.ledger_credit = (
+            0  # data charges already on the ledger for steps a restored machine redoes
+        )
         self.restored = 0  # how many times this run was restored from disk at this node
         self._event_base = 0  # events before the last restart are gone; seq numbers go on from here
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
-        self._journal_pending: list[LedgerEntry] = []  # durable run: journal entries of the batch in progress
+        self._journal_pending: list[
+            LedgerEntry
+        ] = []  # durable run: journal entries of the batch in progress
 
     # ------------------------------------------------------------------ event stream
     def _emit(self, kind: str, **fields: Any) -> None:
-        self.events.append({"seq": self._event_base + len(self.events), "t": time.time(), "node": self.node_id, "type": kind, **fields})
+        self.events.append(
+            {
+                "seq": self._event_base + len(self.events),
+                "t": time.time(),
+                "node": self.node_id,
+                "type": kind,
+                **fields,
+            }
+        )
         asyncio.get_event_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
@@ -151,16 +195,20 @@ class RunDriver:
 
     async def wait_events(self, after: int, wait: float) -> list[dict[str, Any]]:
         """Events with ``seq >= after``; waits up to ``wait`` seconds for one (long poll)."""
+
         def seq_end() -> int:
             return self._event_base + len(self.events)
 
         if seq_end() <= after and wait > 0 and self.state not in TERMINAL:
             async with self._cond:
                 try:
-                    await asyncio.wait_for(self._cond.wait_for(lambda: seq_end() > after or self.state in TERMINAL), wait)
+                    await asyncio.wait_for(
+                        self._cond.wait_for(lambda: seq_end() > after or self.state in TERMINAL),
+                        wait,
+                    )
                 except asyncio.TimeoutError:
                     pass
-        return self.events[max(0, after - self._event_base):]
+        return self.events[max(0, after - self._event_base) :]
 
     def next_seq(self) -> int:
         """The seq number the next event will carry (a watcher's cursor after reading everything)."""
@@ -196,19 +244,32 @@ class RunDriver:
             raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
         src = self.vertex_of.get(sender)
         if src is None:
-            raise RunRefused("unknown-sender", f"{sender} is not a vertex of run {self.run_id}'s graph")
+            raise RunRefused(
+                "unknown-sender", f"{sender} is not a vertex of run {self.run_id}'s graph"
+            )
         if self.state == "accepted":
-            if len(self._early) < MAX_EARLY_MESSAGES and self._early_bytes + len(payload) <= MAX_EARLY_BYTES:
+            if (
+                len(self._early) < MAX_EARLY_MESSAGES
+                and self._early_bytes + len(payload) <= MAX_EARLY_BYTES
+            ):
                 self._early.append((sender, bytes(payload)))
                 self._early_bytes += len(payload)
                 return
             self.early_dropped += 1
             if self.early_dropped == 1:
-                log.warning("run %s at %s: more than %d envelopes (or %d bytes) arrived before it was started; "
-                            "refusing further ones until run.start (count in run status: early_dropped)",
-                            self.run_id, self.node_id, MAX_EARLY_MESSAGES, MAX_EARLY_BYTES)
-            raise RunRefused("not-started", f"run {self.run_id} has not been started at {self.node_id} yet "
-                                            f"and {len(self._early)} early envelopes are already waiting")
+                log.warning(
+                    "run %s at %s: more than %d envelopes (or %d bytes) arrived before it was started; "
+                    "refusing further ones until run.start (count in run status: early_dropped)",
+                    self.run_id,
+                    self.node_id,
+                    MAX_EARLY_MESSAGES,
+                    MAX_EARLY_BYTES,
+                )
+            raise RunRefused(
+                "not-started",
+                f"run {self.run_id} has not been started at {self.node_id} yet "
+                f"and {len(self._early)} early envelopes are already waiting",
+            )
         self.messages_in += 1
         faults = self._execute(self.machine.handle(MessageArrived(src, payload)))
         if faults:
@@ -240,7 +301,9 @@ class RunDriver:
                 self.persist()
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave
                 self._journal_pending = []
-                self._stop(f"cannot write the run's checkpoint ({exc}); nothing of this step was sent")
+                self._stop(
+                    f"cannot write the run's checkpoint ({exc}); nothing of this step was sent"
+                )
                 return fx.faults
         if self._journal_pending and not self._flush_journal():
             return fx.faults
@@ -251,13 +314,27 @@ class RunDriver:
     # ------------------------------------------------------------------ durability
     def durable_state(self) -> dict[str, Any]:
         """The driver's part of a checkpoint (the machine adds its own)."""
-        return {"state": self.state, "reason": self.reason, "contributions": self.contributions,
-                "noise_visits": self.noise_visits, "used_sigmas": dict(self.used_sigmas), "last_step": self.last_step,
-                "topped_up": self.topped_up, "run_rdp": self.run_rdp, "model": self.model,
-                "finish_step": self.finish_step, "finish_result": self.finish_result, "deviations": self.deviations,
-                "faults": self.faults[-50:], "started": self.timings.started, "finished": self.timings.finished,
-                "restored": self.restored, "event_base": self.next_seq(), "messages_in": self.messages_in,
-                "messages_out": self.messages_out}
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "contributions": self.contributions,
+            "noise_visits": self.noise_visits,
+            "used_sigmas": dict(self.used_sigmas),
+            "last_step": self.last_step,
+            "topped_up": self.topped_up,
+            "run_rdp": self.run_rdp,
+            "model": self.model,
+            "finish_step": self.finish_step,
+            "finish_result": self.finish_result,
+            "deviations": self.deviations,
+            "faults": self.faults[-50:],
+            "started": self.timings.started,
+            "finished": self.timings.finished,
+            "restored": self.restored,
+            "event_base": self.next_seq(),
+            "messages_in": self.messages_in,
+            "messages_out": self.messages_out,
+        }
 
     def persist(self) -> None:
         """Write the run's checkpoint (driver and machine) in one fsync'd transaction."""
@@ -269,8 +346,14 @@ class RunDriver:
         self.checkpoints += 1
         self.checkpoint_seconds += time.perf_counter() - t0
 
-    def restore(self, driver: dict[str, Any] | None, machine: dict[str, Any] | None, state: str, reason: str,
-                charged: int) -> None:
+    def restore(
+        self,
+        driver: dict[str, Any] | None,
+        machine: dict[str, Any] | None,
+        state: str,
+        reason: str,
+        charged: int,
+    ) -> None:
         """Put a run read back from the store in motion again after the node restarted.
 
         ``charged`` is the number of data entries of this run on the node's ledger: those beyond
@@ -303,28 +386,41 @@ class RunDriver:
         if state in TERMINAL:
             return
         self._emit("restored", step=self.last_step, ledger_credit=self.ledger_credit)
-        if machine is None:  # started, but died before its first checkpoint: start the machine again
+        if (
+            machine is None
+        ):  # started, but died before its first checkpoint: start the machine again
             self._execute(self.machine.handle(RunStarted()), persist=True)
             return
         acts = self.machine.restore(machine)
-        if self.journal is not None:  # records the checkpoint has but the crash kept from the journal
+        if (
+            self.journal is not None
+        ):  # records the checkpoint has but the crash kept from the journal
             self._journal_pending = list(getattr(self.machine, "journal_entries", lambda: [])())
             if not self._flush_journal():
                 return
         self._execute(acts, persist=bool(acts))
 
-    def resume(self, lost: list[str], *, take_up: bool = True, from_step: int | None = None) -> dict[str, Any]:
+    def resume(
+        self, lost: list[str], *, take_up: bool = True, from_step: int | None = None
+    ) -> dict[str, Any]:
         """The operator declared ``lost`` holders gone: see :meth:`hushnet.protocols.walk.WalkMachine.resume`."""
         fn = getattr(self.machine, "resume", None)
         if fn is None:
-            raise RunRefused("not-resumable", f"{self.spec.protocol} runs cannot be resumed from a copy")
+            raise RunRefused(
+                "not-resumable", f"{self.spec.protocol} runs cannot be resumed from a copy"
+            )
         if self.state in TERMINAL:
             raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
         unknown = [n for n in lost if n not in self.vertex_of]
         if unknown:
-            raise RunRefused("unknown-node", f"{', '.join(unknown)} not in run {self.run_id}'s graph")
+            raise RunRefused(
+                "unknown-node", f"{', '.join(unknown)} not in run {self.run_id}'s graph"
+            )
         before = len(self.deviations)
-        self._execute(fn({self.vertex_of[n] for n in lost}, take_up=take_up, from_step=from_step), persist=True)
+        self._execute(
+            fn({self.vertex_of[n] for n in lost}, take_up=take_up, from_step=from_step),
+            persist=True,
+        )
         return {**self.status(), "resumed_here": len(self.deviations) > before}
 
     def whereabouts(self) -> dict[str, Any] | None:
@@ -346,7 +442,7 @@ class RunDriver:
     def _final_loss(self) -> dict[str, Any]:
         """Loss (and accuracy) of the final model on the spec's public evaluation data, when it names some.
 
-        Only the *final* model is scored: it is released to the operator anyway (spec E.1), so a
+        Only the *final* model is scored: it is released to the operator anyway (docs/design/spec/randomwalk.md §E.1), so a
         function of it on public rows reveals nothing more.  Intermediate models are never scored
         for subscribers — early iterates carry one node's noisy gradient with none of the later
         noise, and no accountant here covers an operator who watches them — and a loss on the
@@ -358,9 +454,20 @@ class RunDriver:
         try:
             m = self.public_eval.evaluate(self.model)
         except Exception as exc:  # noqa: BLE001 - a scoring failure must not lose the finished model
-            log.warning("run %s: cannot score the final model on %s: %s", self.run_id, self.public_eval.name, exc)
-            return {"loss_note": f"cannot score the final model on {self.public_eval.name}: {exc}"[:300]}
-        out: dict[str, Any] = {"loss": m.get("loss"), "loss_data": self.public_eval.name, "loss_of": "final model"}
+            log.warning(
+                "run %s: cannot score the final model on %s: %s",
+                self.run_id,
+                self.public_eval.name,
+                exc,
+            )
+            return {
+                "loss_note": f"cannot score the final model on {self.public_eval.name}: {exc}"[:300]
+            }
+        out: dict[str, Any] = {
+            "loss": m.get("loss"),
+            "loss_data": self.public_eval.name,
+            "loss_of": "final model",
+        }
         if "accuracy" in m:
             out["accuracy"] = m["accuracy"]
         return out
@@ -373,8 +480,10 @@ class RunDriver:
             try:
                 self.journal(ev)  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing after it may leave the node
-                self._stop(f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
-                           "nothing after it was sent")
+                self._stop(
+                    f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
+                    "nothing after it was sent"
+                )
                 return False
         return True
 
@@ -386,8 +495,10 @@ class RunDriver:
             try:
                 self.journal(ev)
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing after it may leave the node
-                self._stop(f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
-                           "nothing after it was sent")
+                self._stop(
+                    f"cannot record the {ev.kind} entry of step {ev.step} durably ({exc}); "
+                    "nothing after it was sent"
+                )
                 return False
         if not ev.uses_data:  # noise-only visit, or a gossip round's schedule record
             self.noise_visits += ev.kind == "noise"
@@ -403,12 +514,20 @@ class RunDriver:
                 self.ledger_credit -= 1
             elif self.ledger is not None:
                 try:
-                    self.ledger.charge(entry, report=False)  # durable (committed) before the Send below runs
+                    self.ledger.charge(
+                        entry, report=False
+                    )  # durable (committed) before the Send below runs
                 except BudgetExceeded as exc:
                     self.used_sigmas[float(ev.sigma)] -= 1
-                    self._stop(f"privacy budget exhausted at step {ev.step}: {exc}; the contribution was not sent")
+                    self._stop(
+                        f"privacy budget exhausted at step {ev.step}: {exc}; the contribution was not sent"
+                    )
                     return False
-            curves = np.stack([entry.rdp[t] for t in self.cost.targets]) if self.cost.targets else np.zeros((0, 1))
+            curves = (
+                np.stack([entry.rdp[t] for t in self.cost.targets])
+                if self.cost.targets
+                else np.zeros((0, 1))
+            )
             self.run_rdp = curves if self.run_rdp is None else self.run_rdp + curves
         self.contributions += 1
         return True
@@ -435,7 +554,12 @@ class RunDriver:
             except Exception as exc:  # noqa: BLE001 - any transport failure is the machine's retry business
                 self.send_failures += 1
                 if self.send_failures <= 3 or self.send_failures % 50 == 0:
-                    log.warning("run %s: delivery to %s failed (%s); the protocol will retry", self.run_id, dst, exc)
+                    log.warning(
+                        "run %s: delivery to %s failed (%s); the protocol will retry",
+                        self.run_id,
+                        dst,
+                        exc,
+                    )
                 self._emit("send_failed", to=dst, error=str(exc)[:300])
             else:
                 if receipt and self.state not in TERMINAL:
@@ -467,8 +591,12 @@ class RunDriver:
     async def _drain(self, timeout: float = 5.0) -> None:
         if self._queues:
             try:
-                await asyncio.wait_for(asyncio.gather(*(q.join() for q in self._queues.values()), return_exceptions=True),
-                                       timeout)
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(q.join() for q in self._queues.values()), return_exceptions=True
+                    ),
+                    timeout,
+                )
             except asyncio.TimeoutError:
                 pass
 
@@ -483,7 +611,10 @@ class RunDriver:
         self.state = "cancelled"
         self.reason = reason
         self.timings.closed = time.time()
-        self._early, self._early_bytes = [], 0  # never started: what neighbours sent early is dropped
+        self._early, self._early_bytes = (
+            [],
+            0,
+        )  # never started: what neighbours sent early is dropped
         self.shutdown()
         self._emit("cancelled", reason=reason)
         self._persist_state()
@@ -495,7 +626,12 @@ class RunDriver:
         far no longer holds, so every contribution is topped up to the local-DP bound
         ``α/(2σ²)`` (valid whatever the walk did) — the deviation is accounted, not hidden.
         """
-        if deviated and not self.topped_up and self.cost is not None and self.cost.walk_slope is not None:
+        if (
+            deviated
+            and not self.topped_up
+            and self.cost is not None
+            and self.cost.walk_slope is not None
+        ):
             self._top_up()
         if self.state not in TERMINAL:
             self.state = "closed"
@@ -523,9 +659,16 @@ class RunDriver:
             ldp = np.broadcast_to(self.cost.orders / (2.0 * sigma**2), total.shape)
             total += count * (ldp - self.cost.curves(sigma))
         total = np.maximum(total, 0.0)
-        entry = PrivacyEntry.from_row(self.run_id, self.spec.protocol, self.spec.view_model, "certified", self.cost.targets,
-                                      total, note="deviation top-up: walk deviated from the public W, "
-                                                  "contributions re-accounted with the local-DP bound")
+        entry = PrivacyEntry.from_row(
+            self.run_id,
+            self.spec.protocol,
+            self.spec.view_model,
+            "certified",
+            self.cost.targets,
+            total,
+            note="deviation top-up: walk deviated from the public W, "
+            "contributions re-accounted with the local-DP bound",
+        )
         if self.ledger is not None:
             # the data was already used: a top-up is recorded even over budget (an exact ledger
             # over budget is better than a ledger that hides spending); the budget check is bypassed
@@ -540,13 +683,27 @@ class RunDriver:
 
     # ------------------------------------------------------------------ reports
     def status(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "node": self.node_id, "vertex": self.vertex, "state": self.state,
-                "reason": self.reason, "step": self.last_step, "contributions": self.contributions,
-                "protocol": self.spec.protocol, "steps": self.spec.total_steps(), "holds_model": self.model is not None,
-                "deviations": len(self.deviations), "faults": len(self.faults), "events": len(self.events),
-                "early_buffered": len(self._early), "early_dropped": self.early_dropped,
-                "durable": self.store is not None, "restored": self.restored, "token": self.whereabouts(),
-                "deviation_accounted": self.topped_up}
+        return {
+            "run_id": self.run_id,
+            "node": self.node_id,
+            "vertex": self.vertex,
+            "state": self.state,
+            "reason": self.reason,
+            "step": self.last_step,
+            "contributions": self.contributions,
+            "protocol": self.spec.protocol,
+            "steps": self.spec.total_steps(),
+            "holds_model": self.model is not None,
+            "deviations": len(self.deviations),
+            "faults": len(self.faults),
+            "events": len(self.events),
+            "early_buffered": len(self._early),
+            "early_dropped": self.early_dropped,
+            "durable": self.store is not None,
+            "restored": self.restored,
+            "token": self.whereabouts(),
+            "deviation_accounted": self.topped_up,
+        }
 
     def report(self) -> dict[str, Any]:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values
@@ -555,7 +712,11 @@ class RunDriver:
         certified: dict[str, float] = {}
         if self.cost is not None:
             for j, t in enumerate(self.cost.targets):
-                certified[t] = 0.0 if self.run_rdp is None else dp_from_rdp(self.cost.orders, self.run_rdp[j], delta)
+                certified[t] = (
+                    0.0
+                    if self.run_rdp is None
+                    else dp_from_rdp(self.cost.orders, self.run_rdp[j], delta)
+                )
         paper, paper_label = None, None
         pb = paper_bound(self.spec, self.vertex, float(self.contributions), self.W)
         if pb is not None:
@@ -582,7 +743,11 @@ class RunDriver:
             "deviations_list": self.deviations,
             "faults_list": self.faults,
             "timings": self.timings.to_dict(),
-            "messages": {"in": self.messages_in, "out": self.messages_out, "send_failures": self.send_failures},
+            "messages": {
+                "in": self.messages_in,
+                "out": self.messages_out,
+                "send_failures": self.send_failures,
+            },
             "result": self.finish_result,
         }
 
@@ -620,7 +785,9 @@ class NodeEffects:
         old = timers.pop(act.name, None)
         if old is not None:
             old.cancel()
-        timers[act.name] = asyncio.get_event_loop().call_later(act.delay, self.driver._fire, act.name)
+        timers[act.name] = asyncio.get_event_loop().call_later(
+            act.delay, self.driver._fire, act.name
+        )
 
     def cancel_timer(self, act: CancelTimer) -> None:
         h = self.driver._timers.pop(act.name, None)
@@ -641,8 +808,12 @@ class NodeEffects:
 
     def deviation(self, act: Deviation) -> None:
         d = self.driver
-        rec = {"node": d.ids[act.node] if act.node < len(d.ids) else act.node, "step": act.step,
-               "reason": act.reason, "detail": _jsonable(act.detail)}
+        rec = {
+            "node": d.ids[act.node] if act.node < len(d.ids) else act.node,
+            "step": act.step,
+            "reason": act.reason,
+            "detail": _jsonable(act.detail),
+        }
         if "dead" in act.detail and isinstance(act.detail["dead"], (int, np.integer)):
             rec["dead_node"] = d.ids[int(act.detail["dead"])]
         d.deviations.append(rec)

@@ -18,6 +18,7 @@ most, the one round in progress when it died (the value of round t leaves before
 the value of round t+1 only after it).  If the write fails the driver stops the run: no value leaves
 whose derivation is not on disk.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ class ScheduleStore:
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # the next round's value leaves only after this is on disk
+        self._db.execute(
+            "PRAGMA synchronous=FULL"
+        )  # the next round's value leaves only after this is on disk
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS runs (
@@ -57,8 +60,16 @@ class ScheduleStore:
     def open_run(self, spec: RunSpec, vertex: int, ids: list[str]) -> None:
         """Register a run at acceptance (idempotent: a resubmitted spec keeps its records)."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO runs(run_id, vertex, ids, spec, created) VALUES (?,?,?,?,?)",
-                             (spec.run_id, int(vertex), json.dumps(list(ids)), json.dumps(spec.to_dict()), time.time()))
+            self._db.execute(
+                "INSERT OR IGNORE INTO runs(run_id, vertex, ids, spec, created) VALUES (?,?,?,?,?)",
+                (
+                    spec.run_id,
+                    int(vertex),
+                    json.dumps(list(ids)),
+                    json.dumps(spec.to_dict()),
+                    time.time(),
+                ),
+            )
 
     def append(self, run_id: str, record: dict[str, Any]) -> None:
         """Commit one round's record; a second, different record of the same round is an error (never
@@ -66,25 +77,35 @@ class ScheduleStore:
         text = json.dumps(record, sort_keys=True)
         with self._lock:
             try:
-                self._db.execute("INSERT INTO records(run_id, round, record) VALUES (?,?,?)",
-                                 (run_id, int(record["round"]), text))
+                self._db.execute(
+                    "INSERT INTO records(run_id, round, record) VALUES (?,?,?)",
+                    (run_id, int(record["round"]), text),
+                )
             except sqlite3.IntegrityError:
-                row = self._db.execute("SELECT record FROM records WHERE run_id = ? AND round = ?",
-                                       (run_id, int(record["round"]))).fetchone()
+                row = self._db.execute(
+                    "SELECT record FROM records WHERE run_id = ? AND round = ?",
+                    (run_id, int(record["round"])),
+                ).fetchone()
                 if row is not None and row[0] == text:
                     return
-                raise ValueError(f"round {record['round']} of run {run_id} is already recorded") from None
+                raise ValueError(
+                    f"round {record['round']} of run {run_id} is already recorded"
+                ) from None
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
         """The run's records, by round."""
         with self._lock:
-            rows = self._db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY round", (run_id,)).fetchall()
+            rows = self._db.execute(
+                "SELECT record FROM records WHERE run_id = ? ORDER BY round", (run_id,)
+            ).fetchall()
         return [json.loads(r) for (r,) in rows]
 
     def run(self, run_id: str) -> tuple[RunSpec, int, list[str]] | None:
         """``(spec, vertex, ids)`` of a registered run, or None."""
         with self._lock:
-            row = self._db.execute("SELECT spec, vertex, ids FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = self._db.execute(
+                "SELECT spec, vertex, ids FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
         if row is None:
             return None
         return spec_from_dict(json.loads(row[0])), int(row[1]), list(json.loads(row[2]))

@@ -9,6 +9,7 @@ with each node and its run service *before* the node starts, so it can wrap the 
 Unlike :class:`hushnet.net.cluster.LocalCluster` every node shares one Python process: CPU work that
 would run in parallel on a real network is serialised here (benchmarks say so).  Always torn down.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,14 +21,17 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 import numpy as np
 
-from hushnet.bootstrap.service import BootstrapConfig, serve as serve_bootstrap
+from hushnet.bootstrap.service import BootstrapConfig
+from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net.node import Node, NodeConfig
 from hushnet.runs.policy import NodePolicy
 from hushnet.runs.service import RunService
 
 
 class Net:
-    def __init__(self, tmp: pathlib.Path, nodes: list[Node], services: list[RunService], client) -> None:
+    def __init__(
+        self, tmp: pathlib.Path, nodes: list[Node], services: list[RunService], client
+    ) -> None:
         self.tmp, self.nodes, self.services, self.client = tmp, nodes, services, client
         self.by_id = {nd.node_id: nd for nd in nodes}
         self.vertex_of = {nd.node_id: nd.identity.vertex for nd in nodes}
@@ -37,7 +41,9 @@ class Net:
     def driver(self, vertex: int, run_id: str):
         return self.svc_by_vertex[vertex].runs.get(run_id)
 
-    async def wait(self, pred, timeout: float = 60.0, every: float = 0.05, what: str = "condition") -> Any:
+    async def wait(
+        self, pred, timeout: float = 60.0, every: float = 0.05, what: str = "condition"
+    ) -> Any:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             v = pred()
@@ -47,53 +53,104 @@ class Net:
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def write_policy(state: pathlib.Path, values: np.ndarray | None, xy: tuple[np.ndarray, np.ndarray] | None,
-                 epsilon: float, delta: float) -> None:
+def write_policy(
+    state: pathlib.Path,
+    values: np.ndarray | None,
+    xy: tuple[np.ndarray, np.ndarray] | None,
+    epsilon: float,
+    delta: float,
+) -> None:
     state.mkdir(parents=True, exist_ok=True)
     data = None
     if xy is not None:
         np.savez(state / "data.npz", X=xy[0], y=xy[1])
         data = "data.npz"
     elif values is not None:
-        np.savez(state / "data.npz", X=np.asarray(values, dtype=np.float64).reshape(-1, 1), y=np.zeros(len(values)))
+        np.savez(
+            state / "data.npz",
+            X=np.asarray(values, dtype=np.float64).reshape(-1, 1),
+            y=np.zeros(len(values)),
+        )
         data = "data.npz"
     NodePolicy.write(state, epsilon=epsilon, delta=delta, data_path=data)
 
 
 @contextlib.asynccontextmanager
-async def network(tmp: pathlib.Path, graph: str, n: int, *, values: Sequence[np.ndarray] | None = None,
-                  shards: Sequence[tuple[np.ndarray, np.ndarray]] | None = None, epsilon: float = 1e6,
-                  delta: float = 1e-5, base_ip: int = 40, observe: Callable[[Node, RunService], Any] | None = None,
-                  bootstrap_options: dict[str, Any] | None = None) -> AsyncIterator[Net]:
+async def network(
+    tmp: pathlib.Path,
+    graph: str,
+    n: int,
+    *,
+    values: Sequence[np.ndarray] | None = None,
+    shards: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
+    epsilon: float = 1e6,
+    delta: float = 1e-5,
+    base_ip: int = 40,
+    observe: Callable[[Node, RunService], Any] | None = None,
+    bootstrap_options: dict[str, Any] | None = None,
+) -> AsyncIterator[Net]:
     from hushnet.client.core import AsyncClient
 
     stop = asyncio.Event()
     ready = asyncio.Event()
-    btask = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", graph, "tok",
-                                                                 **(bootstrap_options or {})), stop, ready))
+    btask = asyncio.create_task(
+        serve_bootstrap(
+            BootstrapConfig(tmp / "b", "127.0.0.1:0", graph, "tok", **(bootstrap_options or {})),
+            stop,
+            ready,
+        )
+    )
     nodes: list[Node] = []
     services: list[RunService] = []
     observers: list[Any] = []
     client = None
     try:
-        await asyncio.wait([btask, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [btask, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
         if btask.done():
             btask.result()
         addr = json.loads((tmp / "b" / "bootstrap.json").read_text())["address"]
         for i in range(n):
             st = tmp / f"n{i}"
-            write_policy(st, None if values is None else values[i], None if shards is None else shards[i], epsilon, delta)
-            nd = Node(NodeConfig(st, f"127.0.0.{base_ip + i}:0", addr, "tok", tmp / "b" / "ca.pem", node_id=f"n{i}",
-                                 probe_s=0.3, directory_refresh_s=0.3))
+            write_policy(
+                st,
+                None if values is None else values[i],
+                None if shards is None else shards[i],
+                epsilon,
+                delta,
+            )
+            nd = Node(
+                NodeConfig(
+                    st,
+                    f"127.0.0.{base_ip + i}:0",
+                    addr,
+                    "tok",
+                    tmp / "b" / "ca.pem",
+                    node_id=f"n{i}",
+                    probe_s=0.3,
+                    directory_refresh_s=0.3,
+                )
+            )
             nodes.append(nd)
             services.append(RunService(nd).install())
-            observers.append(None if observe is None else observe(nd, services[-1]))  # before start: the server binds its RPC methods at start
+            observers.append(
+                None if observe is None else observe(nd, services[-1])
+            )  # before start: the server binds its RPC methods at start
         await asyncio.gather(*(nd.start() for nd in nodes))
         for _ in range(300):
-            if all(nd.links and len(nd.neighbors) == len(nd.links) and all(l.healthy for l in nd.links.values())
-                   and nd.directory is not None and len(nd.directory.members) == n
-                   and (nd.directory.onion_epoch_seconds <= 0 or all(m.onion_keys for m in nd.directory.members))
-                   for nd in nodes):
+            if all(
+                nd.links
+                and len(nd.neighbors) == len(nd.links)
+                and all(l.healthy for l in nd.links.values())
+                and nd.directory is not None
+                and len(nd.directory.members) == n
+                and (
+                    nd.directory.onion_epoch_seconds <= 0
+                    or all(m.onion_keys for m in nd.directory.members)
+                )
+                for nd in nodes
+            ):
                 break
             await asyncio.sleep(0.1)
         else:
@@ -107,7 +164,9 @@ async def network(tmp: pathlib.Path, graph: str, n: int, *, values: Sequence[np.
             await client.close()
         for s in services:
             s.close()
-        await asyncio.gather(*(nd.stop(grace=0.2) for nd in nodes if nd.identity is not None), return_exceptions=True)
+        await asyncio.gather(
+            *(nd.stop(grace=0.2) for nd in nodes if nd.identity is not None), return_exceptions=True
+        )
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(btask, 10)

@@ -37,7 +37,7 @@ forwards to, and acknowledgements (no data).  Noise is each node's own secret dr
   per report.
 * ``pad-complete-sum`` / ``pad-complete-histogram`` — **local-DP bound.**  P-AD Thm 3 / Thm 6
   assume the token path is hidden, *including the previous sender and the next receiver*; a
-  gRPC handoff reveals both (spec E.2), and their non-asymptotic forms rest on heuristic steps
+  gRPC handoff reveals both (docs/design/spec/randomwalk.md §E.2), and their non-asymptotic forms rest on heuristic steps
   (labelled "paper" in :mod:`hushnet.privacy.amplification`).  No certified network bound applies,
   so each contribution is charged what it leaks in the clear: the Gaussian ``α·Δ²/(2σ_loc²)``
   (every contribution carries its own N(0, σ_loc²)) or the RR curve above.  The number of visits
@@ -47,8 +47,9 @@ forwards to, and acknowledgements (no data).  Noise is each node's own secret dr
 
 The result (the noisy sum, or the raw and debiased histogram) stays at the node that made the last
 step and reaches only the operator (``run.model`` / ``run.report``); it is never broadcast to the
-nodes, so it is not an extra observation of any pairwise view (spec E.1).
+nodes, so it is not an extra observation of any pairwise view (docs/design/spec/randomwalk.md §E.1).
 """
+
 from __future__ import annotations
 
 import math
@@ -80,16 +81,21 @@ PAD_NET = PAD_SUMS + PAD_HISTOGRAMS
 
 BOUND_NAMES = {
     "pad-ring-sum": "P-AD Thm 1 argument, Rényi form: K Gaussian windows of std ≥ σ_loc toward each other node "
-                    "(ring, no collusion)",
+    "(ring, no collusion)",
     "pad-ring-histogram": "local randomized-response bound: pure ε₀-DP report, RDP min(ε₀, αε₀²/2) "
-                          "(no shuffling amplification claimed: P-AD Thm 2 needs n ≥ 1000)",
+    "(no shuffling amplification claimed: P-AD Thm 2 needs n ≥ 1000)",
     "pad-complete-sum": "local-DP Gaussian bound (each contribution seen with its own noise; P-AD Thm 3 assumes a "
-                        "hidden sender and receiver, which gRPC does not give)",
+    "hidden sender and receiver, which gRPC does not give)",
     "pad-complete-histogram": "local randomized-response bound (P-AD Thm 6 assumes a hidden sender and receiver, "
-                              "which gRPC does not give)",
+    "which gRPC does not give)",
 }
 #: the data-use kind each protocol's machine records (anything else is refused by the cost)
-KIND = {"pad-ring-sum": "value", "pad-complete-sum": "value", "pad-ring-histogram": "rr", "pad-complete-histogram": "rr"}
+KIND = {
+    "pad-ring-sum": "value",
+    "pad-complete-sum": "value",
+    "pad-ring-histogram": "rr",
+    "pad-complete-histogram": "rr",
+}
 
 
 # ---- public parameters --------------------------------------------------------------------------
@@ -105,7 +111,9 @@ def public_sensitivity(spec: RunSpec) -> float:
     lo, hi = float(tp.get("lo", 0.0)), float(tp.get("hi", 1.0))
     d = int(tp.get("dim", 1))
     if not hi > lo or d < 1:
-        raise ValueError(f"the spec's task gives no bounded contribution (lo={lo}, hi={hi}, dim={d})")
+        raise ValueError(
+            f"the spec's task gives no bounded contribution (lo={lo}, hi={hi}, dim={d})"
+        )
     return (hi - lo) * math.sqrt(d)
 
 
@@ -125,7 +133,9 @@ def contributions(spec: RunSpec, n: int) -> tuple[float, str]:
     if spec.protocol.startswith("pad-ring-"):
         return float(spec.rounds or 0), "exactly K (one visit per round)"
     bound, method = contributions_bound(int(spec.steps), float(n), spec.budget.delta)
-    return float(min(math.ceil(bound), spec.steps)), f"{method} bound on Binomial(T, 1/n) at δ̂={spec.budget.delta:g}"
+    return float(
+        min(math.ceil(bound), spec.steps)
+    ), f"{method} bound on Binomial(T, 1/n) at δ̂={spec.budget.delta:g}"
 
 
 def per_contribution_curve(spec: RunSpec, orders: np.ndarray) -> np.ndarray:
@@ -161,76 +171,138 @@ class PadCost:
 
     def curves(self, sigma: float | None = None) -> np.ndarray:
         """(targets, orders) curve of one contribution; ``sigma`` is ignored (the bound is fixed by the spec)."""
-        return np.array(np.broadcast_to(self.per_contribution, (len(self.targets), self.orders.size)))
+        return np.array(
+            np.broadcast_to(self.per_contribution, (len(self.targets), self.orders.size))
+        )
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
         if ev.kind != KIND[self.protocol]:
-            raise ValueError(f"{self.protocol} records {KIND[self.protocol]!r} contributions, got {ev.kind!r}")
+            raise ValueError(
+                f"{self.protocol} records {KIND[self.protocol]!r} contributions, got {ev.kind!r}"
+            )
         if self.sensitivity is not None and ev.sensitivity > self.sensitivity * (1.0 + 1e-12):
-            raise ValueError(f"contribution sensitivity {ev.sensitivity:g} exceeds the public Δ={self.sensitivity:g}")
-        if self.eps0 is not None and float(ev.detail.get("eps0", math.inf)) > self.eps0 * (1.0 + 1e-12):
-            raise ValueError(f"report ε₀={ev.detail.get('eps0')} exceeds the public ε₀={self.eps0:g}")
-        return PrivacyEntry.from_row(run_id, ev.protocol, ev.view_model, "certified", self.targets, self.curves(),
-                                     note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})")
+            raise ValueError(
+                f"contribution sensitivity {ev.sensitivity:g} exceeds the public Δ={self.sensitivity:g}"
+            )
+        if self.eps0 is not None and float(ev.detail.get("eps0", math.inf)) > self.eps0 * (
+            1.0 + 1e-12
+        ):
+            raise ValueError(
+                f"report ε₀={ev.detail.get('eps0')} exceeds the public ε₀={self.eps0:g}"
+            )
+        return PrivacyEntry.from_row(
+            run_id,
+            ev.protocol,
+            ev.view_model,
+            "certified",
+            self.targets,
+            self.curves(),
+            note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})",
+        )
 
 
 def pad_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> PadCost:
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
     sums = spec.protocol in PAD_SUMS
-    return PadCost(spec.protocol, targets, o, per_contribution_curve(spec, o), BOUND_NAMES[spec.protocol],
-                   public_sensitivity(spec) if sums else None, None if sums else public_eps0(spec))
+    return PadCost(
+        spec.protocol,
+        targets,
+        o,
+        per_contribution_curve(spec, o),
+        BOUND_NAMES[spec.protocol],
+        public_sensitivity(spec) if sums else None,
+        None if sums else public_eps0(spec),
+    )
 
 
 # ---- projection (accept / refuse) ---------------------------------------------------------------
 
 
-def pad_projector(spec: RunSpec, vertex: int, local_budget: Budget | None, W=None) -> PolicyDecision:
+def pad_projector(
+    spec: RunSpec, vertex: int, local_budget: Budget | None, W=None
+) -> PolicyDecision:
     """The node's certified row for the run from public parameters, and its accept/refuse decision."""
     budget = local_budget or spec.budget
     delta = spec.budget.delta
     if budget.delta < delta:
-        return PolicyDecision(False, f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}", None, delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            delta,
+            "certified",
+        )
     n = spec.n if W is None else int(W.shape[0])
     if spec.protocol == "pad-ring-sum" and spec.on_peer_down == "deviate":
-        return PolicyDecision(False, "pad-ring-sum with on_peer_down='deviate' is refused: skipping a node can leave a "
-                                     "window between two visits without any noise draw (the ring bound would not hold)",
-                              None, delta, "certified")
+        return PolicyDecision(
+            False,
+            "pad-ring-sum with on_peer_down='deviate' is refused: skipping a node can leave a "
+            "window between two visits without any noise draw (the ring bound would not hold)",
+            None,
+            delta,
+            "certified",
+        )
     try:
         curve = per_contribution_curve(spec, np.asarray(DEFAULT_ORDERS, dtype=float))
     except ValueError as exc:
-        return PolicyDecision(False, f"cannot project this node's privacy loss: {exc}", None, delta, "certified")
+        return PolicyDecision(
+            False, f"cannot project this node's privacy loss: {exc}", None, delta, "certified"
+        )
     n_u, how = contributions(spec, n)
     eps = dp_from_rdp(np.asarray(DEFAULT_ORDERS, dtype=float), n_u * curve, delta)
     row = np.full(n, eps)
     row[vertex] = 0.0
-    view = ("ring: token values received from the public predecessor (sender known by construction)"
-            if spec.protocol.startswith("pad-ring-") else
-            "sender-known: plain gRPC reveals who handed over the token and whom it goes to")
-    details: dict[str, Any] = {"N_u": n_u, "contributions": how, "bound_name": BOUND_NAMES[spec.protocol],
-                               "accounting_view": {"label": view, "view_model": spec.view_model,
-                                                   "mechanism": "plain-links"},
-                               "view_model": spec.view_model}
+    view = (
+        "ring: token values received from the public predecessor (sender known by construction)"
+        if spec.protocol.startswith("pad-ring-")
+        else "sender-known: plain gRPC reveals who handed over the token and whom it goes to"
+    )
+    details: dict[str, Any] = {
+        "N_u": n_u,
+        "contributions": how,
+        "bound_name": BOUND_NAMES[spec.protocol],
+        "accounting_view": {
+            "label": view,
+            "view_model": spec.view_model,
+            "mechanism": "plain-links",
+        },
+        "view_model": spec.view_model,
+    }
     if eps > budget.epsilon:
         other = 1 if vertex == 0 else 0
-        return PolicyDecision(False, f"over budget: projected certified loss toward node {other} (and every other node) "
-                                     f"is ε={eps:.4g} at δ={delta:g} ({BOUND_NAMES[spec.protocol]}), this node's budget "
-                                     f"is ε={budget.epsilon:g}", row, delta, "certified", details)
-    return PolicyDecision(True, f"within budget (certified ε={eps:.4g} toward every other node; "
-                                f"{BOUND_NAMES[spec.protocol]})", row, delta, "certified", details)
+        return PolicyDecision(
+            False,
+            f"over budget: projected certified loss toward node {other} (and every other node) "
+            f"is ε={eps:.4g} at δ={delta:g} ({BOUND_NAMES[spec.protocol]}), this node's budget "
+            f"is ε={budget.epsilon:g}",
+            row,
+            delta,
+            "certified",
+            details,
+        )
+    return PolicyDecision(
+        True,
+        f"within budget (certified ε={eps:.4g} toward every other node; "
+        f"{BOUND_NAMES[spec.protocol]})",
+        row,
+        delta,
+        "certified",
+        details,
+    )
 
 
 # ---- the papers' values (labelled "paper", never charged) -----------------------------------------
 
 PAPER_LABELS = {
     "pad-ring-sum": "paper: P-AD Thm 1 as printed (per-visit (ε, δ) from the classic Gaussian calibration, advanced "
-                    "composition over K visits, δ split evenly); for comparison — the certified column is what is charged",
+    "composition over K visits, δ split evenly); for comparison — the certified column is what is charged",
     "pad-ring-histogram": "paper: P-AD Thm 2 with the corrected γ (Erlingsson shuffling of each batch, needs n ≥ 1000); "
-                          "not charged",
+    "not charged",
     "pad-complete-sum": "paper: P-AD Thm 3 (App. D) — assumes a hidden sender and receiver, which plain gRPC does not "
-                        "give; not a guarantee here",
+    "give; not a guarantee here",
     "pad-complete-histogram": "paper: P-AD Thm 6 (App. E) — assumes a hidden sender and receiver, which plain gRPC "
-                              "does not give; not a guarantee here",
+    "does not give; not a guarantee here",
 }
 
 
@@ -238,8 +310,12 @@ def _gaussian_eps(spec: RunSpec, delta0: float) -> float:
     """Per-contribution ε of N(0, σ_loc²) by the classic calibration σ = Δ√(2 ln(1.25/δ))/ε (needs ε < 1)."""
     eps = public_sensitivity(spec) * math.sqrt(2.0 * math.log(1.25 / delta0)) / spec.sigma
     if not eps < 1.0:
-        raise ValidityError(f"σ_loc={spec.sigma:g} gives a per-contribution ε={eps:.3g} ≥ 1 (outside the theorems)")
-    gaussian_sigma_local(eps, delta0, public_sensitivity(spec))  # same validity checks as the accountant
+        raise ValidityError(
+            f"σ_loc={spec.sigma:g} gives a per-contribution ε={eps:.3g} ≥ 1 (outside the theorems)"
+        )
+    gaussian_sigma_local(
+        eps, delta0, public_sensitivity(spec)
+    )  # same validity checks as the accountant
     return eps
 
 
@@ -259,8 +335,12 @@ def paper_value(spec: RunSpec, n: int) -> float | None:
         n_u, _ = contributions_bound(int(spec.steps), float(n), delta / 4.0)
         d0 = delta / (2.0 * max(n_u, 1.0))
         if spec.protocol == "pad-complete-sum":
-            return complete_sum_guarantee(n, int(spec.steps), _gaussian_eps(spec, d0), d0, delta / 4, delta / 4).epsilon
-        return complete_histogram_guarantee(n, int(spec.steps), public_eps0(spec), d0, delta / 4, delta / 4).epsilon
+            return complete_sum_guarantee(
+                n, int(spec.steps), _gaussian_eps(spec, d0), d0, delta / 4, delta / 4
+            ).epsilon
+        return complete_histogram_guarantee(
+            n, int(spec.steps), public_eps0(spec), d0, delta / 4, delta / 4
+        ).epsilon
     except (ValidityError, ValueError):
         return None
 
@@ -284,10 +364,23 @@ def build_machine(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opt
     from hushnet.protocols.registry import make_machine
 
     if spec.protocol in PAD_SUMS and task.sensitivity() > public_sensitivity(spec) * (1.0 + 1e-12):
-        raise ValueError(f"this node's values have dimension {task.dim} (sensitivity {task.sensitivity():.4g}), "
-                         f"the spec's public sensitivity is {public_sensitivity(spec):.4g}: declare [task] dim")
+        raise ValueError(
+            f"this node's values have dimension {task.dim} (sensitivity {task.sensitivity():.4g}), "
+            f"the spec's public sensitivity is {public_sensitivity(spec):.4g}: declare [task] dim"
+        )
     if spec.protocol in PAD_HISTOGRAMS and task.bins != int(spec.task_params.get("bins", -1)):
-        raise ValueError(f"this node's histogram has {task.bins} bins, the spec declares {spec.task_params.get('bins')}")
-    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                        params=spec.machine_params(), view_model=spec.view_model, options=options,
-                        rng=spec.node_rng(vertex, len(ids)))
+        raise ValueError(
+            f"this node's histogram has {task.bins} bins, the spec declares {spec.task_params.get('bins')}"
+        )
+    return make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=spec.machine_params(),
+        view_model=spec.view_model,
+        options=options,
+        rng=spec.node_rng(vertex, len(ids)),
+    )

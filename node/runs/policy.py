@@ -14,6 +14,7 @@ the node owner's file ``runs.toml`` in the node's state directory (or the path i
 Without a file the node has no data (it refuses data-using runs with that reason) and the spec's
 budget is its budget.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,7 +45,9 @@ class NodePolicy:
 
     @classmethod
     def load(cls, state_dir: pathlib.Path) -> "NodePolicy":
-        path = pathlib.Path(os.environ.get("HUSHNET_RUNS_CONFIG") or pathlib.Path(state_dir) / POLICY_FILE)
+        path = pathlib.Path(
+            os.environ.get("HUSHNET_RUNS_CONFIG") or pathlib.Path(state_dir) / POLICY_FILE
+        )
         if not path.exists():
             return cls(None, None)
         try:
@@ -57,7 +60,9 @@ class NodePolicy:
             try:
                 budget = Budget(float(b["epsilon"]), float(b["delta"]))
             except (KeyError, TypeError, ValueError) as exc:
-                raise PolicyError(f"node policy {path}: [budget] needs numbers epsilon and delta ({exc})") from exc
+                raise PolicyError(
+                    f"node policy {path}: [budget] needs numbers epsilon and delta ({exc})"
+                ) from exc
         data = None
         if "data" in doc and "path" in doc["data"]:
             data = pathlib.Path(str(doc["data"]["path"]))
@@ -66,12 +71,22 @@ class NodePolicy:
         return cls(budget, data)
 
     @staticmethod
-    def write(state_dir: pathlib.Path, *, epsilon: float | None = None, delta: float | None = None,
-              data_path: str | None = None) -> pathlib.Path:
+    def write(
+        state_dir: pathlib.Path,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        data_path: str | None = None,
+    ) -> pathlib.Path:
         """Write a policy file (what an operator's provisioning script or the demo does per node)."""
         lines = []
         if epsilon is not None:
-            lines += ["[budget]", f"epsilon = {float(epsilon)!r}", f"delta = {float(delta if delta is not None else 1e-5)!r}", ""]
+            lines += [
+                "[budget]",
+                f"epsilon = {float(epsilon)!r}",
+                f"delta = {float(delta if delta is not None else 1e-5)!r}",
+                "",
+            ]
         if data_path is not None:
             lines += ["[data]", f"path = {str(data_path)!r}".replace("'", '"'), ""]
         p = pathlib.Path(state_dir) / POLICY_FILE
@@ -86,11 +101,15 @@ def load_task(spec: RunSpec, policy: NodePolicy) -> Task:
     params = {k: v for k, v in spec.task_kwargs().items() if k not in ("dim", "features")}
     features = spec.task_params.get("features")
     if policy.data_path is None:
-        raise DataFileMissing("this node has no local data configured ([data] path in its runs.toml)")
+        raise DataFileMissing(
+            "this node has no local data configured ([data] path in its runs.toml)"
+        )
     if issubclass(cls, (SumTask, HistogramTask)):
         X, _ = load_local_data(policy.data_path, labels=False)
         if X.shape[1] != 1:
-            raise DataShapeError(f"{policy.data_path}: a {spec.task} task needs one value column, got {X.shape[1]}")
+            raise DataShapeError(
+                f"{policy.data_path}: a {spec.task} task needs one value column, got {X.shape[1]}"
+            )
         return make_task(spec.task, {"values": X[:, 0]}, params)
     X, y = load_local_data(policy.data_path, features=features, labels=True)
     return make_task(spec.task, {"X": X, "y": y}, params)
@@ -100,8 +119,12 @@ def check_task(task: Task, spec: RunSpec) -> None:
     """A gradient task's model dimension must match the spec's declared one (``task.dim`` in [task])."""
     want = spec.task_params.get("dim")
     if want is not None and int(want) != task.dim:
-        raise DataShapeError(f"local data gives a model of dimension {task.dim}, the spec declares {want}")
-    if not isinstance(task, (GradientTask, SumTask, HistogramTask)) and not hasattr(task, "gradient"):
+        raise DataShapeError(
+            f"local data gives a model of dimension {task.dim}, the spec declares {want}"
+        )
+    if not isinstance(task, (GradientTask, SumTask, HistogramTask)) and not hasattr(
+        task, "gradient"
+    ):
         raise TaskError(f"{type(task).__name__} is not a task this node can run")
 
 

@@ -20,6 +20,7 @@ arrives, can always re-send it.  A node killed between its ledger charge and its
 the same step after the restart from the same generator state, so the output is identical and the
 charge is not repeated (:meth:`RunStore.load` reports how many data entries are already on the ledger).
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,7 +51,11 @@ def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
         if bufs is not None:
             bufs.append(a.tobytes())
             return {"__nd__": len(bufs) - 1, "dtype": a.dtype.str, "shape": list(a.shape)}
-        return {"__nd__": base64.b64encode(a.tobytes()).decode(), "dtype": a.dtype.str, "shape": list(a.shape)}
+        return {
+            "__nd__": base64.b64encode(a.tobytes()).decode(),
+            "dtype": a.dtype.str,
+            "shape": list(a.shape),
+        }
     if isinstance(x, (bytes, bytearray, memoryview)):
         if bufs is not None:
             bufs.append(bytes(x))
@@ -156,29 +161,51 @@ class RunStore:
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO runs(run_id, signed, vertex, decision, state, reason, updated) "
-                             "VALUES (?,?,?,?,?,?,?)",
-                             (run_id, signed, int(vertex), json.dumps(encode(decision)), "accepted", "", time.time()))
+            self._db.execute(
+                "INSERT OR IGNORE INTO runs(run_id, signed, vertex, decision, state, reason, updated) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    signed,
+                    int(vertex),
+                    json.dumps(encode(decision)),
+                    "accepted",
+                    "",
+                    time.time(),
+                ),
+            )
 
     def set_state(self, run_id: str, state: str, reason: str = "") -> None:
         with self._lock:
-            self._db.execute("UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
-                             (state, reason, time.time(), run_id))
+            self._db.execute(
+                "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
+                (state, reason, time.time(), run_id),
+            )
 
-    def checkpoint(self, run_id: str, state: str, reason: str, driver: dict[str, Any],
-                   machine: dict[str, Any] | None) -> None:
+    def checkpoint(
+        self,
+        run_id: str,
+        state: str,
+        reason: str,
+        driver: dict[str, Any],
+        machine: dict[str, Any] | None,
+    ) -> None:
         """Replace the run's checkpoint and state in one fsync'd transaction."""
         d = pack(driver)
         m = None if machine is None else pack(machine)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
-                                 "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
-                                 "machine = excluded.machine, written = excluded.written",
-                                 (run_id, 0, d, m, time.time()))
-                self._db.execute("UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
-                                 (state, reason, time.time(), run_id))
+                self._db.execute(
+                    "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
+                    "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
+                    "machine = excluded.machine, written = excluded.written",
+                    (run_id, 0, d, m, time.time()),
+                )
+                self._db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
+                    (state, reason, time.time(), run_id),
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -187,12 +214,16 @@ class RunStore:
     def put_close(self, run_id: str, record: str) -> None:
         """Keep the operator's signed close record of a run (handed to neighbours that were down)."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO closes(run_id, record, stored) VALUES (?,?,?)",
-                             (run_id, record, time.time()))
+            self._db.execute(
+                "INSERT OR IGNORE INTO closes(run_id, record, stored) VALUES (?,?,?)",
+                (run_id, record, time.time()),
+            )
 
     def close_record(self, run_id: str) -> str | None:
         with self._lock:
-            row = self._db.execute("SELECT record FROM closes WHERE run_id = ?", (run_id,)).fetchone()
+            row = self._db.execute(
+                "SELECT record FROM closes WHERE run_id = ?", (run_id,)
+            ).fetchone()
         return None if row is None else str(row[0])
 
     def runs(self) -> list[dict[str, Any]]:
@@ -200,13 +231,22 @@ class RunStore:
         with self._lock:
             rows = self._db.execute(
                 "SELECT r.run_id, r.signed, r.vertex, r.decision, r.state, r.reason, c.driver, c.machine "
-                "FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.run_id ORDER BY r.updated").fetchall()
+                "FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.run_id ORDER BY r.updated"
+            ).fetchall()
         out = []
         for rid, signed, vertex, dec, state, reason, drv, mach in rows:
-            out.append({"run_id": rid, "signed": bytes(signed), "vertex": int(vertex), "decision": decode(json.loads(dec)),
-                        "state": state, "reason": reason,
-                        "driver": None if drv is None else unpack(drv),
-                        "machine": None if mach is None else unpack(mach)})
+            out.append(
+                {
+                    "run_id": rid,
+                    "signed": bytes(signed),
+                    "vertex": int(vertex),
+                    "decision": decode(json.loads(dec)),
+                    "state": state,
+                    "reason": reason,
+                    "driver": None if drv is None else unpack(drv),
+                    "machine": None if mach is None else unpack(mach),
+                }
+            )
         return out
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ before it starts: it is the ``runs`` plugin of the ``hushnet.node_plugins`` entr
   ``run.cancel`` stop the run here;  ``run.close`` end it after it finished somewhere
   ============== ====================================================================================
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,15 +38,16 @@ import numpy as np
 from cryptography import x509
 
 from hushnet.engine.errors import ProtocolError
+from hushnet.families import FAMILIES, family_of
 from hushnet.net import pki
 from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import transition_matrix
 from hushnet.protocols.walk import WalkOptions
-from hushnet.families import FAMILIES, family_of
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
-from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE, RunStore
+from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE
+from hushnet.runs.run_store import RunStore
 from hushnet.runs.spec import SignedRunSpec, SpecError, loads_bounded, verify_spec
 from hushnet.tasks.base import TaskError
 from hushnet.tasks.data import DataFileMissing, DataShapeError, load_public_eval
@@ -64,19 +66,34 @@ _VERIFIED: "collections.OrderedDict[str, None]" = collections.OrderedDict()
 def _verified_key(signed: SignedRunSpec, ca_pem: bytes) -> str:
     h = hashlib.sha256()
     # the run id is not among the signed bytes (it is derived from them and checked): it is part of the key
-    for part in (ca_pem, signed.certificate_pem, signed.signature, signed.spec.canonical_bytes(),
-                 signed.spec.run_id.encode()):
+    for part in (
+        ca_pem,
+        signed.certificate_pem,
+        signed.signature,
+        signed.spec.canonical_bytes(),
+        signed.spec.run_id.encode(),
+    ):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
+
+
 LEDGER_FILE = "privacy_ledger.sqlite"
+
 
 def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOptions:
     """Walk options for a real network: acks within seconds, not the simulator's 50 ms."""
     total = spec.total_steps()
     every = progress_every if progress_every is not None else max(1, total // 200)
-    return WalkOptions(reliable=True, ack_timeout=2.0, max_retries=3, on_peer_down=spec.on_peer_down,
-                       pause_retry=1.0, progress_every=every, prefetch_noise=True)
+    return WalkOptions(
+        reliable=True,
+        ack_timeout=2.0,
+        max_retries=3,
+        on_peer_down=spec.on_peer_down,
+        pause_retry=1.0,
+        progress_every=every,
+        prefetch_noise=True,
+    )
 
 
 class RunService:
@@ -87,7 +104,9 @@ class RunService:
         self.state_dir = pathlib.Path(state_dir or node.state_dir)
         self.runs: dict[str, RunDriver] = {}
         self.refused: dict[str, dict[str, Any]] = {}
-        self.unrestored: dict[str, str] = {}  # durable runs this node could not take up again after a restart
+        self.unrestored: dict[
+            str, str
+        ] = {}  # durable runs this node could not take up again after a restart
         self._ledger: Ledger | None = None
         self._store: RunStore | None = None
         self._restore_task: asyncio.Task | None = None
@@ -104,16 +123,31 @@ class RunService:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None
-            if loop is not None:  # a restarted node: take its runs up again once it knows the network
+            if (
+                loop is not None
+            ):  # a restarted node: take its runs up again once it knows the network
                 self._restore_task = loop.create_task(self.restore_runs())
         return self
 
     def commands(self) -> dict[str, Any]:
-        return {"run.submit": self.c_submit, "run.start": self.c_start, "run.events": self.c_events,
-                "run.status": self.c_status, "run.list": self.c_list, "run.report": self.c_report,
-                "run.model": self.c_model, "run.cancel": self.c_cancel, "run.close": self.c_close,
-                "run.ledger": self.c_ledger, "run.resume": self.c_resume,
-                **{name: functools.partial(fn, self) for f in FAMILIES for name, fn in f.commands().items()}}
+        return {
+            "run.submit": self.c_submit,
+            "run.start": self.c_start,
+            "run.events": self.c_events,
+            "run.status": self.c_status,
+            "run.list": self.c_list,
+            "run.report": self.c_report,
+            "run.model": self.c_model,
+            "run.cancel": self.c_cancel,
+            "run.close": self.c_close,
+            "run.ledger": self.c_ledger,
+            "run.resume": self.c_resume,
+            **{
+                name: functools.partial(fn, self)
+                for f in FAMILIES
+                for name, fn in f.commands().items()
+            },
+        }
 
     @property
     def ledger(self) -> Ledger:
@@ -151,14 +185,21 @@ class RunService:
                 run = await loop.run_in_executor(None, self._rebuild, row)
             except Exception as exc:  # noqa: BLE001 - reported, never silently dropped
                 self.unrestored[rid] = f"{type(exc).__name__}: {exc}"[:500]
-                log.warning("run %s could not be restored after the restart: %s", rid, self.unrestored[rid])
+                log.warning(
+                    "run %s could not be restored after the restart: %s", rid, self.unrestored[rid]
+                )
                 continue
             self.runs[rid] = run
-            charged = sum(1 for e in self.ledger.entries(rid) if not e["note"].startswith("deviation top-up"))
+            charged = sum(
+                1 for e in self.ledger.entries(rid) if not e["note"].startswith("deviation top-up")
+            )
             run.restore(row["driver"], row["machine"], row["state"], row["reason"], charged)
             log.info("restored run %s at step %d (state %s)", rid, run.last_step, run.state)
             done.append(rid)
-            if run.state not in ("closed", "cancelled"):  # closed while this node was down? ask around
+            if run.state not in (
+                "closed",
+                "cancelled",
+            ):  # closed while this node was down? ask around
                 self._close_tasks.append(loop.create_task(self.ask_close(rid)))
         return done
 
@@ -168,7 +209,9 @@ class RunService:
         ids = self._ids()
         vertex = int(row["vertex"])
         if vertex != self.node.identity.vertex:
-            raise SpecError(f"stored run was accepted as vertex {vertex}, this node is now vertex {self.node.identity.vertex}")
+            raise SpecError(
+                f"stored run was accepted as vertex {vertex}, this node is now vertex {self.node.identity.vertex}"
+            )
         W = transition_matrix(spec.graph, spec.weights)
         policy = NodePolicy.load(self.state_dir)
         task = load_task(spec, policy)
@@ -176,16 +219,32 @@ class RunService:
         public_eval = load_public_eval(self.state_dir, spec.protocol_params.get("eval_data"), task)
         family = family_of(spec.protocol)
         cost = contribution_cost(spec, vertex, ids, W, self.ledger.orders)
-        machine = family.node_machine(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
+        machine = family.node_machine(
+            self.node, spec, vertex, ids, task, W, network_walk_options(spec)
+        )
         journal = family.journal(self, spec, vertex, ids)
-        return RunDriver(spec, vertex, ids, machine, self._sender(spec), ledger=self.ledger, cost=cost, W=W,
-                         decision=row["decision"], public_eval=public_eval, journal=journal, store=self.store)
+        return RunDriver(
+            spec,
+            vertex,
+            ids,
+            machine,
+            self._sender(spec),
+            ledger=self.ledger,
+            cost=cost,
+            W=W,
+            decision=row["decision"],
+            public_eval=public_eval,
+            journal=journal,
+            store=self.store,
+        )
 
     def _sender(self, spec):
         node = self.node
 
         async def send(dst: str, data: bytes):
-            return await node.send(dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0)
+            return await node.send(
+                dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0
+            )
 
         return send
 
@@ -196,7 +255,9 @@ class RunService:
         run = self.runs.get(envelope.run_id)
         if run is None:
             raise RunRefused("unknown-run", f"no run {envelope.run_id!r} at {self.node.node_id}")
-        run.on_message(envelope.sender, bytes(envelope.payload))  # RunRefused → the sender sees the reason
+        run.on_message(
+            envelope.sender, bytes(envelope.payload)
+        )  # RunRefused → the sender sees the reason
         return None
 
     # ------------------------------------------------------------------ helpers
@@ -233,10 +294,14 @@ class RunService:
             ca = x509.load_pem_x509_certificate(self.node.identity.ca_pem)
             cert.verify_directly_issued_by(ca)
         except Exception as exc:  # noqa: BLE001 - any failure means "not our operator"
-            raise SpecError(f"the spec's certificate was not issued by this network's CA ({type(exc).__name__})") from None
+            raise SpecError(
+                f"the spec's certificate was not issued by this network's CA ({type(exc).__name__})"
+            ) from None
         who = pki.identity_of(cert)
         if who is None or not who.is_operator:
-            raise SpecError("the spec is signed by a certificate that is not an operator certificate")
+            raise SpecError(
+                "the spec is signed by a certificate that is not an operator certificate"
+            )
         return verify_spec(signed, cert)
 
     # ------------------------------------------------------------------ commands
@@ -253,10 +318,25 @@ class RunService:
                 self._verify(signed)
             except SpecError as exc:
                 log.info("refused resubmission of run %s: %s", run_id, exc)
-                return _json({"node": self.node.node_id, "run_id": run_id, "accept": False,
-                              "reason": f"resubmission refused: {exc}", "state": r.state})
-            return _json({"node": self.node.node_id, "run_id": run_id, "accept": True, "reason": "already accepted",
-                          "state": r.state, **{k: v for k, v in r.decision.items() if k != "row"}})
+                return _json(
+                    {
+                        "node": self.node.node_id,
+                        "run_id": run_id,
+                        "accept": False,
+                        "reason": f"resubmission refused: {exc}",
+                        "state": r.state,
+                    }
+                )
+            return _json(
+                {
+                    "node": self.node.node_id,
+                    "run_id": run_id,
+                    "accept": True,
+                    "reason": "already accepted",
+                    "state": r.state,
+                    **{k: v for k, v in r.decision.items() if k != "row"},
+                }
+            )
         decision = await asyncio.get_running_loop().run_in_executor(None, self._decide, signed)
         decision["seconds"] = time.perf_counter() - t0
         out = {k: v for k, v in decision.items() if not k.startswith("_")}
@@ -264,7 +344,12 @@ class RunService:
             self.refused[decision.get("run_id", run_id)] = out
             log.info("refused run %s: %s", run_id, decision["reason"])
             return _json(out)
-        spec, machine, cost, W = decision.pop("_spec"), decision.pop("_machine"), decision.pop("_cost"), decision.pop("_W")
+        spec, machine, cost, W = (
+            decision.pop("_spec"),
+            decision.pop("_machine"),
+            decision.pop("_cost"),
+            decision.pop("_W"),
+        )
         public_eval = decision.pop("_public_eval", None)
         send = self._sender(spec)
 
@@ -275,9 +360,20 @@ class RunService:
             # on disk before the acceptance is answered
             store = self.store
             store.accept(spec.run_id, payload, decision["vertex"], out)
-        self.runs[spec.run_id] = RunDriver(spec, decision["vertex"], self._ids(), machine, send, ledger=self.ledger,
-                                           cost=cost, W=W, decision=out, public_eval=public_eval, journal=journal,
-                                           store=store)
+        self.runs[spec.run_id] = RunDriver(
+            spec,
+            decision["vertex"],
+            self._ids(),
+            machine,
+            send,
+            ledger=self.ledger,
+            cost=cost,
+            W=W,
+            decision=out,
+            public_eval=public_eval,
+            journal=journal,
+            store=store,
+        )
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
         return _json(out)
 
@@ -296,12 +392,18 @@ class RunService:
 
         graph = parse_graph(spec.graph)
         if graph.n != len(ids):
-            return {**base, "reason": f"spec graph {spec.graph} has {graph.n} vertices, this network has {len(ids)}"}
+            return {
+                **base,
+                "reason": f"spec graph {spec.graph} has {graph.n} vertices, this network has {len(ids)}",
+            }
         want = {ids[int(v)] for v in graph.neighbors(vertex)}
         missing = sorted(want - set(self.node.neighbors))
         if missing:
-            return {**base, "reason": f"the spec's graph makes {', '.join(missing)} neighbours of {me}, "
-                                      "but the network does not connect them"}
+            return {
+                **base,
+                "reason": f"the spec's graph makes {', '.join(missing)} neighbours of {me}, "
+                "but the network does not connect them",
+            }
         try:
             policy = NodePolicy.load(self.state_dir)
         except PolicyError as exc:
@@ -310,43 +412,81 @@ class RunService:
         local = policy.budget
         family = family_of(spec.protocol)
         dec = family.project(spec, vertex, local, W)
-        row = None if dec.epsilon_row is None else {ids[v]: float(dec.epsilon_row[v]) for v in range(len(ids)) if v != vertex}
-        base.update(row=row, worst_epsilon=dec.worst_epsilon if dec.epsilon_row is not None else None, bound=dec.bound,
-                    budget={"epsilon": (local or spec.budget).epsilon, "delta": (local or spec.budget).delta})
-        if dec.details.get("accounting_view") is not None:  # which view the accountant uses, and why
+        row = (
+            None
+            if dec.epsilon_row is None
+            else {ids[v]: float(dec.epsilon_row[v]) for v in range(len(ids)) if v != vertex}
+        )
+        base.update(
+            row=row,
+            worst_epsilon=dec.worst_epsilon if dec.epsilon_row is not None else None,
+            bound=dec.bound,
+            budget={
+                "epsilon": (local or spec.budget).epsilon,
+                "delta": (local or spec.budget).delta,
+            },
+        )
+        if (
+            dec.details.get("accounting_view") is not None
+        ):  # which view the accountant uses, and why
             base["accounting_view"] = dec.details["accounting_view"]
         if not dec.accept:
             return {**base, "reason": dec.reason}
         # lifetime budget: what this node already spent plus the projected run must fit
         ledger = self.ledger
-        if local is not None and (ledger.budget is None or ledger.budget.epsilon != local.epsilon
-                                  or ledger.budget.delta != local.delta):
+        if local is not None and (
+            ledger.budget is None
+            or ledger.budget.epsilon != local.epsilon
+            or ledger.budget.delta != local.delta
+        ):
             ledger.set_budget(LedgerBudget(local.epsilon, local.delta))
         cost = contribution_cost(spec, vertex, ids, W, ledger.orders)
         n_u = dec.details.get("N_u", 0.0)
         if ledger.budget is not None and n_u > 0:
             from hushnet.privacy.ledger import PrivacyEntry
 
-            proj = PrivacyEntry.from_row(spec.run_id, spec.protocol, spec.view_model, "certified", cost.targets,
-                                         cost.curves(spec.sigma) * float(np.ceil(n_u)))
+            proj = PrivacyEntry.from_row(
+                spec.run_id,
+                spec.protocol,
+                spec.view_model,
+                "certified",
+                cost.targets,
+                cost.curves(spec.sigma) * float(np.ceil(n_u)),
+            )
             over = ledger.would_exceed(proj)
             if over:
                 worst = max(over, key=over.get)
-                return {**base, "reason": f"over budget: with what this node already spent, the run would bring its "
-                                          f"certified loss toward {worst} to ε={over[worst]:.4g} "
-                                          f"(lifetime budget ε={ledger.budget.epsilon:g})"}
+                return {
+                    **base,
+                    "reason": f"over budget: with what this node already spent, the run would bring its "
+                    f"certified loss toward {worst} to ε={over[worst]:.4g} "
+                    f"(lifetime budget ε={ledger.budget.epsilon:g})",
+                }
         try:
             task = load_task(spec, policy)
             check_task(task, spec)
-            public_eval = load_public_eval(self.state_dir, spec.protocol_params.get("eval_data"), task)
+            public_eval = load_public_eval(
+                self.state_dir, spec.protocol_params.get("eval_data"), task
+            )
         except (DataFileMissing, DataShapeError, TaskError, ValueError) as exc:
             return {**base, "reason": f"local data/task: {exc}"}
         try:
-            machine = family.node_machine(self.node, spec, vertex, ids, task, W, network_walk_options(spec))
+            machine = family.node_machine(
+                self.node, spec, vertex, ids, task, W, network_walk_options(spec)
+            )
         except (ValueError, TypeError, TaskError) as exc:
             return {**base, "reason": f"cannot build the {spec.protocol} machine: {exc}"}
-        return {**base, "accept": True, "reason": dec.reason, "model_dim": getattr(task, "dim", None),
-                "_spec": spec, "_machine": machine, "_cost": cost, "_W": W, "_public_eval": public_eval}
+        return {
+            **base,
+            "accept": True,
+            "reason": dec.reason,
+            "model_dim": getattr(task, "dim", None),
+            "_spec": spec,
+            "_machine": machine,
+            "_cost": cost,
+            "_W": W,
+            "_public_eval": public_eval,
+        }
 
     def _run(self, payload: bytes) -> tuple[RunDriver, dict[str, Any]]:
         args = loads_bounded(payload or b"{}", "run command arguments")
@@ -358,7 +498,9 @@ class RunService:
             if run_id in self.refused:
                 raise KeyError(f"run {run_id} was refused here: {self.refused[run_id]['reason']}")
             if run_id in self.unrestored:
-                raise KeyError(f"run {run_id} could not be restored here after a restart: {self.unrestored[run_id]}")
+                raise KeyError(
+                    f"run {run_id} could not be restored here after a restart: {self.unrestored[run_id]}"
+                )
             raise KeyError(f"no run {run_id!r} at {self.node.node_id}")
         return run, args
 
@@ -373,16 +515,23 @@ class RunService:
         wait = min(float(args.get("wait", 0.0)), 30.0)
         events = await run.wait_events(after, wait)
         nxt = events[-1]["seq"] + 1 if events else after
-        return _json({"node": self.node.node_id, "events": events, "next": nxt, "status": run.status()})
+        return _json(
+            {"node": self.node.node_id, "events": events, "next": nxt, "status": run.status()}
+        )
 
     async def c_status(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
         return _json(run.status())
 
     async def c_list(self, payload: bytes) -> bytes:
-        return _json({"node": self.node.node_id, "runs": [r.status() for r in self.runs.values()],
-                      "refused": list(self.refused.values()),
-                      "unrestored": [{"run_id": k, "reason": v} for k, v in self.unrestored.items()]})
+        return _json(
+            {
+                "node": self.node.node_id,
+                "runs": [r.status() for r in self.runs.values()],
+                "refused": list(self.refused.values()),
+                "unrestored": [{"run_id": k, "reason": v} for k, v in self.unrestored.items()],
+            }
+        )
 
     async def c_report(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
@@ -393,11 +542,23 @@ class RunService:
         m = run.model
         # state, reason and the finish record ride along so the operator learns *why* there is no
         # model here (not finished, stopped, a secure sum that aborted) in the same round trip
-        return _json({"node": self.node.node_id, "run_id": run.run_id, "step": run.finish_step,
-                      "model_b64": None if m is None else base64.b64encode(m.astype("<f8").tobytes()).decode(),
-                      "dim": None if m is None else int(m.shape[0]), "protocol": run.spec.protocol,
-                      "state": run.state, "reason": run.reason, "last_step": run.last_step,
-                      "steps": run.spec.total_steps(), "result": run.finish_result})
+        return _json(
+            {
+                "node": self.node.node_id,
+                "run_id": run.run_id,
+                "step": run.finish_step,
+                "model_b64": None
+                if m is None
+                else base64.b64encode(m.astype("<f8").tobytes()).decode(),
+                "dim": None if m is None else int(m.shape[0]),
+                "protocol": run.spec.protocol,
+                "state": run.state,
+                "reason": run.reason,
+                "last_step": run.last_step,
+                "steps": run.spec.total_steps(),
+                "result": run.finish_result,
+            }
+        )
 
     async def c_cancel(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
@@ -412,13 +573,20 @@ class RunService:
         if not isinstance(lost, list) or not lost or not all(isinstance(n, str) for n in lost):
             raise ValueError("run.resume needs 'lost': a non-empty list of node ids")
         from_step = args.get("from_step")
-        return _json(run.resume(lost, take_up=bool(args.get("take_up", True)),
-                                from_step=None if from_step is None else int(from_step)))
+        return _json(
+            run.resume(
+                lost,
+                take_up=bool(args.get("take_up", True)),
+                from_step=None if from_step is None else int(from_step),
+            )
+        )
 
     async def c_close(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
         record = args.get("record")
-        if record is not None:  # the operator's signed close: kept for neighbours that are down right now
+        if (
+            record is not None
+        ):  # the operator's signed close: kept for neighbours that are down right now
             rid, deviated = self._verify_close(str(record))
             if rid != run.run_id or deviated != bool(args.get("deviated", False)):
                 raise ValueError("the close record does not match the close request")
@@ -439,9 +607,13 @@ class RunService:
             raise SpecError("no operator certificate")
         try:
             cert = x509.load_pem_x509_certificate(cert_pem)
-            cert.verify_directly_issued_by(x509.load_pem_x509_certificate(self.node.identity.ca_pem))
+            cert.verify_directly_issued_by(
+                x509.load_pem_x509_certificate(self.node.identity.ca_pem)
+            )
         except Exception as exc:  # noqa: BLE001 - any failure means "not our operator"
-            raise SpecError(f"the certificate was not issued by this network's CA ({type(exc).__name__})") from None
+            raise SpecError(
+                f"the certificate was not issued by this network's CA ({type(exc).__name__})"
+            ) from None
         who = pki.identity_of(cert)
         if who is None or not who.is_operator:
             raise SpecError("signed by a certificate that is not an operator certificate")
@@ -458,8 +630,13 @@ class RunService:
                 return
             ask = json.dumps({"ask": run_id}).encode()
             nbrs = [n for n in self.node.neighbors if n in run.vertex_of]
-            await asyncio.gather(*(self.node.send(n, ask, protocol=CLOSE_PROTOCOL, run_id=run_id, timeout=every)
-                                   for n in nbrs), return_exceptions=True)
+            await asyncio.gather(
+                *(
+                    self.node.send(n, ask, protocol=CLOSE_PROTOCOL, run_id=run_id, timeout=every)
+                    for n in nbrs
+                ),
+                return_exceptions=True,
+            )
             await asyncio.sleep(every)
 
     async def c_ledger(self, payload: bytes) -> bytes:
@@ -472,10 +649,23 @@ class RunService:
             r = runs.setdefault(e["run_id"], {"protocol": e["protocol"], "entries": 0})
             r["entries"] += 1
         b = self.ledger.budget
-        return _json({"node": self.node.node_id, "spent": {t: {"epsilon": s.epsilon, "delta": s.delta, "bound": s.bound,
-                                                             "entries": s.entries} for t, s in spent.items()},
-                      "entries": len(entries), "runs": runs,
-                      "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta}})
+        return _json(
+            {
+                "node": self.node.node_id,
+                "spent": {
+                    t: {
+                        "epsilon": s.epsilon,
+                        "delta": s.delta,
+                        "bound": s.bound,
+                        "entries": s.entries,
+                    }
+                    for t, s in spent.items()
+                },
+                "entries": len(entries),
+                "runs": runs,
+                "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta},
+            }
+        )
 
     def close(self) -> None:
         if self._restore_task is not None:
@@ -517,15 +707,25 @@ class CloseRecords:
             rec = svc.store.close_record(str(doc["ask"]))
             if rec is None:
                 return None
-            return [OutgoingEnvelope(to=envelope.sender, payload=json.dumps({"record": rec}).encode(),
-                                     run_id=str(doc["ask"]), protocol=CLOSE_PROTOCOL)]
+            return [
+                OutgoingEnvelope(
+                    to=envelope.sender,
+                    payload=json.dumps({"record": rec}).encode(),
+                    run_id=str(doc["ask"]),
+                    protocol=CLOSE_PROTOCOL,
+                )
+            ]
         rid, deviated = svc._verify_close(str(doc.get("record", "")))  # noqa: SLF001
         run = svc.runs.get(rid)
         if run is None or run.state in ("closed", "cancelled"):
             return None
         svc.store.put_close(rid, str(doc["record"]))
-        log.info("run %s closed from the operator's signed record relayed by %s (deviated=%s)", rid,
-                 envelope.sender, deviated)
+        log.info(
+            "run %s closed from the operator's signed record relayed by %s (deviated=%s)",
+            rid,
+            envelope.sender,
+            deviated,
+        )
         run.close(deviated=deviated)
         return None
 

@@ -9,6 +9,7 @@ Signing is over a canonical JSON encoding (sorted keys, no whitespace, floats in
 form), so a spec parsed from TOML on the operator's machine and the same spec rebuilt from the
 wire on a node produce the same bytes.  Keys are passed in; this module never reads key files.
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,6 +47,7 @@ MAX_RUN_STEPS = 1_000_000
 #: Deepest JSON nesting a node parses from the wire (a spec is 3 levels deep; task/protocol
 #: parameters add a few); deeper documents are refused before ``json.loads`` recurses.
 MAX_JSON_DEPTH = 32
+
 
 class SpecError(ValueError):
     """A run spec that is malformed or inconsistent (the node refuses it with this message)."""
@@ -122,9 +124,13 @@ class RunSpec:
         d = asdict(self)
         d["budget"] = {"epsilon": self.budget.epsilon, "delta": self.budget.delta}
         if not d.get("protocol_params"):
-            d.pop("protocol_params", None)  # specs without protocol options keep their bytes (and run ids)
+            d.pop(
+                "protocol_params", None
+            )  # specs without protocol options keep their bytes (and run ids)
         if d.get("noise") == "secret":
-            d.pop("noise")  # the default: specs that do not ask for reproducible noise keep their bytes
+            d.pop(
+                "noise"
+            )  # the default: specs that do not ask for reproducible noise keep their bytes
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -134,16 +140,22 @@ class RunSpec:
         try:
             return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/inf somewhere (a spec built in code, not through spec_from_dict)
-            raise SpecError(f"invalid run spec: {', '.join(_non_finite(d)) or 'a value'} must be a finite number "
-                            "(NaN and infinity are refused)") from None
+            raise SpecError(
+                f"invalid run spec: {', '.join(_non_finite(d)) or 'a value'} must be a finite number "
+                "(NaN and infinity are refused)"
+            ) from None
         except RecursionError:
-            raise SpecError(f"invalid run spec: parameters nested deeper than {MAX_JSON_DEPTH} levels") from None
+            raise SpecError(
+                f"invalid run spec: parameters nested deeper than {MAX_JSON_DEPTH} levels"
+            ) from None
 
     def with_run_id(self) -> "RunSpec":
         """Fill ``run_id`` from the content hash when empty (the same spec always gets the same id)."""
         if self.run_id:
             return self
-        return replace(self, run_id="run-" + hashlib.sha256(self.canonical_bytes()).hexdigest()[:16])
+        return replace(
+            self, run_id="run-" + hashlib.sha256(self.canonical_bytes()).hexdigest()[:16]
+        )
 
     def node_rng(self, vertex: int, n: int) -> np.random.Generator:
         """The generator a node gives its machine: secret by default, the seeded one only on request.
@@ -179,8 +191,8 @@ class RunSpec:
 
     def validate(self, *, resolve_task: bool = True) -> "RunSpec":
         """Check the spec is complete and consistent; raise :class:`SpecError` with every problem found."""
-        from hushnet.privacy.graphs import GraphSpecError, parse_graph
         from hushnet.families import family_of, protocols
+        from hushnet.privacy.graphs import GraphSpecError, parse_graph
         from hushnet.tasks.base import GradientTask, TaskError
         from hushnet.tasks.registry import resolve_task_class
         from hushnet.tasks.values import HistogramTask, SumTask
@@ -191,7 +203,9 @@ class RunSpec:
             errs.append(f"{', '.join(bad)} must be a finite number (NaN and infinity are refused)")
         family = None
         if self.protocol not in protocols():
-            errs.append(f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(protocols()))})")
+            errs.append(
+                f"unknown protocol {self.protocol!r} (available: {', '.join(sorted(protocols()))})"
+            )
         else:
             family = family_of(self.protocol)
         p = self.protocol
@@ -201,16 +215,20 @@ class RunSpec:
         n = 0
         order = graph_order(self.graph) if isinstance(self.graph, str) else None
         if order is not None and order > MAX_RUN_NODES:  # refused from the string: never build it
-            errs.append(f"graph {self.graph} has {order} vertices, more than the limit of {MAX_RUN_NODES} "
-                        "vertices per run")
+            errs.append(
+                f"graph {self.graph} has {order} vertices, more than the limit of {MAX_RUN_NODES} "
+                "vertices per run"
+            )
         else:
             try:
                 n = parse_graph(self.graph).n
             except (GraphSpecError, ValueError, OSError) as exc:
                 errs.append(f"graph {self.graph!r}: {exc}")
             if n > MAX_RUN_NODES:  # edge lists: known only once read
-                errs.append(f"graph {self.graph} has {n} vertices, more than the limit of {MAX_RUN_NODES} "
-                            "vertices per run")
+                errs.append(
+                    f"graph {self.graph} has {n} vertices, more than the limit of {MAX_RUN_NODES} "
+                    "vertices per run"
+                )
                 n = 0
         if self.weights not in ("hamilton", "paper"):
             errs.append(f"weights must be 'hamilton' or 'paper', got {self.weights!r}")
@@ -233,23 +251,34 @@ class RunSpec:
             if not (isinstance(self.rounds, int) and self.rounds >= 1):
                 errs.append(f"{self.protocol} needs rounds >= 1")
             elif n and self.rounds * n > MAX_RUN_STEPS:
-                errs.append(f"rounds = {self.rounds} on {n} nodes makes {self.rounds * n} steps, more than the limit "
-                            f"of {MAX_RUN_STEPS} steps per run")
+                errs.append(
+                    f"rounds = {self.rounds} on {n} nodes makes {self.rounds * n} steps, more than the limit "
+                    f"of {MAX_RUN_STEPS} steps per run"
+                )
         elif not (isinstance(self.steps, int) and self.steps >= 1):
             errs.append("steps must be an integer >= 1")
         elif self.steps > MAX_RUN_STEPS:
-            errs.append(f"steps = {self.steps} is more than the limit of {MAX_RUN_STEPS} steps per run")
+            errs.append(
+                f"steps = {self.steps} is more than the limit of {MAX_RUN_STEPS} steps per run"
+            )
         if isinstance(self.rounds, int) and self.rounds > MAX_RUN_STEPS and not per_node:
             errs.append(f"rounds = {self.rounds} is more than the limit of {MAX_RUN_STEPS} per run")
         pp = self.protocol_params if isinstance(self.protocol_params, dict) else {}
         for key in ("rounds", "steps", "K"):  # gossip protocols take their length from here
             v = pp.get(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_RUN_STEPS:
-                errs.append(f"protocol_params.{key} = {v} is more than the limit of {MAX_RUN_STEPS} per run")
+                errs.append(
+                    f"protocol_params.{key} = {v} is more than the limit of {MAX_RUN_STEPS} per run"
+                )
         ks = pp.get("ks")
-        if isinstance(ks, list) and (len(ks) > MAX_RUN_STEPS or sum(
-                k for k in ks if isinstance(k, (int, float)) and not isinstance(k, bool)) > MAX_RUN_STEPS):
-            errs.append(f"protocol_params.ks adds up to more than the limit of {MAX_RUN_STEPS} rounds per run")
+        if isinstance(ks, list) and (
+            len(ks) > MAX_RUN_STEPS
+            or sum(k for k in ks if isinstance(k, (int, float)) and not isinstance(k, bool))
+            > MAX_RUN_STEPS
+        ):
+            errs.append(
+                f"protocol_params.ks adds up to more than the limit of {MAX_RUN_STEPS} rounds per run"
+            )
         if graph_kind == "ring" and not str(self.graph).startswith("ring:"):
             errs.append(f"{self.protocol} runs on the directed ring: graph must be 'ring:N'")
         if graph_kind == "complete" and not str(self.graph).startswith("complete:"):
@@ -263,7 +292,9 @@ class RunSpec:
             errs.append("sigma must be > 0 (a run without noise is not private)")
         if family and family.needs_gamma(p) and not (self.gamma is not None and 0 < self.gamma < 1):
             errs.append(f"{self.protocol} needs gamma in (0, 1)")
-        if self.cap is not None and not (isinstance(self.cap, int) and 1 <= self.cap <= MAX_RUN_STEPS):
+        if self.cap is not None and not (
+            isinstance(self.cap, int) and 1 <= self.cap <= MAX_RUN_STEPS
+        ):
             errs.append(f"cap must be an integer in 1..{MAX_RUN_STEPS} when given")
         if n and not 0 <= self.start < n:
             errs.append(f"start node {self.start} outside 0..{n - 1}")
@@ -273,7 +304,11 @@ class RunSpec:
             except TaskError as exc:
                 errs.append(str(exc))
             else:
-                if kind == "gradient" and not issubclass(cls, GradientTask) and cls.__module__.startswith("hushnet."):
+                if (
+                    kind == "gradient"
+                    and not issubclass(cls, GradientTask)
+                    and cls.__module__.startswith("hushnet.")
+                ):
                     errs.append(f"{self.protocol} needs a gradient task, {self.task!r} is not one")
                 if kind == "sum" and not issubclass(cls, SumTask):
                     errs.append(f"{self.protocol} needs a 'sum' or 'mean' task, got {self.task!r}")
@@ -331,7 +366,9 @@ def graph_order(graph: str) -> int | None:
     return None
 
 
-def loads_bounded(data: bytes | str, what: str = "JSON document", max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads_bounded(
+    data: bytes | str, what: str = "JSON document", max_depth: int = MAX_JSON_DEPTH
+) -> Any:
     """``json.loads`` that refuses documents nested deeper than ``max_depth`` *before* parsing them.
 
     ``json.loads`` recurses once per level, so a 100 000-deep array from the wire raises
@@ -341,7 +378,9 @@ def loads_bounded(data: bytes | str, what: str = "JSON document", max_depth: int
     raw = data.encode() if isinstance(data, str) else bytes(data)
     blanked = re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', raw)
     b = np.frombuffer(blanked, dtype=np.uint8)
-    step = (np.isin(b, (ord("["), ord("{"))).astype(np.int64) - np.isin(b, (ord("]"), ord("}"))).astype(np.int64))
+    step = np.isin(b, (ord("["), ord("{"))).astype(np.int64) - np.isin(
+        b, (ord("]"), ord("}"))
+    ).astype(np.int64)
     depth = int(np.cumsum(step).max()) if step.size else 0
     if depth > max_depth:
         raise SpecError(f"{what} nested {depth} levels deep, more than the limit of {max_depth}")
@@ -374,10 +413,14 @@ def spec_from_dict(d: dict[str, Any]) -> RunSpec:
         task, task_params, budget = d.get("task"), dict(d.get("task_params") or {}), d.get("budget")
         extra = set()
     if extra:
-        raise SpecError(f"unknown top-level table(s) {sorted(extra)} (expected [run], [task], [budget])")
+        raise SpecError(
+            f"unknown top-level table(s) {sorted(extra)} (expected [run], [task], [budget])"
+        )
     bad = _non_finite({**run, "budget": budget, "task": task_params})
     if bad:
-        raise SpecError(f"invalid run spec: {', '.join(bad)} must be a finite number (NaN and infinity are refused)")
+        raise SpecError(
+            f"invalid run spec: {', '.join(bad)} must be a finite number (NaN and infinity are refused)"
+        )
     unknown = set(run) - _RUN_KEYS
     if unknown:
         raise SpecError(f"unknown key(s) in [run]: {sorted(unknown)}")
@@ -392,7 +435,12 @@ def spec_from_dict(d: dict[str, Any]) -> RunSpec:
         raise SpecError(f"run spec is missing {', '.join(missing)}")
     run.setdefault("steps", 0)
     try:
-        return RunSpec(task=str(task), task_params=task_params, budget=Budget(float(budget["epsilon"]), float(budget["delta"])), **run)
+        return RunSpec(
+            task=str(task),
+            task_params=task_params,
+            budget=Budget(float(budget["epsilon"]), float(budget["delta"])),
+            **run,
+        )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"bad run spec: {exc}") from exc
 
@@ -421,9 +469,13 @@ class SignedRunSpec:
     def to_bytes(self) -> bytes:
         """Wire form delivered to the nodes (JSON: the spec, base64 signature, optional PEM certificate)."""
         return json.dumps(
-            {"spec": self.spec.to_dict(), "signature": base64.b64encode(self.signature).decode(),
-             "certificate": self.certificate_pem.decode()},
-            sort_keys=True, separators=(",", ":"),
+            {
+                "spec": self.spec.to_dict(),
+                "signature": base64.b64encode(self.signature).decode(),
+                "certificate": self.certificate_pem.decode(),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
         ).encode()
 
     @classmethod
@@ -439,48 +491,76 @@ class SignedRunSpec:
         return cls(spec, sig, str(d.get("certificate", "")).encode())
 
 
-def sign_spec(spec: RunSpec, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b"") -> SignedRunSpec:
+def sign_spec(
+    spec: RunSpec, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b""
+) -> SignedRunSpec:
     """Sign with the operator's P-256 key (the key issued by the network's CA)."""
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
         raise SpecError("run specs are signed with an ECDSA P-256 private key")
     spec = spec.with_run_id()
-    return SignedRunSpec(spec, key.sign(spec.canonical_bytes(), ec.ECDSA(hashes.SHA256())), certificate_pem)
+    return SignedRunSpec(
+        spec, key.sign(spec.canonical_bytes(), ec.ECDSA(hashes.SHA256())), certificate_pem
+    )
 
 
 def close_record_bytes(run_id: str, deviated: bool) -> bytes:
     """What the operator signs when it closes a run: the run id and whether it deviated."""
-    return json.dumps({"close": str(run_id), "deviated": bool(deviated)}, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(
+        {"close": str(run_id), "deviated": bool(deviated)}, sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
-def sign_close(run_id: str, deviated: bool, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b"") -> str:
+def sign_close(
+    run_id: str, deviated: bool, key: ec.EllipticCurvePrivateKey, certificate_pem: bytes = b""
+) -> str:
     """The operator's signed close record (JSON text).  Nodes keep it and hand it to a node that was down
     when the run was closed, which verifies it like a spec and applies its close (and top-up) once."""
     sig = key.sign(close_record_bytes(run_id, deviated), ec.ECDSA(hashes.SHA256()))
-    return json.dumps({"run_id": str(run_id), "deviated": bool(deviated), "signature": base64.b64encode(sig).decode(),
-                       "certificate": certificate_pem.decode()}, sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        {
+            "run_id": str(run_id),
+            "deviated": bool(deviated),
+            "signature": base64.b64encode(sig).decode(),
+            "certificate": certificate_pem.decode(),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 def parse_close(record: str | bytes) -> tuple[str, bool, bytes, bytes]:
     """``(run_id, deviated, signature, certificate_pem)`` of a close record; :class:`SpecError` if malformed."""
     try:
         doc = json.loads(record)
-        return (str(doc["run_id"]), bool(doc["deviated"]), base64.b64decode(doc["signature"], validate=True),
-                str(doc.get("certificate", "")).encode())
+        return (
+            str(doc["run_id"]),
+            bool(doc["deviated"]),
+            base64.b64decode(doc["signature"], validate=True),
+            str(doc.get("certificate", "")).encode(),
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"malformed close record ({type(exc).__name__})") from None
 
 
-def verify_close(record: str | bytes, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes) -> tuple[str, bool]:
+def verify_close(
+    record: str | bytes, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes
+) -> tuple[str, bool]:
     """Check a close record's signature; ``(run_id, deviated)``."""
     run_id, deviated, sig, _ = parse_close(record)
     try:
-        _public_key(operator_key).verify(sig, close_record_bytes(run_id, deviated), ec.ECDSA(hashes.SHA256()))
+        _public_key(operator_key).verify(
+            sig, close_record_bytes(run_id, deviated), ec.ECDSA(hashes.SHA256())
+        )
     except InvalidSignature:
-        raise SpecSignatureError("close record signature does not verify under the operator's key") from None
+        raise SpecSignatureError(
+            "close record signature does not verify under the operator's key"
+        ) from None
     return run_id, deviated
 
 
-def verify_spec(signed: SignedRunSpec | None, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes) -> RunSpec:
+def verify_spec(
+    signed: SignedRunSpec | None, operator_key: ec.EllipticCurvePublicKey | Certificate | bytes
+) -> RunSpec:
     """Verify the signature (key, certificate object, or PEM certificate/public key) and the run id; return the spec.
 
     Checking that the certificate was issued by the network's CA, and names an operator, is the
@@ -492,8 +572,13 @@ def verify_spec(signed: SignedRunSpec | None, operator_key: ec.EllipticCurvePubl
     try:
         pub.verify(signed.signature, signed.spec.canonical_bytes(), ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
-        raise SpecSignatureError("run spec signature does not verify under the operator's key (tampered or wrong signer)") from None
-    if signed.spec.run_id and signed.spec.run_id != replace(signed.spec, run_id="").with_run_id().run_id:
+        raise SpecSignatureError(
+            "run spec signature does not verify under the operator's key (tampered or wrong signer)"
+        ) from None
+    if (
+        signed.spec.run_id
+        and signed.spec.run_id != replace(signed.spec, run_id="").with_run_id().run_id
+    ):
         raise SpecSignatureError("run id does not match the signed contents")
     return signed.spec
 
@@ -531,7 +616,11 @@ class PolicyDecision:
 
     @property
     def worst_epsilon(self) -> float:
-        return float(np.max(self.epsilon_row)) if self.epsilon_row is not None and self.epsilon_row.size else 0.0
+        return (
+            float(np.max(self.epsilon_row))
+            if self.epsilon_row is not None and self.epsilon_row.size
+            else 0.0
+        )
 
 
 def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -542,13 +631,14 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     converted at the best admissible order per target.  ``local-dp-sgd``: every contribution is
     seen in the clear by the next holder, so each target is charged ``N_u·α/(2σ²)`` (no amplification).
     """
+    from hushnet.families import WALK as WALK_FAMILY
     from hushnet.privacy.randomwalk import LOCAL_DP, WALK, alpha_max
     from hushnet.protocols.registry import transition_matrix
 
-    from hushnet.families import WALK as WALK_FAMILY
-
     if spec.protocol not in WALK_FAMILY.protocols:
-        raise SpecError(f"no certified node-side accountant for protocol {spec.protocol!r} yet; the node cannot project its loss")
+        raise SpecError(
+            f"no certified node-side accountant for protocol {spec.protocol!r} yet; the node cannot project its loss"
+        )
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
     n = W.shape[0]
@@ -558,10 +648,14 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
     # the Gaussian RDP of a clear contribution holds at every order; the walk bound needs the noise condition
     amax = math.inf if spec.protocol == "local-dp-sgd" else alpha_max(spec.sigma, spec.constraint)
     if amax <= 1.0:
-        raise SpecError(f"σ={spec.sigma} admits no Rényi order under the {spec.constraint} noise condition")
+        raise SpecError(
+            f"σ={spec.sigma} admits no Rényi order under the {spec.constraint} noise condition"
+        )
     if spec.protocol == "local-dp-sgd":
         slope = np.full(n, N_u / (2.0 * spec.sigma**2))
-        notes = ["local-DP baseline: no amplification, every contribution charged α/(2σ²) toward every node"]
+        notes = [
+            "local-DP baseline: no amplification, every contribution charged α/(2σ²) toward every node"
+        ]
     else:
         slopes, pm_notes = _walk_slopes(spec, W, amax, N_u)
         slope = slopes[node]  # the walk bound's RDP per unit α (ε_{u→v} ∝ α)
@@ -579,12 +673,20 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
         eps = np.minimum(eps, ldp)
     eps[node] = 0.0
     certified_by[node] = ""
-    return eps, {"N_u": N_u, "alpha_max": amax, "constraint": spec.constraint, "view_model": spec.view_model,
-                 "notes": notes, "certified_by": certified_by.tolist()}
+    return eps, {
+        "N_u": N_u,
+        "alpha_max": amax,
+        "constraint": spec.constraint,
+        "view_model": spec.view_model,
+        "notes": notes,
+        "certified_by": certified_by.tolist(),
+    }
 
 
 #: the all-pairs walk accountant's result per public parameters, shared by the nodes of a process
-_SLOPES: collections.OrderedDict[tuple, tuple[np.ndarray, tuple[str, ...]]] = collections.OrderedDict()
+_SLOPES: collections.OrderedDict[tuple, tuple[np.ndarray, tuple[str, ...]]] = (
+    collections.OrderedDict()
+)
 _SLOPES_MAX = 4
 
 
@@ -604,7 +706,9 @@ def _w_fingerprint(W: Any) -> tuple:
     return (tuple(W.shape), h.hexdigest())
 
 
-def _walk_slopes(spec: RunSpec, W: Any, amax: float, N_u: float) -> tuple[np.ndarray, tuple[str, ...]]:
+def _walk_slopes(
+    spec: RunSpec, W: Any, amax: float, N_u: float
+) -> tuple[np.ndarray, tuple[str, ...]]:
     """The walk bound's RDP per unit α for every pair (row u: u's loss toward each v), read-only.
 
     Why cached: every node of a run projects its own row, and the accountant computes all pairs at once;
@@ -617,14 +721,30 @@ def _walk_slopes(spec: RunSpec, W: Any, amax: float, N_u: float) -> tuple[np.nda
 
     cache = _SLOPES
     a0 = min(2.0, amax)
-    key = (spec.protocol, int(spec.steps), float(spec.sigma), float(N_u), float(a0), spec.constraint,
-           spec.view_model, _w_fingerprint(W))
+    key = (
+        spec.protocol,
+        int(spec.steps),
+        float(spec.sigma),
+        float(N_u),
+        float(a0),
+        spec.constraint,
+        spec.view_model,
+        _w_fingerprint(W),
+    )
     hit = cache.get(key)
     if hit is not None:
         cache.move_to_end(key)
         return hit
-    pm = rw_pndp_matrix(W, spec.steps, a0, spec.sigma, bound="certified", contributions=N_u,
-                        sender_known=spec.view_model == "sender-known", constraint=spec.constraint)
+    pm = rw_pndp_matrix(
+        W,
+        spec.steps,
+        a0,
+        spec.sigma,
+        bound="certified",
+        contributions=N_u,
+        sender_known=spec.view_model == "sender-known",
+        constraint=spec.constraint,
+    )
     slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
     slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
     hit = cache[key] = (slopes, tuple(pm.notes))
@@ -642,20 +762,41 @@ def _best_order_dp(slope: np.ndarray, amax: float, log_inv_delta: float) -> np.n
     return linear_rdp_to_dp(slope, math.exp(-log_inv_delta), amax)[0]
 
 
-def evaluate_policy(spec: RunSpec, node: int, local_budget: Budget | None = None, W: Any = None) -> PolicyDecision:
+def evaluate_policy(
+    spec: RunSpec, node: int, local_budget: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     """Accept iff the projected certified row stays within the node's own budget (default: the spec's)."""
     budget = local_budget or spec.budget
     if budget.delta != spec.budget.delta and budget.delta < spec.budget.delta:
-        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-                              None, spec.budget.delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            spec.budget.delta,
+            "certified",
+        )
     try:
         row, det = projected_row(spec, node, W)
     except (SpecError, ValueError) as exc:
-        return PolicyDecision(False, f"cannot project this node's privacy loss: {exc}", None, spec.budget.delta, "certified")
+        return PolicyDecision(
+            False,
+            f"cannot project this node's privacy loss: {exc}",
+            None,
+            spec.budget.delta,
+            "certified",
+        )
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
-        reason = (f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} at δ={spec.budget.delta:g}, "
-                  f"this node's budget is ε={budget.epsilon:g}")
+        reason = (
+            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} at δ={spec.budget.delta:g}, "
+            f"this node's budget is ε={budget.epsilon:g}"
+        )
         return PolicyDecision(False, reason, row, spec.budget.delta, "certified", det)
-    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g} toward node {worst})",
-                          row, spec.budget.delta, "certified", det)
+    return PolicyDecision(
+        True,
+        f"within budget (worst certified ε={row[worst]:.4g} toward node {worst})",
+        row,
+        spec.budget.delta,
+        "certified",
+        det,
+    )

@@ -9,6 +9,7 @@ Named in a spec as ``task = "hushnet.runs.synthetic:ZeroGradientTask"`` with ``s
 and figures hand their nodes (``local_net.network(..., shards=...)``) when the data only has to be
 a valid logistic-regression shard: the walk's law and the protocols' costs do not depend on it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,9 @@ class ZeroGradientTask(GradientTask):
         return {"loss": 0.0}
 
 
-def planted_logistic_shards(n: int, m: int = 10, d: int = 4, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+def planted_logistic_shards(
+    n: int, m: int = 10, d: int = 4, seed: int = 1
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n`` shards of ``m`` unit-norm rows in ``d`` dimensions, labelled by a planted direction (±1).
 
     Rows have unit L2 norm, as the papers' preprocessing does, so per-example clipping at 1 never

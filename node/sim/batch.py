@@ -21,6 +21,7 @@ What it does not do: dropouts, timeouts, per-round fresh graphs, the randomized 
 and secure summation — use the event simulator for those.  No schedule records are emitted: with
 every node up every round the realised schedule is the public one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -61,18 +62,30 @@ def _mixing(W: Any) -> sp.csr_matrix:
 
 def _check(protocol: str, p: dict[str, Any]) -> None:
     if protocol not in BATCH_PROTOCOLS:
-        raise BatchUnsupported(f"{protocol!r} has no batch driver (available: {', '.join(BATCH_PROTOCOLS)}); "
-                               "run it in the event simulator")
+        raise BatchUnsupported(
+            f"{protocol!r} has no batch driver (available: {', '.join(BATCH_PROTOCOLS)}); "
+            "run it in the event simulator"
+        )
     if p.get("graph", "fixed") != "fixed":
-        raise BatchUnsupported(f"graph={p['graph']!r}: fresh per-step/per-round graphs need the event simulator")
+        raise BatchUnsupported(
+            f"graph={p['graph']!r}: fresh per-step/per-round graphs need the event simulator"
+        )
     if p.get("secure_summation"):
         raise BatchUnsupported("secure summation needs the event simulator")
     if float(p.get("dropout", 0.0)) > 0:
         raise BatchUnsupported("dropouts need the event simulator")
 
 
-def run_gossip_batch(protocol: str, tasks: Sequence[Task], *, run_seed: int, params: dict[str, Any], W: Any,
-                     run_id: str = "sim", view_model: str = "sender-known") -> BatchRun:
+def run_gossip_batch(
+    protocol: str,
+    tasks: Sequence[Task],
+    *,
+    run_seed: int,
+    params: dict[str, Any],
+    W: Any,
+    run_id: str = "sim",
+    view_model: str = "sender-known",
+) -> BatchRun:
     """Run ``protocol`` on ``tasks`` (node v holds ``tasks[v]``) as array operations.
 
     ``params`` are the protocol's public parameters as for the machines (``rounds="auto"``, ``K="auto"``
@@ -123,8 +136,14 @@ def run_gossip_batch(protocol: str, tasks: Sequence[Task], *, run_seed: int, par
         rounds, sigma, eta = int(p["rounds"]), float(p["sigma"]), float(p.get("step_size", 1.0))
         grad = all(isinstance(t, GradientTask) for t in tasks)
         if not grad and not all(isinstance(t, ValueTask) for t in tasks):
-            raise BatchUnsupported("gossip-stream needs value tasks or gradient tasks on every node")
-        theta = np.zeros((n, dim)) if p.get("x0") is None else np.tile(np.asarray(p["x0"], dtype=np.float64), (n, 1))
+            raise BatchUnsupported(
+                "gossip-stream needs value tasks or gradient tasks on every node"
+            )
+        theta = (
+            np.zeros((n, dim))
+            if p.get("x0") is None
+            else np.tile(np.asarray(p["x0"], dtype=np.float64), (n, 1))
+        )
         std = sigma * sens
         kind = "gradient" if grad else "value"
         for r in range(rounds):
@@ -133,7 +152,11 @@ def run_gossip_batch(protocol: str, tasks: Sequence[Task], *, run_seed: int, par
                 G = np.stack([tasks[v].gradient(theta[v]) for v in range(n)])
                 msg = theta - eta * (G + noise)
             else:
-                msg = theta + np.stack([np.asarray(t.value(r), dtype=np.float64) for t in tasks]) + noise
+                msg = (
+                    theta
+                    + np.stack([np.asarray(t.value(r), dtype=np.float64) for t in tasks])
+                    + noise
+                )
             for v in range(n):
                 entries[v].append(entry(v, r, kind, float(std[v]), step_size=eta))
             theta = M @ msg
@@ -146,9 +169,15 @@ def run_gossip_batch(protocol: str, tasks: Sequence[Task], *, run_seed: int, par
     gammas = [1.0] * len(ks) if p.get("gammas") is None else [float(g) for g in p["gammas"]]
     nu = float(p["step_size"])
     noise_std = p.get("noise_std")
-    std = np.full(n, float(noise_std)) if noise_std is not None else float(p.get("sigma", 0.0)) * sens
+    std = (
+        np.full(n, float(noise_std)) if noise_std is not None else float(p.get("sigma", 0.0)) * sens
+    )
     clip_after = bool(p.get("clip_after_noise", False))
-    theta = np.zeros((n, dim)) if p.get("x0") is None else np.tile(np.asarray(p["x0"], dtype=np.float64), (n, 1))
+    theta = (
+        np.zeros((n, dim))
+        if p.get("x0") is None
+        else np.tile(np.asarray(p["x0"], dtype=np.float64), (n, 1))
+    )
     for r, (k, g) in enumerate(zip(ks, gammas)):
         xi = draws(std)
         if clip_after:
@@ -161,7 +190,11 @@ def run_gossip_batch(protocol: str, tasks: Sequence[Task], *, run_seed: int, par
             G = np.stack([tasks[v].gradient(theta[v]) for v in range(n)]) + xi
         X = theta - nu * G
         for v in range(n):
-            entries[v].append(entry(v, r, "gradient", float(std[v]), rounds=k, gamma=g, clip_after_noise=clip_after))
+            entries[v].append(
+                entry(
+                    v, r, "gradient", float(std[v]), rounds=k, gamma=g, clip_after_noise=clip_after
+                )
+            )
         prev = None
         for j in range(k):
             mixed = M @ X

@@ -2,9 +2,10 @@
 
 Runs the real protocol machines (the same code a node runs) in the simulator, collects model
 snapshots every ``eval_every`` steps, and evaluates them *outside* the protocol: the objective on
-1000 fixed training rows and the accuracy on the held-out test set (spec A.6.3 / B.7.2).
+1000 fixed training rows and the accuracy on the held-out test set (docs/design/spec/randomwalk.md §A.6.3 / B.7.2).
 Snapshots are a simulation trace, not something a deployed run releases.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ def houses_setup(n: int, per_node: int = 8, clip: float = 0.4, seed: int = 42) -
     rng = np.random.default_rng(seed)
     idx = rng.choice(part.X_train.shape[0], size=min(1000, part.X_train.shape[0]), replace=False)
     aug = tasks[0].augment
-    return HousesSetup(part, tasks, aug(part.X_train[idx]), part.y_train[idx], aug(part.X_test), part.y_test)
+    return HousesSetup(
+        part, tasks, aug(part.X_train[idx]), part.y_train[idx], aug(part.X_test), part.y_test
+    )
 
 
 def sgd_curve(
@@ -70,25 +73,44 @@ def sgd_curve(
     """
     tasks = setup.tasks
     if protocol == "central-dpsgd":
-        params: dict[str, Any] = {"steps": steps, "step_size": step_size, "noise_std": noise_std,
-                                  "clip_after_noise": clip_after_noise, "clip": tasks[0].clip, "snapshot_every": eval_every}
+        params: dict[str, Any] = {
+            "steps": steps,
+            "step_size": step_size,
+            "noise_std": noise_std,
+            "clip_after_noise": clip_after_noise,
+            "clip": tasks[0].clip,
+            "snapshot_every": eval_every,
+        }
         opts = None
     else:
-        params = {"steps": steps, "step_size": step_size, "sigma": noise_std / tasks[0].sensitivity(), "cap": cap,
-                  "clip_after_noise": clip_after_noise}
+        params = {
+            "steps": steps,
+            "step_size": step_size,
+            "sigma": noise_std / tasks[0].sensitivity(),
+            "cap": cap,
+            "clip_after_noise": clip_after_noise,
+        }
         opts = WalkOptions(reliable=False, snapshot_every=eval_every)
     ms = build_machines(protocol, tasks, run_seed=seed, params=params, W=W, options=opts)
     res = Simulator(ms).run()
     if res.status != "finished":
         raise RuntimeError(f"{protocol} run ended with status {res.status}")
-    snaps = [(0, np.zeros(tasks[0].dim))] + [(m.step, m.value) for m in res.metrics if m.name == "model"]
+    snaps = [(0, np.zeros(tasks[0].dim))] + [
+        (m.step, m.value) for m in res.metrics if m.name == "model"
+    ]
     if snaps[-1][0] != steps:
         snaps.append((steps, res.model))
     t = np.array([s for s, _ in snaps])
     obj = np.array([logistic_metrics(w, setup.X_obj, setup.y_obj)["loss"] for _, w in snaps])
     acc = np.array([logistic_metrics(w, setup.X_test, setup.y_test)["accuracy"] for _, w in snaps])
-    return {"steps": t, "objective": obj, "accuracy": acc, "model": res.model, "wall_seconds": res.wall_seconds,
-            "gradients": int(sum(res.ledger_counts("gradient")))}
+    return {
+        "steps": t,
+        "objective": obj,
+        "accuracy": acc,
+        "model": res.model,
+        "wall_seconds": res.wall_seconds,
+        "gradients": int(sum(res.ledger_counts("gradient"))),
+    }
 
 
 def nonprivate_accuracy(setup: HousesSetup, iters: int = 3000, lr: float = 2.0) -> float:

@@ -8,6 +8,7 @@ actions become effects through :func:`hushnet.engine.execute.execute`, like ever
 parity test runs the same run here and in the simulator and gets the same model bit for bit, which
 is what makes the simulator's numbers stand for the network's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,17 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
-from hushnet.engine.actions import CancelTimer, Deviation, Fault, Finish, LedgerEntry, Metric, Paused, Send, SetTimer
+from hushnet.engine.actions import (
+    CancelTimer,
+    Deviation,
+    Fault,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Paused,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.errors import ProtocolError
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.execute import execute
@@ -28,7 +39,13 @@ from hushnet.sim.simulator import FINISH_RULES, SimResult
 class LoopbackNetwork:
     """Run ``machines`` concurrently on the current event loop; ``delay`` = (min, max) seconds per message."""
 
-    def __init__(self, machines: Sequence[Protocol], *, delay: tuple[float, float] = (0.0, 2e-3), seed: int = 0) -> None:
+    def __init__(
+        self,
+        machines: Sequence[Protocol],
+        *,
+        delay: tuple[float, float] = (0.0, 2e-3),
+        seed: int = 0,
+    ) -> None:
         self.machines = list(machines)
         self.delay = delay
         self._jitter = random.Random(seed)  # transport timing only; never reaches a machine
@@ -47,7 +64,9 @@ class LoopbackNetwork:
         async def node_task(v: int) -> None:
             try:
                 await node_loop(v)
-            except Exception as exc:  # a machine or effect bug ends the run loudly, not as a timeout
+            except (
+                Exception
+            ) as exc:  # a machine or effect bug ends the run loudly, not as a timeout
                 if not shared.done.done():
                     shared.done.set_exception(exc)
                 raise
@@ -85,15 +104,29 @@ class LoopbackNetwork:
                 h.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         model = None if last is None or shared.wait_all else last.model
-        return SimResult(status, model, last, dict(shared.ledgers), shared.metrics, shared.deviations, shared.pauses,
-                         shared.faults, shared.messages, shared.events, time.perf_counter() - t0,
-                         time.perf_counter() - t0, finishes=dict(shared.finishes))
+        return SimResult(
+            status,
+            model,
+            last,
+            dict(shared.ledgers),
+            shared.metrics,
+            shared.deviations,
+            shared.pauses,
+            shared.faults,
+            shared.messages,
+            shared.events,
+            time.perf_counter() - t0,
+            time.perf_counter() - t0,
+            finishes=dict(shared.finishes),
+        )
 
 
 class _Shared:
     """What the node tasks of one loopback run share: inboxes, timers, the run's records, the end."""
 
-    def __init__(self, net: LoopbackNetwork, loop: asyncio.AbstractEventLoop, n: int, wait_all: bool) -> None:
+    def __init__(
+        self, net: LoopbackNetwork, loop: asyncio.AbstractEventLoop, n: int, wait_all: bool
+    ) -> None:
         self.net = net
         self.loop = loop
         self.inbox: list[asyncio.Queue] = [asyncio.Queue() for _ in range(n)]
@@ -125,14 +158,18 @@ class _NodeEffects:
         s.seqs[(v, act.dst)] += 1
         data = Envelope(net.protocol, net.run_id, s.seqs[(v, act.dst)], act.payload).encode()
         lo, hi = net.delay
-        s.loop.call_later(net._jitter.uniform(lo, hi), s.inbox[act.dst].put_nowait, ("msg", v, data))
+        s.loop.call_later(
+            net._jitter.uniform(lo, hi), s.inbox[act.dst].put_nowait, ("msg", v, data)
+        )
 
     def set_timer(self, act: SetTimer) -> None:
         s, v = self.s, self.v
         old = s.timers.pop((v, act.name), None)
         if old:
             old.cancel()
-        s.timers[(v, act.name)] = s.loop.call_later(act.delay, s.inbox[v].put_nowait, ("timer", act.name, None))
+        s.timers[(v, act.name)] = s.loop.call_later(
+            act.delay, s.inbox[v].put_nowait, ("timer", act.name, None)
+        )
 
     def cancel_timer(self, act: CancelTimer) -> None:
         h = self.s.timers.pop((self.v, act.name), None)

@@ -23,6 +23,7 @@ With ``envelopes=False`` the payloads travel bare (a benchmark of the envelope's
 Per-step overhead is kept small (a heap of pending deliveries, no per-event allocation beyond
 the event itself) so a walk of n = 2048 nodes and T = 20 000 steps takes about a second.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -211,7 +212,9 @@ class Simulator:
                 status = "limit"
                 break
         pauses = fx.pauses
-        if status == "stalled" and any(not (p.node in dead and dead[p.node][1] == float("inf")) for p in pauses):
+        if status == "stalled" and any(
+            not (p.node in dead and dead[p.node][1] == float("inf")) for p in pauses
+        ):
             status = "paused"  # a live node holds the token and waits; a dead one means the token is gone
         last = fx.last_finish
         return SimResult(
@@ -245,9 +248,34 @@ class _SimEffects:
     everything else recorded for the :class:`SimResult`.  ``node``/``now`` are the node whose
     actions are being executed and the virtual time, set by the event loop before each batch."""
 
-    __slots__ = ("heap", "seq", "node", "now", "lat", "use_env", "protocol", "run_id", "env_seq", "timer_gen",
-                 "ledgers", "metrics", "deviations", "pauses", "faults", "last_finish", "finishes", "messages",
-                 "on_metric", "dead", "stop_on_pause", "paused_stop", "wait_all", "awaited", "over", "stop")
+    __slots__ = (
+        "heap",
+        "seq",
+        "node",
+        "now",
+        "lat",
+        "use_env",
+        "protocol",
+        "run_id",
+        "env_seq",
+        "timer_gen",
+        "ledgers",
+        "metrics",
+        "deviations",
+        "pauses",
+        "faults",
+        "last_finish",
+        "finishes",
+        "messages",
+        "on_metric",
+        "dead",
+        "stop_on_pause",
+        "paused_stop",
+        "wait_all",
+        "awaited",
+        "over",
+        "stop",
+    )
 
     def __init__(self, sim: Simulator, stop_on_pause: bool, wait_all: bool) -> None:
         self.heap: list = []
@@ -273,7 +301,11 @@ class _SimEffects:
         self.paused_stop = False
         self.wait_all = wait_all
         # "all": every node not down for good (a node that comes back is live and must finish too)
-        self.awaited = {v for v in range(len(sim.machines)) if not (v in sim._dead and sim._dead[v][1] == float("inf"))}
+        self.awaited = {
+            v
+            for v in range(len(sim.machines))
+            if not (v in sim._dead and sim._dead[v][1] == float("inf"))
+        }
         self.over = False
         self.stop = False  # over or paused_stop: the event loop ends after this batch
 
@@ -318,7 +350,9 @@ class _SimEffects:
         self.pauses.append(act)
         now = self.now
         if self.stop_on_pause and not any(now < b < float("inf") for _, b in self.dead.values()):
-            self.paused_stop = self.stop = True  # nothing scheduled can bring the neighbour back: stop here
+            self.paused_stop = self.stop = (
+                True  # nothing scheduled can bring the neighbour back: stop here
+            )
             return False
         return True
 

@@ -6,9 +6,10 @@ Two families, because the protocols use data in two ways:
 * :class:`GradientTask` — the node contributes a clipped gradient of its local loss (RW DP-SGD, P-AD Alg. 4).
 
 Each task states its L2 ``sensitivity``: how far one contribution can move when the node's whole
-local data set is replaced (user-level adjacency, spec A.1 / B.2).  The noise calibration and the
+local data set is replaced (user-level adjacency, docs/design/spec/randomwalk.md §A.1 / B.2).  The noise calibration and the
 ledger use that number, so it must be a true bound, enforced by clipping inside the task.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -50,7 +51,7 @@ class GradientTask(Task):
 
     ``gradient(w)`` must already be clipped so that ``‖gradient(w; D) − gradient(w; D')‖ ≤ sensitivity()``
     for any two local data sets D, D'.  ``raw_gradient`` (unclipped) exists only to emulate the
-    reference code's clip-after-noise variant for figure reproductions (spec A.4.6).
+    reference code's clip-after-noise variant for figure reproductions (docs/design/spec/randomwalk.md §A.4.6).
     """
 
     @abstractmethod

@@ -3,6 +3,7 @@
 A node's data never leaves it, so loading is strict: a missing file or a file of the wrong shape
 is a clear error at run acceptance time, not a crash in the middle of a walk.
 """
+
 from __future__ import annotations
 
 import os
@@ -121,9 +122,15 @@ def stratified_split(
 
 
 def partition(
-    X: np.ndarray, y: np.ndarray, n_nodes: int, per_node: int | None = None, *, train_fraction: float = 0.8, seed: int = 42
+    X: np.ndarray,
+    y: np.ndarray,
+    n_nodes: int,
+    per_node: int | None = None,
+    *,
+    train_fraction: float = 0.8,
+    seed: int = 42,
 ) -> Partition:
-    """Stratified 80/20 split, then ``per_node`` consecutive training rows per node (spec A.6.3 / B.7.2).
+    """Stratified 80/20 split, then ``per_node`` consecutive training rows per node (docs/design/spec/randomwalk.md §A.6.3 / B.7.2).
 
     With ``per_node=None`` each node gets ``len(train) // n_nodes`` rows; the remainder is unused.
     """
@@ -131,13 +138,20 @@ def partition(
     if per_node is None:
         per_node = tr.size // n_nodes
     if per_node < 1 or per_node * n_nodes > tr.size:
-        raise DataShapeError(f"cannot give {n_nodes} nodes {per_node} rows each from {tr.size} training rows")
+        raise DataShapeError(
+            f"cannot give {n_nodes} nodes {per_node} rows each from {tr.size} training rows"
+        )
     Xtr, ytr = X[tr], y[tr]
-    shards = [(Xtr[i * per_node : (i + 1) * per_node], ytr[i * per_node : (i + 1) * per_node]) for i in range(n_nodes)]
+    shards = [
+        (Xtr[i * per_node : (i + 1) * per_node], ytr[i * per_node : (i + 1) * per_node])
+        for i in range(n_nodes)
+    ]
     return Partition(shards, X[te], y[te], Xtr[: per_node * n_nodes], ytr[: per_node * n_nodes])
 
 
-def houses_partition(n_nodes: int, per_node: int = 8, *, seed: int = 42, cache_dir=None) -> Partition:
+def houses_partition(
+    n_nodes: int, per_node: int = 8, *, seed: int = 42, cache_dir=None
+) -> Partition:
     """The papers' houses setup: standardised, unit-norm rows, y ∈ {−1,+1}, 80/20, ``per_node`` rows per node."""
     from hushnet.datasets import load_houses
 
@@ -167,8 +181,11 @@ def load_breast_cancer(features: str = "all") -> tuple[np.ndarray, np.ndarray]:
     X = np.asarray(d.data, dtype=np.float64)
     if features != "all":
         names = [str(f) for f in d.feature_names]
-        pick = {"mean": lambda f: f.startswith("mean "), "error": lambda f: f.endswith(" error"),
-                "worst": lambda f: f.startswith("worst ")}[features]
+        pick = {
+            "mean": lambda f: f.startswith("mean "),
+            "error": lambda f: f.endswith(" error"),
+            "worst": lambda f: f.startswith("worst "),
+        }[features]
         X = X[:, [i for i, f in enumerate(names) if pick(f)]]
     y = np.where(np.asarray(d.target) == 1, 1.0, -1.0)  # scikit-learn: 0 = malignant, 1 = benign
     X = (X - X.mean(axis=0)) / X.std(axis=0)
@@ -211,7 +228,9 @@ class PublicEval:
         return {k: float(v) for k, v in self.task.evaluate(w, self.X, self.y).items()}  # type: ignore[attr-defined]
 
 
-def load_public_eval(state_dir: str | os.PathLike, name: str | None, task: object) -> PublicEval | None:
+def load_public_eval(
+    state_dir: str | os.PathLike, name: str | None, task: object
+) -> PublicEval | None:
     """The public evaluation set ``name`` of this node (``None`` when the spec names none).
 
     Raises :class:`ValueError` for a name that is not a plain ``*.npz``/``*.csv`` file name,
@@ -221,16 +240,22 @@ def load_public_eval(state_dir: str | os.PathLike, name: str | None, task: objec
     if name is None:
         return None
     if not isinstance(name, str) or not _PUBLIC_NAME.match(name) or ".." in name:
-        raise ValueError(f"eval_data must be a plain .npz/.csv file name from the node's {PUBLIC_DIR}/ directory, "
-                         f"got {name!r}")
+        raise ValueError(
+            f"eval_data must be a plain .npz/.csv file name from the node's {PUBLIC_DIR}/ directory, "
+            f"got {name!r}"
+        )
     path = Path(state_dir) / PUBLIC_DIR / name
     if not path.is_file():
-        raise DataFileMissing(f"no public evaluation file {name!r} in this node's {PUBLIC_DIR}/ directory")
+        raise DataFileMissing(
+            f"no public evaluation file {name!r} in this node's {PUBLIC_DIR}/ directory"
+        )
     X, y = load_local_data(path)
     assert y is not None
     ev = PublicEval(name, X, y, task)
     try:
         ev.evaluate(np.zeros(int(getattr(task, "dim"))))
     except (ValueError, AttributeError, TypeError) as exc:
-        raise DataShapeError(f"public evaluation file {name!r} does not fit the task: {exc}") from exc
+        raise DataShapeError(
+            f"public evaluation file {name!r} does not fit the task: {exc}"
+        ) from exc
     return ev

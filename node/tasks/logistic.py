@@ -1,4 +1,5 @@
 """Logistic regression with per-example clipping (the papers' "houses" task)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,19 +13,19 @@ def _log1pexp(z: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, z)
 
 
-
-
 class LogisticRegressionTask(GradientTask):
     """``f(w; D_v) = mean_i ln(1 + exp(−y_i wᵀx_i))``, y ∈ {−1, +1}, with an optional intercept.
 
     ``gradient(w)`` is the mean of the per-example gradients, each clipped to L2 norm ``clip``; the
     mean of vectors of norm ≤ C has norm ≤ C, so replacing the node's whole data set moves it by at
-    most ``2C``: ``sensitivity() = 2·clip`` (spec B.3 [SPEC], A.4.6 [SPEC]).
+    most ``2C``: ``sensitivity() = 2·clip`` (docs/design/spec/randomwalk.md §B.3 [SPEC], A.4.6 [SPEC]).
     """
 
     name = "logreg"
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, clip: float = 1.0, intercept: bool = True) -> None:
+    def __init__(
+        self, X: np.ndarray, y: np.ndarray, clip: float = 1.0, intercept: bool = True
+    ) -> None:
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64).ravel()
         if X.ndim != 2:

@@ -1,4 +1,5 @@
 """Build a node's task from a run spec: a built-in name or a user class named by dotted path."""
+
 from __future__ import annotations
 
 import importlib
@@ -34,7 +35,9 @@ def resolve_task_class(name: str) -> type[Task]:
     elif "." in name:
         mod_name, _, cls_name = name.rpartition(".")
     else:
-        raise UnknownTask(f"unknown task {name!r}; built-ins are {sorted(BUILTIN_TASKS)}, or name a class as 'pkg.module:Class'")
+        raise UnknownTask(
+            f"unknown task {name!r}; built-ins are {sorted(BUILTIN_TASKS)}, or name a class as 'pkg.module:Class'"
+        )
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as exc:
@@ -45,11 +48,15 @@ def resolve_task_class(name: str) -> type[Task]:
     if not issubclass(cls, (GradientTask, ValueTask)):
         missing = [a for a in _REQUIRED[GradientTask] if not hasattr(cls, a)]
         if missing:
-            raise UnknownTask(f"task {name!r}: class lacks {missing} (subclass hushnet.tasks.GradientTask)")
+            raise UnknownTask(
+                f"task {name!r}: class lacks {missing} (subclass hushnet.tasks.GradientTask)"
+            )
     return cls
 
 
-def make_task(name: str, data: dict[str, Any] | None = None, params: dict[str, Any] | None = None) -> Task:
+def make_task(
+    name: str, data: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+) -> Task:
     """Instantiate a task for one node.
 
     ``data`` holds the node's local arrays (``X``, ``y`` for gradient tasks; ``values`` for value

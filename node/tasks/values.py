@@ -1,4 +1,5 @@
 """Value tasks: real-vector sum and mean, and histograms (the P-AD summation protocols' inputs)."""
+
 from __future__ import annotations
 
 import math

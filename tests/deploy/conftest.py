@@ -4,13 +4,13 @@ The engine is started (and stopped) here only if none answers; the image build i
 Docker between runs. Timings of the slow steps are printed in pytest's terminal summary, so
 ``make test`` output carries the numbers the deployment issue asks for.
 """
+
 from __future__ import annotations
 
 import time
 
 import pytest
-
-from deploy_support import IMAGE, TIMINGS, Engine, EngineUnavailable
+from helpers.deploy import IMAGE, TIMINGS, Engine, EngineUnavailable
 
 
 @pytest.fixture(scope="session")
@@ -43,4 +43,5 @@ def hushnet_image(docker_engine: Engine) -> str:
 def pytest_terminal_summary(terminalreporter) -> None:
     if TIMINGS:
         terminalreporter.write_line(
-            "deploy timings: " + ", ".join(f"{k}={v:.2f}" for k, v in sorted(TIMINGS.items())))
+            "deploy timings: " + ", ".join(f"{k}={v:.2f}" for k, v in sorted(TIMINGS.items()))
+        )

@@ -6,6 +6,7 @@ One compose project (bootstrap + 4 nodes on ``ring:4``, each node with its own s
 shard from ``HUSHNET_DATA_DIR``) lives for the whole module; the tests run in file order and each
 checks one documented behaviour (deploy/README.md).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,7 @@ import sys
 import time
 
 import pytest
-
-from deploy_support import (
+from helpers.deploy import (
     REPO,
     TIMINGS,
     compose,
@@ -53,9 +53,15 @@ def _client(op_dir: pathlib.Path, fn):
     return asyncio.run(go())
 
 
-def _start_and_stop_mid_run(op_dir: pathlib.Path, spec: pathlib.Path, victim: str, at_step: int = 150,
-                            pause_timeout: float = 10.0):
+def _start_and_stop_mid_run(
+    op_dir: pathlib.Path,
+    spec: pathlib.Path,
+    victim: str,
+    at_step: int = 150,
+    pause_timeout: float = 10.0,
+):
     """Start a run, stop the ``victim`` container once the walk has made ``at_step`` steps, watch it."""
+
     async def go(c):
         run_id = await c.start_run(spec)
         deadline = time.monotonic() + 60
@@ -88,8 +94,11 @@ def _status(op_dir: pathlib.Path, timeout: float = 3.0) -> dict:
 
 def _all_connected(op_dir: pathlib.Path) -> dict | None:
     doc = _status(op_dir)
-    ok = (len(doc["nodes"]) == N_NODES and doc["healthy"]
-          and all(n.get("all_neighbors_connected") for n in doc["nodes"]))
+    ok = (
+        len(doc["nodes"]) == N_NODES
+        and doc["healthy"]
+        and all(n.get("all_neighbors_connected") for n in doc["nodes"])
+    )
     return doc if ok else None
 
 
@@ -121,9 +130,21 @@ def net(hushnet_image, tmp_path_factory):
     project = f"hndeploy{os.getpid()}"
     port = free_loopback_port()
     data_dir = make_data_dir(N_NODES)  # bind-mounted read-only at /data in the node containers
-    env = {"HUSHNET_IMAGE": hushnet_image, "HUSHNET_BOOTSTRAP_PORT": str(port), "HUSHNET_TOPOLOGY": TOPOLOGY,
-           "HUSHNET_LOG_JSON": "1", "HUSHNET_DATA_DIR": str(data_dir), "HUSHNET_BUDGET_EPSILON": str(NODE_BUDGET)}
-    state = {"project": project, "env": env, "port": port, "down": False, "specs": tmp_path_factory.mktemp("specs")}
+    env = {
+        "HUSHNET_IMAGE": hushnet_image,
+        "HUSHNET_BOOTSTRAP_PORT": str(port),
+        "HUSHNET_TOPOLOGY": TOPOLOGY,
+        "HUSHNET_LOG_JSON": "1",
+        "HUSHNET_DATA_DIR": str(data_dir),
+        "HUSHNET_BUDGET_EPSILON": str(NODE_BUDGET),
+    }
+    state = {
+        "project": project,
+        "env": env,
+        "port": port,
+        "down": False,
+        "specs": tmp_path_factory.mktemp("specs"),
+    }
     try:
         t0 = time.monotonic()
         compose(project, "up", "-d", "--scale", f"node={N_NODES}", env=env, timeout=240)
@@ -131,18 +152,35 @@ def net(hushnet_image, tmp_path_factory):
         (boot,) = container_ids(project, "bootstrap")
         # the operator identity, fetched the way deploy/README.md tells users to
         op_dir = tmp_path_factory.mktemp("operator") / "op"
-        run([str(REPO / "deploy" / "scripts" / "compose-operator.sh"), str(op_dir)], timeout=90,
-            env=dict(os.environ, COMPOSE_PROJECT_NAME=project, COMPOSE_FILE=str(REPO / "docker-compose.yml"),
-                     HUSHNET_BOOTSTRAP_PORT=str(port), DOCKER=docker_bin()), cwd=REPO)
+        run(
+            [str(REPO / "deploy" / "scripts" / "compose-operator.sh"), str(op_dir)],
+            timeout=90,
+            env=dict(
+                os.environ,
+                COMPOSE_PROJECT_NAME=project,
+                COMPOSE_FILE=str(REPO / "docker-compose.yml"),
+                HUSHNET_BOOTSTRAP_PORT=str(port),
+                DOCKER=docker_bin(),
+            ),
+            cwd=REPO,
+        )
         assert oct((op_dir / "operator.key").stat().st_mode & 0o777) == "0o600"
-        doc = wait_for(lambda: _all_connected(op_dir), 120, what="4 healthy nodes with all ring links up")
+        doc = wait_for(
+            lambda: _all_connected(op_dir), 120, what="4 healthy nodes with all ring links up"
+        )
         TIMINGS["compose_up_to_healthy_s"] = time.monotonic() - t0
-        state.update(op_dir=op_dir, bootstrap=boot, first_status=doc,
-                     nodes={_identity(c)["node_id"]: c for c in container_ids(project, "node")})
+        state.update(
+            op_dir=op_dir,
+            bootstrap=boot,
+            first_status=doc,
+            nodes={_identity(c)["node_id"]: c for c in container_ids(project, "node")},
+        )
         yield state
     finally:
         if not state["down"]:
-            logs = compose(project, "logs", "--no-color", "--tail", "40", env=env, check=False).stdout
+            logs = compose(
+                project, "logs", "--no-color", "--tail", "40", env=env, check=False
+            ).stdout
             compose(project, "down", "-v", "--timeout", "10", env=env, timeout=180, check=False)
             print(logs[-6000:])
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -159,7 +197,9 @@ def test_compose_scale_brings_up_the_topology(net):
     # the bootstrap is published on loopback only
     boot = inspect(net["bootstrap"])
     bindings = boot["NetworkSettings"]["Ports"]["7400/tcp"]
-    assert [b["HostIp"] for b in bindings] == ["127.0.0.1"] and bindings[0]["HostPort"] == str(net["port"])
+    assert [b["HostIp"] for b in bindings] == ["127.0.0.1"] and bindings[0]["HostPort"] == str(
+        net["port"]
+    )
     # the image runs as the unprivileged user, under tini as PID 1
     for cid in [net["bootstrap"], *net["nodes"].values()]:
         assert docker("exec", cid, "id", "-u").stdout.strip() == "10001"
@@ -168,8 +208,11 @@ def test_compose_scale_brings_up_the_topology(net):
 
 def test_healthchecks_report_healthy(net):
     cids = [net["bootstrap"], *net["nodes"].values()]
-    wait_for(lambda: all(inspect(c)["State"]["Health"]["Status"] == "healthy" for c in cids), 60,
-             what="docker healthchecks")
+    wait_for(
+        lambda: all(inspect(c)["State"]["Health"]["Status"] == "healthy" for c in cids),
+        60,
+        what="docker healthchecks",
+    )
     out = inspect(net["nodes"]["n0"])["State"]["Health"]["Log"][-1]["Output"]
     assert "node n0 serving on" in out
 
@@ -185,35 +228,61 @@ def test_private_run_end_to_end_through_published_port(net):
     spec = net["specs"] / "run1.toml"
     spec.write_text(spec_toml(steps=400, sigma=10.0, seed=11, graph=TOPOLOGY, epsilon=NODE_BUDGET))
     t0 = time.monotonic()
-    proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"]), "--watch"], timeout=180)
+    proc = run(
+        [HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"]), "--watch"],
+        timeout=180,
+    )
     TIMINGS["private_run_in_containers_s"] = time.monotonic() - t0
     assert "finished at step 400/400" in proc.stdout, proc.stdout
     run_id = proc.stdout.split("run ", 1)[1].split()[0]
-    report = run([HUSHNET, "run", "report", run_id, "--state-dir", str(net["op_dir"])], timeout=60).stdout
+    report = run(
+        [HUSHNET, "run", "report", run_id, "--state-dir", str(net["op_dir"])], timeout=60
+    ).stdout
     assert "certified" in report and "paper" in report  # every number says which bound produced it
     for node in RING:
         assert f"\n{node} " in report
     ledgers = _client(net["op_dir"], lambda c: c.ledgers())
     for node in RING:  # every node charged its own persistent ledger toward every other node
         spent = ledgers[node]["spent"]
-        assert set(spent) == set(RING) - {node} and all(v["epsilon"] > 0 for v in spent.values()), ledgers[node]
+        assert set(spent) == set(RING) - {node} and all(v["epsilon"] > 0 for v in spent.values()), (
+            ledgers[node]
+        )
     net["ledger_before"] = ledgers["n1"]
 
 
 def test_node_refuses_a_run_over_its_budget(net):
     spec = net["specs"] / "greedy.toml"
     spec.write_text(spec_toml(steps=1500, sigma=1.0, seed=12, graph=TOPOLOGY, epsilon=NODE_BUDGET))
-    proc = run([HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"])], timeout=60, check=False)
+    proc = run(
+        [HUSHNET, "run", "start", str(spec), "--state-dir", str(net["op_dir"])],
+        timeout=60,
+        check=False,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
-    assert "over budget" in text and f"budget is ε={NODE_BUDGET:g}" in text and "Traceback" not in text
+    assert (
+        "over budget" in text and f"budget is ε={NODE_BUDGET:g}" in text and "Traceback" not in text
+    )
 
 
 def test_bad_input_wrong_token_is_refused_clearly(net):
     project = net["project"]
-    proc = docker("run", "--rm", "--network", f"{project}_hushnet", "-v", f"{project}_join:/var/lib/hushnet-join:ro",
-                  "-e", "HUSHNET_TOKEN=not-the-token", "-e", "HUSHNET_JOIN_TIMEOUT=20", net["env"]["HUSHNET_IMAGE"],
-                  "node", timeout=60, check=False)
+    proc = docker(
+        "run",
+        "--rm",
+        "--network",
+        f"{project}_hushnet",
+        "-v",
+        f"{project}_join:/var/lib/hushnet-join:ro",
+        "-e",
+        "HUSHNET_TOKEN=not-the-token",
+        "-e",
+        "HUSHNET_JOIN_TIMEOUT=20",
+        net["env"]["HUSHNET_IMAGE"],
+        "node",
+        timeout=60,
+        check=False,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "wrong join token" in text and "Traceback" not in text
@@ -228,16 +297,29 @@ def test_stopping_a_node_mid_run_deviates(net):
     leaves (bootstrap: not alive) and its neighbours lose the link."""
     op_dir, victim = net["op_dir"], net["nodes"]["n1"]
     spec = net["specs"] / "deviate.toml"
-    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=13, on_peer_down="deviate", graph=TOPOLOGY,
-                              epsilon=NODE_BUDGET))
+    spec.write_text(
+        spec_toml(
+            steps=1200,
+            sigma=10.0,
+            seed=13,
+            on_peer_down="deviate",
+            graph=TOPOLOGY,
+            epsilon=NODE_BUDGET,
+        )
+    )
     run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim)
     TIMINGS["docker_stop_node_s"] = stop_s
     assert stop_s < 5.0, f"docker stop took {stop_s:.1f} s: SIGTERM is not reaching hushnet"
     assert inspect(victim)["State"]["ExitCode"] == 0
     if outcome.state == "finished":
         assert outcome.step == 1200 > step, outcome
-        assert outcome.deviations and {d.get("dead_node") for d in outcome.deviations} == {"n1"}, outcome.deviations
-        assert {d["node"] for d in outcome.deviations} <= {"n0", "n2"}  # only n1's neighbours hand to it
+        assert outcome.deviations and {d.get("dead_node") for d in outcome.deviations} == {"n1"}, (
+            outcome.deviations
+        )
+        assert {d["node"] for d in outcome.deviations} <= {
+            "n0",
+            "n2",
+        }  # only n1's neighbours hand to it
     else:  # n1 held the walk when it stopped
         assert outcome.state == "paused" and "unreachable: n1" in outcome.reason, outcome
         assert not outcome.deviations and outcome.step < 1200, outcome
@@ -266,7 +348,9 @@ def test_restarted_node_keeps_identity_and_ledger(net):
     for peer, spent in before["spent"].items():
         assert after["spent"][peer]["epsilon"] >= spent["epsilon"] - 1e-9
     # and the transport inbox of the ping exchange too
-    inbox = _control(op_dir, "n1", "inbox", {"protocol": "net.ping", "run_id": "deploy-ping-1"})["inbox"]
+    inbox = _control(op_dir, "n1", "inbox", {"protocol": "net.ping", "run_id": "deploy-ping-1"})[
+        "inbox"
+    ]
     assert sorted(row["sender"] for row in inbox) == ["n0", "n2"]
 
 
@@ -276,8 +360,16 @@ def test_stopping_a_node_mid_run_pauses(net):
     (The same is seen when the stopped node held the walk itself.)"""
     op_dir, victim = net["op_dir"], net["nodes"]["n3"]
     spec = net["specs"] / "pause.toml"
-    spec.write_text(spec_toml(steps=1200, sigma=10.0, seed=14, on_peer_down="pause", graph=TOPOLOGY,
-                                   epsilon=NODE_BUDGET))
+    spec.write_text(
+        spec_toml(
+            steps=1200,
+            sigma=10.0,
+            seed=14,
+            on_peer_down="pause",
+            graph=TOPOLOGY,
+            epsilon=NODE_BUDGET,
+        )
+    )
     run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim, pause_timeout=8.0)
     # progress is reported every few steps, so the last step seen may be a little before `step`
     assert outcome.state == "paused" and outcome.step < 1200, outcome
@@ -300,15 +392,35 @@ def test_token_rotation_with_a_recreated_bootstrap(net):
     compose(project, "up", "-d", "--no-deps", "bootstrap", env=net["env"], timeout=120)
     (boot2,) = container_ids(project, "bootstrap")
     assert boot2 != boot  # re-created
-    wait_for(lambda: docker("exec", boot2, "cat", "/var/lib/hushnet-join/join_token").stdout.strip() == new, 30,
-             what="the new token in the join volume")
-    wait_for(lambda: _all_connected(op_dir), 60, what="the network to be healthy under the new bootstrap")
+    wait_for(
+        lambda: (
+            docker("exec", boot2, "cat", "/var/lib/hushnet-join/join_token").stdout.strip() == new
+        ),
+        30,
+        what="the new token in the join volume",
+    )
+    wait_for(
+        lambda: _all_connected(op_dir), 60, what="the network to be healthy under the new bootstrap"
+    )
     docker("restart", "--time", "10", net["nodes"]["n2"], timeout=60)
     doc = wait_for(lambda: _all_connected(op_dir), 90, what="n2 re-joined with the new token")
     assert next(n for n in doc["nodes"] if n["id"] == "n2")["uptime_s"] < 60
-    proc = docker("run", "--rm", "--network", f"{project}_hushnet", "-e", f"HUSHNET_TOKEN={old}",
-                  "-e", "HUSHNET_JOIN_TIMEOUT=20", "-v", f"{project}_join:/var/lib/hushnet-join:ro",
-                  net["env"]["HUSHNET_IMAGE"], "node", timeout=60, check=False)
+    proc = docker(
+        "run",
+        "--rm",
+        "--network",
+        f"{project}_hushnet",
+        "-e",
+        f"HUSHNET_TOKEN={old}",
+        "-e",
+        "HUSHNET_JOIN_TIMEOUT=20",
+        "-v",
+        f"{project}_join:/var/lib/hushnet-join:ro",
+        net["env"]["HUSHNET_IMAGE"],
+        "node",
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1 and "wrong join token" in proc.stdout + proc.stderr
 
 
@@ -318,20 +430,29 @@ def test_down_is_quick_and_complete(net):
     TIMINGS["compose_down_s"] = time.monotonic() - t0
     net["down"] = True
     assert TIMINGS["compose_down_s"] < 30
-    assert container_ids(net["project"], "node") == [] and container_ids(net["project"], "bootstrap") == []
-    vols = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={net['project']}").stdout
+    assert (
+        container_ids(net["project"], "node") == []
+        and container_ids(net["project"], "bootstrap") == []
+    )
+    vols = docker(
+        "volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={net['project']}"
+    ).stdout
     assert vols.split() == []
 
 
 @pytest.mark.parametrize("case", ["no-join-volume", "no-topology", "unwritable-state"])
 def test_entrypoint_bad_input_is_one_clear_line(hushnet_image, case):
     """A compose file that forgets a volume or a variable: one readable error, no traceback."""
-    argv = {"no-join-volume": ["-e", "HUSHNET_WAIT_FILES=1", hushnet_image, "node"],
-            "no-topology": [hushnet_image, "bootstrap"],
-            "unwritable-state": ["-e", "HUSHNET_STATE_DIR=/proc/hushnet", hushnet_image, "node"]}[case]
-    expect = {"no-join-volume": "mount the bootstrap's join volume",
-              "no-topology": "needs HUSHNET_TOPOLOGY",
-              "unwritable-state": "mount a volume there"}[case]
+    argv = {
+        "no-join-volume": ["-e", "HUSHNET_WAIT_FILES=1", hushnet_image, "node"],
+        "no-topology": [hushnet_image, "bootstrap"],
+        "unwritable-state": ["-e", "HUSHNET_STATE_DIR=/proc/hushnet", hushnet_image, "node"],
+    }[case]
+    expect = {
+        "no-join-volume": "mount the bootstrap's join volume",
+        "no-topology": "needs HUSHNET_TOPOLOGY",
+        "unwritable-state": "mount a volume there",
+    }[case]
     proc = docker("run", "--rm", *argv, timeout=60, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert expect in proc.stderr and "Traceback" not in proc.stderr

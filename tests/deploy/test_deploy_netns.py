@@ -12,6 +12,7 @@ marks it not alive after the lease; when the link is restored the node renews it
 every link comes back — the behaviour documented in deploy/README.md ("A host drops off the
 network").
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,7 @@ import sys
 import time
 
 import pytest
-
-from deploy_support import REPO, TIMINGS, run, wait_for
+from helpers.deploy import REPO, TIMINGS, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -73,8 +73,10 @@ def exec_start(unit: pathlib.Path, env: dict[str, str], instance: str = "") -> l
     return [str(HUSHNET), *argv[1:]]
 
 
-@pytest.mark.parametrize("unit,reference", [("hushnet-bootstrap.service", "bootstrap.env"),
-                                            ("hushnet-node@.service", "node.env")])
+@pytest.mark.parametrize(
+    "unit,reference",
+    [("hushnet-bootstrap.service", "bootstrap.env"), ("hushnet-node@.service", "node.env")],
+)
 def test_units_are_complete(unit, reference):
     """Every variable a unit uses is in its reference file, and the command line parses."""
     sections = parse_unit(UNITS / unit)
@@ -151,7 +153,20 @@ class Hosts:
             self.ip("netns", "add", ns)
             self.made.append(ns)
             port = f"sw{i}"
-            self.ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.ip(
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
             self.ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
             self.ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             self.ip("-n", ns, "link", "set", "eth0", "up")
@@ -160,13 +175,19 @@ class Hosts:
 
     def start(self, host: str, argv: list[str], log_name: str) -> subprocess.Popen:
         logf = open(self.tmp / f"{log_name}.log", "ab")
-        proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *argv], stdout=logf,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.hosts[host], *argv],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         self.procs.append((proc, logf))
         return proc
 
-    def in_host(self, host: str, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+    def in_host(
+        self, host: str, argv: list[str], timeout: float = 30
+    ) -> subprocess.CompletedProcess:
         return run(["ip", "netns", "exec", self.hosts[host], *argv], timeout=timeout, check=False)
 
     def set_link(self, host: str, up: bool) -> None:
@@ -201,7 +222,9 @@ def hosts(tmp_path):
 
 
 def _status(hosts: Hosts, state: pathlib.Path) -> dict:
-    proc = hosts.in_host("boot", [str(HUSHNET), "status", "--state-dir", str(state), "--json", "--timeout", "2"])
+    proc = hosts.in_host(
+        "boot", [str(HUSHNET), "status", "--state-dir", str(state), "--json", "--timeout", "2"]
+    )
     if not proc.stdout.strip().startswith("{"):
         raise AssertionError(f"status failed: {proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout)
@@ -213,12 +236,19 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     etc = tmp_path / "etc"
     etc.mkdir()
     boot_env = parse_env((UNITS / "bootstrap.env").read_text())
-    boot_env.update(HUSHNET_STATE_DIR=str(tmp_path / "boot" / "state"), HUSHNET_LISTEN="10.77.0.1:7400",
-                    HUSHNET_TOPOLOGY="ring:3", HUSHNET_LEASE=str(LEASE_S))
+    boot_env.update(
+        HUSHNET_STATE_DIR=str(tmp_path / "boot" / "state"),
+        HUSHNET_LISTEN="10.77.0.1:7400",
+        HUSHNET_TOPOLOGY="ring:3",
+        HUSHNET_LEASE=str(LEASE_S),
+    )
     boot_state = pathlib.Path(boot_env["HUSHNET_STATE_DIR"])
     hosts.start("boot", exec_start(UNITS / "hushnet-bootstrap.service", boot_env), "bootstrap")
-    wait_for(lambda: (boot_state / "bootstrap.json").exists() and (boot_state / "join_token").exists(), 60,
-             what="the bootstrap to create its state")
+    wait_for(
+        lambda: (boot_state / "bootstrap.json").exists() and (boot_state / "join_token").exists(),
+        60,
+        what="the bootstrap to create its state",
+    )
 
     # what the operator does on each machine: copy ca.pem and the join token to /etc/hushnet
     for i, host in enumerate(["h0", "h1", "h2"]):
@@ -229,28 +259,52 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
         # the node owner's run policy: its own data shard and budget, in its state directory
         write_node_policy(tmp_path / host / "state", vertex=i)
         env = parse_env((UNITS / "node.env").read_text())
-        env.update(HUSHNET_STATE_DIR=str(tmp_path / host / "state"), HUSHNET_LISTEN=f"{addresses[host]}:7500",
-                   HUSHNET_ADVERTISE=f"{addresses[host]}:7500", HUSHNET_BOOTSTRAP="10.77.0.1:7400",
-                   HUSHNET_CA_FILE=str(host_etc / "ca.pem"), HUSHNET_TOKEN_FILE=str(host_etc / "join_token"))
-        hosts.start(host, exec_start(UNITS / "hushnet-node@.service", env, instance=host), f"node-{host}")
+        env.update(
+            HUSHNET_STATE_DIR=str(tmp_path / host / "state"),
+            HUSHNET_LISTEN=f"{addresses[host]}:7500",
+            HUSHNET_ADVERTISE=f"{addresses[host]}:7500",
+            HUSHNET_BOOTSTRAP="10.77.0.1:7400",
+            HUSHNET_CA_FILE=str(host_etc / "ca.pem"),
+            HUSHNET_TOKEN_FILE=str(host_etc / "join_token"),
+        )
+        hosts.start(
+            host, exec_start(UNITS / "hushnet-node@.service", env, instance=host), f"node-{host}"
+        )
         # join in vertex order so that host hN is node nN (ids are assigned by the bootstrap)
-        wait_for(lambda: (tmp_path / host / "state" / "identity.json").exists(), 60, what=f"{host} to join")
+        wait_for(
+            lambda: (tmp_path / host / "state" / "identity.json").exists(),
+            60,
+            what=f"{host} to join",
+        )
 
     def ring_up() -> dict | None:
         doc = _status(hosts, boot_state)
-        ok = (len(doc["nodes"]) == 3 and doc["healthy"] and all(n.get("all_neighbors_connected") for n in doc["nodes"])
-              and all(n["alive_in_directory"] for n in doc["nodes"]))
+        ok = (
+            len(doc["nodes"]) == 3
+            and doc["healthy"]
+            and all(n.get("all_neighbors_connected") for n in doc["nodes"])
+            and all(n["alive_in_directory"] for n in doc["nodes"])
+        )
         return doc if ok else None
+
     doc = wait_for(ring_up, 60, what="ring:3 up across the namespaces")
     assert {n["id"]: n["address"] for n in doc["nodes"]} == {
-        "n0": "10.77.0.10:7500", "n1": "10.77.0.11:7500", "n2": "10.77.0.12:7500"}
+        "n0": "10.77.0.10:7500",
+        "n1": "10.77.0.11:7500",
+        "n2": "10.77.0.12:7500",
+    }
 
     # a private run across the hosts, started by the operator on the bootstrap machine
     spec = tmp_path / "run.toml"
     spec.write_text(RUN_SPEC)
-    proc = hosts.in_host("boot", [str(HUSHNET), "run", "start", str(spec), "--state-dir", str(boot_state), "--watch"],
-                         timeout=120)
-    assert proc.returncode == 0 and "finished at step 300/300" in proc.stdout, proc.stdout + proc.stderr
+    proc = hosts.in_host(
+        "boot",
+        [str(HUSHNET), "run", "start", str(spec), "--state-dir", str(boot_state), "--watch"],
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "finished at step 300/300" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
 
     # cut host h2 off the network
     hosts.set_link("h2", up=False)
@@ -258,15 +312,22 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
 
     def neighbours_see_it() -> dict | None:
         by = {n["id"]: n for n in _status(hosts, boot_state)["nodes"]}
-        ok = (not by["n2"]["healthy"] and by["n0"]["healthy"] and by["n1"]["healthy"]
-              and set(by["n0"]["connected"]) == {"n1"} and set(by["n1"]["connected"]) == {"n0"})
+        ok = (
+            not by["n2"]["healthy"]
+            and by["n0"]["healthy"]
+            and by["n1"]["healthy"]
+            and set(by["n0"]["connected"]) == {"n1"}
+            and set(by["n1"]["connected"]) == {"n0"}
+        )
         return by if ok else None
+
     wait_for(neighbours_see_it, 20, what="n0 and n1 to mark n2 unhealthy")
     detect_s = time.monotonic() - t_cut
 
     def lease_expired() -> bool:
         by = {n["id"]: n for n in _status(hosts, boot_state)["nodes"]}
         return not by["n2"]["alive_in_directory"] and by["n0"]["alive_in_directory"]
+
     wait_for(lease_expired, LEASE_S + 15, what="the bootstrap to mark n2 not alive after the lease")
     assert time.monotonic() - t_cut >= LEASE_S - 1.0  # not before the lease ran out
 

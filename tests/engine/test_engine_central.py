@@ -1,7 +1,8 @@
 """Central DP-SGD baseline (trusted aggregator): runs as machines, labelled, and refuses stray gradients."""
-import numpy as np
 
-from engine_helpers import synthetic_tasks
+import numpy as np
+from helpers.engine import synthetic_tasks
+
 from hushnet.engine import MessageArrived, UnexpectedSender
 from hushnet.engine.actions import Fault
 from hushnet.engine.wire import KIND_GRADIENT_REPLY, encode_token
@@ -25,11 +26,15 @@ def test_central_baseline_runs_and_is_labelled():
 
 def test_aggregator_refuses_gradient_from_a_node_it_did_not_ask():
     tasks = synthetic_tasks(4, d=3)
-    ms = build_machines("central-dpsgd", tasks, run_seed=1, params=dict(steps=10, step_size=0.1, noise_std=0.1))
+    ms = build_machines(
+        "central-dpsgd", tasks, run_seed=1, params=dict(steps=10, step_size=0.1, noise_std=0.1)
+    )
     agg = ms[-1]
     acts = agg.on_start()
     asked = acts[0].dst
     stranger = (asked + 1) % 4
-    out = agg.handle(MessageArrived(stranger, encode_token(0, 10, 0, 4, np.zeros(4), kind=KIND_GRADIENT_REPLY)))
+    out = agg.handle(
+        MessageArrived(stranger, encode_token(0, 10, 0, 4, np.zeros(4), kind=KIND_GRADIENT_REPLY))
+    )
     assert isinstance(out[0], Fault) and isinstance(out[0].error, UnexpectedSender)
     assert agg.step == 0 and np.array_equal(agg.x, np.zeros(4))

@@ -1,4 +1,5 @@
 """The one executor: every action kind reaches its effect, in order; ``False`` stops; strangers are refused."""
+
 from __future__ import annotations
 
 import typing
@@ -75,7 +76,17 @@ class Recorder:
         return self._rec("finish", act)
 
 
-EXPECTED = ["send", "set_timer", "cancel_timer", "charge", "metric", "deviation", "pause", "fault", "finish"]
+EXPECTED = [
+    "send",
+    "set_timer",
+    "cancel_timer",
+    "charge",
+    "metric",
+    "deviation",
+    "pause",
+    "fault",
+    "finish",
+]
 
 
 def test_every_action_kind_reaches_its_effect_in_order():
@@ -83,7 +94,9 @@ def test_every_action_kind_reaches_its_effect_in_order():
     fx = Recorder()
     assert execute(acts, fx) is True
     assert [name for name, _ in fx.calls] == EXPECTED
-    assert all(got is sent for (_, got), sent in zip(fx.calls, acts))  # the very action objects, untouched
+    assert all(
+        got is sent for (_, got), sent in zip(fx.calls, acts)
+    )  # the very action objects, untouched
 
 
 def test_the_table_covers_exactly_the_action_union_and_the_effects_protocol():
@@ -118,7 +131,9 @@ def test_an_unknown_action_is_refused_with_its_name_and_nothing_after_it_runs():
         pass
 
     fx = Recorder()
-    with pytest.raises(TypeError, match=r"cannot execute .*Teleport: not an engine action \(known: Send, SetTimer"):
+    with pytest.raises(
+        TypeError, match=r"cannot execute .*Teleport: not an engine action \(known: Send, SetTimer"
+    ):
         execute([Send(1, b"x"), Teleport(), Metric("m", 1, 1, 1)], fx)
     assert [n for n, _ in fx.calls] == ["send"]
     with pytest.raises(TypeError, match="not an engine action"):
@@ -171,7 +186,9 @@ def test_every_driver_provides_every_effect():
     for cls in (_SimEffects, _NodeEffects, NodeEffects, _GradientEffects, _AggregatorEffects):
         for name in EFFECT_OF.values():
             impl = getattr(cls, name, None)
-            assert callable(impl) and impl is not getattr(Effects, name), f"{cls.__qualname__} lacks {name}"
+            assert callable(impl) and impl is not getattr(Effects, name), (
+                f"{cls.__qualname__} lacks {name}"
+            )
 
 
 def test_operator_aggregator_effects_stop_on_a_fault_or_an_action_it_never_emits():
@@ -184,11 +201,19 @@ def test_operator_aggregator_effects_stop_on_a_fault_or_an_action_it_never_emits
     assert fx.requests == [(2, b"req")] and fx.state == "running"
     assert execute([Finish(4, 3, np.arange(2.0))], fx) and fx.state == "finished" and fx.step == 3
     np.testing.assert_array_equal(fx.model, [0.0, 1.0])
-    for act in (SetTimer("t", 1.0), CancelTimer("t"), Paused(4, 1, "x"),
-                LedgerEntry(4, 1, "gradient", "sender-known", 1.0, 1.0, 1.0, "central-dpsgd", "r")):
+    for act in (
+        SetTimer("t", 1.0),
+        CancelTimer("t"),
+        Paused(4, 1, "x"),
+        LedgerEntry(4, 1, "gradient", "sender-known", 1.0, 1.0, 1.0, "central-dpsgd", "r"),
+    ):
         fx = _AggregatorEffects()
         assert execute([act, Send(0, b"after")], fx) is False
         assert fx.state == "stopped" and type(act).__name__ in fx.reason and not fx.requests
     fx = _AggregatorEffects()
     assert execute([Fault(4, MalformedMessage("bad reply")), Send(0, b"after")], fx) is False
-    assert fx.state == "stopped" and "bad reply" in fx.reason and fx.faults[0]["message"] == "bad reply"
+    assert (
+        fx.state == "stopped"
+        and "bad reply" in fx.reason
+        and fx.faults[0]["message"] == "bad reply"
+    )

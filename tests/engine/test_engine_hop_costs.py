@@ -7,21 +7,23 @@
   (compared byte for byte) and of an older one (compared by digest) are both acknowledged and
   ignored, and a different token for either step is still a replay.
 """
+
 from __future__ import annotations
 
 import numpy as np
+from helpers.engine import rw_run, synthetic_tasks
 
 from hushnet.engine import MessageArrived, ReplayedMessage
 from hushnet.engine.actions import Fault, LedgerEntry, Send
 from hushnet.engine.rng import node_generator
 from hushnet.engine.wire import KIND_ACK, encode_ack, encode_token
 
-from engine_helpers import rw_run, synthetic_tasks
-
 
 def test_noisy_step_is_bit_identical_and_leaves_the_input_alone():
     tasks = synthetic_tasks(4, d=3)
-    _, ms, _ = rw_run("ring:4", tasks, seed=5, steps=50, sigma=1.3, step_size=0.07, cap=1, until=-1.0)
+    _, ms, _ = rw_run(
+        "ring:4", tasks, seed=5, steps=50, sigma=1.3, step_size=0.07, cap=1, until=-1.0
+    )
     m = ms[1]
     rng = node_generator(5, 4, 1)  # the generator the machine was built with, replayed
     x = np.linspace(-0.3, 0.4, 4)
@@ -68,8 +70,14 @@ def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_pa
     from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget, PrivacyEntry
 
     orders = np.array([2.0, 4.0, 8.0, 16.0])
-    entry = PrivacyEntry.from_row("run-x", "rw-dpsgd", "sender-known", "certified", ["a", "b"],
-                                  np.array([[0.1, 0.2, 0.4, 0.8], [0.05, 0.1, 0.2, 0.4]]))
+    entry = PrivacyEntry.from_row(
+        "run-x",
+        "rw-dpsgd",
+        "sender-known",
+        "certified",
+        ["a", "b"],
+        np.array([[0.1, 0.2, 0.4, 0.8], [0.05, 0.1, 0.2, 0.4]]),
+    )
     quiet = Ledger(tmp_path / "quiet.sqlite", orders=orders, budget=LedgerBudget(3.0, 1e-5))
     loud = Ledger(tmp_path / "loud.sqlite", orders=orders, budget=LedgerBudget(3.0, 1e-5))
     charged = 0
@@ -83,9 +91,13 @@ def test_ledger_charge_without_report_records_the_same_and_still_enforces(tmp_pa
         assert set(loud.charge(entry)) == {"a", "b"}
         charged += 1
     assert charged >= 1
-    reopened = Ledger(tmp_path / "quiet.sqlite", orders=orders)  # durable: what is on disk, not in memory
+    reopened = Ledger(
+        tmp_path / "quiet.sqlite", orders=orders
+    )  # durable: what is on disk, not in memory
     for t in ("a", "b"):
-        assert reopened.spent(t, delta=1e-5).epsilon == pytest.approx(loud.spent(t, delta=1e-5).epsilon, rel=1e-12)
+        assert reopened.spent(t, delta=1e-5).epsilon == pytest.approx(
+            loud.spent(t, delta=1e-5).epsilon, rel=1e-12
+        )
         assert reopened.spent(t, delta=1e-5).entries == charged
     for led in (quiet, loud, reopened):
         led.close()
@@ -95,11 +107,22 @@ def test_prefetched_noise_gives_the_same_models_and_ledgers():
     """Networked runs draw the next visit's noise while the token is away: the same draws, so the same run."""
     tasks = synthetic_tasks(8, d=3, seed=4)
     for protocol, cap in (("rw-dpsgd", 6), ("local-dp-sgd", 6), ("rw-dpsgd", None)):
-        runs = [rw_run("hypercube:3", tasks, seed=9, steps=120, cap=cap, protocol=protocol, prefetch_noise=pf)[0]
-                for pf in (False, True)]
+        runs = [
+            rw_run(
+                "hypercube:3",
+                tasks,
+                seed=9,
+                steps=120,
+                cap=cap,
+                protocol=protocol,
+                prefetch_noise=pf,
+            )[0]
+            for pf in (False, True)
+        ]
         assert all(r.status == "finished" for r in runs)
         assert np.array_equal(runs[0].model, runs[1].model), protocol
         assert np.array_equal(runs[0].visits(), runs[1].visits())
-        assert {v: [(e.step, e.kind) for e in led] for v, led in runs[0].ledgers.items()} == \
-            {v: [(e.step, e.kind) for e in led] for v, led in runs[1].ledgers.items()}
+        assert {v: [(e.step, e.kind) for e in led] for v, led in runs[0].ledgers.items()} == {
+            v: [(e.step, e.kind) for e in led] for v, led in runs[1].ledgers.items()
+        }
         assert runs[1].events > runs[0].events  # the prefetch timers did run

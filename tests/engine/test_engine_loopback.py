@@ -1,4 +1,5 @@
 """The concurrent loopback driver: the same finish rules as the simulator, and a bug ends the run loudly."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,14 +21,21 @@ N = 8
 
 def _gossip():
     vals = np.random.default_rng(0).random((N, 3))
-    return build_gossip_machines("muffliato", [SumTask(vals[i]) for i in range(N)], run_seed=5,
-                                 params=dict(rounds=6, sigma=0.5), W=metropolis_hastings(parse_graph("er:8:0.5:2")))
+    return build_gossip_machines(
+        "muffliato",
+        [SumTask(vals[i]) for i in range(N)],
+        run_seed=5,
+        params=dict(rounds=6, sigma=0.5),
+        W=metropolis_hastings(parse_graph("er:8:0.5:2")),
+    )
 
 
 def test_all_rule_every_node_finishes_and_matches_the_simulator():
     """Gossip over real concurrency with reordering: every node's final model = the simulator's (1e-12)."""
     sim = Simulator(_gossip()).run(finish="all")
-    net = asyncio.run(LoopbackNetwork(_gossip(), delay=(0.0, 1.5e-3), seed=3).run(timeout=30, finish="all"))
+    net = asyncio.run(
+        LoopbackNetwork(_gossip(), delay=(0.0, 1.5e-3), seed=3).run(timeout=30, finish="all")
+    )
     assert sim.status == net.status == "finished" and net.model is None
     assert set(net.finishes) == set(sim.finishes) == set(range(N))
     for v in range(N):

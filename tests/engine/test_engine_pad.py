@@ -1,4 +1,5 @@
 """P-AD protocol machines (Alg. 1, 2, 3, 5): exact noise count, unbiased estimators (PART D 17–18)."""
+
 import math
 
 import numpy as np
@@ -29,7 +30,9 @@ def test_ring_sum_noise_draws_exact(n, K):
     # noise at steps 1, n, 2n−1, … (0-based: multiples of n−1)
     noisy = sorted(e.step for led in res.ledgers.values() for e in led if e.noise_std > 0)
     assert noisy == list(range(0, K * n, n - 1))
-    assert sum(len(led) for led in res.ledgers.values()) == K * n  # every contribution is on a ledger
+    assert (
+        sum(len(led) for led in res.ledgers.values()) == K * n
+    )  # every contribution is on a ledger
 
 
 def test_ring_sum_unbiased_with_theorem1_std():
@@ -38,7 +41,9 @@ def test_ring_sum_unbiased_with_theorem1_std():
     vals = np.linspace(0.1, 0.9, n)
     tasks = [SumTask(np.array([[vals[u]], [1 - vals[u]]]), 0.0, 1.0) for u in range(n)]
     truth = sum(t.true_total(K)[0] for t in tasks)
-    est = np.array([_run("pad-ring-sum", tasks, s, rounds=K, sigma_loc=sigma).model[0] for s in range(runs)])
+    est = np.array(
+        [_run("pad-ring-sum", tasks, s, rounds=K, sigma_loc=sigma).model[0] for s in range(runs)]
+    )
     std = math.sqrt(math.ceil(K * n / (n - 1))) * sigma
     assert abs(est.mean() - truth) < 4 * std / math.sqrt(runs)
     assert abs(est.std(ddof=1) / std - 1) < 0.05
@@ -47,8 +52,14 @@ def test_ring_sum_unbiased_with_theorem1_std():
 def test_ring_sum_distributed_noise_remark1():
     n, K, sigma, runs = 6, 1, 1.0, 4000
     tasks = [MeanTask(np.array([0.5]), 0.0, 1.0) for _ in range(n)]
-    est = np.array([_run("pad-ring-sum", tasks, s, rounds=K, sigma_loc=sigma, distributed_noise=True).model[0]
-                    for s in range(runs)])
+    est = np.array(
+        [
+            _run("pad-ring-sum", tasks, s, rounds=K, sigma_loc=sigma, distributed_noise=True).model[
+                0
+            ]
+            for s in range(runs)
+        ]
+    )
     # first contribution σ_loc, the other Kn−1 σ_loc/√(n−1): total variance σ²(1 + (Kn−1)/(n−1))
     std = sigma * math.sqrt(1 + (K * n - 1) / (n - 1))
     assert abs(est.mean() - 0.5 * n) < 4 * std / math.sqrt(runs)
@@ -57,8 +68,12 @@ def test_ring_sum_distributed_noise_remark1():
 
 def test_complete_sum_unbiased():
     n, T, sigma, runs = 8, 40, 0.3, 1500
-    tasks = [SumTask(np.array([1.0]), 0.0, 1.0) for _ in range(n)]  # every contribution is 1: truth = T
-    est = np.array([_run("pad-complete-sum", tasks, s, steps=T, sigma_loc=sigma).model[0] for s in range(runs)])
+    tasks = [
+        SumTask(np.array([1.0]), 0.0, 1.0) for _ in range(n)
+    ]  # every contribution is 1: truth = T
+    est = np.array(
+        [_run("pad-complete-sum", tasks, s, steps=T, sigma_loc=sigma).model[0] for s in range(runs)]
+    )
     std = math.sqrt(T) * sigma
     assert abs(est.mean() - T) < 4 * std / math.sqrt(runs)
     assert abs(est.std(ddof=1) / std - 1) < 0.06
@@ -74,7 +89,9 @@ def test_ring_histogram_unbiased_after_corrected_debiasing():
     n, K, L, runs = 6, 2, 4, 1500
     values = [np.array([u % L, (u + 1) % L]) for u in range(n)]
     tasks = [HistogramTask(v, L) for v in values]
-    truth = np.bincount(np.concatenate([np.resize(v, K) for v in values]), minlength=L).astype(float)
+    truth = np.bincount(np.concatenate([np.resize(v, K) for v in values]), minlength=L).astype(
+        float
+    )
     gamma = rr_gamma(1.0, L)
     est, raw = [], []
     for s in range(runs):
@@ -93,8 +110,12 @@ def test_complete_histogram_unbiased():
     tasks = [HistogramTask(np.array([1]), L) for _ in range(n)]  # every report is bin 1
     truth = np.array([0.0, T, 0.0])
     gamma = rr_gamma(0.5, L)
-    est = np.array([_run("pad-complete-histogram", tasks, s, steps=T, gamma=gamma).finish.result["estimate"]
-                    for s in range(runs)])
+    est = np.array(
+        [
+            _run("pad-complete-histogram", tasks, s, steps=T, gamma=gamma).finish.result["estimate"]
+            for s in range(runs)
+        ]
+    )
     _hist_check(est, truth)
 
 

@@ -1,4 +1,5 @@
 """Run specs: TOML parsing, validation, ECDSA P-256 signing/verification, tampering, node budget policy."""
+
 import dataclasses
 
 import numpy as np
@@ -48,7 +49,9 @@ def key():
 def test_parse_and_machine_params():
     s = parse_spec_toml(SPEC)
     assert s.protocol == "rw-dpsgd" and s.n == 16 and s.cap == 30 and s.budget == Budget(10.0, 1e-6)
-    assert s.run_id.startswith("run-") and parse_spec_toml(SPEC).run_id == s.run_id  # content-derived
+    assert (
+        s.run_id.startswith("run-") and parse_spec_toml(SPEC).run_id == s.run_id
+    )  # content-derived
     mp = s.machine_params()
     assert mp == {"steps": 400, "step_size": 0.05, "sigma": 4.0, "cap": 30, "start": 0}
     assert s.task_kwargs() == {"clip": 0.4}
@@ -68,7 +71,10 @@ def test_parse_and_machine_params():
         (("steps = 400\n", ""), "missing steps"),
         (("steps = 400\n", "steps = 0\n"), "steps must be"),
         (('[run]\nprotocol = "rw-dpsgd"', '[run]\nprotocol = "pad-ring-sum"'), "rounds"),
-        (('name = "logreg"', 'name = "sum"'), "needs a gradient task"),  # a built-in task of the wrong kind
+        (
+            ('name = "logreg"', 'name = "sum"'),
+            "needs a gradient task",
+        ),  # a built-in task of the wrong kind
     ],
 )
 def test_invalid_specs_are_refused_with_reasons(edit, message):
@@ -91,7 +97,9 @@ def test_sign_verify_roundtrip_and_tamper(key):
     wire = signed.to_bytes()
     back = SignedRunSpec.from_bytes(wire)
     assert verify_spec(back, key.public_key()) == spec
-    pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     assert verify_spec(back, pem) == spec
     # tampering with any public parameter breaks the signature
     tampered = SignedRunSpec(dataclasses.replace(spec, sigma=0.5), back.signature)
@@ -120,8 +128,16 @@ def test_signature_over_certificate(key):
 
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "operator")])
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     pem = cert.public_bytes(serialization.Encoding.PEM)
     signed = sign_spec(parse_spec_toml(SPEC), key, pem)
     back = SignedRunSpec.from_bytes(signed.to_bytes())
@@ -149,13 +165,16 @@ def test_node_policy_accepts_and_refuses_by_budget():
     r_big, _ = projected_row(big, 0)
     l_big, _ = projected_row(dataclasses.replace(big, protocol="local-dp-sgd"), 0)
     assert r_big.sum() / 255 < 0.6 * l_big.sum() / 255
-    refused = evaluate_policy(dataclasses.replace(spec, protocol="pad-ring-sum", graph="ring:16", rounds=1), 0)
+    refused = evaluate_policy(
+        dataclasses.replace(spec, protocol="pad-ring-sum", graph="ring:16", rounds=1), 0
+    )
     assert not refused.accept and "cannot project" in refused.reason
 
 
 def test_spec_to_machines_runs_and_streams_progress():
     """A verified spec builds the machines (simulator side) and one node's machine (node side) identically."""
-    from engine_helpers import synthetic_tasks
+    from helpers.engine import synthetic_tasks
+
     from hushnet.protocols.registry import build_from_spec, machine_for_spec
     from hushnet.sim import Simulator
 

@@ -1,8 +1,9 @@
 """Tasks: clipping and sensitivity, local data files, user task classes, and houses logistic regression."""
+
 import numpy as np
 import pytest
+from helpers.engine import rw_run
 
-from engine_helpers import rw_run
 from hushnet.tasks import (
     DataFileMissing,
     DataShapeError,
@@ -80,10 +81,10 @@ def test_local_data_files(tmp_path):
 
 def test_task_registry_and_user_class():
     assert resolve_task_class("logreg") is LogisticRegressionTask
-    cls = resolve_task_class("engine_helpers:ZeroGradTask")
-    t = make_task("engine_helpers.ZeroGradTask", {}, {"clip": 0.5, "dim": 3})
+    cls = resolve_task_class("helpers.engine:ZeroGradTask")
+    t = make_task("helpers.engine.ZeroGradTask", {}, {"clip": 0.5, "dim": 3})
     assert isinstance(t, cls) and t.dim == 3 and t.sensitivity() == 1.0
-    for bad in ("nope", "no_such_module:Task", "engine_helpers:Missing", "numpy:ndarray"):
+    for bad in ("nope", "no_such_module:Task", "helpers.engine:Missing", "numpy:ndarray"):
         with pytest.raises(UnknownTask):
             resolve_task_class(bad)
     with pytest.raises(TaskError, match="needs local data"):
@@ -91,20 +92,26 @@ def test_task_registry_and_user_class():
 
 
 def test_user_task_runs_in_a_walk():
-    from engine_helpers import ZeroGradTask
+    from helpers.engine import ZeroGradTask
 
     tasks = [ZeroGradTask(dim=2) for _ in range(5)]
     res, _, _ = rw_run("ring:5", tasks, steps=50, sigma=0.0)
-    np.testing.assert_array_equal(res.model, np.zeros(2))  # zero gradient, zero noise: the model never moves
+    np.testing.assert_array_equal(
+        res.model, np.zeros(2)
+    )  # zero gradient, zero noise: the model never moves
 
 
 def test_houses_logistic_regression_in_simulator():
     """RW DP-SGD on houses (256 nodes × 8 rows, hypercube(8), σ=0.5, C=0.4, γ=0.05, T=3000, cap 15):
     test accuracy ≥ 0.75 (non-private full-batch logistic regression reaches ≈ 0.96 on this split)."""
-    part = houses_partition(256, 8)  # the data come from ../shared/data (tests/conftest.py); missing data fails
+    part = houses_partition(
+        256, 8
+    )  # the data come from ../shared/data (tests/conftest.py); missing data fails
     assert part.X_test.shape[1] == 8 and len(part.shards) == 256
     tasks = [LogisticRegressionTask(X, y, clip=0.4) for X, y in part.shards]
-    res, _, _ = rw_run("hypercube:8", tasks, seed=3, steps=3000, sigma=0.5, step_size=0.05, cap=15, reliable=False)
+    res, _, _ = rw_run(
+        "hypercube:8", tasks, seed=3, steps=3000, sigma=0.5, step_size=0.05, cap=15, reliable=False
+    )
     acc = tasks[0].evaluate(res.model, part.X_test, part.y_test)["accuracy"]
     assert acc >= 0.75, acc
 
@@ -130,5 +137,7 @@ def test_houses_label_is_openml_823():
     for _ in range(2000):  # full-batch gradient descent, no privacy: the utility ceiling
         margin = part.y_train * (Xa @ w)
         w += 2.0 * (Xa * (part.y_train / (1 + np.exp(margin)))[:, None]).mean(axis=0)
-    acc = np.mean(np.sign(np.hstack([part.X_test, np.ones((part.X_test.shape[0], 1))]) @ w) == part.y_test)
+    acc = np.mean(
+        np.sign(np.hstack([part.X_test, np.ones((part.X_test.shape[0], 1))]) @ w) == part.y_test
+    )
     assert acc > 0.93, acc

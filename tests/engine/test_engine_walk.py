@@ -1,13 +1,14 @@
 """RW DP-SGD machines in the simulator: the walk follows W, the cap/noise rule, determinism, failures."""
+
 import numpy as np
 import pytest
+from helpers.engine import rw_run, synthetic_tasks
 from scipy import stats
 
-from engine_helpers import rw_run, synthetic_tasks
 from hushnet.engine import MessageArrived, ReplayedMessage, UnexpectedSender, WrongDimension
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.rng import node_generators
-from hushnet.engine.wire import decode_token, encode_token
+from hushnet.engine.wire import encode_token
 from hushnet.protocols.hops import TransitionRow
 
 
@@ -21,7 +22,9 @@ def test_walk_follows_W_chi_square():
     """PART D 22: moves only along edges/self-loops, transition counts ~ W[u,:], visit frequency → 1/n."""
     n = 16
     tasks = synthetic_tasks(n)
-    res, _, W = rw_run("er:16:0.3:4", tasks, steps=200 * n, sigma=1.0, step_size=0.01, reliable=False)
+    res, _, W = rw_run(
+        "er:16:0.3:4", tasks, steps=200 * n, sigma=1.0, step_size=0.01, reliable=False
+    )
     assert res.status == "finished"
     visits = res.visits()
     assert visits.size == 200 * n
@@ -95,11 +98,31 @@ def test_cap_and_noise_rule(over_cap):
     """PART D 23: noise at every visit incl. over-cap ones (RW), nothing at all over cap (local DP); ≤ N_max gradients."""
     n, steps, cap, seed = 8, 400, 5, 11
     tasks = synthetic_tasks(n, clip=0.5)
-    res, ms, _ = rw_run("ring:8", tasks, seed=seed, steps=steps, sigma=0.7, step_size=0.05, cap=cap,
-                        over_cap=over_cap, record_view=True, reliable=False)
+    res, ms, _ = rw_run(
+        "ring:8",
+        tasks,
+        seed=seed,
+        steps=steps,
+        sigma=0.7,
+        step_size=0.05,
+        cap=cap,
+        over_cap=over_cap,
+        record_view=True,
+        reliable=False,
+    )
     assert res.status == "finished"
-    counts = _replay_reference(res, ms, tasks, seed=seed, n=n, steps=steps, step_size=0.05, sigma=0.7, cap=cap,
-                               over_cap=over_cap)
+    counts = _replay_reference(
+        res,
+        ms,
+        tasks,
+        seed=seed,
+        n=n,
+        steps=steps,
+        step_size=0.05,
+        sigma=0.7,
+        cap=cap,
+        over_cap=over_cap,
+    )
     grads = res.ledger_counts("gradient")
     noise = res.ledger_counts("noise")
     assert grads.max() <= cap and np.array_equal(grads, counts)
@@ -133,8 +156,9 @@ def test_determinism_and_transport_independence():
     b, _, _ = rw_run("er:12:0.4:1", tasks, seed=5, steps=300, cap=20, reliable=False, latency=0.37)
     c, _, _ = rw_run("er:12:0.4:1", tasks, seed=6, steps=300, cap=20)
     assert a.model.tobytes() == b.model.tobytes()
-    assert [(e.node, e.step, e.kind) for led in a.ledgers.values() for e in led] == \
-        [(e.node, e.step, e.kind) for led in b.ledgers.values() for e in led]
+    assert [(e.node, e.step, e.kind) for led in a.ledgers.values() for e in led] == [
+        (e.node, e.step, e.kind) for led in b.ledgers.values() for e in led
+    ]
     assert not np.array_equal(a.model, c.model)
 
 
@@ -193,13 +217,25 @@ def test_misbehaving_peers_do_not_change_the_run():
     params = dict(steps=120, step_size=0.1, sigma=1.0, cap=30)
 
     def run(inject: bool):
-        ms = build_machines("rw-dpsgd", tasks, run_seed=9, run_id="r1", params=params, W=W, options=WalkOptions())
+        ms = build_machines(
+            "rw-dpsgd", tasks, run_seed=9, run_id="r1", params=params, W=W, options=WalkOptions()
+        )
         sim = Simulator(ms)
         if inject:
             tok = encode_token(1, 120, 0, 1, np.zeros(4))
             sim.inject(1, 0, Envelope("rw-dpsgd", "other-run", 1, tok).encode(), at=0.0105)
-            sim.inject(2, 1, Envelope("rw-dpsgd", "r1", 99, encode_token(3, 120, 0, 2, np.zeros(9))).encode(), at=0.02)
-            sim.inject(3, 0, Envelope("rw-dpsgd", "r1", 98, encode_token(5, 120, 0, 3, np.zeros(4))).encode(), at=0.03)
+            sim.inject(
+                2,
+                1,
+                Envelope("rw-dpsgd", "r1", 99, encode_token(3, 120, 0, 2, np.zeros(9))).encode(),
+                at=0.02,
+            )
+            sim.inject(
+                3,
+                0,
+                Envelope("rw-dpsgd", "r1", 98, encode_token(5, 120, 0, 3, np.zeros(4))).encode(),
+                at=0.03,
+            )
         return sim.run()
 
     clean, dirty = run(False), run(True)
@@ -227,7 +263,9 @@ def test_killed_neighbour_pauses_run_by_default():
     victim = int(holders[t])
     res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0)])
     assert res.status == "paused" and res.finish is None
-    assert res.pauses and res.pauses[0].node == holders[t - 1] and str(victim) in res.pauses[0].reason
+    assert (
+        res.pauses and res.pauses[0].node == holders[t - 1] and str(victim) in res.pauses[0].reason
+    )
     assert not res.deviations
     # nothing after the stall point was recorded, and the dead node never contributed
     assert victim not in res.ledgers
@@ -249,7 +287,9 @@ def test_killed_neighbour_deviation_is_recorded_and_run_finishes():
     tasks = synthetic_tasks(8)
     base, holders, t = _first_handoff_target("ring:8", tasks, seed=3, steps=80)
     victim = int(holders[t])
-    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0)], on_peer_down="deviate")
+    res, _, _ = rw_run(
+        "ring:8", tasks, seed=3, steps=80, kill=[(victim, 0.0)], on_peer_down="deviate"
+    )
     assert res.status == "finished"
     assert res.deviations and res.deviations[0].detail["dead"] == victim
     assert victim not in res.visits()
@@ -263,7 +303,9 @@ def test_killed_holder_stalls_visibly():
     victim = int(holders[t1])
     t2 = t1 + int(np.flatnonzero(holders[t1:] != victim)[0])
     nxt = int(holders[t2])
-    res, _, _ = rw_run("ring:8", tasks, seed=3, steps=80, kill=[(nxt, 0.0), (victim, 0.5)], stop_on_pause=False)
+    res, _, _ = rw_run(
+        "ring:8", tasks, seed=3, steps=80, kill=[(nxt, 0.0), (victim, 0.5)], stop_on_pause=False
+    )
     assert res.status == "stalled" and res.finish is None
     assert res.pauses and res.pauses[0].node == victim
     last = max((e.step, e.node) for led in res.ledgers.values() for e in led)
@@ -285,8 +327,15 @@ def test_parity_simulator_vs_concurrent_loopback_driver():
     params = dict(steps=150, step_size=0.1, sigma=0.8, cap=15)
 
     def machines():
-        return build_machines("rw-dpsgd", tasks, run_seed=21, run_id="parity", params=params, W=W,
-                              options=WalkOptions(ack_timeout=0.5))
+        return build_machines(
+            "rw-dpsgd",
+            tasks,
+            run_seed=21,
+            run_id="parity",
+            params=params,
+            W=W,
+            options=WalkOptions(ack_timeout=0.5),
+        )
 
     sim = Simulator(machines()).run()
     net = asyncio.run(LoopbackNetwork(machines(), delay=(0.0, 1.5e-3), seed=4).run(timeout=30))

@@ -1,4 +1,5 @@
 """Byte formats: envelopes and tokens round-trip exactly and refuse bad input with typed errors."""
+
 import numpy as np
 import pytest
 
@@ -54,19 +55,22 @@ def test_node_generators_are_spawned_children():
         b = np.random.Generator(np.random.PCG64(ref[v])).standard_normal(4)
         c = node_generator(123, 5, v).standard_normal(4)
         assert np.array_equal(a, b) and np.array_equal(a, c)
-    assert not np.array_equal(node_generator(123, 5, 0).random(3), node_generator(123, 5, 1).random(3))
+    assert not np.array_equal(
+        node_generator(123, 5, 0).random(3), node_generator(123, 5, 1).random(3)
+    )
 
 
 import functools  # noqa: E402
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from hushnet.engine import MessageArrived  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)
 def _ring_machines():
-    from engine_helpers import rw_run, synthetic_tasks
+    from helpers.engine import rw_run, synthetic_tasks
 
     return rw_run("ring:4", synthetic_tasks(4, d=3), steps=50, until=-1.0)[1]
 

@@ -1,5 +1,6 @@
 """The family list: every protocol in exactly one family, dispatch without registration side effects,
 and a family list that stays cheap to import."""
+
 from __future__ import annotations
 
 import subprocess
@@ -34,10 +35,22 @@ def test_costs_are_run_costs() -> None:
     from hushnet.runs.spec import Budget, RunSpec
 
     ids = [f"n{v}" for v in range(8)]
-    for proto, extra in (("rw-dpsgd", {}), ("local-dp-sgd", {}), ("central-dpsgd", {}),
-                         ("pad-complete-sum", {"task": "sum"})):
-        spec = RunSpec(protocol=proto, task=extra.get("task", "logreg"), graph="complete:8", steps=20, seed=1,
-                       budget=Budget(50.0, 1e-5), sigma=3.0, cap=10).with_run_id()
+    for proto, extra in (
+        ("rw-dpsgd", {}),
+        ("local-dp-sgd", {}),
+        ("central-dpsgd", {}),
+        ("pad-complete-sum", {"task": "sum"}),
+    ):
+        spec = RunSpec(
+            protocol=proto,
+            task=extra.get("task", "logreg"),
+            graph="complete:8",
+            steps=20,
+            seed=1,
+            budget=Budget(50.0, 1e-5),
+            sigma=3.0,
+            cap=10,
+        ).with_run_id()
         cost = contribution_cost(spec, 0, ids)
         assert isinstance(cost, RunCost), proto
         assert cost.curves(3.0).shape == (7, cost.orders.size)

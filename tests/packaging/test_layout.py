@@ -5,6 +5,7 @@
 an installed wheel (a Docker image) while the editable install used by the tests still finds it.
 These tests catch that, and that nothing generic (``node``, ``proto``, ``bootstrap``) is installed.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,30 +33,82 @@ def test_every_source_package_is_listed() -> None:
                 continue
             rel = init.parent.relative_to(root)
             found.add(".".join([name, *rel.parts]) if rel.parts else name)
-    assert found <= listed, f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    assert found <= listed, (
+        f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    )
     assert listed <= found, f"listed packages without an __init__.py: {sorted(listed - found)}"
 
 
 def test_wheel_holds_only_the_hushnet_namespace(tmp_path: Path) -> None:
-    src = tmp_path / "src"  # a copy: setuptools builds in the source tree and would leave build/ in the repo
+    src = (
+        tmp_path / "src"
+    )  # a copy: setuptools builds in the source tree and would leave build/ in the repo
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     for folder in ("node", "bootstrap", "proto"):
         shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(src)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     wheel = next(tmp_path.glob("hushnet-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"hushnet", f"hushnet-{wheel.name.split('-')[1]}.dist-info"}, tops
-    for module in ("hushnet/__init__.py", "hushnet/v1/peer_pb2_grpc.py", "hushnet/bootstrap/service.py",
-                   "hushnet/net/node.py", "hushnet/privacy/api.py"):
+    for module in (
+        "hushnet/__init__.py",
+        "hushnet/v1/peer_pb2_grpc.py",
+        "hushnet/bootstrap/service.py",
+        "hushnet/net/node.py",
+        "hushnet/privacy/api.py",
+    ):
         assert module in names, module
 
 
 def test_public_api_imports_without_the_repository_on_the_path(tmp_path: Path) -> None:
-    code = ("import sys, hushnet; hushnet.Client; hushnet.RunSpec; hushnet.Budget; hushnet.Simulator; "
-            "hushnet.privacy_matrix; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('node', 'proto', 'bootstrap')]")
+    code = (
+        "import sys, hushnet; hushnet.Client; hushnet.RunSpec; hushnet.Budget; hushnet.Simulator; "
+        "hushnet.privacy_matrix; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('node', 'proto', 'bootstrap')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_every_design_reference_resolves() -> None:
+    """Docstrings and docs cite the spec notes shipped in docs/design/spec: every cited file exists, and
+    nothing points at a document the repository does not ship."""
+    import re
+
+    cited: set[str] = set()
+    stale: list[str] = []
+    for path in [
+        *REPO.glob("node/**/*.py"),
+        *REPO.glob("bootstrap/**/*.py"),
+        *REPO.glob("tests/**/*.py"),
+        *REPO.glob("benchmarks/**/*.py"),
+        *REPO.glob("docs/*.md"),
+        REPO / "README.md",
+    ]:
+        text = path.read_text(errors="replace")
+        cited.update(re.findall(r"docs/design/spec/[a-z]+\.md", text))
+        if "shared/" + "spec/" in text:  # split so this test does not find itself
+            stale.append(str(path.relative_to(REPO)))
+    assert cited, "no reference to the design notes found"
+    assert all((REPO / c).is_file() for c in cited), sorted(
+        c for c in cited if not (REPO / c).is_file()
+    )
+    assert not stale, f"references to a spec outside the repository: {stale}"

@@ -4,6 +4,7 @@ Two classes of one name (``LedgerEntry`` in the engine and in the privacy ledger
 run spec and in the ledger, …) made ``from … import X`` pick one by accident and forced aliases at
 every import.  Parsed, not imported, so a module with an import-time side effect cannot hide one.
 """
+
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("node", "bootstrap")  # installed as hushnet and hushnet.bootstrap (proto/ is generated code)
+SOURCES = (
+    "node",
+    "bootstrap",
+)  # installed as hushnet and hushnet.bootstrap (proto/ is generated code)
 
 
 def _public_classes() -> dict[str, list[str]]:
@@ -32,6 +36,7 @@ def test_no_public_class_is_defined_twice() -> None:
 
 
 def test_the_renamed_classes_are_where_the_imports_expect_them() -> None:
+    import hushnet
     from hushnet.bootstrap.topology import PublishedTopology
     from hushnet.engine.actions import LedgerEntry
     from hushnet.net.handlers import UnknownProtocol
@@ -41,9 +46,11 @@ def test_the_renamed_classes_are_where_the_imports_expect_them() -> None:
     from hushnet.runs import central_runs, driver
     from hushnet.runs.spec import Budget
 
-    import hushnet
-
     assert hushnet.Budget is Budget and Budget is not LedgerBudget
-    assert central_runs.RunRefused is driver.RunRefused and issubclass(driver.RunRefused, ValueError)
+    assert central_runs.RunRefused is driver.RunRefused and issubclass(
+        driver.RunRefused, ValueError
+    )
     assert LedgerEntry is not PrivacyEntry and Topology is not PublishedTopology
-    assert not issubclass(UnknownRunProtocol, LookupError) and issubclass(UnknownProtocol, LookupError)
+    assert not issubclass(UnknownRunProtocol, LookupError) and issubclass(
+        UnknownProtocol, LookupError
+    )

@@ -1,24 +1,32 @@
 """The operator client when the network goes away during ``watch``: a clear error, never a hang."""
+
 from __future__ import annotations
 
 import threading
 import time
 
-import pytest
+from helpers.runs import cluster, synthetic_shards, wait_for
 
 from hushnet.client import Client
 from hushnet.client.core import ClientError
 from hushnet.runs.spec import Budget, RunSpec
-
-from runs_helpers import cluster, synthetic_shards, wait_for
 
 N, GRAPH = 4, "ring:4"
 
 
 def test_watch_fails_clearly_when_the_network_goes_away(tmp_path):
     shards, _ = synthetic_shards(N, per_node=10, d=4, seed=3)
-    spec = RunSpec(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=200_000, seed=5, budget=Budget(1e6, 1e-5),
-                   sigma=0.5, clip=1.0, step_size=0.05).with_run_id()
+    spec = RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=200_000,
+        seed=5,
+        budget=Budget(1e6, 1e-5),
+        sigma=0.5,
+        clip=1.0,
+        step_size=0.05,
+    ).with_run_id()
     outcome: dict[str, object] = {}
     with cluster(tmp_path, N, GRAPH, shards, epsilon=1e6) as c:
         client = Client(tmp_path)

@@ -1,6 +1,7 @@
 """The operator's signed close record (issue 14): what a node relays to a neighbour that was down at the
 close.  Only what the operator signed verifies: a changed ``deviated`` flag, another run id, another
 key or garbage are refused with a one-line error."""
+
 from __future__ import annotations
 
 import json

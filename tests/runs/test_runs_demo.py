@@ -5,6 +5,7 @@ The demo promises a private model that is worth something: its configuration mus
 accuracy it states (mean over seeds, not one draw) clearly above the majority class, with the
 privacy loss that the unchanged certified accountant projects staying inside every node's budget.
 """
+
 from __future__ import annotations
 
 import re

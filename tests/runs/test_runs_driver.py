@@ -4,6 +4,7 @@ Drives real machines and a real SQLite privacy ledger through :class:`RunDriver`
 loop; the "transport" is a list per node that the test delivers by hand, so it can play a
 misbehaving peer (unexpected sender, replayed step, wrong dimension) at an exact moment.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,17 @@ def _drivers(tmp_path, spec, ledger_budget=None):
         X = rng.standard_normal((5, 3))
         y = np.where(rng.random(5) > 0.5, 1.0, -1.0)
         task = LogisticRegressionTask(X, y)
-        m = make_machine(spec.protocol, v, N, task, run_seed=spec.seed, run_id=spec.run_id, params=spec.machine_params(),
-                         W=W, options=network_walk_options(spec, progress_every=1))
+        m = make_machine(
+            spec.protocol,
+            v,
+            N,
+            task,
+            run_seed=spec.seed,
+            run_id=spec.run_id,
+            params=spec.machine_params(),
+            W=W,
+            options=network_walk_options(spec, progress_every=1),
+        )
         led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
         if ledger_budget is not None:
             from hushnet.privacy.ledger import LedgerBudget as LB
@@ -45,13 +55,25 @@ def _drivers(tmp_path, spec, ledger_budget=None):
         async def send(dst, data, src=ids[v]):
             outbox.append((src, dst, data))
 
-        drivers.append(RunDriver(spec, v, ids, m, send, ledger=led, cost=contribution_cost(spec, v, ids, W), W=W))
+        drivers.append(
+            RunDriver(
+                spec, v, ids, m, send, ledger=led, cost=contribution_cost(spec, v, ids, W), W=W
+            )
+        )
     return drivers, outbox
 
 
 def _spec(**kw):
-    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=40, seed=5, budget=Budget(1e6, 1e-5), sigma=1.0,
-                cap=None)
+    base = dict(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=40,
+        seed=5,
+        budget=Budget(1e6, 1e-5),
+        sigma=1.0,
+        cap=None,
+    )
     base.update(kw)
     return RunSpec(**base).with_run_id()
 
@@ -104,7 +126,11 @@ def test_bad_tokens_refused_ledger_exact(tmp_path):
         assert [e["id"] for e in holder.ledger.entries()] == [e["id"] for e in before]
         if charged is not None:
             np.testing.assert_array_equal(holder.run_rdp, charged)
-        assert [f["code"] for f in holder.faults] == ["replay", "unexpected-sender", "wrong-dimension"]
+        assert [f["code"] for f in holder.faults] == [
+            "replay",
+            "unexpected-sender",
+            "wrong-dimension",
+        ]
         # the exact retransmission is harmless (acknowledged again, nothing charged)
         holder.on_message(src, data)
         assert len(holder.ledger.entries()) == len(before)

@@ -8,17 +8,15 @@
    ``resume`` continues the walk from the last durable copy, and the close tops every node up to
    the local-DP bound; the dead node is reported as not yet accounted.
 """
+
 from __future__ import annotations
 
 import pathlib
-import sys
 import time
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import cluster, synthetic_shards, wait_for  # noqa: E402
+from helpers.runs import cluster, synthetic_shards, wait_for  # noqa: E402
 
 from hushnet.client import Client  # noqa: E402
 from hushnet.privacy.ledger import Ledger  # noqa: E402
@@ -34,8 +32,20 @@ GRAPH = "hypercube:2"
 
 
 def spec_for(**kw) -> RunSpec:
-    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=1500, seed=5, budget=Budget(1e6, 1e-5),
-                sigma=0.3, clip=1.0, step_size=0.05, cap=None, noise="public-seed", on_peer_down="pause")
+    base = dict(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=1500,
+        seed=5,
+        budget=Budget(1e6, 1e-5),
+        sigma=0.3,
+        clip=1.0,
+        step_size=0.05,
+        cap=None,
+        noise="public-seed",
+        on_peer_down="pause",
+    )
     base.update(kw)
     return RunSpec(**base).with_run_id()
 
@@ -107,7 +117,9 @@ def test_holder_never_back_is_reported_and_resumed(net):
     victim.proc.wait(timeout=10)
     try:
         out = c.watch(run_id, progress=False, timeout=120, pause_timeout=8)
-        if out.state == "holder-lost":  # it held the token (acknowledged): named, with the copy's place
+        if (
+            out.state == "holder-lost"
+        ):  # it held the token (acknowledged): named, with the copy's place
             assert victim_id in out.reason and out.lost_holder["holder"] == victim_id, out
             rows = {r["run_id"]: r for r in c.list_runs()}
             assert rows[run_id]["state"] == "holder-lost", rows[run_id]

@@ -2,21 +2,17 @@
 TLS on 127.0.0.1:port, comes up healthy and runs a private random walk to completion through the client,
 with every node's ledger charged for exactly the contributions it made; a host process killed with
 SIGKILL takes its 32 nodes down, is restarted, and they rejoin with the same identities."""
+
 from __future__ import annotations
 
-import pathlib
-import sys
-
-import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "network"))
 import json  # noqa: E402
 import os  # noqa: E402
+import pathlib
 import signal  # noqa: E402
 
-from nethelpers import UpProcess, cli, pid_alive, wait_for  # noqa: E402
-from runs_helpers import synthetic_shards, write_node_data  # noqa: E402
+import pytest
+from helpers.net import UpProcess, cli, pid_alive, wait_for  # noqa: E402
+from helpers.runs import synthetic_shards, write_node_data  # noqa: E402
 
 from hushnet.client import Client  # noqa: E402
 from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
@@ -41,8 +37,18 @@ def test_64_hosted_nodes_in_two_processes_run_a_walk(tmp_path: pathlib.Path) -> 
 
         client = Client(state)
         try:
-            spec = RunSpec(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=120, seed=5,
-                           budget=Budget(1e6, 1e-5), sigma=1.0, clip=1.0, step_size=0.1, cap=None).with_run_id()
+            spec = RunSpec(
+                protocol="rw-dpsgd",
+                task="logreg",
+                graph=GRAPH,
+                steps=120,
+                seed=5,
+                budget=Budget(1e6, 1e-5),
+                sigma=1.0,
+                clip=1.0,
+                step_size=0.1,
+                cap=None,
+            ).with_run_id()
             run_id = client.start_run(spec)
             out = client.watch(run_id, progress=False, timeout=150)
             assert out.state == "finished", out
@@ -52,7 +58,9 @@ def test_64_hosted_nodes_in_two_processes_run_a_walk(tmp_path: pathlib.Path) -> 
             counts = [rep.per_node[i]["contributions"] for i in ids]
             assert sum(counts) == spec.steps and sum(c > 0 for c in counts) > N // 4
             ledgers = client.ledgers()
-            for i, count in zip(ids, counts):  # a node's ledger is charged exactly when it contributed
+            for i, count in zip(
+                ids, counts
+            ):  # a node's ledger is charged exactly when it contributed
                 led = ledgers[i]
                 assert (led["entries"] > 0) == (count > 0), (i, count, led)
                 if count:
@@ -66,20 +74,38 @@ def test_64_hosted_nodes_in_two_processes_run_a_walk(tmp_path: pathlib.Path) -> 
         victim = doc["processes"][1]
         certs = {i: (state / "nodes" / f"n{i}" / "identity.json").read_text() for i in (32, 63)}
         os.kill(victim["pid"], signal.SIGKILL)
-        wait_for(lambda: (lambda p: p["pid"] != victim["pid"] and pid_alive(p["pid"]))(up.cluster()["processes"][1]),
-                 60, what="host process restarted")
+        wait_for(
+            lambda: (lambda p: p["pid"] != victim["pid"] and pid_alive(p["pid"]))(
+                up.cluster()["processes"][1]
+            ),
+            60,
+            what="host process restarted",
+        )
 
         def healthy():
             p = cli("status", "--state-dir", str(state), "--json", "--timeout", "5")
             if p.returncode != 0:
                 return None
             st = json.loads(p.stdout)
-            return st if len(st["nodes"]) == N and all(n["all_neighbors_connected"] for n in st["nodes"]) else None
+            return (
+                st
+                if len(st["nodes"]) == N and all(n["all_neighbors_connected"] for n in st["nodes"])
+                else None
+            )
 
         wait_for(healthy, 120, what="all 64 nodes healthy again")
-        assert {n["pid"] for n in up.cluster()["nodes"][32:]} == {up.cluster()["processes"][1]["pid"]}
+        assert {n["pid"] for n in up.cluster()["nodes"][32:]} == {
+            up.cluster()["processes"][1]["pid"]
+        }
         for i, before in certs.items():  # same node id, vertex and key after the rejoin
-            a, b = json.loads(before), json.loads((state / "nodes" / f"n{i}" / "identity.json").read_text())
-            assert (a["node_id"], a["vertex"], a["key_sha256"]) == (b["node_id"], b["vertex"], b["key_sha256"])
+            a, b = (
+                json.loads(before),
+                json.loads((state / "nodes" / f"n{i}" / "identity.json").read_text()),
+            )
+            assert (a["node_id"], a["vertex"], a["key_sha256"]) == (
+                b["node_id"],
+                b["vertex"],
+                b["key_sha256"],
+            )
     finally:
         up.close()

@@ -5,6 +5,7 @@ networked run that trains to a stated accuracy, the privacy report, budget refus
 and bad local data refused with a reason, the CLI and the client, and a node killed mid-walk
 (deviation recorded and accounted, or the run pauses — never a silently lost token).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import cluster, synthetic_shards, wait_for  # noqa: E402
+from helpers.runs import cluster, synthetic_shards, wait_for  # noqa: E402
 
 from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
 from hushnet.protocols.registry import build_from_spec  # noqa: E402
@@ -36,8 +35,18 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def spec_for(**kw) -> RunSpec:
-    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=300, seed=11, budget=Budget(1e6, 1e-5),
-                sigma=0.2, clip=1.0, step_size=0.1, cap=None)
+    base = dict(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=300,
+        seed=11,
+        budget=Budget(1e6, 1e-5),
+        sigma=0.2,
+        clip=1.0,
+        step_size=0.1,
+        cap=None,
+    )
     base.update(kw)
     return RunSpec(**base).with_run_id()
 
@@ -60,7 +69,9 @@ def tasks_of(net):
 
 def test_parity_and_accuracy_networked_run(net):
     c: Client = net["client"]
-    spec = spec_for(noise="public-seed")  # reproducible noise: the only way a network run can equal the simulator
+    spec = spec_for(
+        noise="public-seed"
+    )  # reproducible noise: the only way a network run can equal the simulator
     run_id = c.start_run(spec)
     out = c.watch(run_id, progress=False, timeout=120)
     assert out.state == "finished", out
@@ -84,7 +95,9 @@ def test_parity_and_accuracy_networked_run(net):
         cost = contribution_cost(spec, v, ids)
         curves = cost.curves(spec.sigma) * counts[v]
         for j, t in enumerate(cost.targets):
-            assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curves[j], spec.budget.delta), rel=1e-12)
+            assert r["certified"][t] == pytest.approx(
+                dp_from_rdp(cost.orders, curves[j], spec.budget.delta), rel=1e-12
+            )
         assert set(r["paper"]) == set(cost.targets)  # paper values present, labelled separately
         assert "not a guarantee" in r["paper_bound"]
     assert sum(rep.per_node[i]["contributions"] for i in ids) == spec.steps
@@ -154,8 +167,11 @@ def test_bad_specs_and_data_are_refused_with_reasons(net):
 
     ca_key, ca_cert = pki.create_ca("rogue CA")
     rogue = sign_spec(spec, ca_key, pki.cert_to_pem(ca_cert))
-    for payload, needle in ((good.to_bytes(), "does not verify"), (json.dumps(unsigned).encode(), "unsigned"),
-                            (rogue.to_bytes(), "not issued by this network's CA")):
+    for payload, needle in (
+        (good.to_bytes(), "does not verify"),
+        (json.dumps(unsigned).encode(), "unsigned"),
+        (rogue.to_bytes(), "not issued by this network's CA"),
+    ):
         d = c._call(aio._control("n0", "run.submit", payload))
         assert not d["accept"] and needle in d["reason"], d
 
@@ -195,7 +211,9 @@ delta = 1e-5
     py = sys.executable
 
     def hush(*a, timeout=120):
-        return subprocess.run([py, "-m", "hushnet.cli", *a], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            [py, "-m", "hushnet.cli", *a], capture_output=True, text=True, timeout=timeout, cwd=REPO
+        )
 
     r = hush("run", "start", str(spec_path), "--state-dir", state, "--json")
     assert r.returncode == 0, r.stderr
@@ -204,15 +222,29 @@ delta = 1e-5
     assert r.returncode == 0 and "finished at step 120/120" in r.stdout, r.stdout + r.stderr
     png = tmp_path / "heat.png"
     r = hush("run", "report", run_id, "--state-dir", state, "--png", str(png))
-    assert r.returncode == 0 and "worst pair ε" in r.stdout and "certified" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "worst pair ε" in r.stdout and "certified" in r.stdout, (
+        r.stdout + r.stderr
+    )
     assert png.stat().st_size > 10_000
     r = hush("run", "list", "--state-dir", state)
     assert run_id in r.stdout and "finished" in r.stdout
-    r = hush("run", "watch", "run-doesnotexist", "--state-dir", state, "--pause-timeout", "2", "--timeout", "5")
+    r = hush(
+        "run",
+        "watch",
+        "run-doesnotexist",
+        "--state-dir",
+        state,
+        "--pause-timeout",
+        "2",
+        "--timeout",
+        "5",
+    )
     assert r.returncode != 0 and "no run" in r.stderr and "Traceback" not in r.stderr
 
 
-def _forge(state: pathlib.Path, as_node: str, to_node: str, address: str, run_id: str, payload: bytes) -> str:
+def _forge(
+    state: pathlib.Path, as_node: str, to_node: str, address: str, run_id: str, payload: bytes
+) -> str:
     """Deliver an envelope to ``to_node`` with ``as_node``'s own TLS identity (a misbehaving neighbour);
     returns the error the node answered with ('' if accepted)."""
     import asyncio
@@ -224,17 +256,26 @@ def _forge(state: pathlib.Path, as_node: str, to_node: str, address: str, run_id
     from hushnet.v1 import envelope_pb2 as epb
 
     nd = state / "nodes" / as_node
-    creds = pki.channel_credentials((nd / "ca.pem").read_bytes(), (nd / "node.key").read_bytes(),
-                                    (nd / "node.pem").read_bytes())
+    creds = pki.channel_credentials(
+        (nd / "ca.pem").read_bytes(), (nd / "node.key").read_bytes(), (nd / "node.pem").read_bytes()
+    )
 
     async def go() -> str:
-        async with grpc.aio.secure_channel(address, creds,
-                                           options=[("grpc.ssl_target_name_override", pki.node_dns(to_node))]) as ch:
-            call = ch.unary_unary("/hushnet.v1.Peer/Deliver", request_serializer=None,
-                                  response_deserializer=epb.DeliveryAck.FromString)
+        async with grpc.aio.secure_channel(
+            address, creds, options=[("grpc.ssl_target_name_override", pki.node_dns(to_node))]
+        ) as ch:
+            call = ch.unary_unary(
+                "/hushnet.v1.Peer/Deliver",
+                request_serializer=None,
+                response_deserializer=epb.DeliveryAck.FromString,
+            )
             try:
-                await call(encode_envelope("hushnet.run", run_id, 2**40 + len(payload), payload, as_node, to_node),
-                           timeout=10)
+                await call(
+                    encode_envelope(
+                        "hushnet.run", run_id, 2**40 + len(payload), payload, as_node, to_node
+                    ),
+                    timeout=10,
+                )
                 return ""
             except grpc.aio.AioRpcError as exc:
                 return exc.details()
@@ -248,12 +289,26 @@ def test_forged_tokens_from_a_real_neighbour_are_refused(net):
     c: Client = net["client"]
     spec = spec_for(seed=41, steps=3000, sigma=0.5)
     run_id = c.start_run(spec)
-    wait_for(lambda: max(s["step"] for s in c.statuses(run_id).values() if isinstance(s, dict)) > 400, timeout=60)
+    wait_for(
+        lambda: max(s["step"] for s in c.statuses(run_id).values() if isinstance(s, dict)) > 400,
+        timeout=60,
+    )
     n0 = net["cluster"].nodes[0].address
     # wrong model dimension, and a stale step-1 token (n0 has handled later steps): both refused, reasons returned
-    err_dim = _forge(net["state"], "n1", "n0", n0, run_id, encode_token(500_000 % 2999 + 1, spec.steps, 0, 0, np.zeros(9)))
-    err_replay = _forge(net["state"], "n1", "n0", n0, run_id, encode_token(1, spec.steps, 0, 0, np.zeros(5)))
-    err_run = _forge(net["state"], "n1", "n0", n0, "run-unknown", encode_token(1, spec.steps, 0, 0, np.zeros(5)))
+    err_dim = _forge(
+        net["state"],
+        "n1",
+        "n0",
+        n0,
+        run_id,
+        encode_token(500_000 % 2999 + 1, spec.steps, 0, 0, np.zeros(9)),
+    )
+    err_replay = _forge(
+        net["state"], "n1", "n0", n0, run_id, encode_token(1, spec.steps, 0, 0, np.zeros(5))
+    )
+    err_run = _forge(
+        net["state"], "n1", "n0", n0, "run-unknown", encode_token(1, spec.steps, 0, 0, np.zeros(5))
+    )
     assert "wrong-dimension" in err_dim, err_dim
     assert "replay" in err_replay, err_replay
     assert "unknown-run" in err_run, err_run
@@ -261,7 +316,9 @@ def test_forged_tokens_from_a_real_neighbour_are_refused(net):
     assert out.state == "finished"
     rep = c.report(run_id)
     assert [f["code"] for f in rep.per_node["n0"]["faults_list"]] == ["wrong-dimension", "replay"]
-    assert sum(rep.per_node[f"n{i}"]["contributions"] for i in range(N)) == spec.steps  # ledgers exact
+    assert (
+        sum(rep.per_node[f"n{i}"]["contributions"] for i in range(N)) == spec.steps
+    )  # ledgers exact
     ledgers = c.ledgers()
     assert all(isinstance(v, dict) for v in ledgers.values())
 
@@ -272,8 +329,16 @@ def test_killed_node_mid_walk_deviation_or_pause(net):
     # two walks at once: one deviates around a dead neighbour, the other pauses for it
     dev = c.start_run(spec_for(seed=31, steps=4000, on_peer_down="deviate", sigma=0.5))
     pause = c.start_run(spec_for(seed=32, steps=4000, on_peer_down="pause", sigma=0.5))
-    wait_for(lambda: min(max(s["step"] for s in c.statuses(r).values() if isinstance(s, dict)) for r in (dev, pause))
-             > 200, timeout=60)
+    wait_for(
+        lambda: (
+            min(
+                max(s["step"] for s in c.statuses(r).values() if isinstance(s, dict))
+                for r in (dev, pause)
+            )
+            > 200
+        ),
+        timeout=60,
+    )
     victim = cl.nodes[5]
     victim.proc.kill()
     victim.proc.wait(timeout=10)
@@ -283,9 +348,13 @@ def test_killed_node_mid_walk_deviation_or_pause(net):
         assert all(d.get("dead_node") == "n5" for d in out.deviations)
         rep = c.report(dev)
         # every live node topped up; the dead one is named as not yet accounted (issue 14), not hidden
-        assert set(rep.summary()["deviation_unaccounted"]) == {"n5"}, rep.summary()["deviation_unaccounted"]
+        assert set(rep.summary()["deviation_unaccounted"]) == {"n5"}, rep.summary()[
+            "deviation_unaccounted"
+        ]
         assert not rep.summary()["deviation_accounted"]
-        assert "n5" in rep.summary()["errors"]  # the dead node's own report is unavailable, and says so
+        assert (
+            "n5" in rep.summary()["errors"]
+        )  # the dead node's own report is unavailable, and says so
     else:  # the killed node held the token: the run ends visibly as holder-lost, naming the node
         assert out.state in ("paused", "holder-lost") and "n5" in out.reason, out
     out2 = c.watch(pause, progress=False, timeout=180, pause_timeout=8)

@@ -1,6 +1,7 @@
 """notebooks/quickstart.ipynb runs end to end (nbclient, a real kernel, a real local network) and shows
 a finished run, a refusal with a reason, the certified report, the plots, the model's accuracy and the
 same model and the nodes' ledgers through the ``hushnet`` command line."""
+
 from __future__ import annotations
 
 import pathlib
@@ -18,7 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 def test_quickstart_notebook_executes(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
     text, images = [], 0
     for cell in nb.cells:
@@ -34,8 +37,12 @@ def test_quickstart_notebook_executes(tmp_path):
     assert m and float(m.group(1)) >= float(m.group(2)) > 0
     acc = float(re.search(r"held-out accuracy=([0-9.]+)", joined).group(1))
     assert acc >= 0.8
-    assert re.search(r"model of n\d at step 300, dim 5", joined)  # Client.result (4 weights + bias), where from
-    assert "cli model == client model: True" in joined  # hushnet run model --out, exactly the client's
+    assert re.search(
+        r"model of n\d at step 300, dim 5", joined
+    )  # Client.result (4 weights + bias), where from
+    assert (
+        "cli model == client model: True" in joined
+    )  # hushnet run model --out, exactly the client's
     assert "MAX EPSILON" in joined and "certified" in joined  # hushnet run ledger's table
     assert images >= 1
     assert "network stopped" in joined

@@ -7,6 +7,7 @@ curve), and a node whose budget is too small refuses with the reason.  The centr
 operator's client is the trusted aggregator, the nodes answer its gradient requests over the
 control channel; it trains and equals the simulator.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -15,9 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import cluster, synthetic_shards  # noqa: E402
+from helpers.runs import cluster, synthetic_shards  # noqa: E402
 
 from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
 from hushnet.protocols.registry import build_from_spec  # noqa: E402
@@ -38,8 +37,13 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def spec_for(protocol: str, **kw) -> RunSpec:
     ring = protocol.startswith("pad-ring-")
-    base: dict = dict(protocol=protocol, graph=f"ring:{N}" if ring else f"complete:{N}", seed=5,
-                      budget=Budget(1e4, 1e-5), noise="public-seed")
+    base: dict = dict(
+        protocol=protocol,
+        graph=f"ring:{N}" if ring else f"complete:{N}",
+        seed=5,
+        budget=Budget(1e4, 1e-5),
+        noise="public-seed",
+    )
     if ring:
         base.update(rounds=3, steps=0)
     else:
@@ -56,7 +60,7 @@ def spec_for(protocol: str, **kw) -> RunSpec:
 def net(tmp_path_factory):
     state = tmp_path_factory.mktemp("pad-net")
     shards = [(np.array([[float(v)]]), np.zeros(1)) for v in VALUES]
-    with cluster(state, N, f"complete:{N}", shards, epsilon=1e4, delta=1e-5) as c:
+    with cluster(state, N, f"complete:{N}", shards, epsilon=1e4, delta=1e-5):
         client = Client(state)
         try:
             yield {"state": state, "client": client}
@@ -69,7 +73,9 @@ def _tasks(state: pathlib.Path, spec: RunSpec, data: str = "data.npz"):
     return [load_task(spec, NodePolicy(None, state / "nodes" / f"n{i}" / data)) for i in range(N)]
 
 
-@pytest.mark.parametrize("protocol", ["pad-ring-sum", "pad-ring-histogram", "pad-complete-sum", "pad-complete-histogram"])
+@pytest.mark.parametrize(
+    "protocol", ["pad-ring-sum", "pad-ring-histogram", "pad-complete-sum", "pad-complete-histogram"]
+)
 def test_pad_run_over_the_network_equals_the_simulator(net, protocol):
     c: Client = net["client"]
     spec = spec_for(protocol)
@@ -85,11 +91,15 @@ def test_pad_run_over_the_network_equals_the_simulator(net, protocol):
     np.testing.assert_allclose(got, sim.model, rtol=0, atol=1e-12)
     assert f"n{sim.finish.node}" == out.holder
     if protocol == "pad-ring-sum":
-        assert out.holder == f"n{N - 1}"  # the directed ring in vertex order ends at the last vertex
+        assert (
+            out.holder == f"n{N - 1}"
+        )  # the directed ring in vertex order ends at the last vertex
 
     rep = c.report(run_id)
     held = rep.per_node[out.holder]["result"]
-    assert np.allclose(held["estimate"], np.asarray(sim.finish.result["estimate"]), rtol=0, atol=1e-12)
+    assert np.allclose(
+        held["estimate"], np.asarray(sim.finish.result["estimate"]), rtol=0, atol=1e-12
+    )
     kind = "value" if protocol.endswith("-sum") else "rr"
     counts = sim.ledger_counts(kind)
     assert counts.sum() == total
@@ -99,9 +109,13 @@ def test_pad_run_over_the_network_equals_the_simulator(net, protocol):
         cost = pad_cost(spec, v, IDS)
         curve = cost.curves() * counts[v]
         for j, t in enumerate(cost.targets):
-            assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12)
+            assert r["certified"][t] == pytest.approx(
+                dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12
+            )
         assert r["certified_bound"] == cost.bound_name
-        assert r["paper_bound"] is None or r["paper_bound"].startswith("paper:")  # never mixed with the charge
+        assert r["paper_bound"] is None or r["paper_bound"].startswith(
+            "paper:"
+        )  # never mixed with the charge
         assert "NOT private" in r["noise_source"]
         if protocol.startswith("pad-ring-"):
             # exactly K contributions: charged = projected, target by target
@@ -122,7 +136,11 @@ def test_pad_budget_too_small_is_refused_with_the_reason(net):
         with pytest.raises(RunRefusedError) as ei:
             c.start_run(spec)
         d = ei.value.decisions
-        assert not d["n3"]["accept"] and "over budget" in d["n3"]["reason"] and "Thm 1" in d["n3"]["reason"]
+        assert (
+            not d["n3"]["accept"]
+            and "over budget" in d["n3"]["reason"]
+            and "Thm 1" in d["n3"]["reason"]
+        )
         assert all(d[i]["accept"] for i in IDS if i != "n3")
     finally:
         NodePolicy.write(n3, epsilon=1e4, delta=1e-5, data_path="data.npz")
@@ -135,7 +153,9 @@ def test_ring_sum_refuses_deviation_and_undeclared_dimension():
     # the certified ring row is the Gaussian mechanism composed K times: K·α·Δ²/(2σ²) at every order
     spec = spec_for("pad-ring-sum")
     cost = pad_cost(spec, 0, IDS)
-    np.testing.assert_allclose(cost.curves()[0] * spec.rounds, spec.rounds * cost.orders * 16.0 / (2 * 1.5**2))
+    np.testing.assert_allclose(
+        cost.curves()[0] * spec.rounds, spec.rounds * cost.orders * 16.0 / (2 * 1.5**2)
+    )
     dec = pad_projector(spec, 2, None)
     assert dec.accept and dec.epsilon_row[2] == 0.0 and np.all(dec.epsilon_row[[0, 1, 3, 4, 5]] > 0)
 
@@ -144,12 +164,24 @@ def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator
     c: Client = net["client"]
     state = net["state"]
     shards, (Xt, yt) = synthetic_shards(N, per_node=20, d=4, seed=1)
-    for i, (X, y) in enumerate(shards):  # the nodes switch to labelled data for this run (policy read per submit)
+    for i, (X, y) in enumerate(
+        shards
+    ):  # the nodes switch to labelled data for this run (policy read per submit)
         np.savez(state / "nodes" / f"n{i}" / "logreg.npz", X=X, y=y)
         NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="logreg.npz")
     try:
-        spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=40, seed=7,
-                       budget=Budget(1e4, 1e-5), sigma=0.05, clip=1.0, step_size=0.5, noise="public-seed").with_run_id()
+        spec = RunSpec(
+            protocol="central-dpsgd",
+            task="logreg",
+            graph=f"complete:{N}",
+            steps=40,
+            seed=7,
+            budget=Budget(1e4, 1e-5),
+            sigma=0.05,
+            clip=1.0,
+            step_size=0.5,
+            noise="public-seed",
+        ).with_run_id()
         with pytest.raises(ClientError, match="run_central"):
             c.start_run(spec)  # nobody but the operator's aggregator can drive it
         o = c.run_central(spec, progress=False)
@@ -160,10 +192,14 @@ def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator
         sim = Simulator(build_from_spec(spec, tasks)).run()
         assert sim.status == "finished"
         np.testing.assert_allclose(o.model, sim.model, rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(c.model(spec.run_id), o.model)  # the model lives with the operator
+        np.testing.assert_array_equal(
+            c.model(spec.run_id), o.model
+        )  # the model lives with the operator
         assert tasks[0].evaluate(o.model, Xt, yt)["accuracy"] >= 0.85
 
-        assert c.watch(spec.run_id, progress=False, timeout=30).state == "finished"  # closed everywhere = ended
+        assert (
+            c.watch(spec.run_id, progress=False, timeout=30).state == "finished"
+        )  # closed everywhere = ended
         rep = c.report(spec.run_id)
         text = rep.format_table()
         assert "certified" in text and "view: central: other nodes see noisy models only" in text
@@ -178,7 +214,9 @@ def test_central_dpsgd_baseline_over_the_network_trains_and_equals_the_simulator
             cost = central_cost(spec, v, IDS)
             curve = cost.curves(spec.sigma) * counts[v]
             for j, t in enumerate(cost.targets):
-                assert r["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12)
+                assert r["certified"][t] == pytest.approx(
+                    dp_from_rdp(cost.orders, curve[j], spec.budget.delta), rel=1e-12
+                )
                 assert r["certified"][t] <= r["projected"][t] * (1 + 1e-9)
             assert r["state"] == "closed"
 
@@ -199,19 +237,45 @@ epsilon = 1000.0
 delta = 1e-5
 """)
         out_npy = tmp_path / "central.npy"
-        r = subprocess.run([sys.executable, "-m", "hushnet.cli", "run", "start", str(spec_path), "--state-dir", str(state),
-                            "--model-out", str(out_npy)], capture_output=True, text=True, timeout=120, cwd=REPO)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hushnet.cli",
+                "run",
+                "start",
+                str(spec_path),
+                "--state-dir",
+                str(state),
+                "--model-out",
+                str(out_npy),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "NOT decentralized" in r.stdout and "finished at step 20/20" in r.stdout, r.stdout
         assert np.load(out_npy).shape == o.model.shape
     finally:
         for i in range(N):
-            NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
+            NodePolicy.write(
+                state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz"
+            )
 
 
 def test_central_projector_refuses_over_budget_and_names_the_baseline():
-    spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=40, seed=7,
-                   budget=Budget(1.0, 1e-5), sigma=0.05, clip=1.0).with_run_id()
+    spec = RunSpec(
+        protocol="central-dpsgd",
+        task="logreg",
+        graph=f"complete:{N}",
+        steps=40,
+        seed=7,
+        budget=Budget(1.0, 1e-5),
+        sigma=0.05,
+        clip=1.0,
+    ).with_run_id()
     dec = central_projector(spec, 0, None)
     assert not dec.accept and "over budget" in dec.reason and "NOT decentralized" in dec.reason
     ok = central_projector(RunSpec(**{**spec.__dict__, "sigma": 50.0, "run_id": ""}), 0, None)
@@ -242,15 +306,29 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
         np.savez(state / "nodes" / f"n{i}" / "logreg.npz", X=X, y=y)
         NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="logreg.npz")
     try:
-        spec = RunSpec(protocol="central-dpsgd", task="logreg", graph=f"complete:{N}", steps=5, seed=9,
-                       budget=Budget(1e4, 1e-5), sigma=1.0, clip=1.0, step_size=0.1).with_run_id()
+        spec = RunSpec(
+            protocol="central-dpsgd",
+            task="logreg",
+            graph=f"complete:{N}",
+            steps=5,
+            seed=9,
+            budget=Budget(1e4, 1e-5),
+            sigma=1.0,
+            clip=1.0,
+            step_size=0.1,
+        ).with_run_id()
         _, decisions = c.submit(spec)
         assert all(d["accept"] for d in decisions.values()), decisions
         dim = decisions["n1"]["model_dim"]
 
         def ask(payload: bytes):
-            return c._call(c.aio._control("n1", "run.gradient", {"run_id": spec.run_id,
-                                                                  "request_b64": base64.b64encode(payload).decode()}))
+            return c._call(
+                c.aio._control(
+                    "n1",
+                    "run.gradient",
+                    {"run_id": spec.run_id, "request_b64": base64.b64encode(payload).decode()},
+                )
+            )
 
         req = encode_token(0, spec.steps, 0, N, np.zeros(dim), kind=KIND_GRADIENT_REQUEST)
         reply = ask(req)
@@ -258,18 +336,24 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
         with pytest.raises(ClientError, match="(?i)replay|step 0"):
             ask(req)  # the same step again
         with pytest.raises(ClientError):
-            ask(encode_token(1, spec.steps, 0, N, np.zeros(dim + 3), kind=KIND_GRADIENT_REQUEST))  # wrong dimension
+            ask(
+                encode_token(1, spec.steps, 0, N, np.zeros(dim + 3), kind=KIND_GRADIENT_REQUEST)
+            )  # wrong dimension
         st = c.statuses(spec.run_id)["n1"]
         assert st["contributions"] == 1 and st["faults"] >= 1  # one gradient left, one charge
         rep = c.report(spec.run_id).per_node["n1"]
         cost = central_cost(spec, 1, IDS)
         one = cost.curves(spec.sigma)
         for j, t in enumerate(cost.targets):  # exactly one contribution charged for this run
-            assert rep["certified"][t] == pytest.approx(dp_from_rdp(cost.orders, one[j], spec.budget.delta), rel=1e-12)
+            assert rep["certified"][t] == pytest.approx(
+                dp_from_rdp(cost.orders, one[j], spec.budget.delta), rel=1e-12
+            )
     finally:
         c.cancel(spec.run_id)
         for i in range(N):
-            NodePolicy.write(state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz")
+            NodePolicy.write(
+                state / "nodes" / f"n{i}", epsilon=1e4, delta=1e-5, data_path="data.npz"
+            )
 
 
 def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
@@ -294,8 +378,15 @@ def test_paper_values_are_labelled_and_only_where_the_theorem_applies():
     cert = pad_projector(ring, 0, None).epsilon_row
     assert label.startswith("paper: P-AD Thm 1") and row[0] == 0.0
     assert np.all(row[1:] >= cert[1:])  # the printed composition is looser than what is charged
-    assert pad_paper_bound(spec_for("pad-ring-sum"), 0) is None  # σ=1.5: per-visit ε ≥ 1, outside Thm 1
+    assert (
+        pad_paper_bound(spec_for("pad-ring-sum"), 0) is None
+    )  # σ=1.5: per-visit ε ≥ 1, outside Thm 1
     assert pad_paper_bound(spec_for("pad-ring-histogram"), 0) is None  # Thm 2 needs n ≥ 1000
     big = spec_for("pad-complete-sum", graph="complete:1000", steps=100_000, sigma=60.0)
     row, label = pad_paper_bound(big, 3)
-    assert "hidden sender and receiver" in label and "not a guarantee" in label and row[3] == 0.0 and row[0] > 0
+    assert (
+        "hidden sender and receiver" in label
+        and "not a guarantee" in label
+        and row[3] == 0.0
+        and row[0] > 0
+    )

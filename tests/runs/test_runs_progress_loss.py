@@ -5,12 +5,14 @@ operator client).  The loss is reported only for the final model (released to th
 on a file the node owner put in its ``public/`` directory; a spec cannot make a node score a model
 on its private data.
 """
+
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
 import pytest
+from helpers.runs import synthetic_shards
 
 from hushnet.client.core import RunRefusedError
 from hushnet.runs.local_net import network
@@ -18,14 +20,22 @@ from hushnet.runs.spec import Budget, RunSpec
 from hushnet.tasks import LogisticRegressionTask
 from hushnet.tasks.data import PUBLIC_DIR
 
-from runs_helpers import synthetic_shards
-
 N, GRAPH = 4, "ring:4"
 
 
 def _spec(eval_data: str, seed: int) -> RunSpec:
-    return RunSpec(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=60, seed=seed, budget=Budget(1e6, 1e-5),
-                   sigma=0.5, clip=1.0, step_size=0.1, protocol_params={"eval_data": eval_data}).with_run_id()
+    return RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=60,
+        seed=seed,
+        budget=Budget(1e6, 1e-5),
+        sigma=0.5,
+        clip=1.0,
+        step_size=0.1,
+        protocol_params={"eval_data": eval_data},
+    ).with_run_id()
 
 
 def test_progress_events_carry_the_public_loss_of_the_final_model(tmp_path):
@@ -57,9 +67,13 @@ def test_progress_events_carry_the_public_loss_of_the_final_model(tmp_path):
     expected = LogisticRegressionTask(Xt, yt, clip=1.0).evaluate(w, Xt, yt)["loss"]
     assert out.loss_data == "test.npz"
     assert out.loss == pytest.approx(expected, rel=1e-12)
-    assert 0.0 < out.loss < 5.0 and out.loss != pytest.approx(np.log(2.0))  # a trained model's loss, not w = 0's
+    assert 0.0 < out.loss < 5.0 and out.loss != pytest.approx(
+        np.log(2.0)
+    )  # a trained model's loss, not w = 0's
     progress = [e for r in events.values() for e in r["events"] if e["type"] == "progress"]
     scored = [e for e in progress if "loss" in e]
     assert len(scored) == 1 and scored[0]["step"] == spec.steps and scored[0]["node"] == out.holder
     assert scored[0]["loss_of"] == "final model"
-    assert len(progress) > 1  # the in-run progress events exist, and carry no loss (intermediate models)
+    assert (
+        len(progress) > 1
+    )  # the in-run progress events exist, and carry no loss (intermediate models)

@@ -6,6 +6,7 @@ exactly the row of an uncached computation, (c) miss whenever any public input d
 walk length, contributions, view model, or the transition matrix itself — and (d) hand out
 read-only arrays, so one hosted node cannot change another's accounting.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,18 @@ N, GRAPH = 16, "hypercube:4"
 
 
 def _spec(**kw) -> RunSpec:
-    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=400, seed=5, budget=Budget(50.0, 1e-5),
-                sigma=8.0, clip=1.0, step_size=0.05, cap=40)
+    base = dict(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=400,
+        seed=5,
+        budget=Budget(50.0, 1e-5),
+        sigma=8.0,
+        clip=1.0,
+        step_size=0.05,
+        cap=40,
+    )
     base.update(kw)
     return RunSpec(**base).with_run_id()
 
@@ -66,8 +77,16 @@ def test_one_all_pairs_computation_for_all_hosted_nodes(counted) -> None:
     assert len(counted) == 1
 
 
-@pytest.mark.parametrize("change", [dict(sigma=9.0), dict(steps=500), dict(cap=20), dict(view_model="anonymous-sender"),
-                                    dict(graph="ring:16")])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(sigma=9.0),
+        dict(steps=500),
+        dict(cap=20),
+        dict(view_model="anonymous-sender"),
+        dict(graph="ring:16"),
+    ],
+)
 def test_any_public_change_misses(counted, change) -> None:
     spec = _spec()
     projected_row(spec, 0)

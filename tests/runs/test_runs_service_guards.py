@@ -9,6 +9,7 @@ service installed as in a node process), each with a data shard and a policy:
 * resubmitting a known run id with a bad signature is refused (point 9a);
 * a 100 000-deep JSON payload to ``run.submit`` is refused by the depth limit (point 9b).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,16 +17,14 @@ import json
 import logging
 import os
 import pathlib
-import sys
 from dataclasses import replace
 
 import pytest
 import uvloop
+from helpers.runs import synthetic_shards, write_node_data  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import synthetic_shards, write_node_data  # noqa: E402
-
-from hushnet.bootstrap.service import BootstrapConfig, serve as serve_bootstrap  # noqa: E402
+from hushnet.bootstrap.service import BootstrapConfig  # noqa: E402
+from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net import pki  # noqa: E402
 from hushnet.net.node import DeliveryError, Node, NodeConfig  # noqa: E402
 from hushnet.net.operator import Operator, OperatorCredentials  # noqa: E402
@@ -43,18 +42,37 @@ async def _network(tmp: pathlib.Path):
     shards, _ = synthetic_shards(N, per_node=10, d=3, seed=1)
     write_node_data(tmp, shards, epsilon=1e6, delta=1e-5)
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", GRAPH, "tok"), stop, ready))
-    await asyncio.wait([task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+    task = asyncio.create_task(
+        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", GRAPH, "tok"), stop, ready)
+    )
+    await asyncio.wait(
+        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
     if task.done():
         task.result()
     addr = json.loads((tmp / "b" / "bootstrap.json").read_text())["address"]
-    nodes = [Node(NodeConfig(tmp / "nodes" / f"n{i}", f"127.0.0.{60 + i}:0", addr, "tok", tmp / "b" / "ca.pem",
-                             node_id=f"n{i}", probe_s=0.3, directory_refresh_s=0.3, log_interval_s=LOG_INTERVAL))
-             for i in range(N)]
+    nodes = [
+        Node(
+            NodeConfig(
+                tmp / "nodes" / f"n{i}",
+                f"127.0.0.{60 + i}:0",
+                addr,
+                "tok",
+                tmp / "b" / "ca.pem",
+                node_id=f"n{i}",
+                probe_s=0.3,
+                directory_refresh_s=0.3,
+                log_interval_s=LOG_INTERVAL,
+            )
+        )
+        for i in range(N)
+    ]
     services = [RunService(nd).install() for nd in nodes]
     await asyncio.gather(*(nd.start() for nd in nodes))
     for _ in range(200):
-        if all(len(nd.links) == N - 1 and all(lk.healthy for lk in nd.links.values()) for nd in nodes):
+        if all(
+            len(nd.links) == N - 1 and all(lk.healthy for lk in nd.links.values()) for nd in nodes
+        ):
             break
         await asyncio.sleep(0.1)
     return nodes, services, stop, task
@@ -70,8 +88,17 @@ async def _shutdown(nodes, services, stop, task) -> None:
 
 
 def _signed(tmp: pathlib.Path, **kw) -> SignedRunSpec:
-    base = dict(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=30, seed=3, budget=Budget(1e6, 1e-5),
-                sigma=2.0, clip=1.0, step_size=0.1)
+    base = dict(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=GRAPH,
+        steps=30,
+        seed=3,
+        budget=Budget(1e6, 1e-5),
+        sigma=2.0,
+        clip=1.0,
+        step_size=0.1,
+    )
     base.update(kw)
     key = pki.load_key((tmp / "b" / "operator.key").read_bytes())
     return sign_spec(RunSpec(**base).with_run_id(), key, (tmp / "b" / "operator.pem").read_bytes())
@@ -82,7 +109,9 @@ async def _control(tmp: pathlib.Path, node: Node, command: str, payload) -> dict
         return await op.control(node.node_id, node.address, command, payload)
 
 
-def test_neighbour_cannot_start_resubmission_rechecked_deep_json_refused(tmp_path: pathlib.Path) -> None:
+def test_neighbour_cannot_start_resubmission_rechecked_deep_json_refused(
+    tmp_path: pathlib.Path,
+) -> None:
     async def go():
         nodes, services, stop, task = await _network(tmp_path)
         try:
@@ -100,13 +129,21 @@ def test_neighbour_cannot_start_resubmission_rechecked_deep_json_refused(tmp_pat
             st = await _control(tmp_path, n0, "run.status", {"run_id": rid})
             assert st["state"] == "accepted" and st["early_buffered"] == 1
             # point 9a: same run id, signature that does not verify -> refused, the run is untouched
-            forged = SignedRunSpec(signed.spec, bytes(reversed(signed.signature)), signed.certificate_pem)
+            forged = SignedRunSpec(
+                signed.spec, bytes(reversed(signed.signature)), signed.certificate_pem
+            )
             dec = await _control(tmp_path, n0, "run.submit", forged.to_bytes())
             assert dec["accept"] is False and "signature" in dec["reason"], dec
             # ... and a spec with the same run id signed by a key that is not the operator's
-            other = sign_spec(replace(signed.spec, run_id=""), pki.generate_key(), signed.certificate_pem)
-            dec = await _control(tmp_path, n0, "run.submit", SignedRunSpec(signed.spec, other.signature,
-                                                                           signed.certificate_pem).to_bytes())
+            other = sign_spec(
+                replace(signed.spec, run_id=""), pki.generate_key(), signed.certificate_pem
+            )
+            dec = await _control(
+                tmp_path,
+                n0,
+                "run.submit",
+                SignedRunSpec(signed.spec, other.signature, signed.certificate_pem).to_bytes(),
+            )
             assert dec["accept"] is False and "signature" in dec["reason"], dec
             # the genuine resubmission is still "already accepted"
             dec = await _control(tmp_path, n0, "run.submit", signed.to_bytes())
@@ -114,7 +151,9 @@ def test_neighbour_cannot_start_resubmission_rechecked_deep_json_refused(tmp_pat
             # point 9b: 100 000-deep JSON is a refusal by the depth limit, not a RecursionError
             deep = b"[" * 100_000 + b"]" * 100_000
             dec = await _control(tmp_path, n0, "run.submit", deep)
-            assert dec["accept"] is False and "nested" in dec["reason"] and "limit" in dec["reason"], dec
+            assert (
+                dec["accept"] is False and "nested" in dec["reason"] and "limit" in dec["reason"]
+            ), dec
             with pytest.raises(Exception, match="nested"):
                 await _control(tmp_path, n0, "run.status", b'{"run_id": ' + deep + b"}")
             assert run.state == "accepted"
@@ -132,9 +171,13 @@ def test_malformed_message_flood_logs_a_few_counted_lines(tmp_path: pathlib.Path
         try:
             n0 = nodes[0]
             caplog.clear()
-            for i in range(n_refused):  # envelopes for runs n1 does not know: the run service refuses each
+            for i in range(
+                n_refused
+            ):  # envelopes for runs n1 does not know: the run service refuses each
                 with pytest.raises(DeliveryError):
-                    await n0.send("n1", os.urandom(40), protocol=RUN_PROTOCOL, run_id=f"run-{i:05d}")
+                    await n0.send(
+                        "n1", os.urandom(40), protocol=RUN_PROTOCOL, run_id=f"run-{i:05d}"
+                    )
             link = n0.links["n1"]
             for _ in range(n_garbage):  # bytes that are not an Envelope at all
                 with pytest.raises(Exception):
@@ -149,7 +192,9 @@ def test_malformed_message_flood_logs_a_few_counted_lines(tmp_path: pathlib.Path
 
     with caplog.at_level(logging.WARNING):
         uvloop.run(go())
-    mine = [r for r in caplog.records if getattr(r, "node", "") == "n1" and r.levelno >= logging.WARNING]
+    mine = [
+        r for r in caplog.records if getattr(r, "node", "") == "n1" and r.levelno >= logging.WARNING
+    ]
     assert len(mine) <= 12, [r.getMessage() for r in mine]
     assert not any(r.exc_info for r in mine), "no traceback for refused messages"
     counts: dict[str, int] = {}
@@ -158,5 +203,6 @@ def test_malformed_message_flood_logs_a_few_counted_lines(tmp_path: pathlib.Path
     assert counts.get("refused:hushnet.run:unknown-run") == n_refused, counts
     assert counts.get("rejected:malformed-envelope") == n_garbage, counts
     assert counts.get("rejected:unknown-protocol") == n_unknown, counts
-    assert any(r.getMessage().startswith(f"{n_refused - 1} more refused:hushnet.run") for r in mine), \
-        [r.getMessage() for r in mine]
+    assert any(
+        r.getMessage().startswith(f"{n_refused - 1} more refused:hushnet.run") for r in mine
+    ), [r.getMessage() for r in mine]

@@ -4,6 +4,7 @@ Real certificates from a real bootstrap authority: the first node of a process c
 certificate chain and signature; the others reuse that verdict for the *same* bytes only — a tampered
 spec, another signature, a different run id or another network's CA are each checked (and refused) again.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,8 +53,17 @@ def test_one_check_per_process_and_every_change_rechecked(tmp_path: pathlib.Path
     auth = load_or_create(tmp_path / "b", token="tok")
     op_key = pki.load_key((tmp_path / "b" / "operator.key").read_bytes())
     op_cert = (tmp_path / "b" / "operator.pem").read_bytes()
-    spec = RunSpec(protocol="rw-dpsgd", task="logreg", graph="ring:8", steps=40, seed=5, budget=Budget(10.0, 1e-5),
-                   sigma=2.0, clip=1.0, step_size=0.1)
+    spec = RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph="ring:8",
+        steps=40,
+        seed=5,
+        budget=Budget(10.0, 1e-5),
+        sigma=2.0,
+        clip=1.0,
+        step_size=0.1,
+    )
     signed = sign_spec(spec, op_key, op_cert)
     nodes = [_node(auth.ca_pem) for _ in range(32)]
     for nd in nodes:  # 32 hosted nodes receive the same bytes
@@ -64,17 +74,25 @@ def test_one_check_per_process_and_every_change_rechecked(tmp_path: pathlib.Path
     tampered = SignedRunSpec(dataclasses.replace(signed.spec, steps=41), signed.signature, op_cert)
     with pytest.raises(SpecError):
         nodes[0]._verify(tampered)
-    wrong_id = SignedRunSpec(dataclasses.replace(signed.spec, run_id="r-forged"), signed.signature, op_cert)
+    wrong_id = SignedRunSpec(
+        dataclasses.replace(signed.spec, run_id="r-forged"), signed.signature, op_cert
+    )
     with pytest.raises(SpecError):
         nodes[1]._verify(wrong_id)
-    other = load_or_create(tmp_path / "other", token="tok")  # another network's CA: not our operator
+    other = load_or_create(
+        tmp_path / "other", token="tok"
+    )  # another network's CA: not our operator
     with pytest.raises(SpecError, match="not issued by this network's CA"):
         _node(other.ca_pem)._verify(signed)
-    assert len(counted) == 3  # tampered and wrong run id reached the signature check; the foreign CA stopped before
+    assert (
+        len(counted) == 3
+    )  # tampered and wrong run id reached the signature check; the foreign CA stopped before
     with pytest.raises(SpecError):  # a failure is not remembered: refused again, checked again
         nodes[2]._verify(tampered)
     assert len(counted) == 4
-    resigned = sign_spec(spec, op_key, op_cert)  # ECDSA: a new signature over the same spec is checked once more
+    resigned = sign_spec(
+        spec, op_key, op_cert
+    )  # ECDSA: a new signature over the same spec is checked once more
     nodes[3]._verify(resigned)
     nodes[4]._verify(resigned)
     assert len(counted) == 5

@@ -6,23 +6,25 @@ its contribution.  Now envelopes that arrive before ``run.start`` are buffered (
 per run) and replayed in order when the operator starts the run; beyond the bound they are
 dropped, counted and logged once.  Real machines, a real SQLite ledger, delivery by hand.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
 
-import pytest
+from test_runs_driver import _drivers, _pump, _spec
 
 from hushnet.runs.driver import MAX_EARLY_MESSAGES, RunRefused
-from test_runs_driver import _drivers, _pump, _spec
 
 
 def test_random_bytes_from_a_neighbour_do_not_start_the_run(tmp_path) -> None:
     async def go():
         spec = _spec(steps=20)
         drivers, outbox = _drivers(tmp_path, spec)
-        start_node = drivers[spec.start]  # RunStarted here charges the first contribution and sends the token
+        start_node = drivers[
+            spec.start
+        ]  # RunStarted here charges the first contribution and sends the token
         start_node.on_message("n1", os.urandom(64))  # n1 is a ring neighbour of n0
         await asyncio.sleep(0.05)
         assert start_node.state == "accepted"
@@ -47,7 +49,9 @@ def test_a_token_that_races_ahead_of_the_start_is_replayed_not_lost(tmp_path) ->
     async def go():
         spec = _spec(steps=30)
         drivers, outbox = _drivers(tmp_path, spec)
-        drivers[0].start()  # the start node got run.start first; its token reaches n1 before n1's run.start
+        drivers[
+            0
+        ].start()  # the start node got run.start first; its token reaches n1 before n1's run.start
         await asyncio.sleep(0.05)
         early = [x for x in outbox if x[1] in ("n1", "n3")]
         assert early, outbox
@@ -85,7 +89,11 @@ def test_early_buffer_is_bounded_dropped_counted_and_logged_once(tmp_path, caplo
                     refused += 1
         assert refused == extra
         st = d.status()
-        assert st["state"] == "accepted" and st["early_buffered"] == MAX_EARLY_MESSAGES and st["early_dropped"] == extra
+        assert (
+            st["state"] == "accepted"
+            and st["early_buffered"] == MAX_EARLY_MESSAGES
+            and st["early_dropped"] == extra
+        )
         lines = [r for r in caplog.records if "before it was started" in r.getMessage()]
         assert len(lines) == 1
         for x in drivers:

@@ -7,16 +7,14 @@ the run with ``deviated`` — every node but n3 is topped up, n3 is reported as 
 on its state directory: it restores the run, asks its neighbours for the operator's signed close
 record, verifies it and applies its top-up — exactly once (forged records: test_runs_close_record.py).
 """
+
 from __future__ import annotations
 
 import pathlib
-import sys
 import time
 
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from runs_helpers import cluster, synthetic_shards, wait_for  # noqa: E402
+from helpers.runs import cluster, synthetic_shards, wait_for  # noqa: E402
 
 from hushnet.client import Client  # noqa: E402
 from hushnet.privacy.ledger import Ledger  # noqa: E402
@@ -40,17 +38,32 @@ def test_topup_reaches_a_node_that_was_down_at_close(tmp_path: pathlib.Path) -> 
     with cluster(tmp_path, N, GRAPH, shards, epsilon=1e6, delta=1e-5) as cl:
         c = Client(tmp_path)
         try:
-            spec = RunSpec(protocol="rw-dpsgd", task="logreg", graph=GRAPH, steps=400, seed=3, budget=Budget(1e6, 1e-5),
-                           sigma=0.5, clip=1.0, step_size=0.05, cap=None, on_peer_down="deviate").with_run_id()
+            spec = RunSpec(
+                protocol="rw-dpsgd",
+                task="logreg",
+                graph=GRAPH,
+                steps=400,
+                seed=3,
+                budget=Budget(1e6, 1e-5),
+                sigma=0.5,
+                clip=1.0,
+                step_size=0.05,
+                cap=None,
+                on_peer_down="deviate",
+            ).with_run_id()
             run_id = c.start_run(spec)
             victim = cl.nodes[VICTIM]
-            wait_for(lambda: _topups(tmp_path, victim.name, run_id)[0] >= 3, timeout=120, every=0.05)
+            wait_for(
+                lambda: _topups(tmp_path, victim.name, run_id)[0] >= 3, timeout=120, every=0.05
+            )
             victim.proc.kill()
             victim.proc.wait(timeout=10)
             out = c.watch(run_id, progress=False, timeout=200, pause_timeout=60)
             assert out.state == "finished", out
             before = _topups(tmp_path, victim.name, run_id)
-            assert before[1] == 0 and before[0] >= 3  # charged, not yet topped up: it was down at the close
+            assert (
+                before[1] == 0 and before[0] >= 3
+            )  # charged, not yet topped up: it was down at the close
             for v in range(N - 1):
                 assert _topups(tmp_path, f"n{v}", run_id)[1] == 1
             victim.spawn()  # nobody calls close again

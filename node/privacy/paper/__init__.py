@@ -12,6 +12,7 @@ it imports it lazily only where a caller explicitly asks for the labelled reprod
 (``bound="paper"``, ``method="classic"``).  A test checks that no certified module imports it at
 module level.
 """
+
 from __future__ import annotations
 
 __all__ = ["conversions", "koskela", "muffliato", "randomwalk"]

@@ -4,6 +4,7 @@ Mironov's ``ε = ε_α + ln(1/δ)/(α − 1)`` is valid but looser than the impr
 :mod:`hushnet.privacy.conversions`; Dwork–Roth's Gaussian calibration is valid only for ε ≤ 1.
 They are here so that reproductions print the papers' numbers, labelled "paper".
 """
+
 from __future__ import annotations
 
 import math
@@ -11,13 +12,19 @@ import warnings
 
 import numpy as np
 
-__all__ = ["gaussian_sigma_classic", "classic_epsilon_from_rdp_slope", "classic_linear_best_order_epsilon"]
+__all__ = [
+    "gaussian_sigma_classic",
+    "classic_epsilon_from_rdp_slope",
+    "classic_linear_best_order_epsilon",
+]
 
 
 def gaussian_sigma_classic(sensitivity: float, eps: float, delta: float) -> float:
     """Dwork–Roth ``σ = Δ sqrt(2 ln(1.25/δ))/ε``; only valid for ε ≤ 1 (kept because papers use it)."""
     if eps > 1.0:
-        warnings.warn("classic Gaussian calibration is only valid for eps <= 1", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "classic Gaussian calibration is only valid for eps <= 1", RuntimeWarning, stacklevel=2
+        )
     return float(sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / eps)
 
 

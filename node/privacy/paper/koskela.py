@@ -4,6 +4,7 @@ The spec (gossip.md §2.5) flags the theorem's explicit constants as not followi
 and the theorem counts the observers' own noise although an observer knows it.  The certified
 accountant is :mod:`hushnet.privacy.koskela` (exact divergence of the whole Gaussian view).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,9 @@ def thm15_sensitivities(W, T: int, *, aggregate: bool = False) -> np.ndarray:
     n = Wc.shape[0]
     lam = np.sort(np.abs(np.linalg.eigvalsh(Wc.toarray())))[::-1]
     rho = float(lam[1]) if n > 1 else 0.0
-    m = np.diff(Wc.indptr) + (Wc.diagonal() == 0)  # closed neighbourhood (the diagonal is in W's support)
+    m = np.diff(Wc.indptr) + (
+        Wc.diagonal() == 0
+    )  # closed neighbourhood (the diagonal is in W's support)
     if aggregate:  # secure summation: one observer row, S = e_iᵀ (Thm 15 with m = 1)
         m = np.ones(n)
     if rho >= 1.0 - 1e-12:

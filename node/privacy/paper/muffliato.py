@@ -2,10 +2,11 @@
 
 **Not guarantees.**  [M] Theorem 1 adds up the Rényi divergences of the individual messages as if
 they were independent; they share the noise η, and the observer can do far better by combining
-them (spec gossip.md §1.3.9: the observer recovers the antipode's noisy input exactly on the
+them (docs/design/spec/gossip.md §1.3.9: the observer recovers the antipode's noisy input exactly on the
 paper's own hypercube setting).  The certified accountant is :mod:`hushnet.privacy.muffliato`; it
 calls these only to show a labelled reproduction (``bound="paper"``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,8 +16,15 @@ import scipy.sparse as sp
 
 from hushnet.privacy.muffliato import _adjacency, _csr, _neighbours, gossip_rows
 
-__all__ = ["thm1_matrix", "thm1_from_source", "thm1_schedule_matrix", "thm1_to_observer", "cor1_matrix",
-           "cor2_column", "thm4_er_bound"]
+__all__ = [
+    "thm1_matrix",
+    "thm1_from_source",
+    "thm1_schedule_matrix",
+    "thm1_to_observer",
+    "cor1_matrix",
+    "cor2_column",
+    "thm4_er_bound",
+]
 
 
 def thm1_matrix(W, T: int, *, convention: str = "paper") -> np.ndarray:
@@ -24,7 +32,7 @@ def thm1_matrix(W, T: int, *, convention: str = "paper") -> np.ndarray:
 
     Row u = source, column v = observer.  ``convention="paper"`` sums t = 0..T−1 (``W_{0:0} = I``,
     the theorem); ``"code"`` sums t = 1..T as the reference code's averaging figures do.
-    Unclipped; O(T·nnz(W)·n) time and O(n²) memory (spec §1.3.1).
+    Unclipped; O(T·nnz(W)·n) time and O(n²) memory (docs/design/spec/gossip.md §1.3.1).
     """
     if convention not in ("paper", "code"):
         raise ValueError("convention must be 'paper' or 'code'")
@@ -47,8 +55,14 @@ def _thm1_term(A: sp.csr_matrix, P: np.ndarray) -> np.ndarray:
     return np.asarray(A @ C)
 
 
-def thm1_from_source(W, source: int, T: int, *, convention: str = "paper",
-                     eig: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def thm1_from_source(
+    W,
+    source: int,
+    T: int,
+    *,
+    convention: str = "paper",
+    eig: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """Theorem 1 from one source to every observer (unit-free), for fixed symmetric W.
 
     ``f(u → v) = Σ_t Σ_{w∈N(v)} (W^t)_{w,u}² / ‖(W^t)_{w,:}‖²``.  Column u of ``W^t`` comes from
@@ -78,10 +92,12 @@ def thm1_from_source(W, source: int, T: int, *, convention: str = "paper",
     return f
 
 
-def thm1_schedule_matrix(products: Sequence[np.ndarray], adjacencies: Sequence[sp.spmatrix]) -> np.ndarray:
+def thm1_schedule_matrix(
+    products: Sequence[np.ndarray], adjacencies: Sequence[sp.spmatrix]
+) -> np.ndarray:
     """Theorem 1 for time-varying graphs: ``products[t] = W_{0:t}``, ``adjacencies[t]`` = E_t.
 
-    Row w / column u of ``W_{0:t}`` (spec §1.3.1 FIX), summed over ``{v,w} ∈ E_t``.  Source-major.
+    Row w / column u of ``W_{0:t}`` (docs/design/spec/gossip.md §1.3.1 FIX), summed over ``{v,w} ∈ E_t``.  Source-major.
     """
     n = products[0].shape[0]
     F = np.zeros((n, n))
@@ -110,7 +126,9 @@ def cor1_matrix(W, T: int) -> np.ndarray:
     return n * acc * maxinv[None, :]
 
 
-def thm4_er_bound(W, source: int, T: int, alpha: float, sigma: float, q: float, delta_sens: float = 1.0) -> np.ndarray:
+def thm4_er_bound(
+    W, source: int, T: int, alpha: float, sigma: float, q: float, delta_sens: float = 1.0
+) -> np.ndarray:
     """[M] Theorem 4 per observer (paper value): LDP for neighbours of the source, else
     ``α Δ² T d_v/(σ² (n − d_v))`` capped at LDP.  Requires ``σ² ≥ Δ² α(α−1)/2`` (checked)."""
     if sigma**2 < delta_sens**2 * alpha * (alpha - 1) / 2:
@@ -127,7 +145,9 @@ def thm4_er_bound(W, source: int, T: int, alpha: float, sigma: float, q: float, 
     return out
 
 
-def thm1_to_observer(Wc: sp.csr_matrix, observer: int, T: int, convention: str = "paper") -> np.ndarray:
+def thm1_to_observer(
+    Wc: sp.csr_matrix, observer: int, T: int, convention: str = "paper"
+) -> np.ndarray:
     """Theorem 1 from every source to one observer (unit-free; only the observer's neighbours'
     rows are propagated).  ``convention="code"`` multiplies once more, as the reference code does."""
     nb = _neighbours(Wc, observer)

@@ -9,6 +9,7 @@
 
 The certified accountant is :mod:`hushnet.privacy.randomwalk`.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,12 +21,24 @@ from hushnet.privacy.matrix import adjacency_of
 from hushnet.privacy.paper.conversions import classic_linear_best_order_epsilon
 from hushnet.privacy.randomwalk import _csr_W, gossip_T_mix, rw_single_loss_matrix, rw_spectrum
 
-__all__ = ["theorem3_printed_row", "gossip_baseline_loss_vector", "ring_loss_printed_thm5",
-           "star_loss_printed_thm4"]
+__all__ = [
+    "theorem3_printed_row",
+    "gossip_baseline_loss_vector",
+    "ring_loss_printed_thm5",
+    "star_loss_printed_thm4",
+]
 
 
-def theorem3_printed_row(W: Any, T: int, sigma: float, vertex: int, contributions: float, delta: float, *,
-                         sender_known: bool = False) -> np.ndarray:
+def theorem3_printed_row(
+    W: Any,
+    T: int,
+    sigma: float,
+    vertex: int,
+    contributions: float,
+    delta: float,
+    *,
+    sender_known: bool = False,
+) -> np.ndarray:
     """Theorem 3 as printed for one contributor: (ε, δ) toward every node at the best real order.
 
     Per-contribution slope from the ln T horizon with no noise condition, times the contributions,
@@ -84,10 +97,15 @@ def ring_loss_printed_thm5(n: int, u: int, v: int, T: int, alpha: float, sigma: 
     ap = alpha if abs(u - v) == 1 else 0.0
     k = np.arange(1, n)
     s = np.sum(np.cos(np.pi * a * k / n) * np.log(3.0 / (4.0 * np.sin(np.pi * k / n) ** 2)))
-    return float(ap * math.log(T) * math.cos(2 * math.pi * a / n) / (n * sigma**2) + 2 * alpha / (n * sigma**2) * s)
+    return float(
+        ap * math.log(T) * math.cos(2 * math.pi * a / n) / (n * sigma**2)
+        + 2 * alpha / (n * sigma**2) * s
+    )
 
 
-def star_loss_printed_thm4(n: int, alpha: float, sigma: float, *, centre_pair: bool, kappa: float = 0.0) -> float:
+def star_loss_printed_thm4(
+    n: int, alpha: float, sigma: float, *, centre_pair: bool, kappa: float = 0.0
+) -> float:
     """[paper, ERRATUM] Theorem 4 as printed (single contribution) — derived from a non-stochastic W; not valid.
 
     leaf–leaf: ``−α(1−κ)/(σ²(n−1)) ln(1 − 1/(n−1))``; centre pair: ``α(1−κ)/(2σ²√(n−1)) ln((√(n−1)+1)/(√(n−1)−1))``.

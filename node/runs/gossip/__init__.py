@@ -68,6 +68,7 @@ accountant on the per-round Metropolis–Hastings matrices of the step graphs, a
 completed toward its neighbours of that step's graph.  Other per-round graphs (``er-per-round``) stay
 simulator-only.
 """
+
 from __future__ import annotations
 
 from hushnet.runs.gossip.accountant import (
@@ -111,9 +112,39 @@ from hushnet.runs.gossip.params import (
     view_of,
 )
 
-__all__ = ["NET_GOSSIP", "PAIRWISE", "fresh_er", "topology", "round_matrices", "activation_schedule",
-           "public_activations", "realised_activations", "pairwise_row", "gossip_params", "view_of", "public_schedule",
-           "round_plan", "certified_sensitivities", "rdp_curves", "project_gossip", "accounting_view",
-           "check_network_spec", "GossipCost", "gossip_cost", "build_gossip", "schedule_records", "realised_schedule",
-           "settled_schedule", "realised_curves", "settle", "settle_recovered", "settle_run", "gossip_journal",
-           "PAPER_LABELS", "paper_sensitivities", "paper_gossip", "c_schedule", "c_settle"]
+__all__ = [
+    "NET_GOSSIP",
+    "PAIRWISE",
+    "fresh_er",
+    "topology",
+    "round_matrices",
+    "activation_schedule",
+    "public_activations",
+    "realised_activations",
+    "pairwise_row",
+    "gossip_params",
+    "view_of",
+    "public_schedule",
+    "round_plan",
+    "certified_sensitivities",
+    "rdp_curves",
+    "project_gossip",
+    "accounting_view",
+    "check_network_spec",
+    "GossipCost",
+    "gossip_cost",
+    "build_gossip",
+    "schedule_records",
+    "realised_schedule",
+    "settled_schedule",
+    "realised_curves",
+    "settle",
+    "settle_recovered",
+    "settle_run",
+    "gossip_journal",
+    "PAPER_LABELS",
+    "paper_sensitivities",
+    "paper_gossip",
+    "c_schedule",
+    "c_settle",
+]

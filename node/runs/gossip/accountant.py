@@ -2,6 +2,7 @@
 schedule, RDP curves, the papers' labelled values, the node's projection and its ledger cost.
 Pure maths on public data and schedule records: nothing here does IO.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,9 @@ def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
     return row[None, :]
 
 
-def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None = None) -> np.ndarray:
+def certified_sensitivities(
+    spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None = None
+) -> np.ndarray:
     """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
 
     Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
@@ -94,21 +97,31 @@ def certified_sensitivities(spec: RunSpec, vertex: int, W, sched: RealisedSchedu
 
 def rdp_curves(sens: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:
     """(targets…, orders): Gaussian RDP ``α Δ²/(2σ²)`` of each sensitivity (σ = noise multiplier)."""
-    return np.asarray(sens, dtype=float)[..., None] * np.asarray(orders, dtype=float) / (2.0 * sigma**2)
+    return (
+        np.asarray(sens, dtype=float)[..., None]
+        * np.asarray(orders, dtype=float)
+        / (2.0 * sigma**2)
+    )
 
 
 # ---- the papers' values (labelled "paper", never charged) ----------------------------------------
 
 #: the report's label of each protocol's paper value, with the spec's warning (gossip.md §1.3.9, §2.5)
 PAPER_LABELS = {
-    "muffliato": ("paper: [M] Theorem 1, eq. (6), t = 0..T-1, unclipped, on the public W — NOT a guarantee: every "
-                  "message carries the same noise, and summing per-message divergences can be far below the exact "
-                  "loss (spec gossip.md §1.3.9 errata; e.g. 9.5e-3 where the exact loss is LDP)"),
-    "muffliato-gd": ("paper: [M] Theorem 6, eq. (13), K rounds per step composed over steps, on the public W — NOT a "
-                     "guarantee: a step's K messages share its noise (spec gossip.md §1.3.9 errata, item 4)"),
-    "gossip-stream": ("paper: [K] Theorem 15 (observer set = closed neighbourhood, observers' noise counted; the "
-                      "spec's corrected form) — NOT a guarantee: the spec flags its explicit constants as not "
-                      "following from the proof, and the observer does know its own noise (gossip.md §2.5)"),
+    "muffliato": (
+        "paper: [M] Theorem 1, eq. (6), t = 0..T-1, unclipped, on the public W — NOT a guarantee: every "
+        "message carries the same noise, and summing per-message divergences can be far below the exact "
+        "loss (docs/design/spec/gossip.md §1.3.9 errata; e.g. 9.5e-3 where the exact loss is LDP)"
+    ),
+    "muffliato-gd": (
+        "paper: [M] Theorem 6, eq. (13), K rounds per step composed over steps, on the public W — NOT a "
+        "guarantee: a step's K messages share its noise (docs/design/spec/gossip.md §1.3.9 errata, item 4)"
+    ),
+    "gossip-stream": (
+        "paper: [K] Theorem 15 (observer set = closed neighbourhood, observers' noise counted; the "
+        "spec's corrected form) — NOT a guarantee: the spec flags its explicit constants as not "
+        "following from the proof, and the observer does know its own noise (gossip.md §2.5)"
+    ),
 }
 
 
@@ -132,7 +145,10 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
         out = thm1_from_source(Wc, vertex, int(p["rounds"]))
     elif spec.protocol == "muffliato-gd" and fresh_er(spec):  # Thm 1 on each step's own ER graph
         topo = topology(spec, Wc)
-        out = sum(thm1_from_source(mh_matrix(topo.graph(r)), vertex, int(k)) for r, k in enumerate(p["ks"]))
+        out = sum(
+            thm1_from_source(mh_matrix(topo.graph(r)), vertex, int(k))
+            for r, k in enumerate(p["ks"])
+        )
     elif spec.protocol == "muffliato-gd":
         eig = np.linalg.eigh(Wc.toarray())
         out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
@@ -161,8 +177,11 @@ def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] |
     if fresh_er(spec):
         label += "; fresh Erdős–Rényi graph per step: Theorem 1 on each step's public graph"
     if view_of(spec) == "aggregate":
-        label += ("; aggregate view: [K] Thm 15 with m = 1" if spec.protocol == "gossip-stream" else
-                  "; aggregate view: [M] has no such view, its neighbourhood value is shown")
+        label += (
+            "; aggregate view: [K] Thm 15 with m = 1"
+            if spec.protocol == "gossip-stream"
+            else "; aggregate view: [M] has no such view, its neighbourhood value is shown"
+        )
     return row, label
 
 
@@ -170,13 +189,23 @@ def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] |
 
 
 def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
-    return PolicyDecision(False, f"cannot project this node's privacy loss: {reason}", None, spec.budget.delta, "certified")
+    return PolicyDecision(
+        False,
+        f"cannot project this node's privacy loss: {reason}",
+        None,
+        spec.budget.delta,
+        "certified",
+    )
 
 
 def accounting_view(spec: RunSpec) -> dict[str, Any]:
     view = view_of(spec)
     v = ANON_VIEWS["secure-summation" if view == "aggregate" else "neighbourhood"].as_dict()
-    label = "aggregate (secure neighbourhood summation)" if view == "aggregate" else "neighbourhood (plain gossip)"
+    label = (
+        "aggregate (secure neighbourhood summation)"
+        if view == "aggregate"
+        else "neighbourhood (plain gossip)"
+    )
     return {**v, "gossip_view": view, "label": label, "bound": "certified"}
 
 
@@ -184,13 +213,17 @@ def check_network_spec(spec: RunSpec) -> str | None:
     """Why this gossip spec cannot run (or be accounted) between nodes, or None."""
     pp = spec.protocol_params
     if spec.protocol not in NET_GOSSIP:
-        return (f"{spec.protocol} is simulator-only (its activations or graphs are not the network's links); "
-                f"networked gossip protocols: {', '.join(NET_GOSSIP)}")
+        return (
+            f"{spec.protocol} is simulator-only (its activations or graphs are not the network's links); "
+            f"networked gossip protocols: {', '.join(NET_GOSSIP)}"
+        )
     graph = pp.get("graph", "fixed")
     if graph != "fixed":
         if not fresh_er(spec):
-            return (f"graph {graph!r} is simulator-only over the network: only Muffliato-GD may draw a fresh "
-                    "Erdős–Rényi graph per step ('er-per-step'), on a complete network topology")
+            return (
+                f"graph {graph!r} is simulator-only over the network: only Muffliato-GD may draw a fresh "
+                "Erdős–Rényi graph per step ('er-per-step'), on a complete network topology"
+            )
         from hushnet.protocols.registry import transition_matrix
 
         try:
@@ -201,19 +234,28 @@ def check_network_spec(spec: RunSpec) -> str | None:
         A.setdiag(0.0)
         A.eliminate_zeros()
         if A.nnz != n * (n - 1):
-            return (f"fresh Erdős–Rényi graphs per step: needs a complete network topology (complete:{n}): ER edges "
-                    f"outside the network's links ({spec.graph} has {A.nnz // 2} of {n * (n - 1) // 2} edges)")
+            return (
+                f"fresh Erdős–Rényi graphs per step: needs a complete network topology (complete:{n}): ER edges "
+                f"outside the network's links ({spec.graph} has {A.nnz // 2} of {n * (n - 1) // 2} edges)"
+            )
     view = view_of(spec)
     if view not in ("neighbourhood", "aggregate"):
         return f"protocol_params.view must be 'neighbourhood' or 'aggregate', got {view!r}"
     if spec.protocol == PAIRWISE and ("dropout" in pp or pp.get("chebyshev")):
         return "randomized Muffliato has no simulated dropouts nor Chebyshev acceleration (options of the rounds)"
     if view == "aggregate" and spec.protocol == PAIRWISE:
-        return ("randomized Muffliato exchanges single values between two nodes: there is no neighbourhood sum to "
-                "secure, so only the 'neighbourhood' view applies")
-    if view == "aggregate" and "frac_bits" in pp and not (isinstance(pp["frac_bits"], int)
-                                                          and 8 <= pp["frac_bits"] <= 40):
-        return "frac_bits (fixed-point fraction bits of the secure sums) must be an integer in 8..40"
+        return (
+            "randomized Muffliato exchanges single values between two nodes: there is no neighbourhood sum to "
+            "secure, so only the 'neighbourhood' view applies"
+        )
+    if (
+        view == "aggregate"
+        and "frac_bits" in pp
+        and not (isinstance(pp["frac_bits"], int) and 8 <= pp["frac_bits"] <= 40)
+    ):
+        return (
+            "frac_bits (fixed-point fraction bits of the secure sums) must be an integer in 8..40"
+        )
     if spec.weights != "hamilton":
         return "gossip rounds rebuild Metropolis-Hastings weights 1/(1+max(d_u,d_v)) on both ends: weights must be 'hamilton'"
     if not (isinstance(spec.sigma, (int, float)) and math.isfinite(spec.sigma) and spec.sigma > 0):
@@ -223,14 +265,21 @@ def check_network_spec(spec: RunSpec) -> str | None:
     return None
 
 
-def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None) -> PolicyDecision:
+def project_gossip(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
     """Accept iff the certified exact row on the public schedule fits the node's budget (best order per target)."""
     from hushnet.protocols.registry import transition_matrix
 
     budget = local or spec.budget
     if budget.delta < spec.budget.delta:
-        return PolicyDecision(False, f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-                              None, spec.budget.delta, "certified")
+        return PolicyDecision(
+            False,
+            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
+            None,
+            spec.budget.delta,
+            "certified",
+        )
     why = check_network_spec(spec)
     if why:
         return _refuse(spec, why)
@@ -240,8 +289,11 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
         if spec.protocol == PAIRWISE:
             T //= 8  # the pairwise replay is (activations × n), a few rows per activation
         if T * W.shape[0] > STREAM_MAX_CELLS:
-            return _refuse(spec, f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
-                                 f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})")
+            return _refuse(
+                spec,
+                f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
+                f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})",
+            )
     try:
         sens = certified_sensitivities(spec, vertex, W)
     except (ValueError, np.linalg.LinAlgError) as exc:
@@ -250,18 +302,37 @@ def project_gossip(spec: RunSpec, vertex: int, local: Budget | None = None, W: A
     row = _best_order_dp(slope, math.inf, math.log(1.0 / spec.budget.delta))
     row[vertex] = 0.0
     row[slope <= 0] = 0.0
-    det = {"N_u": 1.0, "phases": int(sens.shape[0]), "sensitivity_sq": sens.sum(axis=0).tolist(),
-           "accounting_view": accounting_view(spec),
-           "notes": [f"certified exact loss on the public {'activation ' if spec.protocol == PAIRWISE else ''}"
-                     "schedule (no dropouts); the ledger is settled on the realised schedule after the run "
-                     "(top-up, never refund)"]}
+    det = {
+        "N_u": 1.0,
+        "phases": int(sens.shape[0]),
+        "sensitivity_sq": sens.sum(axis=0).tolist(),
+        "accounting_view": accounting_view(spec),
+        "notes": [
+            f"certified exact loss on the public {'activation ' if spec.protocol == PAIRWISE else ''}"
+            "schedule (no dropouts); the ledger is settled on the realised schedule after the run "
+            "(top-up, never refund)"
+        ],
+    }
     worst = int(np.argmax(row))
     if row[worst] > budget.epsilon:
-        return PolicyDecision(False, f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-                                     f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
-                              row, spec.budget.delta, "certified", det)
-    return PolicyDecision(True, f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}; "
-                                f"{view_of(spec)} view)", row, spec.budget.delta, "certified", det)
+        return PolicyDecision(
+            False,
+            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+            f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
+            row,
+            spec.budget.delta,
+            "certified",
+            det,
+        )
+    return PolicyDecision(
+        True,
+        f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}; "
+        f"{view_of(spec)} view)",
+        row,
+        spec.budget.delta,
+        "certified",
+        det,
+    )
 
 
 # ---- the ledger cost ----------------------------------------------------------------------------
@@ -285,7 +356,9 @@ class GossipCost:
     phase_curves: np.ndarray
     walk_slope: None = None
     alpha_max: float = math.inf
-    bound_name: str = "certified exact view divergence (Muffliato / Koskela), projected on the public schedule"
+    bound_name: str = (
+        "certified exact view divergence (Muffliato / Koskela), projected on the public schedule"
+    )
     used: int = 0
     charged: np.ndarray | None = None
     settled: dict[str, Any] = field(default_factory=dict)
@@ -295,7 +368,9 @@ class GossipCost:
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
         if abs(float(ev.sigma) - float(self.spec.sigma)) > 1e-12 * max(1.0, self.spec.sigma):
-            raise ValueError(f"noise multiplier {ev.sigma} differs from the spec's {self.spec.sigma}")
+            raise ValueError(
+                f"noise multiplier {ev.sigma} differs from the spec's {self.spec.sigma}"
+            )
         k = self.used
         self.used += 1
         if self.spec.protocol in ("gossip-stream", "muffliato-gd"):
@@ -303,10 +378,19 @@ class GossipCost:
         elif k < self.phase_curves.shape[0]:
             rdp = self.phase_curves[k]
         else:
-            raise ValueError(f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}")
+            raise ValueError(
+                f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}"
+            )
         self.charged = rdp.copy() if self.charged is None else self.charged + rdp
-        return PrivacyEntry.from_row(run_id, ev.protocol, view_of(self.spec), "certified", self.targets, rdp,
-                                     note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view_of(self.spec)} view)")
+        return PrivacyEntry.from_row(
+            run_id,
+            ev.protocol,
+            view_of(self.spec),
+            "certified",
+            self.targets,
+            rdp,
+            note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view_of(self.spec)} view)",
+        )
 
 
 def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> GossipCost:
@@ -320,16 +404,34 @@ def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None)
     return GossipCost(spec, vertex, list(ids), [ids[v] for v in keep], o, curves)
 
 
-def realised_schedule(records: Mapping[int, list[dict[str, Any]]], n: int, rounds: int) -> RealisedSchedule:
+def realised_schedule(
+    records: Mapping[int, list[dict[str, Any]]], n: int, rounds: int
+) -> RealisedSchedule:
     """Rebuild the realised schedule from every node's records (vertex → list of records)."""
-    ledgers = {int(v): [EngineEntry(int(v), int(r["round"]), "schedule", "sender-known", 0.0, 0.0, 0.0, "gossip", "",
-                                    {**r, "row": {int(k): float(w) for k, w in r["row"].items()}})
-                        for r in recs] for v, recs in records.items()}
+    ledgers = {
+        int(v): [
+            EngineEntry(
+                int(v),
+                int(r["round"]),
+                "schedule",
+                "sender-known",
+                0.0,
+                0.0,
+                0.0,
+                "gossip",
+                "",
+                {**r, "row": {int(k): float(w) for k, w in r["row"].items()}},
+            )
+            for r in recs
+        ]
+        for v, recs in records.items()
+    }
     return schedule_from_ledgers(ledgers, n, rounds)
 
 
-def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], n: int,
-                     W=None) -> tuple[RealisedSchedule, dict[int, int]]:
+def settled_schedule(
+    spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], n: int, W=None
+) -> tuple[RealisedSchedule, dict[int, int]]:
     """The schedule the settlement accounts: the recorded rounds, plus the SAFE completion of every node
     whose (durable) records stop early — a crashed node is assumed to have sent its value of the round
     it died in to all its neighbours (:func:`~hushnet.protocols.gossip_accounting.complete_crashed`).
@@ -347,8 +449,14 @@ def settled_schedule(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]],
     return sched, completed
 
 
-def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping[int, list[dict[str, Any]]],
-                    orders: np.ndarray, W=None) -> np.ndarray:
+def realised_curves(
+    spec: RunSpec,
+    vertex: int,
+    ids: list[str],
+    records: Mapping[int, list[dict[str, Any]]],
+    orders: np.ndarray,
+    W=None,
+) -> np.ndarray:
     """(targets, orders): the certified RDP of ``vertex`` on the realised schedule (the accountant's replay,
     crashed nodes' unrecorded rounds completed in the safe direction)."""
     from hushnet.protocols.registry import transition_matrix
@@ -358,5 +466,3 @@ def realised_curves(spec: RunSpec, vertex: int, ids: list[str], records: Mapping
     sens = certified_sensitivities(spec, vertex, W, sched).sum(axis=0)
     keep = [v for v in range(len(ids)) if v != vertex]
     return rdp_curves(sens[keep], spec.sigma, orders)
-
-

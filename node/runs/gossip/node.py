@@ -1,6 +1,7 @@
 """Node side of networked gossip runs: the machine builder, the durable schedule journal, and the
 settlement a node applies to its own ledger (``run.schedule`` / ``run.settle`` commands).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,19 +31,35 @@ def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     if why:
         raise ValueError(why)
     W = W if W is not None else transition_matrix(spec.graph, spec.weights)
-    node_rng = getattr(spec, "node_rng", None)  # secret noise unless the spec asks for the public seed
+    node_rng = getattr(
+        spec, "node_rng", None
+    )  # secret noise unless the spec asks for the public seed
     rng = node_rng(vertex, len(ids)) if node_rng is not None else None
     params = gossip_params(spec)
-    if params.get("secure_summation"):  # the node's own long-term X25519 key and the directory's public keys
+    if params.get(
+        "secure_summation"
+    ):  # the node's own long-term X25519 key and the directory's public keys
         from hushnet.runs.anonymity import node_key_directory, node_keypair
 
         kp, directory = node_keypair(node), node_key_directory(node)
         missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
         if missing:
-            raise ValueError(f"secure summation: the directory has no X25519 key for {', '.join(missing[:5])}")
+            raise ValueError(
+                f"secure summation: the directory has no X25519 key for {', '.join(missing[:5])}"
+            )
         params.update(share_key=kp, share_directory=directory)
-    return make_machine(spec.protocol, vertex, len(ids), task, run_seed=spec.seed, run_id=spec.run_id,
-                        params=params, W=W, view_model=spec.view_model, rng=rng)
+    return make_machine(
+        spec.protocol,
+        vertex,
+        len(ids),
+        task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=params,
+        W=W,
+        view_model=spec.view_model,
+        rng=rng,
+    )
 
 
 # ---- schedule records and settlement ------------------------------------------------------------
@@ -52,17 +69,32 @@ def schedule_records(entries: Iterable[EngineEntry]) -> list[dict[str, Any]]:
     """The node's ``schedule`` records (JSON-able: row keys are strings on the wire)."""
     out = []
     for e in entries:
-        if e.kind == "schedule" and "partner" in e.detail:  # randomized Muffliato: one pairwise activation
+        if (
+            e.kind == "schedule" and "partner" in e.detail
+        ):  # randomized Muffliato: one pairwise activation
             d = dict(e.detail)
-            out.append({"round": int(d["round"]), "partner": int(d["partner"]), "used": bool(d["used"]),
-                        "sent": bool(d["sent"])})
+            out.append(
+                {
+                    "round": int(d["round"]),
+                    "partner": int(d["partner"]),
+                    "used": bool(d["used"]),
+                    "sent": bool(d["sent"]),
+                }
+            )
         elif e.kind == "schedule":
             d = dict(e.detail)
-            out.append({"round": int(d["round"]), "up": bool(d["up"]), "self": float(d["self"]),
-                        "row": {str(k): float(v) for k, v in d["row"].items()},
-                        "sent_value": [int(j) for j in d["sent_value"]], "missing": [int(j) for j in d["missing"]],
-                        "step": int(d.get("step", 0)),
-                        **({"secure": d["secure"]} if d.get("secure") is not None else {})})
+            out.append(
+                {
+                    "round": int(d["round"]),
+                    "up": bool(d["up"]),
+                    "self": float(d["self"]),
+                    "row": {str(k): float(v) for k, v in d["row"].items()},
+                    "sent_value": [int(j) for j in d["sent_value"]],
+                    "missing": [int(j) for j in d["missing"]],
+                    "step": int(d.get("step", 0)),
+                    **({"secure": d["secure"]} if d.get("secure") is not None else {}),
+                }
+            )
     return out
 
 
@@ -82,17 +114,32 @@ def _missing_records(recs: Mapping[int, list[dict[str, Any]]]) -> list[int]:
 
 def _same_records(given: list[dict[str, Any]] | None, mine: list[dict[str, Any]]) -> None:
     if given is not None and json.dumps(given, sort_keys=True) != json.dumps(mine, sort_keys=True):
-        raise ValueError("the settlement's records for this node differ from what this node recorded")
+        raise ValueError(
+            "the settlement's records for this node differ from what this node recorded"
+        )
 
 
-def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[str], orders: np.ndarray,
-                   charged: np.ndarray, recs: Mapping[int, list[dict[str, Any]]], ledger, run_id: str, node_id: str,
-                   real: np.ndarray | None) -> tuple[dict[str, Any], np.ndarray]:
+def _settle_ledger(
+    spec: RunSpec,
+    vertex: int,
+    ids: list[str],
+    W,
+    targets: list[str],
+    orders: np.ndarray,
+    charged: np.ndarray,
+    recs: Mapping[int, list[dict[str, Any]]],
+    ledger,
+    run_id: str,
+    node_id: str,
+    real: np.ndarray | None,
+) -> tuple[dict[str, Any], np.ndarray]:
     """The settlement itself: replay, top the ledger up to ``max(charged, realised)``, say what was done."""
     missing = _missing_records(recs)
     if missing:
-        raise ValueError(f"records of vertices {missing} missing: other nodes used or announced values they sent, "
-                         "so the replay would leave those values out of the views; settle with their records")
+        raise ValueError(
+            f"records of vertices {missing} missing: other nodes used or announced values they sent, "
+            "so the replay would leave those values out of the views; settle with their records"
+        )
     _, completed = settled_schedule(spec, recs, len(ids), W)  # also refuses a record set with a gap
     if real is None:
         real = realised_curves(spec, vertex, ids, recs, orders, W)
@@ -102,8 +149,15 @@ def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[
     top[~np.isfinite(top)] = np.inf
     over = None
     if np.any(top > 0) and ledger is not None:
-        entry = PrivacyEntry.from_row(run_id, spec.protocol, view_of(spec), "certified", targets, top,
-                                      note="gossip settlement: top-up to the certified loss on the realised schedule")
+        entry = PrivacyEntry.from_row(
+            run_id,
+            spec.protocol,
+            view_of(spec),
+            "certified",
+            targets,
+            top,
+            note="gossip settlement: top-up to the certified loss on the realised schedule",
+        )
         try:
             ledger.charge(entry)
         except BudgetExceeded as exc:
@@ -113,15 +167,23 @@ def _settle_ledger(spec: RunSpec, vertex: int, ids: list[str], W, targets: list[
 
     delta = spec.budget.delta
     total = charged + top
-    doc = {"run_id": run_id, "node": node_id, "view": view_of(spec),
-           "records_from": sorted(int(v) for v in recs),
-           "completed": {str(v): c for v, c in completed.items()},
-           "realised": {t: dp_from_rdp(orders, real[j], delta) for j, t in enumerate(targets)},
-           "charged": {t: dp_from_rdp(orders, total[j], delta) for j, t in enumerate(targets)},
-           "topped_up": bool(np.any(top > 0)), "over_budget": over, "bound": "certified"}
+    doc = {
+        "run_id": run_id,
+        "node": node_id,
+        "view": view_of(spec),
+        "records_from": sorted(int(v) for v in recs),
+        "completed": {str(v): c for v, c in completed.items()},
+        "realised": {t: dp_from_rdp(orders, real[j], delta) for j, t in enumerate(targets)},
+        "charged": {t: dp_from_rdp(orders, total[j], delta) for j, t in enumerate(targets)},
+        "topped_up": bool(np.any(top > 0)),
+        "over_budget": over,
+        "bound": "certified",
+    }
     if completed:
-        doc["notes"] = [f"vertices {sorted(completed)} stopped recording (crash): each is assumed to have sent its "
-                        "value of the round it died in to every neighbour, which can only enlarge the views"]
+        doc["notes"] = [
+            f"vertices {sorted(completed)} stopped recording (crash): each is assumed to have sent its "
+            "value of the round it died in to every neighbour, which can only enlarge the views"
+        ]
     return doc, top
 
 
@@ -135,8 +197,12 @@ def _own_records(service, run) -> list[dict[str, Any]]:
     return schedule_records(run.engine_entries)
 
 
-def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | None = None,
-           own: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def settle(
+    run,
+    records: Mapping[int, list[dict[str, Any]]],
+    real: np.ndarray | None = None,
+    own: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Top the node's ledger up to its certified loss on the realised schedule (never refund).
 
     ``run`` is the node's :class:`~hushnet.runs.driver.RunDriver`; ``records`` vertex → that node's
@@ -150,12 +216,30 @@ def settle(run, records: Mapping[int, list[dict[str, Any]]], real: np.ndarray | 
     mine = schedule_records(run.engine_entries) if own is None else own
     _same_records(records.get(run.vertex), mine)
     recs = {**{int(k): v for k, v in records.items()}, run.vertex: mine}
-    if getattr(run, "restored", 0) and run.ledger is not None:  # charges before the restart: on the ledger only
+    if (
+        getattr(run, "restored", 0) and run.ledger is not None
+    ):  # charges before the restart: on the ledger only
         charged = _run_charged(run.ledger, run.run_id, cost.targets)
     else:
-        charged = cost.charged if cost.charged is not None else np.zeros((len(cost.targets), cost.orders.size))
-    doc, top = _settle_ledger(run.spec, run.vertex, run.ids, run.W, cost.targets, cost.orders, charged, recs,
-                              run.ledger, run.run_id, run.node_id, real)
+        charged = (
+            cost.charged
+            if cost.charged is not None
+            else np.zeros((len(cost.targets), cost.orders.size))
+        )
+    doc, top = _settle_ledger(
+        run.spec,
+        run.vertex,
+        run.ids,
+        run.W,
+        cost.targets,
+        cost.orders,
+        charged,
+        recs,
+        run.ledger,
+        run.run_id,
+        run.node_id,
+        real,
+    )
     if np.any(top > 0):
         run.run_rdp = top if run.run_rdp is None else run.run_rdp + top
         cost.charged = charged + top
@@ -175,8 +259,12 @@ def _run_charged(ledger, run_id: str, targets: list[str]) -> np.ndarray:
     return out
 
 
-def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, Any]]],
-                     real: np.ndarray | None = None) -> dict[str, Any]:
+def settle_recovered(
+    service,
+    run_id: str,
+    records: Mapping[int, list[dict[str, Any]]],
+    real: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Settle a run this node no longer holds in memory (its process restarted): the spec and the node's
     own records come from its durable store, what it was charged from its persistent ledger (so settling
     twice tops up nothing the second time)."""
@@ -186,7 +274,9 @@ def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, 
     st = store_for(service.state_dir)
     got = st.run(run_id)
     if got is None:
-        raise KeyError(f"no run {run_id!r} at {service.node.node_id} (not in memory nor in its schedule store)")
+        raise KeyError(
+            f"no run {run_id!r} at {service.node.node_id} (not in memory nor in its schedule store)"
+        )
     spec, vertex, ids = got
     W = transition_matrix(spec.graph, spec.weights)
     mine = st.records(run_id)
@@ -195,8 +285,20 @@ def settle_recovered(service, run_id: str, records: Mapping[int, list[dict[str, 
     ledger = service.ledger
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
     charged = _run_charged(ledger, run_id, targets)
-    doc, _ = _settle_ledger(spec, vertex, ids, W, targets, ledger.orders, charged, recs, ledger, run_id,
-                            service.node.node_id, real)
+    doc, _ = _settle_ledger(
+        spec,
+        vertex,
+        ids,
+        W,
+        targets,
+        ledger.orders,
+        charged,
+        recs,
+        ledger,
+        run_id,
+        service.node.node_id,
+        real,
+    )
     return {**doc, "recovered": True}
 
 
@@ -221,10 +323,25 @@ async def c_schedule(service, payload: bytes) -> bytes:
         if got is None:
             raise
         run_id, _spec, vertex, _ids = got
-        return json.dumps({"node": service.node.node_id, "vertex": vertex, "run_id": run_id, "state": "lost",
-                           "records": store_for(service.state_dir).records(run_id), "durable": True}).encode()
-    return json.dumps({"node": service.node.node_id, "vertex": run.vertex, "run_id": run.run_id, "state": run.state,
-                       "records": _own_records(service, run)}).encode()
+        return json.dumps(
+            {
+                "node": service.node.node_id,
+                "vertex": vertex,
+                "run_id": run_id,
+                "state": "lost",
+                "records": store_for(service.state_dir).records(run_id),
+                "durable": True,
+            }
+        ).encode()
+    return json.dumps(
+        {
+            "node": service.node.node_id,
+            "vertex": run.vertex,
+            "run_id": run.run_id,
+            "state": run.state,
+            "records": _own_records(service, run),
+        }
+    ).encode()
 
 
 async def c_settle(service, payload: bytes) -> bytes:
@@ -243,21 +360,26 @@ async def c_settle(service, payload: bytes) -> bytes:
         try:  # the replay and the ledger charge run off the event loop
             out = await loop.run_in_executor(None, settle_recovered, service, run_id, recs)
         except ValueError as exc:
-            return json.dumps({"node": service.node.node_id, "run_id": run_id, "error": str(exc)}).encode()
+            return json.dumps(
+                {"node": service.node.node_id, "run_id": run_id, "error": str(exc)}
+            ).encode()
         return json.dumps(out, default=float).encode()
     own = _own_records(service, run)
     mine = {**recs, run.vertex: own}
     real = None
     if isinstance(run.cost, GossipCost) and not run.cost.settled and not _missing_records(mine):
         try:  # the replay runs off the event loop
-            real = await loop.run_in_executor(None, realised_curves, run.spec, run.vertex, run.ids, mine,
-                                              run.cost.orders, run.W)
+            real = await loop.run_in_executor(
+                None, realised_curves, run.spec, run.vertex, run.ids, mine, run.cost.orders, run.W
+            )
         except ValueError:
             real = None  # settle() reports the reason
     try:
         out = settle(run, recs, real, own)
     except ValueError as exc:
-        return json.dumps({"node": service.node.node_id, "run_id": run.run_id, "error": str(exc)}).encode()
+        return json.dumps(
+            {"node": service.node.node_id, "run_id": run.run_id, "error": str(exc)}
+        ).encode()
     return json.dumps(out, default=float).encode()
 
 
@@ -268,5 +390,3 @@ def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
     st = store_for(service.state_dir)
     st.open_run(spec, vertex, ids)
     return st.journal(spec.run_id)
-
-

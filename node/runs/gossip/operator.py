@@ -1,5 +1,5 @@
-"""Operator side of networked gossip runs: gather every node's schedule records and settle.
-"""
+"""Operator side of networked gossip runs: gather every node's schedule records and settle."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,10 +20,12 @@ async def settle_run(client, run_id: str, node_ids: list[str]) -> dict[str, dict
     out: dict[str, dict[str, Any]] = {}
     for nid in node_ids:
         try:
-            out[nid] = await client._control(nid, "run.settle", {"run_id": run_id, "records": recs},  # noqa: SLF001
-                                             timeout=60.0)
+            out[nid] = await client._control(
+                nid,
+                "run.settle",
+                {"run_id": run_id, "records": recs},  # noqa: SLF001
+                timeout=60.0,
+            )
         except Exception as exc:  # noqa: BLE001
             out[nid] = {"error": str(exc)}
     return out
-
-

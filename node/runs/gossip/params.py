@@ -1,6 +1,7 @@
 """Public parameters of networked gossip runs: machine parameters, the public schedule, fresh
 graphs and randomized Muffliato's activation schedule (no secrets, no accounting).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,14 +43,23 @@ def gossip_params(spec: RunSpec) -> dict[str, Any]:
     pp = dict(spec.protocol_params)
     out: dict[str, Any] = {"sigma": float(spec.sigma)}
     if spec.protocol == "muffliato-gd":
-        out.update(steps=int(spec.steps), step_size=float(spec.step_size), K=int(pp.get("K", 1)),
-                   chebyshev=bool(pp.get("chebyshev", False)))
-        if pp.get("graph", "fixed") == "er-per-step":  # public: every node draws the same step graphs
+        out.update(
+            steps=int(spec.steps),
+            step_size=float(spec.step_size),
+            K=int(pp.get("K", 1)),
+            chebyshev=bool(pp.get("chebyshev", False)),
+        )
+        if (
+            pp.get("graph", "fixed") == "er-per-step"
+        ):  # public: every node draws the same step graphs
             out.update(graph="er-per-step", graph_seed=int(pp.get("graph_seed", spec.seed)))
             if "q" in pp:
                 out["q"] = float(pp["q"])
     elif spec.protocol == PAIRWISE:  # T ticks of the public activation schedule, seeded by the run
-        out.update(rounds=int(pp.get("rounds", spec.steps)), schedule_seed=int(pp.get("schedule_seed", spec.seed)))
+        out.update(
+            rounds=int(pp.get("rounds", spec.steps)),
+            schedule_seed=int(pp.get("schedule_seed", spec.seed)),
+        )
     else:
         out["rounds"] = int(pp.get("rounds", spec.steps))
         if spec.protocol == "gossip-stream":
@@ -58,7 +68,10 @@ def gossip_params(spec: RunSpec) -> dict[str, Any]:
             out["chebyshev"] = True
     if "gamma" in pp:
         out["gamma" if spec.protocol != "muffliato-gd" else "gammas"] = (
-            float(pp["gamma"]) if spec.protocol != "muffliato-gd" else [float(pp["gamma"])] * int(spec.steps))
+            float(pp["gamma"])
+            if spec.protocol != "muffliato-gd"
+            else [float(pp["gamma"])] * int(spec.steps)
+        )
     out["timeout"] = float(pp.get("timeout", NET_TIMEOUT))
     out["max_ahead"] = int(pp.get("max_ahead", NET_MAX_AHEAD))
     out["give_up_after"] = int(pp.get("give_up_after", NET_GIVE_UP))
@@ -67,7 +80,9 @@ def gossip_params(spec: RunSpec) -> dict[str, Any]:
             out[k] = int(pp[k])
     if "dropout" in pp:
         out["dropout"] = float(pp["dropout"])
-    if view_of(spec) == "aggregate":  # the aggregate view is licensed only by the mechanism: both or neither
+    if (
+        view_of(spec) == "aggregate"
+    ):  # the aggregate view is licensed only by the mechanism: both or neither
         out["secure_summation"] = True
         if "frac_bits" in pp:
             out["frac_bits"] = int(pp["frac_bits"])
@@ -91,8 +106,11 @@ def resolved(spec: RunSpec, W, sensitivity: float = 1.0) -> dict[str, Any]:
 def public_schedule(W, rounds: int) -> RealisedSchedule:
     """The schedule of a run where every node is up every round: ``W_t = W``, every edge carries a value.
     ``W`` may be a list of per-round matrices (fresh Erdős–Rényi graphs per step)."""
-    Ws = [sp.csr_matrix(Wt, dtype=float) for Wt in W] if isinstance(W, (list, tuple)) else \
-        [sp.csr_matrix(W, dtype=float)] * rounds
+    Ws = (
+        [sp.csr_matrix(Wt, dtype=float) for Wt in W]
+        if isinstance(W, (list, tuple))
+        else [sp.csr_matrix(W, dtype=float)] * rounds
+    )
     if len(Ws) != rounds:
         raise ValueError(f"{len(Ws)} round matrices for {rounds} rounds")
     n = Ws[0].shape[0]
@@ -103,13 +121,22 @@ def public_schedule(W, rounds: int) -> RealisedSchedule:
             continue
         A = Wt.tocoo()
         sent.append([(int(i), int(j)) for i, j in zip(A.row, A.col) if i != j])
-    return RealisedSchedule(n, Ws, sent, np.ones((rounds, n), bool), np.ones((rounds, n), bool),
-                            np.zeros(rounds, dtype=np.int64))
+    return RealisedSchedule(
+        n,
+        Ws,
+        sent,
+        np.ones((rounds, n), bool),
+        np.ones((rounds, n), bool),
+        np.zeros(rounds, dtype=np.int64),
+    )
 
 
 def fresh_er(spec: RunSpec) -> bool:
     """Does the spec ask for a fresh public Erdős–Rényi graph per gradient step ([M] Fig. 1c)?"""
-    return spec.protocol == "muffliato-gd" and spec.protocol_params.get("graph", "fixed") == "er-per-step"
+    return (
+        spec.protocol == "muffliato-gd"
+        and spec.protocol_params.get("graph", "fixed") == "er-per-step"
+    )
 
 
 def topology(spec: RunSpec, W):
@@ -120,7 +147,12 @@ def topology(spec: RunSpec, W):
     if fresh_er(spec):
         p = resolved(spec, W)
         n = W.shape[0]
-        return ERPerStep(n, float(p.get("q", math.log(n) / n)), int(p.get("graph_seed", 0)), [int(k) for k in p["ks"]])
+        return ERPerStep(
+            n,
+            float(p.get("q", math.log(n) / n)),
+            int(p.get("graph_seed", 0)),
+            [int(k) for k in p["ks"]],
+        )
     return FixedTopology(W)
 
 
@@ -149,13 +181,16 @@ def public_activations(sched: np.ndarray) -> dict[int, dict[int, dict[str, Any]]
     rec: dict[int, dict[int, dict[str, Any]]] = {}
     for t, (a, b) in enumerate(np.asarray(sched, dtype=np.int64)):
         if a >= 0:
-            rec[t] = {int(a): {"partner": int(b), "used": True, "sent": True},
-                      int(b): {"partner": int(a), "used": True, "sent": True}}
+            rec[t] = {
+                int(a): {"partner": int(b), "used": True, "sent": True},
+                int(b): {"partner": int(a), "used": True, "sent": True},
+            }
     return rec
 
 
-def realised_activations(spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], W
-                         ) -> tuple[dict[int, dict[int, dict[str, Any]]], dict[int, int]]:
+def realised_activations(
+    spec: RunSpec, records: Mapping[int, list[dict[str, Any]]], W
+) -> tuple[dict[int, dict[int, dict[str, Any]]], dict[int, int]]:
     """The activations the settlement accounts, from every node's records, completed in the SAFE direction.
 
     A node's durable records are a prefix of its activations (its value of activation t leaves before
@@ -170,15 +205,25 @@ def realised_activations(spec: RunSpec, records: Mapping[int, list[dict[str, Any
     completed: dict[int, int] = {}
     for v, recs in records.items():
         v = int(v)
-        mine = [(int(t), int(sched[t, 1] if sched[t, 0] == v else sched[t, 0]))
-                for t in np.flatnonzero((sched[:, 0] == v) | (sched[:, 1] == v))]
+        mine = [
+            (int(t), int(sched[t, 1] if sched[t, 0] == v else sched[t, 0]))
+            for t in np.flatnonzero((sched[:, 0] == v) | (sched[:, 1] == v))
+        ]
         if len(recs) > len(mine):
-            raise ValueError(f"node {v} recorded {len(recs)} activations, the public schedule gives it {len(mine)}")
+            raise ValueError(
+                f"node {v} recorded {len(recs)} activations, the public schedule gives it {len(mine)}"
+            )
         for (t, p), r in zip(mine, sorted(recs, key=lambda r: int(r["round"]))):
             if int(r["round"]) != t or int(r["partner"]) != p:
-                raise ValueError(f"node {v}'s records are not a prefix of its public activations "
-                                 f"(activation {t} is with node {p}, recorded {r['round']} with {r['partner']})")
-            rec.setdefault(t, {})[v] = {"partner": p, "used": bool(r["used"]), "sent": bool(r["sent"])}
+                raise ValueError(
+                    f"node {v}'s records are not a prefix of its public activations "
+                    f"(activation {t} is with node {p}, recorded {r['round']} with {r['partner']})"
+                )
+            rec.setdefault(t, {})[v] = {
+                "partner": p,
+                "used": bool(r["used"]),
+                "sent": bool(r["sent"]),
+            }
         if len(recs) < len(mine):
             t, p = mine[len(recs)]
             rec.setdefault(t, {})[v] = {"partner": p, "used": False, "sent": True}
@@ -214,5 +259,3 @@ def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
         return phases, gammas
     T = int(p["rounds"])
     return [list(range(T))], [np.ones(T)]
-
-

@@ -1,0 +1,123 @@
+"""Health probes stay paced per link when a link is down (issue 12: probe storms at n = 2048).
+
+Real TLS on loopback, three nodes in one loop.  One of n0's links is kept down (its probe always
+fails); n0 must keep retrying that link every 0.5 s while probing its healthy link only every
+``probe_s`` — before, one down link made the node re-probe *all* its links every 0.5 s, which on a
+loaded host kept links flapping for minutes.  A probe that times out on a connected channel is
+tolerated once (a busy neighbour); a second timeout marks the link down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pathlib
+import time
+
+import grpc
+import pytest
+import uvloop
+from test_net_inprocess import _network, _shutdown  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_one_down_link_does_not_speed_up_the_others(tmp_path: pathlib.Path) -> None:
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            n0.config.probe_s = 3.0
+            real = n0._probe
+            seen: collections.Counter = collections.Counter()
+
+            async def probe(link):
+                seen[link.peer_id] += 1
+                if link.peer_id == "n2":  # this link stays down: its probe fails every time
+                    link.healthy = False
+                    return
+                await real(link)
+
+            n0._probe = probe
+            for link in n0.links.values():
+                link.next_probe = 0.0
+            await asyncio.sleep(4.0)
+            assert seen["n2"] >= 5, seen  # the down link is retried every 0.5 s
+            assert 1 <= seen["n1"] <= 3, (
+                seen
+            )  # the healthy one only every probe_s (3 s), not every 0.5 s
+            assert n0.links["n1"].healthy
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
+
+
+def test_a_timeout_on_a_connected_link_is_tolerated_once(tmp_path: pathlib.Path) -> None:
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            link = n0.links["n1"]
+            assert link.healthy and link.state() == "READY"
+
+            class Slow:  # the neighbour's answer does not arrive within the deadline
+                async def Health(self, *a, **kw):
+                    raise grpc.aio.AioRpcError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.aio.Metadata(),
+                        grpc.aio.Metadata(),
+                        "Deadline Exceeded",
+                    )
+
+            real_stub, link.stub = link.stub, Slow()
+            await n0._probe(link)
+            assert link.healthy and link.missed == 1  # one miss: still up
+            await n0._probe(link)
+            assert not link.healthy  # two in a row: down
+            link.stub = real_stub
+            await n0._probe(link)
+            assert link.healthy and link.missed == 0
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
+
+
+def test_health_rpc_spaced_on_connected_links_and_a_lost_peer_still_seen(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With ``health_rpc_s`` (hosts of many nodes), a probe of a connected link reads the channel state
+    only; the RPC comes every ``health_rpc_s``.  A neighbour that goes away is still seen at once."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            n0.config.health_rpc_s = 30.0
+            link = n0.links["n1"]
+            assert link.healthy
+            calls = []
+            real = link.stub.Health
+
+            async def health(*a, **kw):
+                calls.append(1)
+                return await real(*a, **kw)
+
+            link.stub.Health = health
+            link.last_rpc = time.monotonic()  # as if it had just been checked
+            await asyncio.sleep(2.0)  # ~6 probe periods of 0.3 s
+            assert calls == [] and link.healthy  # state reads only, no RPC
+            link.last_rpc = 0.0
+            await asyncio.sleep(1.0)
+            assert len(calls) == 1 and link.healthy  # due: one RPC, then spaced again
+            await nodes[1].stop()
+            for _ in range(100):
+                if not link.healthy:
+                    break
+                await asyncio.sleep(0.1)
+            assert not link.healthy  # a lost neighbour is not hidden by the spacing
+        finally:
+            await _shutdown([nodes[0], nodes[2]], stop, task)
+
+    uvloop.run(go())

@@ -1,0 +1,100 @@
+"""Issue 11 finding 6: secure-sum masks must not repeat when the same signed spec runs again.
+
+The pairwise seeds used to depend only on (run id, round, leader): a re-run of the same spec after a
+restart (accepted runs are kept in memory only) derived the very same seeds — and a leader that
+learned ``s_uv`` in one execution (v dropped) and ``b_u`` in the next (u survived) opens u's input.
+Now the leader announces a fresh nonce that every seed is bound to, and a member with a (persistent)
+nonce cache refuses a nonce it already masked under."""
+
+import numpy as np
+
+from hushnet.crypto.keys import simulation_keypairs
+from hushnet.crypto.masks import pairwise_seed
+from hushnet.crypto.replay import ReplayCache
+from hushnet.engine.actions import Fault, Send
+from hushnet.engine.events import MessageArrived, RunStarted
+from hushnet.protocols import secagg as sa
+from hushnet.protocols.secagg import SecAggParams, build_round
+from hushnet.sim.simulator import Simulator
+
+M, DIM = 5, 8
+
+
+def _execution(fresh_nonce: bool):
+    """One execution of the same spec (same run id, round, leader, keys) from scratch, as after a restart."""
+    vecs = {v: np.full(DIM, float(v)) for v in range(M)}
+    p = SecAggParams(
+        members=tuple(range(M)), leader=M, threshold=3, dim=DIM, fresh_nonce=fresh_nonce
+    )
+    ms, keys = build_round(vecs, p, M + 1, run_seed=7, run_id="same-signed-spec")
+    res = Simulator(ms).run()
+    assert res.finish.result["status"] == "released"
+    assert np.abs(res.model - sum(vecs.values())).max() <= p.fixed_point.error_bound(M)
+    m0 = ms[0]
+    return m0.context, pairwise_seed(keys[0], keys[1].public, 0, 1, m0.context)
+
+
+def test_without_the_nonce_a_rerun_repeats_the_pairwise_seeds():
+    """The finding, reproduced on the old derivation (fresh_nonce=False): identical seeds across runs."""
+    assert _execution(False) == _execution(False)
+
+
+def test_rerun_of_the_same_spec_derives_fresh_pairwise_seeds():
+    (ctx1, s1), (ctx2, s2) = _execution(True), _execution(True)
+    assert ctx1 != ctx2 and s1 != s2
+    assert len(ctx1) == len(ctx2) == len(b"same-signed-spec|") + 8 + 4 + 1 + sa.NONCE_LEN
+
+
+def test_member_refuses_a_replayed_nonce_across_restarts():
+    """A leader replaying its announcement (same nonce) to a member restarted with its persistent nonce
+    cache: refused, nothing masked, nothing sent."""
+    keys = simulation_keypairs(7, M + 1, "share")
+    cache = ReplayCache(
+        {0}
+    )  # stands for the node's persistent cache (the same object after the restart)
+
+    def machines():
+        vecs = {v: np.ones(DIM) for v in range(M)}
+        p = SecAggParams(members=tuple(range(M)), leader=M, threshold=3, dim=DIM)
+        ms, _ = build_round(vecs, p, M + 1, run_seed=7, run_id="r", keys=keys)
+        ms[0].nonce_cache = cache
+        return ms
+
+    ms = machines()
+    ann = next(a for a in ms[M].handle(RunStarted()) if isinstance(a, Send) and a.dst == 0).payload
+    assert ann[0] == sa.ANNOUNCE
+    first = ms[0].handle(MessageArrived(M, ann))
+    assert [a.payload[0] for a in first if isinstance(a, Send)] == [sa.MASKED]
+    again = machines()[0].handle(MessageArrived(M, ann))  # restarted member, same cache
+    assert [a.error.code for a in again if isinstance(a, Fault)] == ["replay"]
+    assert not [a for a in again if isinstance(a, Send)]
+    fresh = machines()
+    ann2 = next(
+        a for a in fresh[M].handle(RunStarted()) if isinstance(a, Send) and a.dst == 0
+    ).payload
+    assert ann2 != ann and [
+        a.payload[0] for a in fresh[0].handle(MessageArrived(M, ann2)) if isinstance(a, Send)
+    ] == [sa.MASKED]
+
+
+def test_announcement_is_refused_twice_and_malformed():
+    vecs = {v: np.ones(DIM) for v in range(M)}
+    ms, _ = build_round(
+        vecs,
+        SecAggParams(members=tuple(range(M)), leader=M, threshold=3, dim=DIM),
+        M + 1,
+        run_seed=1,
+    )
+    ann = next(a for a in ms[M].handle(RunStarted()) if isinstance(a, Send) and a.dst == 1).payload
+    assert [
+        a.error.code for a in ms[1].handle(MessageArrived(M, ann[:-1])) if isinstance(a, Fault)
+    ] == ["malformed"]
+    assert [a.payload[0] for a in ms[1].handle(MessageArrived(M, ann)) if isinstance(a, Send)] == [
+        sa.MASKED
+    ]
+    assert [a.error.code for a in ms[1].handle(MessageArrived(M, ann)) if isinstance(a, Fault)] == [
+        "replay"
+    ]
+    assert [a.error.code for a in ms[2].handle(MessageArrived(3, ann)) if isinstance(a, Fault)] == [
+        "unexpected-sender"
+    ]

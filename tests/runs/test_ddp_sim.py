@@ -1,0 +1,169 @@
+"""secagg-dpsgd in the simulator: the update rule against an independent re-implementation, dropouts handled
+by the secure sum (before and after a member's masked input left), aborts below the threshold, ledgers, and
+bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.ddp import reference_model, shards, tasks_of
+
+from hushnet.crypto.masks import FixedPoint
+from hushnet.engine.actions import Fault
+from hushnet.privacy.secure_sum import share_std
+from hushnet.protocols.registry import build_machines
+from hushnet.protocols.secagg_dpsgd import OUTCOME, ROUND
+from hushnet.sim import Simulator
+
+N, SEED, ROUNDS, STEP, SIGMA, T, C = 8, 11, 4, 0.3, 1.2, 6, 2
+
+
+def _machines(tasks, **kw):
+    params = dict(
+        rounds=ROUNDS, step_size=STEP, sigma=SIGMA, threshold=T, collusion=C, round_timeout=0.05
+    )
+    params.update(kw)
+    return build_machines("secagg-dpsgd", tasks, run_seed=SEED, params=params)
+
+
+def _bound(rounds: int) -> float:
+    # fixed point: ≤ n·2^-(f+1) per entry of each round's sum, times η/|U| per round
+    return rounds * STEP * FixedPoint().error_bound(N) + 1e-12
+
+
+def test_update_rule_matches_an_independent_reimplementation() -> None:
+    tasks = tasks_of(shards(N))
+    res = Simulator(_machines(tasks)).run()
+    assert res.status == "finished" and not res.faults
+    s = share_std(SIGMA, tasks[0].sensitivity(), T, C)
+    ref = reference_model(tasks, SEED, ROUNDS, STEP, s, [list(range(N))] * ROUNDS)
+    assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
+    assert res.finish.result["survivors"] == [N] * ROUNDS
+    # every node charged its own ledger once per round, with the share it really added and the certified σ
+    for v in range(N):
+        led = res.ledgers[v]
+        assert [e.step for e in led] == list(range(ROUNDS)) and all(e.node == v for e in led)
+        assert all(
+            e.noise_std == pytest.approx(s)
+            and e.sigma == pytest.approx(SIGMA)
+            and e.view_model == "aggregate"
+            and e.detail["collusion"] == C
+            for e in led
+        )
+    # the leaders' release records are metrics, one per contributor and round
+    assert sum(1 for m in res.metrics if m.name == "ddp-release") == N * ROUNDS
+
+
+def test_every_node_applies_the_same_updates() -> None:
+    tasks = tasks_of(shards(N))
+    ms = _machines(tasks)
+    sim = Simulator(ms)
+    res = sim.run()
+    assert res.status == "finished"
+    # nodes still finishing the last round hold the model of the round before it; all earlier rounds agree
+    xs = [m.x for m in ms if m.finished]
+    assert len(xs) >= 1 and all(np.array_equal(x, xs[0]) for x in xs)
+
+
+def test_dropouts_before_and_after_the_masked_input_left() -> None:
+    """Node 5 sends its masked input of round 0 and dies before the unmask request (its self-mask is rebuilt
+    from the others' shares: its input is in the sum); rounds 1–3 it is gone (its pairwise masks with the
+    survivors are removed).  Leaders are 0..3: the run finishes, every released sum is exact."""
+    tasks = tasks_of(shards(N))
+    sim = Simulator(_machines(tasks))
+    sim.kill(
+        5, at=0.0015
+    )  # masked input out at t = 0 (arrives at 0.001); the unmask request comes at ≈ 0.002
+    res = sim.run()
+    assert res.status == "finished", res.status
+    assert res.finish.result["survivors"] == [8, 7, 7, 7]
+    s = share_std(SIGMA, tasks[0].sensitivity(), T, C)
+    alive = [v for v in range(N) if v != 5]
+    ref = reference_model(tasks, SEED, ROUNDS, STEP, s, [list(range(N))] + [alive] * 3)
+    assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
+    assert [e.step for e in res.ledgers[5]] == [0]  # charged for the one input that left
+
+
+def test_below_threshold_nothing_is_released_and_the_model_stays() -> None:
+    tasks = tasks_of(shards(N))
+    sim = Simulator(_machines(tasks, threshold=8, collusion=1))
+    sim.kill(5, at=0.0)  # not a leader of rounds 0..3
+    res = sim.run()
+    assert res.status == "finished"
+    assert res.finish.result["released"] == 0 and res.finish.result["aborted"] == ROUNDS
+    assert np.array_equal(res.model, np.zeros(tasks[0].dim))
+    # the inputs left, so the members' charges stand (conservative; nothing was released)
+    assert all(len(res.ledgers[v]) == ROUNDS for v in range(N) if v != 5) and 5 not in res.ledgers
+
+
+def test_sampled_members_and_plain_aggregation() -> None:
+    from hushnet.protocols.secagg_dpsgd import round_members
+
+    tasks = tasks_of(shards(N))
+    res = Simulator(_machines(tasks, sample=6, threshold=5, collusion=2)).run()
+    assert res.status == "finished" and res.finish.result["survivors"] == [6] * ROUNDS
+    mem = [round_members(N, 6, SEED, r) for r in range(ROUNDS)]
+    s = share_std(SIGMA, tasks[0].sensitivity(), 5, 2)
+    ref = reference_model(tasks, SEED, ROUNDS, STEP, s, mem)
+    assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
+    for v in range(N):
+        assert [e.step for e in res.ledgers.get(v, [])] == [r for r in range(ROUNDS) if v in mem[r]]
+    plain = Simulator(_machines(tasks, aggregation="plain")).run()
+    ref = reference_model(
+        tasks,
+        SEED,
+        ROUNDS,
+        STEP,
+        share_std(SIGMA, tasks[0].sensitivity(), T, C),
+        [list(range(N))] * ROUNDS,
+    )
+    assert plain.status == "finished" and np.max(np.abs(plain.model - ref)) <= 1e-12
+    assert all(e.view_model == "plain" for e in plain.ledgers[0])
+
+
+def test_a_dead_leader_stalls_the_run_and_says_so() -> None:
+    """The documented limit: the secure sum handles member dropouts, not a dead leader."""
+    tasks = tasks_of(shards(N))
+    sim = Simulator(_machines(tasks))
+    sim.kill(2, at=0.0)
+    res = sim.run()
+    assert res.status == "stalled" and res.finish is None
+
+
+def test_bad_input_is_a_typed_fault_and_changes_nothing() -> None:
+    import struct
+
+    tasks = tasks_of(shards(N))
+    ms = _machines(tasks)
+    sim = Simulator(ms)
+    from hushnet.engine.events import RunStarted
+
+    ms[2].handle(RunStarted())
+    x0 = ms[2].x.copy()
+    outcome = (
+        struct.pack(">BI", OUTCOME, 0)
+        + struct.pack(">BII", 1, N, tasks[0].dim)
+        + bytes(8 * tasks[0].dim)
+    )
+    for src, payload, what in [
+        (4, outcome, "leader is 0"),
+        (0, b"\x70", "shorter than its header"),
+        (0, struct.pack(">BI", 0x55, 0), "unknown"),
+        (0, struct.pack(">BI", ROUND, 99), "the run has"),
+        (0, outcome[:-8], "payload bytes"),
+        (0, struct.pack(">BI", OUTCOME, 3), "leader is 3"),
+    ]:
+        acts = sim.deliver(2, src, payload)
+        assert len(acts) == 1 and isinstance(acts[0], Fault) and what in str(acts[0].error), (
+            what,
+            acts,
+        )
+    assert np.array_equal(ms[2].x, x0) and ms[2].round == 0
+
+
+def test_collusion_at_the_tolerance_is_refused_at_build() -> None:
+    tasks = tasks_of(shards(N))
+    with pytest.raises(ValueError, match="collusion tolerance"):
+        _machines(tasks, threshold=6, collusion=5)
+    with pytest.raises(ValueError, match="unknown secagg-dpsgd parameter"):
+        _machines(tasks, colusion=2)
