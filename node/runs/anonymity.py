@@ -543,23 +543,29 @@ def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, o
     )
 
 
-def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from hushnet.protocols.registry import make_machine
-
+def secure_sum_material(node, ids: list[str], vertex: int) -> dict[str, Any]:
+    """What a node's secure-sum machine needs from the node: its long-term X25519 share key and the
+    directory's, its signing key and the directory's signing-key digests (checked against each other),
+    and its persistent nonce/replay cache — for ``secagg-sum`` and ``secagg-dpsgd`` alike."""
     kp, directory = _keys(node, ids, vertex, 0)
     signer, sdir = node_signer(node), node_signer_directory(node)
     if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
         raise ValueError(
             "the directory's signing key for this node is not the key in its state directory"
         )
-    params = {
-        **spec.machine_params(),
+    return {
         "share_key": kp,
         "share_directory": directory,
         "sign_key": signer,
         "sign_directory": sdir,
         "replay_cache": node_replay_cache(node, "secagg"),
     }
+
+
+def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
+    from hushnet.protocols.registry import make_machine
+
+    params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
     if task is not None:
         from hushnet.runs.ddp_runs import secagg_sum_calibration
 

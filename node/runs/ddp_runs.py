@@ -269,27 +269,12 @@ def ddp_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) ->
 
 def build_ddp(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
     """The node's machine with its own long-term X25519 key and the directory's public keys."""
-    import hashlib
-
     from hushnet.protocols.registry import make_machine
-    from hushnet.runs.anonymity import _keys, node_replay_cache, node_signer, node_signer_directory
+    from hushnet.runs.anonymity import secure_sum_material
 
-    kp, directory = _keys(node, ids, vertex, 0)
-    signer, sdir = node_signer(node), node_signer_directory(node)
-    if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
-        raise ValueError(
-            "the directory's signing key for this node is not the key in its state directory"
-        )
     if task is not None and float(task.sensitivity()) > spec_sensitivity(spec) * (1 + 1e-12):
         raise ValueError(f"the task's sensitivity {task.sensitivity():g} exceeds the public 2·clip")
-    params = {
-        **spec.machine_params(),
-        "share_key": kp,
-        "share_directory": directory,
-        "sign_key": signer,
-        "sign_directory": sdir,
-        "replay_cache": node_replay_cache(node, "secagg"),
-    }
+    params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
     return make_machine(
         spec.protocol,
         vertex,
