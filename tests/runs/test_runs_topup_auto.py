@@ -66,12 +66,18 @@ def test_topup_reaches_a_node_that_was_down_at_close(tmp_path: pathlib.Path) -> 
             )  # charged, not yet topped up: it was down at the close
             for v in range(N - 1):
                 assert _topups(tmp_path, f"n{v}", run_id)[1] == 1
+            c.close()  # no gRPC threads in this process while it forks the node (a fork can hang in them)
             victim.spawn()  # nobody calls close again
+            c = Client(tmp_path)
             wait_for(lambda: _topups(tmp_path, victim.name, run_id)[1] >= 1, timeout=120, every=0.2)
             time.sleep(6.0)  # another round of asking neighbours must not top up twice
             after = _topups(tmp_path, victim.name, run_id)
             assert after == (before[0], 1), (before, after)
-            st = c.statuses(run_id)[victim.name]
+            def victim_status():  # the client reaches the restarted node again once it serves
+                st = c.statuses(run_id).get(victim.name)
+                return st if isinstance(st, dict) else None
+
+            st = wait_for(victim_status, timeout=60, every=0.5)
             assert st["state"] == "closed" and st["deviation_accounted"], st
         finally:
             c.close()
