@@ -168,11 +168,15 @@ def check_capacity(limits: HostLimits, hosted: int, fd_base: int = 0) -> None:
     is really open, if that is more).
     """
     if limits.max_nodes is not None and hosted >= limits.max_nodes:
-        raise HostLimitError(f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
-                             "(--max-nodes)")
+        raise HostLimitError(
+            f"node host is full: {hosted} nodes hosted, the limit is {limits.max_nodes} "
+            "(--max-nodes)"
+        )
     limit, promised = fd_limit(), fd_base + hosted * limits.fds_per_node
     # counted exactly when 16 more nodes' budget would reach the limit (between samples at most 16 admissions)
-    used = _open_fds_sampled(hosted, near=promised + 17 * limits.fds_per_node + limits.fd_reserve >= limit)
+    used = _open_fds_sampled(
+        hosted, near=promised + 17 * limits.fds_per_node + limits.fd_reserve >= limit
+    )
     budget = max(used, promised)
     if budget + limits.fds_per_node + limits.fd_reserve > limit:
         raise HostLimitError(

@@ -73,6 +73,7 @@ def test_topup_reaches_a_node_that_was_down_at_close(tmp_path: pathlib.Path) -> 
             time.sleep(6.0)  # another round of asking neighbours must not top up twice
             after = _topups(tmp_path, victim.name, run_id)
             assert after == (before[0], 1), (before, after)
+
             def victim_status():  # the client reaches the restarted node again once it serves
                 st = c.statuses(run_id).get(victim.name)
                 return st if isinstance(st, dict) else None
