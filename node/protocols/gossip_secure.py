@@ -129,6 +129,9 @@ class SecureNeighbourhood:
         self.frac_bits = int(frac_bits)
         self.timeout = float(timeout if timeout is not None else machine.opt.timeout)
         self.subs: dict[tuple[int, int], SecAggMachine] = {}  # (round, leader) -> live sub-machine
+        self.invited: set[tuple[int, int]] = (
+            set()
+        )  # (round, leader) of every sum this node was invited to
         self.joined: dict[
             int, tuple[np.ndarray, int, frozenset[int]]
         ] = {}  # round -> (m_i, |H_i|, H_i)
@@ -148,6 +151,7 @@ class SecureNeighbourhood:
         horizon = t - self.m.opt.max_ahead - 2
         for old in [r for r in self.joined if r < horizon]:
             self.joined.pop(old, None)
+        self.invited = {k for k in self.invited if k[0] >= horizon}
         for key in [
             k for k in self.subs if k[0] < horizon
         ]:  # memberships of long-gone sums (leader silent)
@@ -169,13 +173,24 @@ class SecureNeighbourhood:
         return [Send(j, inv) for j in weights] + acts
 
     def pending(self) -> list[tuple[int, int]]:
-        """Memberships in other nodes' sums whose part is not done yet."""
+        """Memberships in other nodes' sums whose part is not done yet: live ones, and the sums of the
+        last rounds this node sent ``JOIN`` for but whose invitation has not arrived yet (over a real
+        network it may come after this node's own round closed; finishing then would refuse it and drop
+        this node's value from that leader's sum — the drain timer bounds the wait)."""
         me, t, gone = self.m.ctx.node, self.m.t, self.m.gone
-        return [
+        live = [
             k
             for k, s in self.subs.items()
             if k[1] != me and not s.finished and k[0] >= t - 1 and k[1] not in gone
         ]
+        awaited = [
+            (r, j)
+            for r, (_, _, heard) in self.joined.items()
+            if r >= t - 1
+            for j in sorted(heard)
+            if j != me and j not in gone and (r, j) not in self.invited
+        ]
+        return live + awaited
 
     # ---- messages and timers -------------------------------------------------------------------
 
@@ -261,6 +276,7 @@ class SecureNeighbourhood:
         # from and the noise stream is the plain run's (parity with the simulator holds)
         sub = SecAggMachine(m.ctx, p, vector, self.key, self.directory)
         self.subs[(t, leader)] = sub
+        self.invited.add((t, leader))
         return sub
 
     def _run(self, t: int, leader: int, sub: SecAggMachine, event) -> list[Action]:

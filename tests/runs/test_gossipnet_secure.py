@@ -37,7 +37,9 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
     values = [rng.random(D) for _ in range(N)]
     sp = spec("muffliato", GRAPH, T, 31, timeout=5.0, view="aggregate")
     sp2 = spec("muffliato", GRAPH, 4, 32, timeout=5.0, view="aggregate", dropout=0.3)
-    sp3 = spec("muffliato", GRAPH, 6, 33, timeout=1.0, give_up_after=2, view="aggregate")
+    # long enough that node 1 is stopped mid-run: its rounds take milliseconds, so with a short run it
+    # could finish every round between "reached round 2" and the stop taking effect
+    sp3 = spec("muffliato", GRAPH, 60, 33, timeout=1.0, give_up_after=2, view="aggregate")
     gone = 1  # a middle node of the 2×3 grid: three neighbours
 
     async def go():
@@ -66,6 +68,9 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
                 lambda: net.driver(gone, run3).machine.t >= 2, 60, what="node 1 to reach round 2"
             )
             await next(nd for nd in net.nodes if nd.identity.vertex == gone).stop(grace=0.0)
+            assert net.driver(gone, run3).state != "finished", (
+                "node 1 finished before it was stopped"
+            )
             alive = [v for v in range(N) if v != gone]
             await net.wait(
                 lambda: all(net.driver(v, run3).state == "finished" for v in alive),
