@@ -296,7 +296,16 @@ class RunDriver:
             return fx.faults
         fx.outbox = []
         execute(actions, fx)
-        if persist or fx.outbox or fx.changed or self.machine.checkpoint_every_event:
+        # a batch that journals is checkpointed too (before its journal): the journal never runs ahead of
+        # the checkpoint, so a restored machine re-journals exactly what is on disk (never a different
+        # record of a round the journal already holds — a restored gossip node stopped on that)
+        if (
+            persist
+            or fx.outbox
+            or fx.changed
+            or self._journal_pending
+            or self.machine.checkpoint_every_event
+        ):
             try:
                 self.persist()
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave

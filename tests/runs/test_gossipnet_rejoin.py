@@ -39,11 +39,6 @@ ROUNDS = 30
 VICTIM = 2
 
 
-@pytest.mark.xfail(
-    reason="known open bug (issue 14): in the last clean-clone runs the restarted gossip node did not "
-    "finish within 180 s; it passed in an earlier clean-clone run — cause not found yet",
-    strict=False,
-)
 @pytest.mark.timeout(300)
 def test_sigkilled_gossip_node_rejoins_and_finishes(tmp_path: pathlib.Path) -> None:
     rng = np.random.default_rng(5)
