@@ -38,7 +38,8 @@ def reference_model(
     drew: Sequence[Sequence[int]] | None = None,
 ) -> np.ndarray:
     """The update rule written out: x ← x − η·Σ_{u∈U_r}(g_u(x) + s·ξ_u)/|U_r|, each member's noise from its own
-    run generator (public-seed noise), drawn once per round it started (``drew[r]``, default the survivors)."""
+    run generator (public-seed noise), drawn once per round it started (``drew[r]``, default the survivors).
+    A round with no survivors (aborted) leaves the model unchanged; its members' draws still happened."""
     n = len(tasks)
     gens = node_generators(seed, n)
     x = np.zeros(tasks[0].dim)
@@ -50,7 +51,8 @@ def reference_model(
         total = np.zeros_like(x)
         for u in survivors[r]:
             total += tasks[u].gradient(x) + noise[u]
-        x = x - step * total / len(survivors[r])
+        if survivors[r]:
+            x = x - step * total / len(survivors[r])
     return x
 
 
