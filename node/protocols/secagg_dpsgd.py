@@ -27,8 +27,28 @@ Wire: every message carries ``kind ‖ u32 round``; ``ROUND`` wraps a secure-sum
 of a later round (a peer already moved on) are buffered up to ``WINDOW`` rounds ahead; messages of a
 past round are dropped with a ``ddp-late`` metric (a straggler's input after the release).
 
-Limits: a leader that crashes stalls the run at its round (every node waits for its outcome) — the
-secure sum handles member dropouts, not a dead leader; the operator sees the run stall.
+Durable (issue 14): a node checkpoints its model, round, the rounds it contributed to, its
+generator state and the outcomes it released as leader (the last :data:`HISTORY`) before anything of
+a batch leaves it — never the secure sum's one-time secrets (self-mask seeds, the shares it holds).
+Restarted on its state directory, a node in the middle of round ``r`` is a **dropout** of that round:
+a member never masks and sends (nor is charged for) a second input for it, and answers nothing of it
+(the leader removes its masks with the survivors' shares, or aborts below the threshold); a
+restarted *leader* has lost the masked inputs, so it aborts its round and tells everyone (an
+``OUTCOME`` without a sum).  It then **catches up**: ``SYNC(r)`` to every other node, each of which
+answers with the ``OUTCOME`` messages of the rounds ``≥ r`` it led (from its history; ``GONE(r)`` if
+it led ``r`` but no longer holds it — the node then finishes without a model, ``status =
+"out-of-sync"``, with the reason), and again to every node every
+:func:`sync_period` while it is behind (an outcome sent while the node was down is lost with it).  A
+leader re-sends its last outcome on restore (it may have died between its checkpoint and the sends).
+Rounds it missed entirely it did not take part in (it never saw their announcement), so nothing is
+charged for them.  A finished node still answers ``SYNC`` (the last round's outcome may be what a
+restarted node lacks).  The result lists the rounds a node ``contributed`` to (its masked input
+left: the ledger's charges) and, for the rounds it ``led``, the survivor sets (``None``: aborted) —
+the realised schedule the tests replay.
+
+Limits: a leader that is down stalls the run at its round (every node waits for its outcome) until
+it is restarted — the secure sum handles member dropouts, not a dead leader; the operator sees the
+run stall.
 """
 
 from __future__ import annotations
@@ -40,7 +60,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
+from hushnet.engine.actions import (
+    Action,
+    CancelTimer,
+    Deviation,
+    Finish,
+    LedgerEntry,
+    Metric,
+    Send,
+    SetTimer,
+)
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender, WrongDimension
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
@@ -52,8 +81,14 @@ DDP_PROTOCOLS: dict[str, str] = {
     PROTOCOL: "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise shares "
     "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
 }
-ROUND, OUTCOME, PLAIN = 0x70, 0x71, 0x72
+ROUND, OUTCOME, PLAIN, SYNC, GONE = 0x70, 0x71, 0x72, 0x73, 0x74
 WINDOW = 4  # rounds ahead a message may be buffered
+HISTORY = (
+    16  # outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds)
+)
+CATCHUP_AHEAD = (
+    64  # rounds ahead a catching-up node takes outcomes for (the rest: at its next SYNC)
+)
 AGGREGATIONS = ("secure", "plain")
 _H = struct.Struct(">BI")
 _OUT = struct.Struct(">BII")  # status, survivors, dim
@@ -101,6 +136,11 @@ def round_leader(n: int, r: int) -> int:
     return r % n
 
 
+def sync_period(p: DDPParams) -> float:
+    """How often a restarted node still behind asks its round's leader for the outcome again (s)."""
+    return max(0.5, 2.0 * float(p.round_timeout))
+
+
 def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
     """Validate the run's secure-sum parameters and return the certified view (one-line errors)."""
     if p.aggregation not in AGGREGATIONS:
@@ -135,6 +175,10 @@ class SecAggDPSGD(Protocol):
     """One node of a ``secagg-dpsgd`` run: member of the rounds it is sampled in, leader of rounds ``r ≡ node``."""
 
     name: ClassVar[str] = PROTOCOL
+    #: checkpoint/restore implemented (issue 14); the driver checkpoints every batch that sends or finishes
+    durable: ClassVar[bool] = True
+    #: a finished node still answers ``SYNC``: a restarted node may lack the last round's outcome
+    serves_when_finished: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -175,6 +219,15 @@ class SecAggDPSGD(Protocol):
         self.survivors: list[
             int
         ] = []  # |U_r| of every released round (a leader's knowledge, sent in OUTCOME)
+        # durability (issue 14)
+        self.led: dict[
+            int, bytes
+        ] = {}  # the OUTCOME messages of the last HISTORY rounds this node led
+        self.led_record: dict[
+            int, list[int] | None
+        ] = {}  # survivors of every round it led (None: aborted)
+        self.dropped = -1  # the round this node is a dropout of (restarted in the middle of it)
+        self.catching_up = False  # restarted, and may have missed outcomes
 
     # ---- rounds ---------------------------------------------------------------------------------
 
@@ -192,6 +245,8 @@ class SecAggDPSGD(Protocol):
                 "survivors": list(self.survivors),
                 "accounting_view": self.view.as_dict(),
                 "aggregation": self.p.aggregation,
+                "contributed": sorted(self.charged),
+                "led": {rr: self.led_record[rr] for rr in sorted(self.led_record)},
             }
             return [Finish(self.ctx.node, r, self.x.copy(), info)]
         me = self.ctx.node
@@ -199,6 +254,8 @@ class SecAggDPSGD(Protocol):
         self.members = round_members(self.n, self.p.sample, self.p.sample_seed, r)
         self.leader = round_leader(self.n, r)
         acts: list[Action] = []
+        if self.catching_up and self.leader != me:
+            acts.append(SetTimer(f"ddp-sync:{r}", sync_period(self.p)))
         member = me in self.members
         vec = self.task.gradient(self.x) if member else None
         if self.p.aggregation == "secure":
@@ -295,16 +352,26 @@ class SecAggDPSGD(Protocol):
             out.insert(0, self._entry(r, "aggregate"))
         if end is not None:
             res = end.result if isinstance(end.result, dict) else {}
-            out += self._release(r, end.model, len(res.get("survivors", [])))
+            out += self._release(
+                r, end.model, len(res.get("survivors", [])), res.get("survivors", [])
+            )
         return out
 
-    def _release(self, r: int, total: np.ndarray | None, survivors: int) -> list[Action]:
-        """Leader: send the outcome of round r to every other node, apply it, start round r+1."""
+    def _release(
+        self, r: int, total: np.ndarray | None, survivors: int, who: Any = None
+    ) -> list[Action]:
+        """Leader: send the outcome of round r to every other node, apply it, start round r+1.
+
+        The outcome is kept (the last :data:`HISTORY` led rounds) for nodes that restart and catch up."""
         released = total is not None and survivors > 0
         d = self.dim if released else 0
         msg = _H.pack(OUTCOME, r) + _OUT.pack(1 if released else 0, survivors if released else 0, d)
         if released:
             msg += np.asarray(total, dtype="<f8").tobytes()
+        self.led[r] = msg
+        while len(self.led) > HISTORY:
+            del self.led[min(self.led)]
+        self.led_record[r] = sorted(int(u) for u in who) if released and who is not None else None
         acts: list[Action] = [Send(v, msg) for v in range(self.n) if v != self.ctx.node]
         return acts + self._apply(r, total if released else None, survivors)
 
@@ -336,7 +403,7 @@ class SecAggDPSGD(Protocol):
         if len(got) < self.view.threshold:
             return self._release(r, None, 0)
         total = np.sum(np.stack([self.plain[u] for u in got]), axis=0)
-        return self._release(r, total, len(got))
+        return self._release(r, total, len(got), got)
 
     # ---- events ---------------------------------------------------------------------------------
 
@@ -344,17 +411,21 @@ class SecAggDPSGD(Protocol):
         if len(payload) < _H.size:
             raise MalformedMessage("secagg-dpsgd message shorter than its header")
         kind, r = _H.unpack_from(payload)
-        if kind not in (ROUND, OUTCOME, PLAIN):
+        if kind not in (ROUND, OUTCOME, PLAIN, SYNC, GONE):
             raise MalformedMessage(f"unknown secagg-dpsgd message kind {kind}")
         if r >= self.p.rounds:
             raise MalformedMessage(f"message for round {r}, the run has {self.p.rounds}")
         body = payload[_H.size :]
+        if kind == SYNC:
+            return self._answer_sync(src, r, body)
         if r < self.round or self.finished:
             return [Metric("ddp-late", float(kind), r, self.ctx.node)]
         if r > self.round:
-            if r > self.round + WINDOW:
+            # a node catching up after a restart takes the outcomes of every round it missed
+            ahead = CATCHUP_AHEAD if self.catching_up and kind in (OUTCOME, GONE) else WINDOW
+            if r > self.round + ahead:
                 raise MalformedMessage(f"message for round {r}, this node is at round {self.round}")
-            if kind == OUTCOME and src != round_leader(self.n, r):
+            if kind in (OUTCOME, GONE) and src != round_leader(self.n, r):
                 raise UnexpectedSender(
                     f"outcome of round {r} from node {src}, its leader is {round_leader(self.n, r)}"
                 )
@@ -362,7 +433,42 @@ class SecAggDPSGD(Protocol):
             return []
         return self._dispatch(src, kind, r, body)
 
+    def _answer_sync(self, src: int, r: int, body: bytes) -> list[Action]:
+        """A restarted node at round ``r`` asks for the outcomes it may have missed: those of the rounds
+        ``≥ r`` this node led and still holds; ``GONE(r)`` if it led round ``r``, released it, and no
+        longer holds it (the asker cannot catch up)."""
+        if body or src == self.ctx.node:
+            raise MalformedMessage("malformed catch-up request")
+        acts: list[Action] = [
+            Send(src, self.led[rr]) for rr in sorted(self.led) if r <= rr <= r + CATCHUP_AHEAD
+        ]
+        if (
+            round_leader(self.n, r) == self.ctx.node
+            and r not in self.led
+            and (r < self.round or self.finished)
+        ):
+            acts.append(Send(src, _H.pack(GONE, r)))
+        return acts
+
     def _dispatch(self, src: int, kind: int, r: int, body: bytes) -> list[Action]:
+        if kind == GONE:
+            if src != self.leader or self.ctx.node == self.leader or body:
+                raise UnexpectedSender(f"catch-up refusal of round {r} from node {src}")
+            why = (
+                f"restarted and behind: the outcome of round {r} is no longer held by its leader "
+                f"(it keeps its last {HISTORY} rounds); this node cannot rejoin the run"
+            )
+            self.finished = True
+            self.inner = None
+            return [
+                Deviation(self.ctx.node, r, "out-of-sync", {"round": r}),
+                Finish(
+                    self.ctx.node,
+                    r,
+                    None,
+                    {"status": "out-of-sync", "reason": why, "contributed": sorted(self.charged)},
+                ),
+            ]
         if kind == OUTCOME:
             if src != self.leader or self.ctx.node == self.leader:
                 raise UnexpectedSender(
@@ -412,9 +518,12 @@ class SecAggDPSGD(Protocol):
                 raise MalformedMessage("plain input is not finite")
             return self._plain_in(src, vec)
         if self.inner is None:
+            if r == self.dropped:  # restarted mid-round: a dropout of it, it answers nothing of it
+                return [Metric("ddp-dropped", float(src), r, self.ctx.node)]
             raise UnexpectedSender(
                 f"secure-sum message of round {r} at node {self.ctx.node}, which has no part in it"
             )
+        self.catching_up = False  # its round's leader talks to it: back in step
         return self._wrap(r, self.inner.handle(MessageArrived(src, body)))
 
     def on_timer(self, name: str) -> list[Action]:
@@ -422,11 +531,91 @@ class SecAggDPSGD(Protocol):
         if not rs.isdigit() or int(rs) != self.round or self.finished:
             return []
         r = int(rs)
+        if base == "ddp-sync":  # still behind: ask everyone again (an answer may have been lost)
+            if not self.catching_up or self.leader == self.ctx.node:
+                return []
+            me = self.ctx.node
+            return [Send(v, _H.pack(SYNC, r)) for v in range(self.n) if v != me] + [
+                SetTimer(f"ddp-sync:{r}", sync_period(self.p))
+            ]
         if base == _SECAGG_TIMER and self.inner is not None:
             return self._wrap(r, self.inner.handle(TimerFired(_SECAGG_TIMER)))
         if base == "plain" and self.ctx.node == self.leader and self.p.aggregation == "plain":
             return self._plain_close()
         return []
+
+    # ---- durability (issue 14) ------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Model, round, contributions, counters, generator state, outcomes led and messages buffered for
+        later rounds.  Never the secure sum's one-time secrets: a restarted node must not answer an
+        unmask request of a round it may have been declared dropped in."""
+        return {
+            "rng": self.ctx.rng.bit_generator.state,
+            "round": self.round,
+            "x": self.x.copy(),
+            "charged": sorted(self.charged),
+            "released": self.released,
+            "aborted": self.aborted,
+            "survivors": list(self.survivors),
+            "led": dict(self.led),
+            "led_record": dict(self.led_record),
+            "buffer": {r: list(v) for r, v in self.buffer.items()},
+            "dropped": self.dropped,
+            "catching_up": self.catching_up,
+            "finished": self.finished,
+        }
+
+    def restore(self, state: dict[str, Any]) -> list[Action]:
+        """Load a :meth:`checkpoint` after the node restarted in round ``r``: a dropout of ``r`` (a
+        restarted leader aborts it), re-send the last outcome led, ask every node for the outcomes
+        missed (see the module docstring)."""
+        self.ctx.rng.bit_generator.state = state["rng"]
+        self.round = int(state["round"])
+        self.x = np.asarray(state["x"], dtype=np.float64).copy()
+        self.charged = {int(r) for r in state["charged"]}
+        self.released, self.aborted = int(state["released"]), int(state["aborted"])
+        self.survivors = [int(u) for u in state["survivors"]]
+        self.led = {int(r): bytes(m) for r, m in state["led"].items()}
+        self.led_record = {
+            int(r): None if u is None else [int(x) for x in u]
+            for r, u in state["led_record"].items()
+        }
+        self.buffer = {
+            int(r): [(int(a), int(k), bytes(b)) for a, k, b in v]
+            for r, v in state["buffer"].items()
+        }
+        self.dropped = int(state["dropped"])
+        self.finished = bool(state["finished"])
+        self.inner, self.plain = None, {}
+        if self.finished or self.round < 0:
+            self.catching_up = False
+            return []
+        me, r = self.ctx.node, self.round
+        self.members = round_members(self.n, self.p.sample, self.p.sample_seed, r)
+        self.leader = round_leader(self.n, r)
+        self.catching_up = True
+        acts: list[Action] = []
+        if (
+            self.led and max(self.led) == r - 1
+        ):  # it may have died between its checkpoint and the sends
+            acts += [Send(v, self.led[r - 1]) for v in range(self.n) if v != me]
+        acts += [Send(v, _H.pack(SYNC, r)) for v in range(self.n) if v != me]
+        if self.leader == me:  # the masked inputs it held are gone: abort the round, tell everyone
+            acts.append(Deviation(me, r, "restarted-mid-round", {"role": "leader", "round": r}))
+            return acts + self._release(r, None, 0)
+        if me in self.members:
+            self.dropped = r
+            acts.append(
+                Deviation(
+                    me,
+                    r,
+                    "restarted-mid-round",
+                    {"role": "member", "round": r, "input_sent": r in self.charged},
+                )
+            )
+        acts.append(SetTimer(f"ddp-sync:{r}", sync_period(self.p)))
+        return acts
 
 
 def make_ddp_machine(

@@ -240,7 +240,7 @@ class RunDriver:
         envelope is buffered for the start instead — a started neighbour's token legitimately races
         ahead of our own ``run.start`` — up to :data:`MAX_EARLY_MESSAGES` / :data:`MAX_EARLY_BYTES`.
         """
-        if self.state in TERMINAL:
+        if self.state in TERMINAL and not self._serves_finished():
             raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
         src = self.vertex_of.get(sender)
         if src is None:
@@ -275,6 +275,13 @@ class RunDriver:
         if faults:
             err = faults[0].error
             raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
+
+    def _serves_finished(self) -> bool:
+        """A finished run whose machine still answers peers (a restarted ``secagg-dpsgd`` node catching up
+        asks for the outcomes it missed, the last round's included); closed or stopped runs answer nothing."""
+        return self.state == "finished" and bool(
+            getattr(self.machine, "serves_when_finished", False)
+        )
 
     def _fire(self, name: str) -> None:
         self._timers.pop(name, None)
@@ -393,6 +400,10 @@ class RunDriver:
         if state == "accepted":
             return
         if state in TERMINAL:
+            if self._serves_finished() and machine is not None:
+                self.machine.restore(
+                    machine
+                )  # answers catch-up requests from its history; sends nothing
             return
         self._emit("restored", step=self.last_step, ledger_credit=self.ledger_credit)
         if (
