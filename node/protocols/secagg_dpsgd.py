@@ -588,10 +588,13 @@ class SecAggDPSGD(Protocol):
         self.dropped = int(state["dropped"])
         self.finished = bool(state["finished"])
         self.inner, self.plain = None, {}
-        if self.finished or self.round < 0:
-            self.catching_up = False
-            return []
         me, r = self.ctx.node, self.round
+        if self.finished or r < 0:
+            self.catching_up = False
+            last = self.p.rounds - 1
+            if self.finished and last in self.led:  # the last round's outcome may not have left
+                return [Send(v, self.led[last]) for v in range(self.n) if v != me]
+            return []
         self.members = round_members(self.n, self.p.sample, self.p.sample_seed, r)
         self.leader = round_leader(self.n, r)
         self.catching_up = True

@@ -401,9 +401,9 @@ class RunDriver:
             return
         if state in TERMINAL:
             if self._serves_finished() and machine is not None:
-                self.machine.restore(
-                    machine
-                )  # answers catch-up requests from its history; sends nothing
+                # it answers catch-up requests from its history, and re-sends what may not have left
+                # between its last checkpoint and the kill (a secagg-dpsgd leader's last outcome)
+                self._execute(self.machine.restore(machine))
             return
         self._emit("restored", step=self.last_step, ledger_credit=self.ledger_credit)
         if (

@@ -27,6 +27,7 @@ class CrashRun:
     ledgers: dict[int, list[LedgerEntry]] = field(default_factory=dict)
     deviations: list[Deviation] = field(default_factory=list)
     sent: list[tuple[int, int, bytes]] = field(default_factory=list)  # (src, dst, payload)
+    victim_batches: list[list[Any]] = field(default_factory=list)  # the victim's batches, in order
     crashed_at: float = -1.0
 
     def charged(self, v: int) -> list[int]:
@@ -43,9 +44,11 @@ def run_with_crash(
     *,
     latency: float = 1e-3,
     horizon: float = 1e4,
+    lose_sends: bool = False,
 ) -> CrashRun:
     """Run ``machines`` to the end; ``victim`` crashes right after its ``crash_after``-th batch and is
-    rebuilt (``rebuild(victim)``) and restored ``down`` virtual seconds later."""
+    rebuilt (``rebuild(victim)``) and restored ``down`` virtual seconds later.  ``lose_sends``: the
+    crash comes between that batch's checkpoint and its sends (none of them leaves)."""
     ms = list(machines)
     n = len(ms)
     out = CrashRun(ledgers={v: [] for v in range(n)})
@@ -70,7 +73,10 @@ def run_with_crash(
                 out.deviations.append(a)
         if any(isinstance(a, (Send, Finish, Deviation, LedgerEntry)) for a in acts):
             snap[v] = pack(ms[v].checkpoint())  # before anything of the batch leaves
+        crash = v == victim and window[0] < 0 and batches[0] + 1 == crash_after
         for a in acts:
+            if isinstance(a, Send) and crash and lose_sends:
+                continue  # killed between the checkpoint and the sends
             if isinstance(a, Send):
                 out.sent.append((v, a.dst, bytes(a.payload)))
                 push(now + latency, a.dst, "msg", v, bytes(a.payload))
@@ -81,6 +87,7 @@ def run_with_crash(
             elif isinstance(a, CancelTimer):
                 timers.pop((v, a.name), None)
         if v == victim:
+            out.victim_batches.append(list(acts))
             batches[0] += 1
             if batches[0] == crash_after and window[0] < 0:
                 window[:] = [now, now + down]
