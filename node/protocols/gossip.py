@@ -595,7 +595,9 @@ class GossipMachine(Protocol):
         deg = len(self._H)
         if self.secure is not None:
             val = encode_round(KIND_JOIN, t, deg) if deg else b""
-            if deg:
+            if (
+                deg and not self._skipping
+            ):  # a skipped round's JOIN never leaves (see _fast_forward)
                 self.secure.offer(t, self._msg, self._H)
         else:
             val = encode_round(KIND_VALUE, t, deg, self._msg) if deg else b""
@@ -627,12 +629,21 @@ class GossipMachine(Protocol):
         if timed_out and late:
             acts.append(Deviation(me, t, "value-timeout", {"round": t, "silent": late}))
         if self.secure is not None:
+            self.phase = _C
+            if (
+                self._skipping
+            ):  # a round a restored node closes unheard: no sum led (nothing is sent)
+                self.secure.lead_info[t] = {
+                    "status": "skipped",
+                    "members": [me],
+                    "reason": "restarted: the neighbours closed this round without this node",
+                }
+                return acts + self._secure_done(t, {}, None)
             joiners = {
                 j: int(self._replies[j][0])
                 for j in self._H
                 if j in self._replies and self._replies[j][0] >= 1
             }
-            self.phase = _C
             acts.append(SetTimer(f"C{t}", self.opt.timeout / self.opt.ticks))
             return acts + self.secure.lead(t, joiners)
         row: dict[int, float] = {}
@@ -762,9 +773,10 @@ class GossipMachine(Protocol):
 
     @property
     def durable(self) -> bool:  # type: ignore[override]
-        """Plain gossip is durable; secure summation is not (its SecAgg sessions hold one-time keys that a
-        restarted node must not reuse), so such a run is reported lost at a restarted node, as before."""
-        return self.secure is None
+        """Plain gossip and secure summation alike (issue 14).  Secure summation checkpoints its
+        memberships and led sums' records, never their SecAgg sessions (one-time secrets): a restarted
+        node is a dropout of the sums in flight (:meth:`~hushnet.protocols.gossip_secure.SecureNeighbourhood.restore`)."""
+        return True
 
     def checkpoint(self) -> dict[str, Any]:
         """The whole round state (round, phase, values heard, the state vector, the realised schedule,
@@ -773,6 +785,8 @@ class GossipMachine(Protocol):
         state["_rng"] = self.ctx.rng.bit_generator.state
         if self._drop_rng is not None:
             state["_drop_rng_state"] = self._drop_rng.bit_generator.state
+        if self.secure is not None:
+            state["_secure"] = self.secure.checkpoint()
         return state
 
     def restore(self, state: dict[str, Any]) -> list[Action]:
@@ -785,16 +799,27 @@ class GossipMachine(Protocol):
         drop = state.pop("_drop_rng_state", None)
         if drop is not None and self._drop_rng is not None:
             self._drop_rng.bit_generator.state = drop
+        sec = state.pop("_secure", None)
+        if (sec is None) != (self.secure is None):
+            raise ValueError("gossip checkpoint and run disagree on secure summation")
         unknown = set(state) - set(self.__dict__)
         if unknown:
             raise ValueError(f"gossip checkpoint has unknown fields {sorted(unknown)[:5]}")
         self.__dict__.update(state)
         self._cand = np.asarray(self._cand, dtype=np.int64)
+        if self.secure is not None:
+            self.secure.restore(sec)
         if self.finished:
             return []
         self._rejoining = True
         for j in self._awaited():
             self._silence[j] = 0
+        if self.phase == _C:  # its own sum was in flight: the masked inputs it held are gone
+            return self.secure.abort_restarted(self.t)
+        if (
+            self.phase == _Z
+        ):  # waiting for the last round's memberships, which died with the process
+            return self._secure_drained()
         return [SetTimer(f"{'AB'[self.phase]}{self.t}", self.opt.timeout / self.opt.ticks)]
 
     def journal_entries(self) -> list[LedgerEntry]:

@@ -45,6 +45,15 @@ shares, unmask) and ``|H_i|`` joined as a member; each member agrees ``|M|−1``
 long-term share-transport keys, seals ``|M|−1`` share envelopes (X25519 + AEAD) and expands ``|M|−1``
 pairwise AES-128-CTR mask streams of the model's dimension.
 
+**Durable** (issue 14): the gossip machine's checkpoint carries this part's memberships (the rounds it
+sent ``JOIN`` for, the sums it was invited to) and its led sums' records — never a SecAgg session (the
+self-mask and pairwise seeds and the shares held are one-time secrets; a restarted node must not
+answer an unmask request of a sum it may have been declared dropped in).  Restarted, the node is a
+dropout of the sums in flight: a sum it led is aborted (:meth:`SecureNeighbourhood.abort_restarted`,
+the members told, the round closed with its own value), the memberships it held are *lost* (their
+messages dropped quietly), and an invitation to a sum it was already invited to is refused — never
+a second masked input for one sum.
+
 Threat model: SecAgg's honest-but-curious leader and members; a colluding neighbour set of the
 leader can of course subtract its own inputs (the accountant's view is per single observer).
 """
@@ -138,6 +147,62 @@ class SecureNeighbourhood:
         self.lead_info: dict[int, dict[str, Any]] = {}
         self.released = self.aborted = 0
         self._lead_members: dict[int, dict[int, float]] = {}
+        #: memberships in flight when the node's process died (issue 14): it is a dropout of those sums
+        self.lost: set[tuple[int, int]] = set()
+
+    # ---- durability (issue 14) -----------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Memberships and the led sums' records — never a SecAgg session (self-mask seeds, pairwise
+        seeds, the shares it holds are one-time secrets): a restarted node must not answer an unmask
+        request of a sum it may have been declared dropped in."""
+        return {
+            "joined": {t: (m, deg, sorted(heard)) for t, (m, deg, heard) in self.joined.items()},
+            "invited": sorted(self.invited),
+            "lead_info": dict(self.lead_info),
+            "released": self.released,
+            "aborted": self.aborted,
+            "lead_members": dict(self._lead_members),
+            "live": sorted(self.subs),
+            "lost": sorted(self.lost),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load :meth:`checkpoint`.  The sums it was a member of and had not finished are *lost*: it
+        never joins them again (an invitation to a sum it was already invited to is refused, so it
+        never sends a second masked input), and their messages are dropped quietly — SecAgg treats it
+        as a dropout (its masks removed with the survivors' shares, or the sum aborts)."""
+        self.joined = {
+            int(t): (np.asarray(m, dtype=np.float64), int(deg), frozenset(int(j) for j in heard))
+            for t, (m, deg, heard) in state["joined"].items()
+        }
+        self.invited = {(int(t), int(j)) for t, j in state["invited"]}
+        self.lead_info = {int(t): v for t, v in state["lead_info"].items()}
+        self.released, self.aborted = int(state["released"]), int(state["aborted"])
+        self._lead_members = {
+            int(t): {int(j): float(w) for j, w in ws.items()}
+            for t, ws in state["lead_members"].items()
+        }
+        self.subs = {}
+        self.lost = {(int(t), int(j)) for t, j in [*state["lost"], *state["live"]]}
+
+    def abort_restarted(self, t: int) -> list[Action]:
+        """The node restarted while its own round-``t`` sum was in flight: abort it (tell the members,
+        so their part ends now) and close the round keeping its own value, as for a sum below the
+        threshold."""
+        me = self.m.ctx.node
+        weights = self._lead_members.pop(t, {})
+        reason = "the leader restarted mid-sum: the masked inputs it held are gone"
+        self.aborted += 1
+        self.lead_info[t] = {
+            "status": "aborted",
+            "members": sorted([me, *weights]),
+            "reason": reason,
+        }
+        body = bytes([ABORT]) + struct.pack(">H", len(reason.encode())) + reason.encode()
+        acts: list[Action] = [Send(j, encode_secagg(t, me, body)) for j in sorted(weights)]
+        acts.append(Metric("secure-sum-aborted", t, t, me))
+        return acts + self.m._secure_done(t, {}, None)  # noqa: SLF001
 
     # ---- called by the gossip machine ----------------------------------------------------------
 
@@ -152,6 +217,7 @@ class SecureNeighbourhood:
         for old in [r for r in self.joined if r < horizon]:
             self.joined.pop(old, None)
         self.invited = {k for k in self.invited if k[0] >= horizon}
+        self.lost = {k for k in self.lost if k[0] >= horizon}
         for key in [
             k for k in self.subs if k[0] < horizon
         ]:  # memberships of long-gone sums (leader silent)
@@ -210,6 +276,8 @@ class SecureNeighbourhood:
                 [ABORT]
             ):  # an abort for a sum this node never joined (its invite was refused)
                 return []
+            if (t, leader) in self.lost:  # its part in this sum died with the process: a dropout
+                return [Metric("secure-sum-lost", float(leader), t, me)]
             raise UnexpectedSender(
                 f"secure-sum message for the round-{t} sum led by node {leader}, "
                 f"which node {me} is not part of"
@@ -236,7 +304,8 @@ class SecureNeighbourhood:
         if len(body) % 4:
             raise MalformedMessage("invite member list is not a list of u32 vertices")
         members = [int(x) for (x,) in _U32.iter_unpack(body)]
-        if (t, leader) in self.subs:
+        if (t, leader) in self.subs or (t, leader) in self.invited:
+            # (invited survives a restart, the session does not: never a second masked input for a sum)
             raise MalformedMessage(f"second invite to node {leader}'s round-{t} sum")
         offered = self.joined.get(t)
         if offered is None or leader not in offered[2]:
