@@ -28,8 +28,9 @@ of a later round (a peer already moved on) are buffered up to ``WINDOW`` rounds 
 past round are dropped with a ``ddp-late`` metric (a straggler's input after the release).
 
 Durable (issue 14): a node checkpoints its model, round, the rounds it contributed to, its
-generator state and the outcomes it released as leader (the last :data:`HISTORY`) before anything of
-a batch leaves it — never the secure sum's one-time secrets (self-mask seeds, the shares it holds).
+generator state and the outcomes it released as leader (the last :data:`HISTORY`, at most
+:data:`HISTORY_BYTES` of them) before anything of a batch leaves it — never the secure sum's
+one-time secrets (self-mask seeds, the shares it holds).
 Restarted on its state directory, a node in the middle of round ``r`` is a **dropout** of that round:
 a member never masks and sends (nor is charged for) a second input for it, and answers nothing of it
 (the leader removes its masks with the survivors' shares, or aborts below the threshold); a
@@ -83,12 +84,13 @@ DDP_PROTOCOLS: dict[str, str] = {
 }
 ROUND, OUTCOME, PLAIN, SYNC, GONE = 0x70, 0x71, 0x72, 0x73, 0x74
 WINDOW = 4  # rounds ahead a message may be buffered
-HISTORY = (
-    16  # outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds)
-)
-CATCHUP_AHEAD = (
-    64  # rounds ahead a catching-up node takes outcomes for (the rest: at its next SYNC)
-)
+#: outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds) ...
+HISTORY = 16
+#: ... and at most this many bytes of them (at least the last one): the history is in every checkpoint
+#: (16 outcomes of a 10⁴-float model would be 1.3 MB per batch; 256 KiB keeps 3 of them)
+HISTORY_BYTES = 1 << 18
+#: rounds ahead a catching-up node takes outcomes for (the rest: at its next SYNC)
+CATCHUP_AHEAD = 64
 AGGREGATIONS = ("secure", "plain")
 _H = struct.Struct(">BI")
 _OUT = struct.Struct(">BII")  # status, survivors, dim
@@ -369,7 +371,9 @@ class SecAggDPSGD(Protocol):
         if released:
             msg += np.asarray(total, dtype="<f8").tobytes()
         self.led[r] = msg
-        while len(self.led) > HISTORY:
+        while len(self.led) > HISTORY or (
+            len(self.led) > 1 and sum(map(len, self.led.values())) > HISTORY_BYTES
+        ):
             del self.led[min(self.led)]
         self.led_record[r] = sorted(int(u) for u in who) if released and who is not None else None
         acts: list[Action] = [Send(v, msg) for v in range(self.n) if v != self.ctx.node]
@@ -456,7 +460,8 @@ class SecAggDPSGD(Protocol):
                 raise UnexpectedSender(f"catch-up refusal of round {r} from node {src}")
             why = (
                 f"restarted and behind: the outcome of round {r} is no longer held by its leader "
-                f"(it keeps its last {HISTORY} rounds); this node cannot rejoin the run"
+                f"(it keeps its last {HISTORY} rounds, at most {HISTORY_BYTES} bytes of them); "
+                "this node cannot rejoin the run"
             )
             self.finished = True
             self.inner = None
