@@ -12,10 +12,15 @@ cached after the first round, Shamir shares and sealed envelopes per member per 
 (a larger model, where masking the vector starts to count).  One process (:mod:`hushnet.runs.local_net`):
 every node's crypto is serialised on one event loop — pessimistic for the masked round.  The plain and
 masked runs alternate, ``REPEATS`` times; medians are reported, ratios never asserted.
+
+Durability (issue 14): the masked runs are durable (every sending batch checkpointed before its messages
+leave); a third variant runs the same masked rounds with ``HUSHNET_RUNS_DURABLE=0`` (no run store), and
+``durable_ratio`` = durable round / volatile round measured in the same run.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import statistics
 import tempfile
@@ -74,26 +79,46 @@ async def _one(net, spec: RunSpec) -> float:
 
 async def _bench(tmp: pathlib.Path) -> dict:
     from hushnet.runs.local_net import network
+    from hushnet.runs.service import DURABLE_ENV
 
     out = {}
-    for i, d in enumerate(DIMS):
-        times: dict[str, list[float]] = {"plain": [], "secure": []}
-        async with network(
-            tmp / f"d{d}", f"complete:{N}", N, shards=_shards(d), epsilon=1e9, base_ip=150 + 20 * i
-        ) as net:
-            for rep in range(REPEATS):
-                for agg in ("plain", "secure") if rep % 2 == 0 else ("secure", "plain"):
-                    times[agg].append(
-                        await _one(net, _spec(100 * i + 10 * rep + (agg == "secure"), agg))
-                    )
-        plain, secure = statistics.median(times["plain"]), statistics.median(times["secure"])
-        out[f"d={d + 1}"] = {
-            "plain_round_s": plain,
-            "secure_round_s": secure,
-            "ratio": secure / plain,
-            "plain_all_s": times["plain"],
-            "secure_all_s": times["secure"],
-        }
+    old = os.environ.get(DURABLE_ENV)
+    variants = ("plain", "secure", "secure_volatile")
+    try:
+        for i, d in enumerate(DIMS):
+            times: dict[str, list[float]] = {k: [] for k in variants}
+            async with network(
+                tmp / f"d{d}",
+                f"complete:{N}",
+                N,
+                shards=_shards(d),
+                epsilon=1e9,
+                base_ip=150 + 20 * i,
+            ) as net:
+                for rep in range(REPEATS):
+                    order = variants if rep % 2 == 0 else variants[::-1]
+                    for k, var in enumerate(order):
+                        # read by the nodes at acceptance: the volatile run keeps no run store
+                        os.environ[DURABLE_ENV] = "0" if var == "secure_volatile" else "1"
+                        agg = "plain" if var == "plain" else "secure"
+                        times[var].append(await _one(net, _spec(100 * i + 10 * rep + k, agg)))
+            plain, secure = statistics.median(times["plain"]), statistics.median(times["secure"])
+            volatile = statistics.median(times["secure_volatile"])
+            out[f"d={d + 1}"] = {
+                "plain_round_s": plain,
+                "secure_round_s": secure,
+                "secure_volatile_round_s": volatile,
+                "ratio": secure / plain,
+                "durable_ratio": secure / volatile,
+                "plain_all_s": times["plain"],
+                "secure_all_s": times["secure"],
+                "secure_volatile_all_s": times["secure_volatile"],
+            }
+    finally:
+        if old is None:
+            os.environ.pop(DURABLE_ENV, None)
+        else:
+            os.environ[DURABLE_ENV] = old
     return out
 
 
@@ -109,7 +134,8 @@ def main(out_dir: pathlib.Path) -> dict:
     for k, r in res.items():
         print(
             f"  model {k:>9}: plain round {r['plain_round_s']:.4f} s, secure round {r['secure_round_s']:.4f} s, "
-            f"ratio {r['ratio']:.2f}"
+            f"ratio {r['ratio']:.2f}; secure without checkpoints {r['secure_volatile_round_s']:.4f} s, "
+            f"durable ratio {r['durable_ratio']:.2f}"
         )
     return {
         "nodes": N,
