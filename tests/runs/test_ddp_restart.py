@@ -1,11 +1,12 @@
 """A ``secagg-dpsgd`` node SIGKILLed mid-run and restarted rejoins the run, which finishes (issue 14).
 
 Real node processes (a :class:`~hushnet.net.cluster.LocalCluster`, complete:5, mutual TLS).  Node 3 is
-killed as soon as its ledger holds its charge for round 4 (its masked input is leaving), while the
-others go on without it (it is a dropout of the rounds it misses; the run stalls at the first round
-it leads), then restarted on its state directory.  Before the fix the restarted node answered "no
-run" and the others waited for its round's outcome forever.  Now it restores its model and round
-from its checkpoint, is a dropout of the round in flight (never a second masked input), catches up
+killed as soon as its ledger holds its charge for round 4 (its masked input is leaving; node 4 leads
+that round) — or for round 3, which it leads itself — while the others go on without it (it is a
+dropout of the rounds it misses; the run stalls at the first round it leads), then restarted on its
+state directory.  Before the fix the restarted node answered "no run" and the others waited for its
+round's outcome forever.  Now it restores its model and round from its checkpoint, is a dropout of
+the round in flight (never a second masked input; as that round's leader it aborts it), catches up
 the outcomes it missed from their leaders, leads its rounds again, and every node finishes with the
 same model.
 
@@ -44,7 +45,7 @@ from hushnet.tasks import LogisticRegressionTask
 
 pytestmark = [pytest.mark.integration]
 
-N, ROUNDS, T, SIGMA, CLIP, STEP, VICTIM, KILL_AFTER = 5, 14, 4, 1.5, 0.5, 0.5, 3, 5
+N, ROUNDS, T, SIGMA, CLIP, STEP, VICTIM = 5, 14, 4, 1.5, 0.5, 0.5, 3
 
 
 def _charges(path: pathlib.Path, run_id: str) -> int:
@@ -62,8 +63,14 @@ def _charges(path: pathlib.Path, run_id: str) -> int:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "kill_after",
+    # charged round 4 (led by node 4: a member's dropout), or round 3 (its own: the leader restarts)
+    [5, 4],
+    ids=["member", "leader"],
+)
 def test_secagg_dpsgd_node_killed_mid_run_rejoins_and_the_run_finishes(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, kill_after: int
 ) -> None:
     sh = shards(N, seed=5)
     for i in range(N):
@@ -95,9 +102,9 @@ def test_secagg_dpsgd_node_killed_mid_run_rejoins_and_the_run_finishes(
                 run_id = sp.run_id
                 task = asyncio.create_task(client.start_run(sp))
                 end = time.monotonic() + 90
-                while _charges(ledger, run_id) < KILL_AFTER:
+                while _charges(ledger, run_id) < kill_after:
                     assert time.monotonic() < end, (
-                        f"node {VICTIM} never charged round {KILL_AFTER - 1}"
+                        f"node {VICTIM} never charged round {kill_after - 1}"
                     )
                     await asyncio.sleep(0.005)
                 os.kill(victim.pid, signal.SIGKILL)
