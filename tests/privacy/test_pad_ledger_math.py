@@ -9,6 +9,7 @@ rebuild the same state.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,9 @@ def test_ledger_math_imports_no_storage() -> None:
     }
     assert not imported & {"sqlite3", "json", "threading", "time", "pathlib"}, imported
     code = "import sys, hushnet.privacy.ledger_math; assert 'sqlite3' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    # a fresh interpreter without `make coverage`'s start-up hook: coverage keeps its data in SQLite
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
 def _entries(rng: np.random.Generator) -> list[lm.PrivacyEntry]:
