@@ -174,33 +174,46 @@ def test_second_certificate_for_an_existing_node_id_is_refused(tmp_path: pathlib
 
 
 def test_status_is_not_healthy_until_every_node_is_wired(tmp_path: pathlib.Path) -> None:
+    """A node that serves but has a neighbour it cannot reach is not healthy; wired again, it is.
+
+    The unwired state is made by a neighbour that crashed (stopped without ``Leave``, so it stays in the
+    directory): n0 and n1 still serve but cannot reach n2.  (An earlier version made n0 unwired by giving
+    it a long directory-refresh period; that raced with n0's re-read on its neighbours' first call.)
+    """
+
     async def go():
         addr, stop, task = await _bootstrap(tmp_path, "ring:3")
-        # n0 joins first and does not re-read the directory for a long time: it serves, but does not
-        # know (so has no link to) the neighbours that join after it
-        first = _node(tmp_path, 0, addr, directory_refresh_s=600.0)
-        await first.start()
-        rest = [_node(tmp_path, i, addr) for i in (1, 2)]
-        await asyncio.gather(*(nd.start() for nd in rest))
-        nodes = [first, *rest]
+        nodes = [_node(tmp_path, i, addr) for i in range(3)]
+        await asyncio.gather(*(nd.start() for nd in nodes))
         try:
-            for _ in range(100):  # n1 and n2 are wired to each other (and have a channel to n0)
-                if all(any(lk.healthy for lk in nd.links.values()) for nd in rest):
-                    break
-                await asyncio.sleep(0.1)
+            await _wired(nodes, 3)
+            await nodes[2].stop(
+                grace=0.0, leave=False
+            )  # crashed: still a member, no longer answering
             async with Operator(OperatorCredentials.from_state_dir(tmp_path / "b")) as op:
-                doc = await op.network_status()
-                by = {n["id"]: n for n in doc["nodes"]}
+                for _ in range(200):  # until n0's and n1's probes have seen the lost link
+                    doc = await op.network_status()
+                    by = {n["id"]: n for n in doc["nodes"]}
+                    if not by["n0"]["wired"] and not by["n1"]["wired"]:
+                        break
+                    await asyncio.sleep(0.1)
                 assert doc["healthy"] is False, (
                     "serving but not connected to its neighbours is not healthy"
                 )
-                assert by["n0"]["serving"] is True and by["n0"]["wired"] is False
-                assert doc["serving"] is True and doc["wired"] is False
+                for nid in ("n0", "n1"):
+                    assert by[nid]["serving"] is True and by[nid]["wired"] is False, by[nid]
+                assert by["n2"]["serving"] is False
+                assert doc["serving"] is False and doc["wired"] is False
                 table = format_table(doc)
                 assert "WIRED" in table and "healthy: NO" in table
-                await first._refresh_directory(force=True)  # n0 learns its neighbours and connects
+                nodes[2] = _node(tmp_path, 2, addr)  # restarted on its state directory
+                await nodes[2].start()
                 await _wired(nodes, 3)
-                doc = await op.network_status()
+                for _ in range(200):  # the operator's view follows the nodes' probes
+                    doc = await op.network_status()
+                    if doc["healthy"]:
+                        break
+                    await asyncio.sleep(0.1)
                 assert doc["healthy"] is True and doc["serving"] is True and doc["wired"] is True
                 assert all(n["serving"] and n["wired"] for n in doc["nodes"])
         finally:

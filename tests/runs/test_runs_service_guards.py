@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 from dataclasses import replace
 
 import pytest
@@ -203,6 +204,9 @@ def test_malformed_message_flood_logs_a_few_counted_lines(tmp_path: pathlib.Path
     assert counts.get("refused:hushnet.run:unknown-run") == n_refused, counts
     assert counts.get("rejected:malformed-envelope") == n_garbage, counts
     assert counts.get("rejected:unknown-protocol") == n_unknown, counts
+    # the flood may span more than one log interval on a loaded machine: each interval opens with one
+    # line and then says how many more of the kind it counted (the totals are checked above)
     assert any(
-        r.getMessage().startswith(f"{n_refused - 1} more refused:hushnet.run") for r in mine
+        re.match(r"\d+ more refused:hushnet\.run:unknown-run in the last ", r.getMessage())
+        for r in mine
     ), [r.getMessage() for r in mine]
