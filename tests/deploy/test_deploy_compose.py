@@ -357,7 +357,7 @@ def test_restarted_node_keeps_identity_and_ledger(net):
 def test_stopping_a_node_mid_run_pauses(net):
     """Documented behaviour of ``on_peer_down = "pause"``: the holder keeps the token and retries;
     ``watch`` returns "paused" with the holder and the unreachable node; the operator cancels.
-    (The same is seen when the stopped node held the walk itself.)"""
+    When the stopped node held the walk itself, ``watch`` returns "holder-lost" naming it."""
     op_dir, victim = net["op_dir"], net["nodes"]["n3"]
     spec = net["specs"] / "pause.toml"
     spec.write_text(
@@ -372,8 +372,14 @@ def test_stopping_a_node_mid_run_pauses(net):
     )
     run_id, step, stop_s, outcome = _start_and_stop_mid_run(op_dir, spec, victim, pause_timeout=8.0)
     # progress is reported every few steps, so the last step seen may be a little before `step`
-    assert outcome.state == "paused" and outcome.step < 1200, outcome
-    assert "unreachable: n3" in outcome.reason and not outcome.deviations, outcome
+    assert outcome.step < 1200 and not outcome.deviations, outcome
+    if outcome.state == "holder-lost":
+        # the stopped node held the token (more likely on a slow machine): watch names it and the copy
+        # the walk can resume from (issue 14), instead of waiting on a holder that does not answer
+        assert outcome.lost_holder["holder"] == "n3", outcome
+        assert outcome.lost_holder["copy_at"] in ("n0", "n1", "n2"), outcome
+    else:
+        assert outcome.state == "paused" and "unreachable: n3" in outcome.reason, outcome
     cancelled = _client(op_dir, lambda c: c.cancel(run_id))
     assert {cancelled[n] for n in ("n0", "n1", "n2")} == {"cancelled"}, cancelled
     docker("start", victim)
@@ -400,7 +406,9 @@ def test_token_rotation_with_a_recreated_bootstrap(net):
         what="the new token in the join volume",
     )
     wait_for(
-        lambda: _all_connected(op_dir), 60, what="the network to be healthy under the new bootstrap"
+        lambda: _all_connected(op_dir),
+        120,
+        what="the network to be healthy under the new bootstrap",
     )
     docker("restart", "--time", "10", net["nodes"]["n2"], timeout=60)
     doc = wait_for(lambda: _all_connected(op_dir), 90, what="n2 re-joined with the new token")
