@@ -339,8 +339,8 @@ class AsyncClient:
     ):
         """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized) — this client *is* the
         aggregator: it submits the spec, asks the sampled node for its clipped gradient at every step,
-        adds the noise and keeps the model (:mod:`hushnet.client.central`).  Returns a ``CentralOutcome``."""
-        from hushnet.client.central import run_central
+        adds the noise and keeps the model (:mod:`hushnet.families.central.operator`).  Returns a ``CentralOutcome``."""
+        from hushnet.families.central.operator import run_central
 
         try:
             spec = _load_spec(spec)

@@ -76,8 +76,6 @@ class Envelope:
 
 KIND_TOKEN = 1
 KIND_ACK = 2
-KIND_GRADIENT_REQUEST = 3
-KIND_GRADIENT_REPLY = 4
 
 _TOKEN_HDR = struct.Struct("<BQQqII")  # kind, step, total steps, aux, recipient, dim
 _ACK = struct.Struct("<BQ")  # kind, step

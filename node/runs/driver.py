@@ -769,7 +769,7 @@ class NodeEffects:
     event loop; ``Metric``/``Deviation``/``Paused``/``Fault``/``Finish`` → the run's state and event
     stream.  ``faults`` collects the batch's faults, which :meth:`RunDriver.on_message` turns into a
     refusal the sender sees.  Subclass it to serve a machine differently (the central client's
-    request/reply in :mod:`hushnet.runs.central_runs`).
+    request/reply in :mod:`hushnet.families.central.node`).
     """
 
     def __init__(self, driver: RunDriver) -> None:

@@ -19,9 +19,10 @@ import pytest
 from helpers.runs import cluster, synthetic_shards  # noqa: E402
 
 from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
+from hushnet.families.central.accounting import central_cost, central_projector  # noqa: E402
+from hushnet.families.central.params import LABEL  # noqa: E402
 from hushnet.protocols.registry import build_from_spec  # noqa: E402
 from hushnet.runs.accounting import dp_from_rdp  # noqa: E402
-from hushnet.runs.central_runs import LABEL, central_cost, central_projector  # noqa: E402
 from hushnet.runs.pad_runs import contributions, pad_cost, pad_projector  # noqa: E402
 from hushnet.runs.policy import NodePolicy, load_task  # noqa: E402
 from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
@@ -297,7 +298,8 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
     """The node side of the baseline alone: the operator's control channel, one real request, then bad ones."""
     import base64
 
-    from hushnet.engine.wire import KIND_GRADIENT_REQUEST, encode_token
+    from hushnet.engine.wire import encode_token
+    from hushnet.families.central.wire import KIND_GRADIENT_REQUEST
 
     c: Client = net["client"]
     state = net["state"]
