@@ -56,9 +56,11 @@ class AnonymityFamily(Family):
     def paper_bound(self, spec, vertex, contributions, W):
         if spec.protocol != "rw-dpsgd-onion":
             return None
-        from hushnet.runs.accounting import RW_PAPER_LABEL, paper_row
+        from hushnet.families.walk.accounting import RW_PAPER_LABEL, paper_row
+        from hushnet.runs.accounting import sender_known
 
-        return paper_row(spec, vertex, contributions, W), RW_PAPER_LABEL
+        known = sender_known(spec, W)
+        return paper_row(spec, vertex, contributions, W, sender_known=known), RW_PAPER_LABEL
 
 
 FAMILY = AnonymityFamily()

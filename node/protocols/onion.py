@@ -706,9 +706,10 @@ def make_anonymity_machine(
     secret_seed = p.pop("secret_seed", None)
     srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
     if protocol == "rw-dpsgd-onion":
-        from hushnet.protocols.hops import TransitionRow
-        from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
-        from hushnet.protocols.walk import WalkOptions
+        from hushnet.families.walk.hops import TransitionRow
+        from hushnet.families.walk.machines import RWDPSGD
+        from hushnet.families.walk.params import RWParams
+        from hushnet.families.walk.walker import WalkOptions
 
         if W is None:
             raise ValueError(

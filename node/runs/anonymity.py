@@ -282,21 +282,6 @@ def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
     )
 
 
-def project_walk(
-    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
-) -> PolicyDecision:
-    """Plain-link walks (``rw-dpsgd``, ``pad-complete-sgd``): the anonymous-sender view is refused —
-    without onion relaying the receiver's gRPC peer *is* the sender."""
-    if spec.view_model != "sender-known":
-        return _refuse(
-            spec,
-            f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
-            "plain links reveal the sender, so only 'sender-known' is accountable",
-        )
-    dec = evaluate_policy(spec, vertex, local, W)
-    return replace(dec, details={**dec.details, "accounting_view": VIEWS["plain-links"].as_dict()})
-
-
 def project_onion(
     spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
 ) -> PolicyDecision:
@@ -746,7 +731,6 @@ __all__ = [
     "node_signer",
     "node_signer_directory",
     "node_replay_cache",
-    "project_walk",
     "project_onion",
     "project_secagg",
     "project_anon_walk",

@@ -412,7 +412,7 @@ class RunDriver:
     def resume(
         self, lost: list[str], *, take_up: bool = True, from_step: int | None = None
     ) -> dict[str, Any]:
-        """The operator declared ``lost`` holders gone: see :meth:`hushnet.protocols.walk.WalkMachine.resume`."""
+        """The operator declared ``lost`` holders gone: see :meth:`hushnet.families.walk.walker.WalkMachine.resume`."""
         fn = getattr(self.machine, "resume", None)
         if fn is None:
             raise RunRefused(

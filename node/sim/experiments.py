@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.protocols.registry import build_machines
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim.simulator import Simulator
 from hushnet.tasks import LogisticRegressionTask, Partition, houses_partition, logistic_metrics
 

@@ -298,8 +298,8 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
     """The node side of the baseline alone: the operator's control channel, one real request, then bad ones."""
     import base64
 
-    from hushnet.engine.wire import encode_token
     from hushnet.families.central.wire import KIND_GRADIENT_REQUEST
+    from hushnet.families.walk.wire import encode_token
 
     c: Client = net["client"]
     state = net["state"]

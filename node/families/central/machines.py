@@ -15,7 +15,6 @@ import numpy as np
 from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric, Send
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.wire import message_kind
 from hushnet.families.central.params import PROTOCOL, CentralParams
 from hushnet.families.central.wire import (
     KIND_GRADIENT_REPLY,
@@ -25,6 +24,7 @@ from hushnet.families.central.wire import (
     encode_reply,
     encode_request,
 )
+from hushnet.families.walk.wire import message_kind
 from hushnet.tasks.base import GradientTask
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hushnet.engine.wire import Token, decode_token, encode_token
+from hushnet.families.walk.wire import Token, decode_token, encode_token
 
 KIND_GRADIENT_REQUEST = 3
 KIND_GRADIENT_REPLY = 4

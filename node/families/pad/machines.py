@@ -8,7 +8,7 @@
   (erratum 14, :func:`hushnet.privacy.amplification.rr_gamma_for_batch`).
 * :class:`CompleteSum` — Alg. 3 on the complete graph (uniform next holder, self included).
 * :class:`CompleteHistogram` — Alg. 5 (init 0, debias ``(τ − γT/L)/(1−γ)``).
-Complete-graph SGD (Alg. 4) is :class:`~hushnet.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n`` (the walk family).
+Complete-graph SGD (Alg. 4) is :class:`~hushnet.families.walk.machines.RWDPSGD` on ``W = J/n`` (the walk family).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from hushnet.engine.actions import Action
 from hushnet.engine.protocol import NodeContext
 from hushnet.families.pad.params import COMPLETE_HISTOGRAM, COMPLETE_SUM, RING_HISTOGRAM, RING_SUM
 from hushnet.families.pad.wire import ring_noise_aux
+from hushnet.families.walk.hops import HopRule, RingSuccessor, UniformHop
+from hushnet.families.walk.walker import WalkMachine, WalkOptions
 from hushnet.privacy.amplification import (
     debias_complete_histogram,
     debias_ring_histogram,
     ring_noise_draws,
     rr_epsilon,
 )
-from hushnet.protocols.hops import HopRule, RingSuccessor, UniformHop
-from hushnet.protocols.walk import WalkMachine, WalkOptions
 from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 # Parameters and debiasing come from the privacy core (hushnet.privacy.amplification): the
