@@ -59,8 +59,10 @@ import numpy as np
 from hushnet.crypto.keys import KeyDirectory, KeyPair, public_bytes
 from hushnet.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric
 from hushnet.engine.protocol import Protocol
+from hushnet.families.walk.accounting import evaluate_policy
+from hushnet.families.walk.params import RW_DPSGD
 from hushnet.protocols.onion import VIEWS
-from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, evaluate_policy
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
 #: network defaults for the anonymity machines' hop-level reliability (the sans-IO defaults are
 #: simulator timings: 50 ms acks)
@@ -304,7 +306,7 @@ def project_onion(
 
     plan = onion_relay_plan(spec, W)
     walk = evaluate_policy(
-        replace(spec, protocol="rw-dpsgd", view_model="sender-known"), vertex, local, W
+        replace(spec, protocol=RW_DPSGD, view_model="sender-known"), vertex, local, W
     )
     if walk.epsilon_row is None:  # refused before any projection (δ, noise condition …): say why
         return walk

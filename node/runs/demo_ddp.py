@@ -130,8 +130,8 @@ def compare(
     data: str = "houses", n: int = 16, seeds: int = 4, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Every protocol at the random walk's certified worst-pair ε: σ, ε (recomputed), accuracy over seeds."""
+    from hushnet.families.walk.accounting import projected_row
     from hushnet.runs import demo
-    from hushnet.runs.spec import projected_row
 
     cfg, P, tasks, rw = demo.prepare(data, n)
     sd = list(range(rw.seed, rw.seed + seeds))

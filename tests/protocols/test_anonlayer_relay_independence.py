@@ -142,10 +142,11 @@ def test_onion_runs_are_charged_local_dp_whatever_the_plan():
     common length: the plan says so and the report shows it.  Whatever the plan, an onion run is charged
     at local DP (relays see the walk's trajectory, which no walk bound covers): its projection is the
     composition of its N_u contributions, each seen in the clear, and its ledger cost is the local-DP one."""
+    from hushnet.families.walk.accounting import evaluate_policy
     from hushnet.protocols.onion import relay_plan
     from hushnet.runs.accounting import contribution_cost
     from hushnet.runs.anonymity import project_onion
-    from hushnet.runs.spec import Budget, RunSpec, _best_order_dp, evaluate_policy
+    from hushnet.runs.spec import Budget, RunSpec, _best_order_dp
 
     for g in ("ring:11", "complete:3"):
         plan = relay_plan(parse_graph(g).adjacency, 1, 9)

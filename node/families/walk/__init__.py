@@ -84,7 +84,9 @@ class WalkFamily(Family):
             from hushnet.families.walk.accounting import project_walk
 
             return project_walk(spec, vertex, local, W)
-        return super().project(spec, vertex, local, W)
+        from hushnet.families.walk.accounting import evaluate_policy
+
+        return evaluate_policy(spec, vertex, local, W)
 
     def cost(self, spec, vertex, ids, W, orders):
         if spec.protocol in self.walk_accounted:
