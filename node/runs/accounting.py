@@ -69,26 +69,6 @@ class ContributionCost:
         )
 
 
-def onion_relay_plan(spec: RunSpec, W=None):
-    """The :class:`~hushnet.protocols.onion.RelayPlan` of an onion run (the machines derive the same)."""
-    from hushnet.protocols.onion import relay_plan
-    from hushnet.protocols.registry import transition_matrix
-
-    hops = int(spec.protocol_params.get("hops", 3))
-    slots = int(spec.protocol_params.get("slots", hops + 8))
-    return relay_plan(
-        W if W is not None else transition_matrix(spec.graph, spec.weights), hops, slots
-    )
-
-
-def sender_known(spec: RunSpec, W=None) -> bool:
-    """Whether the receiver may know the sender: plain links, or onion relaying whose relay plan cannot
-    make the last relay independent of the sender on this graph (then the anonymous view is not granted)."""
-    if spec.view_model == "sender-known":
-        return True
-    return spec.protocol == "rw-dpsgd-onion" and not onion_relay_plan(spec, W).independent
-
-
 def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None):
     """The certified per-data-action cost of node ``vertex`` in ``spec``'s run (a :class:`RunCost`, built by
     the protocol's family); ``ids[v]`` names vertex v."""

@@ -40,7 +40,7 @@ def project_walk(
             spec.budget.delta,
             "certified",
         )
-    from hushnet.protocols.onion import VIEWS
+    from hushnet.families.views import VIEWS
 
     dec = evaluate_policy(spec, vertex, local, W)
     return replace(dec, details={**dec.details, "accounting_view": VIEWS["plain-links"].as_dict()})
