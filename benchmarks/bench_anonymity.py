@@ -24,8 +24,9 @@ import numpy as np
 from hushnet.crypto.cells import CELL_BODY, from_cells, to_cells
 from hushnet.crypto.keys import simulation_keypairs
 from hushnet.crypto.onion import OnionKeyring, build_packet, peel
-from hushnet.engine.wire import Envelope, decode_token, encode_token
-from hushnet.protocols.onion import payload_len_for
+from hushnet.engine.wire import Envelope
+from hushnet.families.anonymity.onion import payload_len_for
+from hushnet.families.walk.wire import decode_token, encode_token
 from hushnet.protocols.secagg import SecAggParams, build_round
 from hushnet.sim.simulator import Simulator
 

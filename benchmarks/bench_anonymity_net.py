@@ -55,7 +55,7 @@ async def _walk_seconds_per_step(net, spec: RunSpec) -> tuple[float, float]:
 @contextlib.contextmanager
 def _message_acks(on: bool):
     """Build onion machines that acknowledge each hop with a message instead of the transport receipt."""
-    import hushnet.runs.anonymity as anon
+    import hushnet.families.anonymity.node as anon
 
     orig = anon.build_onion
 

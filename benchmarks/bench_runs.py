@@ -94,8 +94,8 @@ def _network(out: dict) -> None:
 
 
 def _simulator(out: dict) -> None:
+    from hushnet.families.walk.walker import WalkOptions
     from hushnet.protocols.registry import build_machines, transition_matrix
-    from hushnet.protocols.walk import WalkOptions
     from hushnet.sim import Simulator
     from hushnet.tasks import LogisticRegressionTask
 

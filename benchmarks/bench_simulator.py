@@ -15,9 +15,9 @@ import time
 import numpy as np
 
 from hushnet.engine.rng import node_generators
-from hushnet.protocols.hops import TransitionRow
+from hushnet.families.walk.hops import TransitionRow
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.protocols.registry import build_machines, transition_matrix
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim import Simulator
 from hushnet.tasks import LogisticRegressionTask
 

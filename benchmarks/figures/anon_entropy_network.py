@@ -7,7 +7,7 @@ node its own 127.0.0.x address, mutual TLS, own long-term X25519 key and ledger)
 graph run ``anon-walk-sgd`` (Mode A: the sealed token walks until its destination opens it) through the
 real operator client.  Each completed model update is one (source, destination, hop count T) sample; the
 samples come from the nodes' run records (``anon-hop``/``anon-open`` metrics of every node's event
-stream, merged by :func:`hushnet.runs.anonymity.walk_iterations`) — nothing in the token counts hops.
+stream, merged by :func:`hushnet.families.anonymity.operator.walk_iterations`) — nothing in the token counts hops.
 
 Compared, on the *same* graph and the same public setup (p* and Ā from the run's own machines):
 
@@ -42,11 +42,11 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from benchmarks.figures.anon_protocol_entropy import _h_cum  # noqa: E402 - same entropy metric, one definition
+from hushnet.families.anonymity.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
+from hushnet.families.anonymity.operator import walk_iterations  # noqa: E402
 from hushnet.privacy.anonymity import RRGModel  # noqa: E402
 from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
-from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.anonymity import walk_iterations  # noqa: E402
 from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
 from hushnet.runs.synthetic import planted_logistic_shards
 from hushnet.sim.simulator import Simulator  # noqa: E402

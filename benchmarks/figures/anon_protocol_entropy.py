@@ -5,7 +5,7 @@ Setting of the paper's Figs. 1–2 (docs/design/spec/anonymity.md §4.1, erratum
 (decision D3), computed by the privacy core (:func:`hushnet.privacy.anonymity_setup.public_setup`).
 
 Unlike ``anon_fig1``/``anon_fig2`` (the privacy core's closed forms and exact-graph evaluation),
-this figure runs the **real protocol machines** (:mod:`hushnet.protocols.anonymous_walk`: sealed
+this figure runs the **real protocol machines** (:mod:`hushnet.families.anonymity.anonymous_walk`: sealed
 tokens, trial decryption, relays forwarding the same bytes, destinations drawn from p*) in the
 simulator and measures what they produce:
 
@@ -36,11 +36,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from hushnet.families.anonymity.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
 from hushnet.privacy.anonymity import RRGModel, entropy, entropy_w  # noqa: E402
 from hushnet.privacy.anonymity_graph import first_passage_stream, transition_matrix  # noqa: E402
 from hushnet.privacy.anonymity_setup import public_setup  # noqa: E402
 from hushnet.privacy.graphs import parse_graph  # noqa: E402
-from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations  # noqa: E402
 from hushnet.sim.simulator import Simulator  # noqa: E402
 from hushnet.tasks.logistic import LogisticRegressionTask  # noqa: E402
 

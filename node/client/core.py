@@ -19,6 +19,7 @@ from typing import Any, Callable
 import grpc
 import numpy as np
 
+from hushnet.families.central.params import PROTOCOL as CENTRAL_DPSGD
 from hushnet.net.operator import Operator, OperatorCredentials, OperatorError
 from hushnet.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
 
@@ -339,8 +340,8 @@ class AsyncClient:
     ):
         """Baseline: central DP-SGD with a trusted aggregator (NOT decentralized) — this client *is* the
         aggregator: it submits the spec, asks the sampled node for its clipped gradient at every step,
-        adds the noise and keeps the model (:mod:`hushnet.client.central`).  Returns a ``CentralOutcome``."""
-        from hushnet.client.central import run_central
+        adds the noise and keeps the model (:mod:`hushnet.families.central.operator`).  Returns a ``CentralOutcome``."""
+        from hushnet.families.central.operator import run_central
 
         try:
             spec = _load_spec(spec)
@@ -728,7 +729,7 @@ class AsyncClient:
             spec = self._specs.get(run_id)
             return RunResult(
                 run_id,
-                "central-dpsgd",
+                spec.protocol if spec else CENTRAL_DPSGD,
                 "operator",
                 spec.steps if spec else None,
                 self._central_models[run_id].copy(),
@@ -791,9 +792,9 @@ def _why_no_model(run_id: str, replies: list[dict[str, Any]], node: str | None) 
     """One line for "the run exists but no node holds a result", from the nodes' states."""
     where = f" at {node}" if node else ""
     protocol = replies[0].get("protocol", "?")
-    if protocol == "central-dpsgd":
+    if protocol == CENTRAL_DPSGD:
         return (
-            f"run {run_id} is central-dpsgd: its model stays with the operator process that aggregated it "
+            f"run {run_id} is {protocol}: its model stays with the operator process that aggregated it "
             "(save it with 'hushnet run start SPEC --model-out FILE', or use the outcome of run_central)"
         )
     states = [r.get("state", "?") for r in replies]

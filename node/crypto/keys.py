@@ -136,3 +136,20 @@ def simulation_keypairs(seed: int, n: int, purpose: str) -> list[KeyPair]:
 
 def simulation_directory(pairs: list[KeyPair], epoch: int = 0) -> KeyDirectory:
     return KeyDirectory(epoch, {v: kp.public for v, kp in enumerate(pairs)})
+
+
+def machine_keypair(
+    params: dict, purpose: str, seed: int, n: int, node: int
+) -> tuple[KeyPair, KeyDirectory]:
+    """The key pair and directory a machine uses for ``purpose`` (``"onion"``, ``"dest"``, ``"share"``).
+
+    A deployed node passes its own key and the directory in ``params`` (``<purpose>_key``,
+    ``<purpose>_directory``; both are popped).  Without them the keys are the *simulation* keys of
+    the run seed — reproducible, and therefore only for the in-process simulator.
+    """
+    k, d = params.pop(f"{purpose}_key", None), params.pop(f"{purpose}_directory", None)
+    if k is None or d is None:
+        pairs = simulation_keypairs(seed, n, purpose)
+        epoch = int(params.get("epoch", params.get("onion_epoch", 0)))
+        return pairs[node], simulation_directory(pairs, epoch)
+    return k, d

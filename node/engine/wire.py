@@ -1,23 +1,18 @@
-"""Byte formats: the transport envelope and the token message.
+"""The transport envelope: the one byte format every family's messages travel in.
 
 The transport only ever moves an :class:`Envelope` (protocol name, run id, sequence number,
-opaque payload).  Token payloads have a fixed layout — a little-endian header and the vector as
-little-endian float64 — so a model crosses the network bit-exactly and a receiver can validate
-it strictly (length, dimension) before touching any state.
+opaque payload).  What a payload holds is the protocol family's wire format, next to its machines
+(``hushnet.families.<name>.wire``; the walk's token: :mod:`hushnet.families.walk.wire`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
-from hushnet.engine.errors import MalformedMessage, WrongDimension, WrongRun
+from hushnet.engine.errors import MalformedMessage, WrongRun
 
 _ENV_MAGIC = b"HN\x01"
-_F64 = np.dtype("<f8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,84 +65,3 @@ class Envelope:
         if run_id is not None and r != run_id:
             raise WrongRun(f"envelope for run {r!r}, this node runs {run_id!r}")
         return cls(p, r, seq, payload)
-
-
-# ---- token messages -----------------------------------------------------------------------------
-
-KIND_TOKEN = 1
-KIND_ACK = 2
-KIND_GRADIENT_REQUEST = 3
-KIND_GRADIENT_REPLY = 4
-
-_TOKEN_HDR = struct.Struct("<BQQqII")  # kind, step, total steps, aux, recipient, dim
-_ACK = struct.Struct("<BQ")  # kind, step
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Token:
-    """A token in transit: global step counter, run length, one protocol-specific integer, the vector.
-
-    The token deliberately has **no sender field** (docs/design/spec/randomwalk.md PART D 25): what a node learns about who
-    sent it is whatever the transport reveals, and the view model says what that is.
-    """
-
-    kind: int
-    step: int
-    total: int
-    aux: int
-    recipient: int
-    vector: np.ndarray
-
-
-def encode_token(
-    step: int, total: int, aux: int, recipient: int, vector: np.ndarray, kind: int = KIND_TOKEN
-) -> bytes:
-    v = np.ascontiguousarray(vector, dtype=_F64)
-    if v.ndim != 1:
-        raise ValueError("token vector must be 1-D")
-    return _TOKEN_HDR.pack(kind, step, total, aux, recipient, v.shape[0]) + v.tobytes()
-
-
-def decode_token(payload: bytes, expected_dim: int, kind: int = KIND_TOKEN) -> Token:
-    """Strictly parse a token: right kind, header complete, declared dim = run dim, exact length."""
-    if len(payload) < _TOKEN_HDR.size:
-        raise MalformedMessage(
-            f"token too short ({len(payload)} bytes, header needs {_TOKEN_HDR.size})"
-        )
-    k, step, total, aux, recipient, dim = _TOKEN_HDR.unpack_from(payload)
-    if k != kind:
-        raise MalformedMessage(f"expected message kind {kind}, got {k}")
-    if dim != expected_dim:
-        raise WrongDimension(
-            f"token has dimension {dim}, this run's model has dimension {expected_dim}"
-        )
-    body = len(payload) - _TOKEN_HDR.size
-    if body != 8 * dim:
-        raise MalformedMessage(f"token declares {dim} float64 values but carries {body} bytes")
-    vec = np.frombuffer(payload, dtype=_F64, count=dim, offset=_TOKEN_HDR.size).copy()
-    if (
-        not np.isfinite(vec.sum()) and not np.isfinite(vec).all()
-    ):  # the sum is finite iff all are (barring overflow)
-        raise MalformedMessage("token vector contains NaN or infinity")
-    return Token(k, step, total, aux, recipient, vec)
-
-
-def message_kind(payload: bytes) -> int:
-    if not payload:
-        raise MalformedMessage("empty message")
-    return payload[0]
-
-
-def encode_ack(step: int) -> bytes:
-    return _ACK.pack(KIND_ACK, step)
-
-
-def decode_ack(payload: bytes) -> int:
-    if len(payload) != _ACK.size or payload[0] != KIND_ACK:
-        raise MalformedMessage("bad acknowledgement")
-    return _ACK.unpack(payload)[1]
-
-
-def digest(payload: bytes) -> bytes:
-    """Short content hash used to tell a harmless retransmission from a replay with other contents."""
-    return hashlib.blake2b(payload, digest_size=16).digest()

@@ -1,9 +1,11 @@
 """Protocol families and the one list of them.
 
-Adding a family: write its machines (usually under :mod:`hushnet.protocols`), a module here with a
-:class:`Family` subclass and its ``FAMILY`` instance, and one line in :data:`FAMILIES`.  Nothing is
-registered by importing a module: the run service, the registry and the accountant's entry points
-ask :func:`family_of`.
+Each family is a package ``hushnet.families.<name>``: its ``__init__`` holds the :class:`Family`
+subclass and its ``FAMILY`` instance; ``params`` (names, typed parameters), ``machines``, ``wire``,
+``accounting`` and, where the family has them, ``node`` / ``operator`` hold its parts.  Adding a
+family is one new package and one line in :data:`FAMILIES` (and its name in ``pyproject.toml``'s
+package list; ``docs/design/layout.md``).  Nothing is registered by importing a module: the run
+service, the registry and the accountant's entry points ask :func:`family_of`.
 """
 
 from __future__ import annotations

@@ -146,10 +146,18 @@ class Family(ABC):
     def project(
         self, spec: "RunSpec", vertex: int, local: "Budget | None", W: Any
     ) -> "PolicyDecision":
-        """The node's projected certified loss before it accepts the run (and its decision)."""
-        from hushnet.runs.spec import evaluate_policy
+        """The node's projected certified loss before it accepts the run (and its decision); by default
+        a refusal — a node accepts only what some certified accountant of the family bounds."""
+        from hushnet.runs.spec import PolicyDecision
 
-        return evaluate_policy(spec, vertex, local, W)
+        return PolicyDecision(
+            False,
+            f"cannot project this node's privacy loss: no certified node-side accountant for "
+            f"protocol {spec.protocol!r} yet; the node cannot project its loss",
+            None,
+            spec.budget.delta,
+            "certified",
+        )
 
     def cost(self, spec: "RunSpec", vertex: int, ids: list[str], W: Any, orders: Any) -> RunCost:
         """The certified ledger charge per data action; by default the contribution seen in the clear

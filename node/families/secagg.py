@@ -38,21 +38,7 @@ class SecAggFamily(Family):
             from hushnet.protocols.secagg_dpsgd import make_ddp_machine
 
             return make_ddp_machine(ctx, task, params, run_seed=run_seed)
-        from hushnet.protocols.onion import make_anonymity_machine
-
-        return make_anonymity_machine(
-            protocol,
-            ctx.node,
-            ctx.n,
-            task,
-            run_seed=run_seed,
-            run_id=ctx.run_id,
-            params=params,
-            W=W,
-            view_model=ctx.view_model,
-            options=options,
-            rng=ctx.rng,
-        )
+        return _secagg_sum_machine(ctx, task, params, run_seed=run_seed)
 
     def node_machine(self, node, spec, vertex, ids, task, W, options):
         if spec.protocol == "secagg-dpsgd":
@@ -82,6 +68,40 @@ class SecAggFamily(Family):
         from hushnet.runs.ddp_runs import secagg_sum_cost
 
         return secagg_sum_cost(spec, vertex, ids, W, orders)
+
+
+def _secagg_sum_machine(ctx, task, params: dict[str, Any], *, run_seed: int):
+    """One member's (or the leader's) secure-sum machine.  A deployed node passes its keys, signer and
+    replay cache in ``params`` (``share_key``/``share_directory``, ``sign_key``/``sign_directory``,
+    ``replay_cache``); without them the keys come from the public run seed (simulator only)."""
+    from hushnet.crypto.keys import machine_keypair
+    from hushnet.protocols.secagg import SecAggMachine, SecAggParams
+
+    p = dict(params)
+    node, n = ctx.node, ctx.n
+    nonces = p.pop(
+        "replay_cache", None
+    )  # the node's persistent cache (deployed); None: per machine
+    p.pop("secret_seed", None)
+    p.setdefault("members", tuple(range(n)))
+    p["members"] = tuple(int(m) for m in p["members"])
+    key, directory = machine_keypair(p, "share", run_seed, n, node)
+    p.pop("epoch", None)
+    if task is None:
+        raise ValueError("secagg-sum needs a value task (its dimension, and the input of members)")
+    p.setdefault("dim", int(task.dim))
+    p.setdefault("sensitivity", float(task.sensitivity()))
+    signer, sdir = p.pop("sign_key", None), p.pop("sign_directory", None)
+    if (
+        signer is None or sdir is None
+    ):  # simulator: signing keys from the public run seed (never deployed)
+        from hushnet.crypto.signing import signer_directory, simulation_signers
+
+        signers = simulation_signers(run_seed, n)
+        signer, sdir = signers[node], signer_directory(signers)
+    sp_ = SecAggParams(**p)
+    vec = task.value(0) if node in sp_.members else None
+    return SecAggMachine(ctx, sp_, vec, key, directory, signer, sdir, nonces)
 
 
 FAMILY = SecAggFamily()

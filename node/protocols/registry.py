@@ -15,8 +15,8 @@ import scipy.sparse as sp
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
 from hushnet.families import UnknownRunProtocol, family_of, protocols
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.walk import WalkOptions
 from hushnet.tasks.base import Task
 
 #: protocol name -> what it is (shown by CLIs; the node driver refuses any other name)

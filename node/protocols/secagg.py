@@ -148,7 +148,7 @@ from hushnet.engine.errors import (
     WrongDimension,
 )
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.protocols.onion import VIEWS
+from hushnet.families.views import VIEWS
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
 # 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the

@@ -10,7 +10,10 @@ exact contribution by contribution, and a stopped run has charged exactly what i
 Per order the charge is ``min(walk bound, α/(2σ²))``: the second is the Gaussian RDP of the noisy
 contribution seen in the clear (post-processing), valid at every order and for every walk, so it
 also covers orders above the noise condition's α_max.  Everything here is "certified"; the paper's
-Theorem 3 values are computed separately by :func:`paper_row` and labelled "paper".
+Theorem 3 values are computed separately (:func:`hushnet.families.walk.accounting.paper_row`) and
+labelled "paper".  This module holds what every family shares: the per-contribution cost
+(:class:`ContributionCost`, the local-DP default), the ledger's RDP → (ε, δ) rule, and the entry
+points that ask the protocol's family.
 """
 
 from __future__ import annotations
@@ -24,9 +27,6 @@ from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.spec import RunSpec
-
-#: protocols whose contributions are charged with the walk bound; others use the local-DP bound
-WALK_ACCOUNTED = ("rw-dpsgd", "pad-complete-sgd", "rw-dpsgd-onion")
 
 
 @dataclass
@@ -69,52 +69,12 @@ class ContributionCost:
         )
 
 
-def onion_relay_plan(spec: RunSpec, W=None):
-    """The :class:`~hushnet.protocols.onion.RelayPlan` of an onion run (the machines derive the same)."""
-    from hushnet.protocols.onion import relay_plan
-    from hushnet.protocols.registry import transition_matrix
-
-    hops = int(spec.protocol_params.get("hops", 3))
-    slots = int(spec.protocol_params.get("slots", hops + 8))
-    return relay_plan(
-        W if W is not None else transition_matrix(spec.graph, spec.weights), hops, slots
-    )
-
-
-def sender_known(spec: RunSpec, W=None) -> bool:
-    """Whether the receiver may know the sender: plain links, or onion relaying whose relay plan cannot
-    make the last relay independent of the sender on this graph (then the anonymous view is not granted)."""
-    if spec.view_model == "sender-known":
-        return True
-    return spec.protocol == "rw-dpsgd-onion" and not onion_relay_plan(spec, W).independent
-
-
 def contribution_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None):
     """The certified per-data-action cost of node ``vertex`` in ``spec``'s run (a :class:`RunCost`, built by
     the protocol's family); ``ids[v]`` names vertex v."""
     from hushnet.families import family_of
 
     return family_of(spec.protocol).cost(spec, vertex, ids, W, orders)
-
-
-def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
-    """Random-walk bound (exact horizon, the spec's view model and noise condition) ∧ local DP, per contribution."""
-    from hushnet.privacy.randomwalk import alpha_max, rw_single_loss_matrix
-    from hushnet.protocols.registry import transition_matrix
-
-    o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
-    targets = [ids[v] for v in range(len(ids)) if v != vertex]
-    if W is None:
-        W = transition_matrix(spec.graph, spec.weights)
-    known = sender_known(spec, W)
-    S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact", sender_known=known)
-    row = np.delete(S[vertex], vertex)
-    amax = alpha_max(spec.sigma, spec.constraint)
-    view = "sender-known" if known else spec.view_model
-    name = (
-        f"random-walk bound ({view}, exact horizon, {spec.constraint} noise condition) ∧ local-DP"
-    )
-    return ContributionCost(targets, o, row, amax, name)
 
 
 def local_dp_cost(vertex: int, ids: list[str], orders=None) -> ContributionCost:
@@ -133,32 +93,6 @@ def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
     return float(rdp_to_dp(orders, rdp, delta)[0])
 
 
-def paper_row(spec: RunSpec, vertex: int, contributions: float, W=None) -> np.ndarray | None:
-    """Theorem 3 as printed (ln T horizon, no σ condition), best order — labelled "paper"; None if n/a."""
-    from hushnet.privacy.paper.randomwalk import theorem3_printed_row
-    from hushnet.protocols.registry import transition_matrix
-
-    if spec.protocol not in WALK_ACCOUNTED:
-        return None
-    if W is None:
-        W = transition_matrix(spec.graph, spec.weights)
-    return theorem3_printed_row(
-        W,
-        spec.steps,
-        spec.sigma,
-        vertex,
-        contributions,
-        spec.budget.delta,
-        sender_known=sender_known(spec, W),
-    )
-
-
-#: what the random-walk report's "paper" column is
-RW_PAPER_LABEL = (
-    "paper: random-walk paper Thm 3 as printed (ln T horizon, no noise condition); not a guarantee"
-)
-
-
 def paper_bound(
     spec: RunSpec, vertex: int, contributions: float, W=None
 ) -> tuple[np.ndarray, str] | None:
@@ -171,12 +105,8 @@ def paper_bound(
 
 __all__ = [
     "paper_bound",
-    "RW_PAPER_LABEL",
     "ContributionCost",
     "contribution_cost",
-    "walk_cost",
     "local_dp_cost",
     "dp_from_rdp",
-    "paper_row",
-    "WALK_ACCOUNTED",
 ]

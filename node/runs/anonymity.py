@@ -1,38 +1,18 @@
-"""The anonymity layer over the real network: keys from the node, projectors, machine builders.
+"""Secure summation over the real network, and the node's key material for every family that needs it.
 
-The sans-IO machines (:mod:`hushnet.protocols.onion`, :mod:`hushnet.protocols.anonymous_walk`,
+The sans-IO machines (the anonymity family's :mod:`hushnet.families.anonymity`,
 :mod:`hushnet.protocols.secagg`) take their key material as parameters; in the simulator that is
 derived from the public run seed, which would let anyone open every layer.  Here a deployed node
 passes its **own long-term X25519 key** (``x25519.key`` in its state directory, created by
 :mod:`hushnet.net.node`, never sent anywhere) and the **directory's public keys** (each member's
-``x25519_public`` as published through the bootstrap).  Relay paths, destinations and forwarding
-draws are left to the machines' default: the OS CSPRNG, never the public seed.
+``x25519_public`` as published through the bootstrap): :func:`node_keypair`, :func:`node_keys`,
+:func:`node_onion_keys`, :func:`node_signer`, :func:`node_replay_cache`.
 
-Each protocol registers, on import (``hushnet.runs.service`` imports this module):
-
-* a machine-parameter mapping (used by :mod:`hushnet.families.anonymity` / :mod:`~hushnet.families.secagg`) from the spec's public
-  fields and ``protocol_params``;
-* a machine builder (the family's ``node_machine``) that adds the node's keys;
-* a projector (the family's ``project``) — how the node projects its own
-  certified loss before accepting, with the **view model that the mechanism really licenses**:
-
-  ============== ===================================================================================
-  rw-dpsgd-onion anonymous-sender random-walk bound (Thm 3) — *only* with ``view_model =
-                 "anonymous"`` and ``hops ≥ 1`` (onion relaying really on; otherwise refused) and a
-                 relay plan whose last relay is independent of the sender (otherwise charged
-                 sender-known, the report says why: :class:`hushnet.protocols.onion.RelayPlan`)
-  rw-dpsgd,      sender-known bound (plain links reveal the sender); ``view_model = "anonymous"``
-  pad-complete-  without onion relaying is refused: nothing would hide the sender
-  sgd
-  secagg-sum     one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the
-                 aggregate view is what the leader sees, no credit taken for other members' noise —
-                 unless ``protocol_params.collusion = c`` is set: then each member adds only
-                 σΔ/√(t − c) and the same α/(2σ²) is the sum's Gaussian view toward any coalition of
-                 ≤ c members (:mod:`hushnet.privacy.secure_sum`, :mod:`hushnet.runs.ddp_runs`)
-  anon-walk-sgd  every update charged as attributable (α/(2σ²) each): source anonymity has no DP
-                 theorem, entropy is a diagnostic (docs/design/spec/anonymity.md §6.6–6.7); the same for
-                 ``mode = "A"`` and ``"B"`` (identical hitting-time law, docs/design/spec/anonymity.md §6.3)
-  ============== ===================================================================================
+``secagg-sum``'s machine parameters, projection and node machine (the secagg family asks them):
+one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the aggregate view is what
+the leader sees, no credit taken for other members' noise — unless ``protocol_params.collusion = c``
+is set: then each member adds only σΔ/√(t − c) and the same α/(2σ²) is the sum's Gaussian view
+toward any coalition of ≤ c members (:mod:`hushnet.privacy.secure_sum`, :mod:`hushnet.runs.ddp_runs`).
 
 Secure summation over the network is wrapped by :class:`NetworkSecAgg`: the sans-IO leader writes
 one ledger entry *per contributor*, which over the network would charge the leader's ledger for
@@ -51,7 +31,6 @@ import math
 import pathlib
 import time
 import weakref
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -59,14 +38,9 @@ import numpy as np
 from hushnet.crypto.keys import KeyDirectory, KeyPair, public_bytes
 from hushnet.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric
 from hushnet.engine.protocol import Protocol
-from hushnet.protocols.onion import VIEWS
-from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, evaluate_policy
+from hushnet.families.anonymity.accounting import ldp_decision, refuse
+from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
-#: network defaults for the anonymity machines' hop-level reliability (the sans-IO defaults are
-#: simulator timings: 50 ms acks)
-NET_ACK_TIMEOUT = 2.0
-NET_MAX_RETRIES = 3
-NET_PAUSE_RETRY = 1.0
 #: a secure-summation phase waits this long for stragglers before it closes (members that did not
 #: answer by then are dropouts)
 NET_ROUND_TIMEOUT = 5.0
@@ -179,7 +153,7 @@ def node_onion_keys(node, ids: list[str], vertex: int, spec: RunSpec):
     return store.keyring, KeyDirectory(epoch, keys)
 
 
-def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
+def node_keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDirectory]:
     kp = node_keypair(node)
     directory = node_key_directory(node, epoch)
     missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]
@@ -196,36 +170,6 @@ def _keys(node, ids: list[str], vertex: int, epoch: int) -> tuple[KeyPair, KeyDi
 
 
 # ---- machine parameters (public, from the spec) -----------------------------------------------
-
-ONION_OPTIONS = (
-    "hops",
-    "slots",
-    "cell_body",
-    "payload_len",
-    "epoch",
-    "ack_timeout",
-    "max_retries",
-    "pause_retry",
-)
-
-
-def _onion_params(spec: RunSpec) -> dict[str, Any]:
-    pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {
-        "steps": spec.steps,
-        "step_size": spec.step_size,
-        "sigma": spec.sigma,
-        "cap": spec.cap,
-        "start": spec.start,
-    }
-    out["onion_hops"] = int(pp.get("hops", 3))
-    out["onion_ack_timeout"] = float(pp.get("ack_timeout", NET_ACK_TIMEOUT))
-    out["onion_max_retries"] = int(pp.get("max_retries", NET_MAX_RETRIES))
-    out["onion_pause_retry"] = float(pp.get("pause_retry", NET_PAUSE_RETRY))
-    for k in ("slots", "cell_body", "payload_len", "epoch"):
-        if k in pp:
-            out[f"onion_{k}"] = int(pp[k])
-    return out
 
 
 def _secagg_params(spec: RunSpec) -> dict[str, Any]:
@@ -248,167 +192,19 @@ def _secagg_params(spec: RunSpec) -> dict[str, Any]:
     return out
 
 
-def _anon_walk_params(spec: RunSpec) -> dict[str, Any]:
-    pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {
-        "updates_per_node": int(pp.get("updates_per_node", spec.cap or 1)),
-        "step_size": spec.step_size,
-        "sigma": spec.sigma,
-        "start": spec.start,
-        "epoch": int(pp.get("epoch", 0)),
-        "ack_timeout": float(pp.get("ack_timeout", NET_ACK_TIMEOUT)),
-        "max_retries": int(pp.get("max_retries", NET_MAX_RETRIES)),
-        "pause_retry": float(pp.get("pause_retry", NET_PAUSE_RETRY)),
-    }
-    for k in ("ell1", "ell2", "delta", "kappa", "delta_prime", "cell_body", "l_max"):
-        if k in pp:
-            out[k] = pp[k]
-    out["mode"] = str(
-        pp.get("mode", "A")
-    ).upper()  # "A": the sealed token walks; "B": onion random walk
-    return out
-
-
-# ---- projectors --------------------------------------------------------------------------------
-
-
-def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
-    return PolicyDecision(
-        False,
-        f"cannot project this node's privacy loss: {reason}",
-        None,
-        spec.budget.delta,
-        "certified",
-    )
-
-
-def project_walk(
-    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
-) -> PolicyDecision:
-    """Plain-link walks (``rw-dpsgd``, ``pad-complete-sgd``): the anonymous-sender view is refused —
-    without onion relaying the receiver's gRPC peer *is* the sender."""
-    if spec.view_model != "sender-known":
-        return _refuse(
-            spec,
-            f"view_model={spec.view_model!r} needs onion relaying (protocol 'rw-dpsgd-onion'); "
-            "plain links reveal the sender, so only 'sender-known' is accountable",
-        )
-    dec = evaluate_policy(spec, vertex, local, W)
-    return replace(dec, details={**dec.details, "accounting_view": VIEWS["plain-links"].as_dict()})
-
-
-def project_onion(
-    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
-) -> PolicyDecision:
-    """Onion-relayed RW DP-SGD: charged at **local DP** per contribution (``N_u`` contributions, each seen
-    in the clear).  The relay plan hides each delivery's sender from its receiver, but every node also
-    relays the walk's other hops and sees part of its trajectory, which no random-walk bound covers
-    (``VIEWS["onion-relay"]``).  Refused unless relaying is on (``hops ≥ 1``) and the spec says
-    ``view_model = "anonymous"`` (what the mechanism provides per delivery)."""
-    hops = int(spec.protocol_params.get("hops", 3))
-    if hops < 1:
-        return _refuse(spec, "rw-dpsgd-onion with hops < 1 relays nothing")
-    if spec.view_model != "anonymous":
-        return _refuse(
-            spec,
-            "rw-dpsgd-onion hides the sender: its spec must say view_model = 'anonymous' "
-            "(each delivery's sender is hidden from its receiver; the charge is local DP)",
-        )
-    from hushnet.protocols.onion import onion_view
-    from hushnet.runs.accounting import onion_relay_plan
-
-    plan = onion_relay_plan(spec, W)
-    walk = evaluate_policy(
-        replace(spec, protocol="rw-dpsgd", view_model="sender-known"), vertex, local, W
-    )
-    if walk.epsilon_row is None:  # refused before any projection (δ, noise condition …): say why
-        return walk
-    n_u = float(walk.details.get("N_u", 0.0))
-    dec = _ldp_decision(
-        spec,
-        vertex,
-        local,
-        spec.n,
-        n_u,
-        spec.sigma,
-        "local DP: onion relays observe the walk's trajectory",
-        "onion-relay",
-    )
-    return replace(
-        dec,
-        details={**dec.details, "accounting_view": {**onion_view(plan), "charged_as": "local DP"}},
-    )
-
-
-def _ldp_decision(
-    spec: RunSpec,
-    vertex: int,
-    local: Budget | None,
-    n: int,
-    contributions: float,
-    sigma: float,
-    what: str,
-    view: str,
-) -> PolicyDecision:
-    """``contributions`` Gaussian releases with noise multiplier ``sigma``, each seen in the clear."""
-    from hushnet.runs.spec import _best_order_dp
-
-    budget = local or spec.budget
-    if budget.delta < spec.budget.delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            spec.budget.delta,
-            "certified",
-        )
-    if not (sigma > 0 and math.isfinite(sigma)):
-        return _refuse(
-            spec,
-            f"{spec.protocol} needs sigma > 0 (noise multiplier): a release without noise is not private",
-        )
-    row = _best_order_dp(
-        np.full(n, contributions / (2.0 * sigma**2)), math.inf, math.log(1.0 / spec.budget.delta)
-    )
-    row[vertex] = 0.0
-    det = {
-        "N_u": float(contributions),
-        "accounting_view": {**VIEWS[view].as_dict(), "charged_as": what},
-    }
-    worst = int(np.argmax(row))
-    if row[worst] > budget.epsilon:
-        return PolicyDecision(
-            False,
-            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-            f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
-            row,
-            spec.budget.delta,
-            "certified",
-            det,
-        )
-    return PolicyDecision(
-        True,
-        f"within budget (worst certified ε={row[worst]:.4g}; {what})",
-        row,
-        spec.budget.delta,
-        "certified",
-        det,
-    )
-
-
 def project_secagg(
     spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
 ) -> PolicyDecision:
     p = _secagg_params(spec)
     n = spec.n
     if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
-        return _refuse(spec, "members/leader outside the graph")
+        return refuse(spec, "members/leader outside the graph")
     from hushnet.protocols.secagg import SecAggParams
 
     try:  # threshold, fixed point, masking-graph degree: refused here with the reason, not at build time
         SecAggParams(dim=1, **p).fixed_point
     except ValueError as exc:
-        return _refuse(spec, f"secure-summation parameters: {exc}")
+        return refuse(spec, f"secure-summation parameters: {exc}")
     if vertex not in p["members"]:
         return PolicyDecision(
             True,
@@ -423,9 +219,9 @@ def project_secagg(
     try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
         view = secagg_sum_calibration(spec)
     except ValueError as exc:
-        return _refuse(spec, f"secure-sum calibration: {exc}")
+        return refuse(spec, f"secure-sum calibration: {exc}")
     if view is not None:
-        dec = _ldp_decision(
+        dec = ldp_decision(
             spec,
             vertex,
             local,
@@ -442,7 +238,7 @@ def project_secagg(
                 "charged_as": "secure-sum Gaussian view",
             }
         return dec
-    return _ldp_decision(
+    return ldp_decision(
         spec,
         vertex,
         local,
@@ -454,100 +250,14 @@ def project_secagg(
     )
 
 
-def project_anon_walk(
-    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
-) -> PolicyDecision:
-    p = _anon_walk_params(spec)
-    return _ldp_decision(
-        spec,
-        vertex,
-        local,
-        spec.n,
-        float(p["updates_per_node"]),
-        spec.sigma,
-        "every update charged as attributable (no anonymity credit)",
-        "source-anonymous-walk",
-    )
-
-
 # ---- machine builders --------------------------------------------------------------------------
-
-
-def _epoch(spec: RunSpec) -> int:
-    return int(spec.protocol_params.get("epoch", 0))
-
-
-def build_onion(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from hushnet.protocols.registry import make_machine, transition_matrix
-
-    W = W if W is not None else transition_matrix(spec.graph, spec.weights)
-    epoch_keys = node_onion_keys(node, ids, vertex, spec)
-    if (
-        epoch_keys is not None
-    ):  # per-epoch onion keys: the node's shared keyring, the epoch's directory
-        keyring, directory = epoch_keys
-        params = {**spec.machine_params(), "onion_keyring": keyring, "onion_directory": directory}
-    else:  # a network without rotation: the long-term key, the spec's epoch label
-        kp, directory = _keys(node, ids, vertex, _epoch(spec))
-        params = {
-            **spec.machine_params(),
-            "onion_key": kp,
-            "onion_directory": directory,
-            "replay_cache": node_replay_cache(node, "onion"),
-        }
-    # the node's Deliver answers after the receiving machine accepted the packet: that answer is the hop
-    # ack (Delivered, from RunDriver), so no second RPC per link hop
-    params["link_receipts"] = True
-    return make_machine(
-        spec.protocol,
-        vertex,
-        len(ids),
-        task,
-        run_seed=spec.seed,
-        run_id=spec.run_id,
-        params=params,
-        W=W,
-        view_model="anonymous",
-        options=options,
-        rng=spec.node_rng(vertex, len(ids)),
-    )
-
-
-def build_anon_walk(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options) -> Protocol:
-    from hushnet.protocols.registry import make_machine, transition_matrix
-
-    W = W if W is not None else transition_matrix(spec.graph, spec.weights)
-    kp, directory = _keys(node, ids, vertex, _epoch(spec))
-    params = {
-        **spec.machine_params(),
-        "dest_key": kp,
-        "dest_directory": directory,
-        "replay_cache": node_replay_cache(node, "onion"),
-    }
-    if (
-        params.get("mode") == "B"
-    ):  # the onion layers use the same long-term key (distinct HKDF salts)
-        params.update(onion_key=kp, onion_directory=directory)
-    return make_machine(
-        spec.protocol,
-        vertex,
-        len(ids),
-        task,
-        run_seed=spec.seed,
-        run_id=spec.run_id,
-        params=params,
-        W=W,
-        view_model="sender-known",
-        options=options,
-        rng=spec.node_rng(vertex, len(ids)),
-    )
 
 
 def secure_sum_material(node, ids: list[str], vertex: int) -> dict[str, Any]:
     """What a node's secure-sum machine needs from the node: its long-term X25519 share key and the
     directory's, its signing key and the directory's signing-key digests (checked against each other),
     and its persistent nonce/replay cache — for ``secagg-sum`` and ``secagg-dpsgd`` alike."""
-    kp, directory = _keys(node, ids, vertex, 0)
+    kp, directory = node_keys(node, ids, vertex, 0)
     signer, sdir = node_signer(node), node_signer_directory(node)
     if sdir.keys.get(vertex) != hashlib.sha256(signer.spki).digest():
         raise ValueError(
@@ -717,28 +427,6 @@ class NetworkSecAgg(Protocol):
         return []
 
 
-def walk_iterations(event_streams: list[list[dict[str, Any]]], start: int) -> dict[str, np.ndarray]:
-    """(source, destination, hops) of every completed iteration of an ``anon-walk-sgd`` run, from the
-    nodes' event streams (``run.events``): the ``anon-hop``/``anon-open`` metrics merged by time.
-
-    Hitting times are recorded *outside* the token (nothing in the token counts hops); merging by
-    wall-clock time is exact on one host and needs synchronised clocks across hosts.
-    """
-    from hushnet.engine.actions import Metric as _M
-    from hushnet.protocols.anonymous_walk import iterations
-
-    evs = sorted(
-        (
-            e
-            for es in event_streams
-            for e in es
-            if e.get("type") == "metric" and e.get("name") in ("anon-hop", "anon-open")
-        ),
-        key=lambda e: (e["t"], e["seq"]),
-    )
-    return iterations([_M(e["name"], e["value"], -1, -1) for e in evs], start)
-
-
 __all__ = [
     "node_keypair",
     "node_key_directory",
@@ -746,15 +434,8 @@ __all__ = [
     "node_signer",
     "node_signer_directory",
     "node_replay_cache",
-    "project_walk",
-    "project_onion",
     "project_secagg",
-    "project_anon_walk",
-    "build_onion",
-    "build_anon_walk",
     "build_secagg",
     "NetworkSecAgg",
-    "walk_iterations",
-    "NET_ACK_TIMEOUT",
     "NET_ROUND_TIMEOUT",
 ]

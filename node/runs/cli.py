@@ -235,7 +235,7 @@ def _protocol_of(path: pathlib.Path) -> str | None:
 async def _central(c, args) -> int:
     """central-dpsgd: this process is the trusted aggregator; it runs the whole baseline, then prints
     where the model went (``--model-out``) — the nodes never hold it."""
-    from hushnet.client.central import outcome_json
+    from hushnet.families.central.operator import outcome_json
 
     o = await c.run_central(args.spec, progress=not args.json)
     if args.model_out and o.model is not None:

@@ -213,7 +213,7 @@ def localdp_accuracy(
     spec, tasks, P, target_eps: float, seeds: Sequence[int]
 ) -> tuple[float, float]:
     """Local-DP walk with σ such that its certified worst-pair ε equals ``target_eps``; mean accuracy over ``seeds``."""
-    from hushnet.runs.spec import projected_row
+    from hushnet.families.walk.accounting import projected_row
 
     base = replace(spec, protocol="local-dp-sgd", run_id="")
 
@@ -233,7 +233,7 @@ def localdp_accuracy(
 
 def projected_privacy(spec) -> tuple[float, float]:
     """Worst and mean off-diagonal pair ε of the certified accountant's projection from the public spec."""
-    from hushnet.runs.spec import projected_row
+    from hushnet.families.walk.accounting import projected_row
 
     M = np.stack([projected_row(spec, u)[0] for u in range(spec.n)])
     off = M[~np.eye(M.shape[0], dtype=bool)]

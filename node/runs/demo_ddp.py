@@ -8,7 +8,7 @@ the mean over ``--seeds`` simulator runs (the machines the nodes run):
 
 * ``rw-dpsgd`` — the demo's walk (hypercube:4);
 * ``local-dp-sgd`` — every contribution protected on its own;
-* ``central-dpsgd`` — **trusted aggregator** (node/client/central.py): one node's clipped gradient per
+* ``central-dpsgd`` — **trusted aggregator** (node/families/central/operator.py): one node's clipped gradient per
   step, noise added centrally; T and η from a grid over T ∈ {80, 160, 400, 800}, η ∈ {0.005, 0.02, 0.1}
   (best mean accuracy at this ε: T = 800, η = 0.005);
 * central full-batch DP-SGD — **trusted aggregator**, the ideal one: every round the sum of all 16
@@ -90,7 +90,7 @@ def worst_ddp(spec) -> float:
 
 
 def worst_central(spec) -> float:
-    from hushnet.runs.central_runs import central_projector
+    from hushnet.families.central.accounting import central_projector
 
     return max(central_projector(spec, v, None).worst_epsilon for v in range(spec.n))
 
@@ -130,8 +130,8 @@ def compare(
     data: str = "houses", n: int = 16, seeds: int = 4, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Every protocol at the random walk's certified worst-pair ε: σ, ε (recomputed), accuracy over seeds."""
+    from hushnet.families.walk.accounting import projected_row
     from hushnet.runs import demo
-    from hushnet.runs.spec import projected_row
 
     cfg, P, tasks, rw = demo.prepare(data, n)
     sd = list(range(rw.seed, rw.seed + seeds))
@@ -193,7 +193,7 @@ def compare(
         s_cen,
         worst_central(cen),
         accuracy(cen, tasks, P, sd),
-        f"node/client/central.py, T={cen.steps}, η={cen.step_size}",
+        f"node/families/central/operator.py, T={cen.steps}, η={cen.step_size}",
     )
     s_ddp = bisect_sigma(lambda s: worst_ddp(ddp_spec(rw, s, n)), target)
     ddp = ddp_spec(rw, s_ddp, n)

@@ -423,7 +423,7 @@ class RunDriver:
     def resume(
         self, lost: list[str], *, take_up: bool = True, from_step: int | None = None
     ) -> dict[str, Any]:
-        """The operator declared ``lost`` holders gone: see :meth:`hushnet.protocols.walk.WalkMachine.resume`."""
+        """The operator declared ``lost`` holders gone: see :meth:`hushnet.families.walk.walker.WalkMachine.resume`."""
         fn = getattr(self.machine, "resume", None)
         if fn is None:
             raise RunRefused(
@@ -780,7 +780,7 @@ class NodeEffects:
     event loop; ``Metric``/``Deviation``/``Paused``/``Fault``/``Finish`` → the run's state and event
     stream.  ``faults`` collects the batch's faults, which :meth:`RunDriver.on_message` turns into a
     refusal the sender sees.  Subclass it to serve a machine differently (the central client's
-    request/reply in :mod:`hushnet.runs.central_runs`).
+    request/reply in :mod:`hushnet.families.central.node`).
     """
 
     def __init__(self, driver: RunDriver) -> None:

@@ -39,10 +39,10 @@ from cryptography import x509
 
 from hushnet.engine.errors import ProtocolError
 from hushnet.families import FAMILIES, family_of
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.net import pki
 from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import transition_matrix
-from hushnet.protocols.walk import WalkOptions
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task

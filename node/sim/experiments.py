@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from hushnet.families.central.params import PROTOCOL as CENTRAL_DPSGD
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.protocols.registry import build_machines
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim.simulator import Simulator
 from hushnet.tasks import LogisticRegressionTask, Partition, houses_partition, logistic_metrics
 
@@ -72,7 +73,7 @@ def sgd_curve(
     Returns steps, objective and test accuracy at every ``eval_every`` steps (step 0 included).
     """
     tasks = setup.tasks
-    if protocol == "central-dpsgd":
+    if protocol == CENTRAL_DPSGD:
         params: dict[str, Any] = {
             "steps": steps,
             "step_size": step_size,

@@ -5,7 +5,8 @@ from helpers.engine import synthetic_tasks
 
 from hushnet.engine import MessageArrived, UnexpectedSender
 from hushnet.engine.actions import Fault
-from hushnet.engine.wire import KIND_GRADIENT_REPLY, encode_token
+from hushnet.families.central.wire import KIND_GRADIENT_REPLY
+from hushnet.families.walk.wire import encode_token
 from hushnet.protocols.registry import build_machines
 from hushnet.sim import Simulator
 

@@ -177,8 +177,8 @@ def test_dispatch_follows_the_effects_class():
 
 def test_every_driver_provides_every_effect():
     """The five drivers each implement all effects, so no action kind can be silently dropped by one."""
-    from hushnet.client.central import _AggregatorEffects
-    from hushnet.runs.central_runs import _GradientEffects
+    from hushnet.families.central.node import _GradientEffects
+    from hushnet.families.central.operator import _AggregatorEffects
     from hushnet.runs.driver import NodeEffects
     from hushnet.sim.loopback import _NodeEffects
     from hushnet.sim.simulator import _SimEffects
@@ -194,7 +194,7 @@ def test_every_driver_provides_every_effect():
 def test_operator_aggregator_effects_stop_on_a_fault_or_an_action_it_never_emits():
     """run_central's effects: requests queue for the awaited control call, a fault or a timer/charge/pause
     stops the run with a reason (never ignored), a finish keeps the model."""
-    from hushnet.client.central import _AggregatorEffects
+    from hushnet.families.central.operator import _AggregatorEffects
 
     fx = _AggregatorEffects()
     assert execute([Metric("model", np.ones(2), 1, 4), Send(2, b"req")], fx) is True

@@ -16,7 +16,7 @@ from helpers.engine import rw_run, synthetic_tasks
 from hushnet.engine import MessageArrived, ReplayedMessage
 from hushnet.engine.actions import Fault, LedgerEntry, Send
 from hushnet.engine.rng import node_generator
-from hushnet.engine.wire import KIND_ACK, encode_ack, encode_token
+from hushnet.families.walk.wire import KIND_ACK, encode_ack, encode_token
 
 
 def test_noisy_step_is_bit_identical_and_leaves_the_input_alone():

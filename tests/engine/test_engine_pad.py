@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.privacy.amplification import rr_gamma, rr_gamma_for_batch
 from hushnet.protocols.registry import build_machines
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim import Simulator
 from hushnet.tasks import HistogramTask, MeanTask, SumTask
 

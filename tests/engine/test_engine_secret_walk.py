@@ -14,8 +14,8 @@ import numpy as np
 from helpers.engine import ZeroGradTask
 
 from hushnet.engine.rng import secret_generator
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.protocols.registry import build_machines, transition_matrix
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim import Simulator
 
 N, T, DIM, RUNS, STEP, SIGMA = 4, 60, 40, 30, 0.1, 1.5

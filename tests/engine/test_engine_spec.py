@@ -7,14 +7,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from hushnet.families.walk.accounting import evaluate_policy, projected_row
 from hushnet.runs.spec import (
     Budget,
     SignedRunSpec,
     SpecError,
     SpecSignatureError,
-    evaluate_policy,
     parse_spec_toml,
-    projected_row,
     sign_spec,
     verify_spec,
 )

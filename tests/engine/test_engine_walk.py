@@ -8,8 +8,8 @@ from scipy import stats
 from hushnet.engine import MessageArrived, ReplayedMessage, UnexpectedSender, WrongDimension
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.rng import node_generators
-from hushnet.engine.wire import encode_token
-from hushnet.protocols.hops import TransitionRow
+from hushnet.families.walk.hops import TransitionRow
+from hushnet.families.walk.wire import encode_token
 
 
 def _transitions(visits: np.ndarray, n: int) -> np.ndarray:
@@ -208,8 +208,8 @@ def test_bad_tokens_are_refused_and_ledger_stays_exact():
 def test_misbehaving_peers_do_not_change_the_run():
     """Foreign-run envelopes, replayed and mis-sized tokens injected mid-run: typed faults, same model, same ledger."""
     from hushnet.engine import Envelope, WrongRun
+    from hushnet.families.walk.walker import WalkOptions
     from hushnet.protocols.registry import build_machines, transition_matrix
-    from hushnet.protocols.walk import WalkOptions
     from hushnet.sim import Simulator
 
     tasks = synthetic_tasks(6, d=3)
@@ -317,8 +317,8 @@ def test_parity_simulator_vs_concurrent_loopback_driver():
     (the node driver's shape) give the same model (to 1e-12 — here bit for bit) and the same ledgers."""
     import asyncio
 
+    from hushnet.families.walk.walker import WalkOptions
     from hushnet.protocols.registry import build_machines, transition_matrix
-    from hushnet.protocols.walk import WalkOptions
     from hushnet.sim import Simulator
     from hushnet.sim.loopback import LoopbackNetwork
 

@@ -5,7 +5,7 @@ import pytest
 
 from hushnet.engine import Envelope, MalformedMessage, WrongDimension, WrongRun
 from hushnet.engine.rng import node_generator, node_generators
-from hushnet.engine.wire import decode_ack, decode_token, encode_ack, encode_token
+from hushnet.families.walk.wire import decode_ack, decode_token, encode_ack, encode_token
 
 
 def test_envelope_roundtrip_and_wrong_run():

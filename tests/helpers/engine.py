@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hushnet.families.walk.walker import WalkOptions
 from hushnet.protocols.registry import build_machines, transition_matrix
-from hushnet.protocols.walk import WalkOptions
 from hushnet.sim import Simulator
 from hushnet.tasks import GradientTask, LogisticRegressionTask
 

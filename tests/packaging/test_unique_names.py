@@ -39,15 +39,16 @@ def test_the_renamed_classes_are_where_the_imports_expect_them() -> None:
     import hushnet
     from hushnet.bootstrap.topology import PublishedTopology
     from hushnet.engine.actions import LedgerEntry
+    from hushnet.families.central import node as central_node
     from hushnet.net.handlers import UnknownProtocol
     from hushnet.privacy.ledger import LedgerBudget, PrivacyEntry
     from hushnet.protocols.gossip import Topology
     from hushnet.protocols.registry import UnknownRunProtocol
-    from hushnet.runs import central_runs, driver
+    from hushnet.runs import driver
     from hushnet.runs.spec import Budget
 
     assert hushnet.Budget is Budget and Budget is not LedgerBudget
-    assert central_runs.RunRefused is driver.RunRefused and issubclass(
+    assert central_node.RunRefused is driver.RunRefused and issubclass(
         driver.RunRefused, ValueError
     )
     assert LedgerEntry is not PrivacyEntry and Topology is not PublishedTopology

@@ -104,8 +104,9 @@ def test_walk_wins_far_away_unchanged_there():
 def test_cli_and_node_ledger_certify_the_same_number():
     """The node's ledger charges min(walk, local-DP) per contribution and per order; N_u contributions at
     order α compose to exactly the CLI's value, and the node's projection converts the same curves."""
+    from hushnet.families.walk.accounting import projected_row
     from hushnet.runs.accounting import contribution_cost
-    from hushnet.runs.spec import Budget, RunSpec, projected_row
+    from hushnet.runs.spec import Budget, RunSpec
 
     spec = RunSpec(
         protocol="rw-dpsgd",

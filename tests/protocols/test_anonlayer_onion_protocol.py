@@ -9,14 +9,10 @@ from hushnet.crypto.onion import OnionKeyring, build_packet
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.anonymity.onion import OnionLayer, OnionParams, relay_path
+from hushnet.families.anonymity.wire import KIND_PACKET
+from hushnet.families.views import accounting_view
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.onion import (
-    KIND_PACKET,
-    OnionLayer,
-    OnionParams,
-    accounting_view,
-    relay_path,
-)
 from hushnet.protocols.registry import build_machines
 from hushnet.sim.simulator import Simulator
 from hushnet.tasks.logistic import LogisticRegressionTask

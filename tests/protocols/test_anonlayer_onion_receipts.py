@@ -17,8 +17,8 @@ from hushnet.crypto.onion import OnionKeyring
 from hushnet.engine.actions import CancelTimer, Send, SetTimer
 from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.anonymity.onion import OnionLayer, OnionParams
 from hushnet.privacy.graphs import parse_graph
-from hushnet.protocols.onion import OnionLayer, OnionParams
 
 GRAPH, N, RECEIVER, FIRST = "regular:12:4:1", 12, 0, 3
 

@@ -13,8 +13,8 @@ from hushnet.crypto.onion import OnionKeyring
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.anonymity.onion import OnionLayer, OnionParams
 from hushnet.privacy.graphs import parse_graph
-from hushnet.protocols.onion import OnionLayer, OnionParams
 
 N, GRAPH = 12, "regular:12:4:3"
 PARAMS = OnionParams(hops=3, slots=6, payload_len=600, cell_body=256)

@@ -15,8 +15,8 @@ from scipy.stats import chisquare
 from hushnet.crypto.keys import simulation_directory, simulation_keypairs
 from hushnet.crypto.onion import SLOT, OnionKeyring, _derive, _stream, build_packet, peel
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.anonymity.onion import OnionLayer, OnionParams
 from hushnet.privacy.graphs import parse_graph
-from hushnet.protocols.onion import OnionLayer, OnionParams
 
 GRAPH, N = "regular:12:4:1", 12
 RECEIVER, NEIGHBOURS = 0, (3, 5, 7, 10)
@@ -107,7 +107,7 @@ def test_sampler_independent_of_the_sender_at_every_receiver(graph, hops):
     fixed seeds) backs the structure; the bipartite hypercube gets even lengths."""
     from scipy.stats import chi2_contingency
 
-    from hushnet.protocols.onion import _adjacency, relay_path, relay_plan, relay_tables
+    from hushnet.families.anonymity.onion import _adjacency, relay_path, relay_plan, relay_tables
 
     A = _adjacency(parse_graph(graph).adjacency)
     slots = hops + 8
@@ -142,10 +142,11 @@ def test_onion_runs_are_charged_local_dp_whatever_the_plan():
     common length: the plan says so and the report shows it.  Whatever the plan, an onion run is charged
     at local DP (relays see the walk's trajectory, which no walk bound covers): its projection is the
     composition of its N_u contributions, each seen in the clear, and its ledger cost is the local-DP one."""
-    from hushnet.protocols.onion import relay_plan
+    from hushnet.families.anonymity.accounting import project_onion
+    from hushnet.families.anonymity.onion import relay_plan
+    from hushnet.families.walk.accounting import evaluate_policy
     from hushnet.runs.accounting import contribution_cost
-    from hushnet.runs.anonymity import project_onion
-    from hushnet.runs.spec import Budget, RunSpec, _best_order_dp, evaluate_policy
+    from hushnet.runs.spec import Budget, RunSpec, _best_order_dp
 
     for g in ("ring:11", "complete:3"):
         plan = relay_plan(parse_graph(g).adjacency, 1, 9)
@@ -198,8 +199,8 @@ def test_hop_ack_at_the_same_point_for_a_relay_and_a_destination(mode):
     the update comes out of that timer."""
     from hushnet.engine.actions import LedgerEntry, Send, SetTimer
     from hushnet.engine.events import MessageArrived, TimerFired
+    from hushnet.families.anonymity.anonymous_walk import AnonWalkParams, build_walk
     from hushnet.privacy.anonymity_setup import public_setup
-    from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk
     from hushnet.tasks.logistic import LogisticRegressionTask
 
     setup = public_setup(parse_graph("regular:16:3:2").adjacency, ell1=2, ell2=4)

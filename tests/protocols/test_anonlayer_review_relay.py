@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from hushnet.protocols.onion import _adjacency, relay_path, relay_plan, relay_tables
+from hushnet.families.anonymity.onion import _adjacency, relay_path, relay_plan, relay_tables
 
 
 class _Script:
@@ -190,8 +190,8 @@ def test_node_level_view_relay_role_reveals_the_walk_sender():
     )
     assert tv > 0.4 and guess / sum(p_u.values()) > 0.47 > prior and post_fwd >= 0.5 - 1e-12
     # … so the accountant charges onion runs at local DP toward v, never the anonymous-sender bound
+    from hushnet.families.anonymity.accounting import project_onion
     from hushnet.runs.accounting import contribution_cost
-    from hushnet.runs.anonymity import project_onion
     from hushnet.runs.spec import Budget, RunSpec
 
     spec = RunSpec(

@@ -8,17 +8,17 @@ from hushnet.crypto.onion import packet_length
 from hushnet.crypto.sealed import seal_token
 from hushnet.engine.actions import Fault, LedgerEntry, Send
 from hushnet.engine.events import MessageArrived
-from hushnet.privacy.anonymity_graph import mean_hitting_times
-from hushnet.privacy.anonymity_setup import onion_path_length_max, public_setup
-from hushnet.privacy.graphs import parse_graph
-from hushnet.protocols.anonymous_walk import (
-    HOP_ID,
+from hushnet.families.anonymity.anonymous_walk import (
     AnonWalkParams,
     build_walk,
     iterations,
     sealing_info,
 )
-from hushnet.protocols.onion_walk import KIND_ONION, OnionWalk
+from hushnet.families.anonymity.onion_walk import OnionWalk
+from hushnet.families.anonymity.wire import HOP_ID, KIND_ONION
+from hushnet.privacy.anonymity_graph import mean_hitting_times
+from hushnet.privacy.anonymity_setup import onion_path_length_max, public_setup
+from hushnet.privacy.graphs import parse_graph
 from hushnet.protocols.registry import build_machines
 from hushnet.sim.simulator import Simulator
 from hushnet.tasks.logistic import LogisticRegressionTask

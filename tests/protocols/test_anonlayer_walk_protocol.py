@@ -7,17 +7,16 @@ from hushnet.crypto.cells import from_cells, to_cells
 from hushnet.crypto.sealed import seal_token, try_open_token
 from hushnet.engine.actions import Fault, LedgerEntry, Send
 from hushnet.engine.events import MessageArrived
-from hushnet.privacy.anonymity_graph import mean_hitting_times
-from hushnet.privacy.anonymity_setup import public_setup
-from hushnet.privacy.graphs import parse_graph
-from hushnet.protocols.anonymous_walk import (
-    HOP_ID,
-    KIND_SEALED,
+from hushnet.families.anonymity.anonymous_walk import (
     AnonWalkParams,
     build_walk,
     iterations,
     sealing_info,
 )
+from hushnet.families.anonymity.wire import HOP_ID, KIND_SEALED
+from hushnet.privacy.anonymity_graph import mean_hitting_times
+from hushnet.privacy.anonymity_setup import public_setup
+from hushnet.privacy.graphs import parse_graph
 from hushnet.sim.simulator import Simulator
 from hushnet.tasks.logistic import LogisticRegressionTask
 

@@ -2,7 +2,7 @@
 
 16 real in-process nodes (mutual TLS, own keys) on a random 3-regular graph run the sealed-token walk
 for a few dozen model updates; the (source, destination, hops) samples come from the nodes' own event
-streams (:func:`hushnet.runs.anonymity.walk_iterations`).  They must form one chain (each destination is
+streams (:func:`hushnet.families.anonymity.operator.walk_iterations`).  They must form one chain (each destination is
 the next source), respect the distance band and ``hops ≥ distance``, and the hop counts must be
 consistent with the simulator's machines on the same public setup: a two-sample KS test with a fixed,
 generous threshold (p > 1e-3; the walk's draws come from the OS CSPRNG, so the sample is random).  A
@@ -19,9 +19,9 @@ import pytest
 import uvloop
 from scipy import stats
 
-from hushnet.protocols.anonymous_walk import AnonWalkParams, build_walk, iterations
+from hushnet.families.anonymity.anonymous_walk import AnonWalkParams, build_walk, iterations
+from hushnet.families.anonymity.operator import walk_iterations
 from hushnet.runs import local_net
-from hushnet.runs.anonymity import walk_iterations
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards
 from hushnet.sim.simulator import Simulator

@@ -189,8 +189,8 @@ def test_mode_b_destination_cannot_read_the_walk_length(tmp_path: pathlib.Path) 
     """Mode B: the destination decrypts the whole final header; with zero padding it read the hitting
     time off it (every one of ≈ 4 800 deliveries on main).  Now its header view is the same for every
     walk length: no zero slot, one size, so the best guess of the length from it is the blind one."""
-    from hushnet.protocols.anonymous_walk import HOP_ID
-    from hushnet.runs.anonymity import walk_iterations
+    from hushnet.families.anonymity.operator import walk_iterations
+    from hushnet.families.anonymity.wire import HOP_ID
 
     graph, n, cell = "regular:12:3:1", 12, 4096
 

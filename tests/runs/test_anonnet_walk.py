@@ -16,8 +16,10 @@ from helpers.anonnet import network
 
 from hushnet.crypto.cells import from_cells
 from hushnet.crypto.sealed import try_open_token
-from hushnet.protocols.anonymous_walk import HOP_ID, KIND_SEALED, sealing_info
-from hushnet.runs.anonymity import node_keypair, walk_iterations
+from hushnet.families.anonymity.anonymous_walk import sealing_info
+from hushnet.families.anonymity.operator import walk_iterations
+from hushnet.families.anonymity.wire import HOP_ID, KIND_SEALED
+from hushnet.runs.anonymity import node_keypair
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards
 

@@ -22,10 +22,11 @@ from hushnet.crypto.cells import from_cells, to_cells
 from hushnet.crypto.errors import IntegrityError
 from hushnet.crypto.onion import OnionKeyring, onion_ad, peel
 from hushnet.crypto.sealed import try_open_token
+from hushnet.families.anonymity.anonymous_walk import sealing_info
+from hushnet.families.anonymity.operator import walk_iterations
+from hushnet.families.anonymity.wire import HOP_ID, KIND_ONION
 from hushnet.net.node import DeliveryError
-from hushnet.protocols.anonymous_walk import HOP_ID, sealing_info
-from hushnet.protocols.onion_walk import KIND_ONION
-from hushnet.runs.anonymity import node_keypair, walk_iterations
+from hushnet.runs.anonymity import node_keypair
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards

@@ -13,8 +13,9 @@ import re
 import numpy as np
 import pytest
 
+from hushnet.families.walk.accounting import evaluate_policy
 from hushnet.runs import demo
-from hushnet.runs.spec import Budget, evaluate_policy
+from hushnet.runs.spec import Budget
 
 LAST_LINE = re.compile(
     r"^demo: accuracy=(?P<acc>[0-9.]+) nonprivate=(?P<nonpriv>[0-9.]+) localdp=(?P<ldp>[0-9.]+) "

@@ -12,7 +12,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from hushnet.engine.wire import encode_token
+from hushnet.families.walk.wire import encode_token
 from hushnet.privacy.ledger import Ledger
 from hushnet.protocols.registry import make_machine, transition_matrix
 from hushnet.runs.accounting import contribution_cost

@@ -284,7 +284,7 @@ def _forge(
 
 
 def test_forged_tokens_from_a_real_neighbour_are_refused(net):
-    from hushnet.engine.wire import encode_token
+    from hushnet.families.walk.wire import encode_token
 
     c: Client = net["client"]
     spec = spec_for(seed=41, steps=3000, sigma=0.5)

@@ -19,10 +19,11 @@ import pytest
 from helpers.runs import cluster, synthetic_shards  # noqa: E402
 
 from hushnet.client import Client, ClientError, RunRefusedError  # noqa: E402
+from hushnet.families.central.accounting import central_cost, central_projector  # noqa: E402
+from hushnet.families.central.params import LABEL  # noqa: E402
+from hushnet.families.pad.accounting import contributions, pad_cost, pad_projector  # noqa: E402
 from hushnet.protocols.registry import build_from_spec  # noqa: E402
 from hushnet.runs.accounting import dp_from_rdp  # noqa: E402
-from hushnet.runs.central_runs import LABEL, central_cost, central_projector  # noqa: E402
-from hushnet.runs.pad_runs import contributions, pad_cost, pad_projector  # noqa: E402
 from hushnet.runs.policy import NodePolicy, load_task  # noqa: E402
 from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
 from hushnet.sim import Simulator  # noqa: E402
@@ -297,7 +298,8 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
     """The node side of the baseline alone: the operator's control channel, one real request, then bad ones."""
     import base64
 
-    from hushnet.engine.wire import KIND_GRADIENT_REQUEST, encode_token
+    from hushnet.families.central.wire import KIND_GRADIENT_REQUEST
+    from hushnet.families.walk.wire import encode_token
 
     c: Client = net["client"]
     state = net["state"]
@@ -371,7 +373,7 @@ def test_ring_charge_is_never_looser_than_thm1_it_rests_on():
 
 
 def test_paper_values_are_labelled_and_only_where_the_theorem_applies():
-    from hushnet.runs.pad_runs import pad_paper_bound
+    from hushnet.families.pad.accounting import pad_paper_bound
 
     ring = spec_for("pad-ring-sum", sigma=60.0)  # per-visit ε < 1: Thm 1's calibration applies
     row, label = pad_paper_bound(ring, 0)

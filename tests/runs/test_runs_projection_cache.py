@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import hushnet.privacy.randomwalk as rw
+from hushnet.families.walk import accounting as walk_acc
+from hushnet.families.walk.accounting import evaluate_policy, projected_row
 from hushnet.protocols.registry import transition_matrix
-from hushnet.runs import spec as spec_mod
-from hushnet.runs.spec import Budget, RunSpec, evaluate_policy, projected_row
+from hushnet.runs.spec import Budget, RunSpec
 
 N, GRAPH = 16, "hypercube:4"
 
@@ -41,7 +42,7 @@ def _spec(**kw) -> RunSpec:
 
 @pytest.fixture
 def counted(monkeypatch) -> list:
-    spec_mod._SLOPES.clear()
+    walk_acc._SLOPES.clear()
     calls: list = []
     real = rw.rw_pndp_matrix
 
@@ -51,13 +52,13 @@ def counted(monkeypatch) -> list:
 
     monkeypatch.setattr(rw, "rw_pndp_matrix", counting)
     yield calls
-    spec_mod._SLOPES.clear()
+    walk_acc._SLOPES.clear()
 
 
 def _uncached_row(spec: RunSpec, node: int) -> np.ndarray:
-    spec_mod._SLOPES.clear()
+    walk_acc._SLOPES.clear()
     row, _ = projected_row(spec, node)
-    spec_mod._SLOPES.clear()
+    walk_acc._SLOPES.clear()
     return row
 
 
@@ -113,7 +114,7 @@ def test_a_different_matrix_for_the_same_graph_name_misses(counted) -> None:
 def test_shared_slopes_are_read_only(counted) -> None:
     spec = _spec()
     W = transition_matrix(spec.graph, spec.weights)
-    slopes, _ = spec_mod._walk_slopes(spec, W, rw.alpha_max(spec.sigma, spec.constraint), 40.0)
+    slopes, _ = walk_acc._walk_slopes(spec, W, rw.alpha_max(spec.sigma, spec.constraint), 40.0)
     with pytest.raises(ValueError):
         slopes[0, 1] = 0.0
     row, _ = projected_row(spec, 2, W)

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.families.views import VIEWS as ANON_VIEWS
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.protocols.gossip_accounting import (
@@ -23,7 +24,6 @@ from hushnet.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
-from hushnet.protocols.onion import VIEWS as ANON_VIEWS
 from hushnet.runs.gossip.params import (
     NET_GOSSIP,
     PAIRWISE,

@@ -1,11 +1,10 @@
 """P-AD summations and histograms over the real network: what each node projects and is charged.
 
-The sans-IO machines (:mod:`hushnet.protocols.pad`) run unchanged in the node driver; the ring
-direction is the graph's vertex order (vertex v hands the token to v+1 mod n, as in the
-simulator).  What this module adds is the *accounting*, registered with
-:mod:`hushnet.families.pad` (projector / cost)
-(``hushnet.runs.service`` imports it), and a machine builder that refuses a node whose data would
-have a larger sensitivity than the public spec declares.
+The sans-IO machines (:mod:`hushnet.families.pad.machines`) run unchanged in the node driver; the
+ring direction is the graph's vertex order (vertex v hands the token to v+1 mod n, as in the
+simulator).  This module is the family's *accounting*: the node's projection, the ledger cost of each
+contribution and the papers' (uncertified) bounds, which :class:`hushnet.families.pad.PadFamily` gives
+the run service.
 
 **Which bound, and why it holds for what a node really observes.**  Over plain gRPC with mutual
 TLS, a node v observes: every token it receives (the running sum or histogram, the global step,
@@ -59,6 +58,14 @@ from typing import Any
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.families.pad.params import (
+    COMPLETE_HISTOGRAM,
+    COMPLETE_SUM,
+    RING,
+    RING_HISTOGRAM,
+    RING_SUM,
+    SUMS,
+)
 from hushnet.privacy.amplification import (
     ValidityError,
     advanced_composition,
@@ -75,26 +82,22 @@ from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import dp_from_rdp
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
-PAD_SUMS = ("pad-ring-sum", "pad-complete-sum")
-PAD_HISTOGRAMS = ("pad-ring-histogram", "pad-complete-histogram")
-PAD_NET = PAD_SUMS + PAD_HISTOGRAMS
-
 BOUND_NAMES = {
-    "pad-ring-sum": "P-AD Thm 1 argument, Rényi form: K Gaussian windows of std ≥ σ_loc toward each other node "
+    RING_SUM: "P-AD Thm 1 argument, Rényi form: K Gaussian windows of std ≥ σ_loc toward each other node "
     "(ring, no collusion)",
-    "pad-ring-histogram": "local randomized-response bound: pure ε₀-DP report, RDP min(ε₀, αε₀²/2) "
+    RING_HISTOGRAM: "local randomized-response bound: pure ε₀-DP report, RDP min(ε₀, αε₀²/2) "
     "(no shuffling amplification claimed: P-AD Thm 2 needs n ≥ 1000)",
-    "pad-complete-sum": "local-DP Gaussian bound (each contribution seen with its own noise; P-AD Thm 3 assumes a "
+    COMPLETE_SUM: "local-DP Gaussian bound (each contribution seen with its own noise; P-AD Thm 3 assumes a "
     "hidden sender and receiver, which gRPC does not give)",
-    "pad-complete-histogram": "local randomized-response bound (P-AD Thm 6 assumes a hidden sender and receiver, "
+    COMPLETE_HISTOGRAM: "local randomized-response bound (P-AD Thm 6 assumes a hidden sender and receiver, "
     "which gRPC does not give)",
 }
 #: the data-use kind each protocol's machine records (anything else is refused by the cost)
 KIND = {
-    "pad-ring-sum": "value",
-    "pad-complete-sum": "value",
-    "pad-ring-histogram": "rr",
-    "pad-complete-histogram": "rr",
+    RING_SUM: "value",
+    COMPLETE_SUM: "value",
+    RING_HISTOGRAM: "rr",
+    COMPLETE_HISTOGRAM: "rr",
 }
 
 
@@ -130,7 +133,7 @@ def public_eps0(spec: RunSpec) -> float:
 def contributions(spec: RunSpec, n: int) -> tuple[float, str]:
     """How many of its values a node contributes: exactly K on the ring; on the complete graph the
     visit count is Binomial(T, 1/n), bounded with probability 1 − δ by P-AD App. D's Chernoff bound."""
-    if spec.protocol.startswith("pad-ring-"):
+    if spec.protocol in RING:
         return float(spec.rounds or 0), "exactly K (one visit per round)"
     bound, method = contributions_bound(int(spec.steps), float(n), spec.budget.delta)
     return float(
@@ -140,7 +143,7 @@ def contributions(spec: RunSpec, n: int) -> tuple[float, str]:
 
 def per_contribution_curve(spec: RunSpec, orders: np.ndarray) -> np.ndarray:
     """Certified RDP (on ``orders``) of one contribution toward any other node (module docstring)."""
-    if spec.protocol in PAD_SUMS:
+    if spec.protocol in SUMS:
         if not (spec.sigma > 0 and math.isfinite(spec.sigma)):
             raise ValueError(f"cannot account a summation with noise std {spec.sigma}")
         return orders * public_sensitivity(spec) ** 2 / (2.0 * spec.sigma**2)
@@ -204,7 +207,7 @@ class PadCost:
 def pad_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> PadCost:
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     targets = [ids[v] for v in range(len(ids)) if v != vertex]
-    sums = spec.protocol in PAD_SUMS
+    sums = spec.protocol in SUMS
     return PadCost(
         spec.protocol,
         targets,
@@ -234,7 +237,7 @@ def pad_projector(
             "certified",
         )
     n = spec.n if W is None else int(W.shape[0])
-    if spec.protocol == "pad-ring-sum" and spec.on_peer_down == "deviate":
+    if spec.protocol == RING_SUM and spec.on_peer_down == "deviate":
         return PolicyDecision(
             False,
             "pad-ring-sum with on_peer_down='deviate' is refused: skipping a node can leave a "
@@ -255,7 +258,7 @@ def pad_projector(
     row[vertex] = 0.0
     view = (
         "ring: token values received from the public predecessor (sender known by construction)"
-        if spec.protocol.startswith("pad-ring-")
+        if spec.protocol in RING
         else "sender-known: plain gRPC reveals who handed over the token and whom it goes to"
     )
     details: dict[str, Any] = {
@@ -295,13 +298,13 @@ def pad_projector(
 # ---- the papers' values (labelled "paper", never charged) -----------------------------------------
 
 PAPER_LABELS = {
-    "pad-ring-sum": "paper: P-AD Thm 1 as printed (per-visit (ε, δ) from the classic Gaussian calibration, advanced "
+    RING_SUM: "paper: P-AD Thm 1 as printed (per-visit (ε, δ) from the classic Gaussian calibration, advanced "
     "composition over K visits, δ split evenly); for comparison — the certified column is what is charged",
-    "pad-ring-histogram": "paper: P-AD Thm 2 with the corrected γ (Erlingsson shuffling of each batch, needs n ≥ 1000); "
+    RING_HISTOGRAM: "paper: P-AD Thm 2 with the corrected γ (Erlingsson shuffling of each batch, needs n ≥ 1000); "
     "not charged",
-    "pad-complete-sum": "paper: P-AD Thm 3 (App. D) — assumes a hidden sender and receiver, which plain gRPC does not "
+    COMPLETE_SUM: "paper: P-AD Thm 3 (App. D) — assumes a hidden sender and receiver, which plain gRPC does not "
     "give; not a guarantee here",
-    "pad-complete-histogram": "paper: P-AD Thm 6 (App. E) — assumes a hidden sender and receiver, which plain gRPC "
+    COMPLETE_HISTOGRAM: "paper: P-AD Thm 6 (App. E) — assumes a hidden sender and receiver, which plain gRPC "
     "does not give; not a guarantee here",
 }
 
@@ -323,18 +326,18 @@ def paper_value(spec: RunSpec, n: int) -> float | None:
     """The P-AD theorem's ε for this run at the spec's total δ, or None outside its conditions."""
     delta = spec.budget.delta
     try:
-        if spec.protocol == "pad-ring-sum":
+        if spec.protocol == RING_SUM:
             K = int(spec.rounds or 0)
             d0 = delta / (K + 1)
             return ring_sum_guarantee(K, n, _gaussian_eps(spec, d0), d0, d0).epsilon
-        if spec.protocol == "pad-ring-histogram":
+        if spec.protocol == RING_HISTOGRAM:
             K = int(spec.rounds or 0)
             d0 = delta / (K + 1)
             e = erlingsson_shuffle_eps(public_eps0(spec), d0, n)
             return advanced_composition(e, d0, K, d0)[0]
         n_u, _ = contributions_bound(int(spec.steps), float(n), delta / 4.0)
         d0 = delta / (2.0 * max(n_u, 1.0))
-        if spec.protocol == "pad-complete-sum":
+        if spec.protocol == COMPLETE_SUM:
             return complete_sum_guarantee(
                 n, int(spec.steps), _gaussian_eps(spec, d0), d0, delta / 4, delta / 4
             ).epsilon
@@ -353,34 +356,3 @@ def pad_paper_bound(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str
     row = np.full(n, float(eps))
     row[vertex] = 0.0
     return row, PAPER_LABELS[spec.protocol]
-
-
-# ---- machine --------------------------------------------------------------------------------------
-
-
-def build_machine(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
-    """The node's own P-AD machine; refuses data whose sensitivity exceeds what the spec made public
-    (the projection and every charge use the public value)."""
-    from hushnet.protocols.registry import make_machine
-
-    if spec.protocol in PAD_SUMS and task.sensitivity() > public_sensitivity(spec) * (1.0 + 1e-12):
-        raise ValueError(
-            f"this node's values have dimension {task.dim} (sensitivity {task.sensitivity():.4g}), "
-            f"the spec's public sensitivity is {public_sensitivity(spec):.4g}: declare [task] dim"
-        )
-    if spec.protocol in PAD_HISTOGRAMS and task.bins != int(spec.task_params.get("bins", -1)):
-        raise ValueError(
-            f"this node's histogram has {task.bins} bins, the spec declares {spec.task_params.get('bins')}"
-        )
-    return make_machine(
-        spec.protocol,
-        vertex,
-        len(ids),
-        task,
-        run_seed=spec.seed,
-        run_id=spec.run_id,
-        params=spec.machine_params(),
-        view_model=spec.view_model,
-        options=options,
-        rng=spec.node_rng(vertex, len(ids)),
-    )

@@ -1,6 +1,6 @@
 """Mode B of the source-anonymous walk: the onion random walk (docs/design/spec/anonymity.md §6.3, §6.6).
 
-Mode A (:class:`~hushnet.protocols.anonymous_walk.AnonymousWalk`) lets the sealed token itself walk:
+Mode A (:class:`~hushnet.families.anonymity.anonymous_walk.AnonymousWalk`) lets the sealed token itself walk:
 every relay forwards the *same bytes*, so a relay that sees the walk twice knows whether an update
 happened in between, and colluding relays can pin an update to a segment (§6.6 "update
 detection").  Mode B removes that leak without changing the hitting-time law:
@@ -56,15 +56,15 @@ from hushnet.crypto.sealed import try_open_token
 from hushnet.engine.actions import Action, Fault, Metric
 from hushnet.engine.errors import UnexpectedSender
 from hushnet.engine.protocol import NodeContext
+from hushnet.families.anonymity.anonymous_walk import AnonWalkParams, AnonymousWalk
+from hushnet.families.anonymity.wire import KIND_ONION
 from hushnet.privacy.anonymity_setup import (
     AnonymitySetup,
     onion_path_length_max,
     sample_walk_to_destination,
 )
-from hushnet.protocols.anonymous_walk import AnonWalkParams, AnonymousWalk
 from hushnet.tasks.base import GradientTask
 
-KIND_ONION = 0x42  # 'B'
 _LEN_PREFIX = 4  # the onion payload's length field (hushnet.crypto.onion)
 
 

@@ -28,7 +28,8 @@ from hushnet.engine.actions import (
 )
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.wire import (
+from hushnet.families.walk.hops import HopRule
+from hushnet.families.walk.wire import (
     KIND_ACK,
     KIND_TOKEN,
     decode_ack,
@@ -38,7 +39,6 @@ from hushnet.engine.wire import (
     encode_token,
     message_kind,
 )
-from hushnet.protocols.hops import HopRule
 
 ON_PEER_DOWN = ("pause", "deviate")
 _HANDOFF = "handoff"

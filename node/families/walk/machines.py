@@ -16,59 +16,24 @@ A node's view is only what it receives: ``(t, x_t)`` in the token, and the next 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from hushnet.engine.actions import Action, SetTimer
 from hushnet.engine.protocol import NodeContext
-from hushnet.protocols.hops import HopRule
-from hushnet.protocols.walk import WalkMachine, WalkOptions
+from hushnet.families.walk.hops import HopRule
+from hushnet.families.walk.params import RW_DPSGD, RWParams
+from hushnet.families.walk.walker import WalkMachine, WalkOptions
 from hushnet.tasks.base import GradientTask
 
-OVER_CAP = ("noise", "nothing")
 _PREFETCH = "prefetch-noise"
-
-
-@dataclass(frozen=True)
-class RWParams:
-    """Public parameters of a random-walk SGD run.
-
-    ``sigma`` is the noise **multiplier** (noise std = ``sensitivity·sigma``, docs/design/spec/randomwalk.md §0 P-RW convention);
-    ``cap`` the per-node contribution cap N_max (None = no cap); ``over_cap`` ``"noise"`` (RW/network
-    DP-SGD) or ``"nothing"`` (local-DP baseline); ``clip_after_noise`` emulates the reference code
-    (noisy update clipped to the task's clip norm, docs/design/spec/randomwalk.md §A.4.6) for figure reproductions only.
-    ``record_view`` keeps this node's view ``(t, x_t, next)`` for audits and tests.
-    """
-
-    steps: int
-    step_size: float
-    sigma: float
-    cap: int | None = None
-    over_cap: str = "noise"
-    start: int = 0
-    x0: tuple[float, ...] | None = None
-    clip_after_noise: bool = False
-    record_view: bool = False
-
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ValueError("steps must be >= 1")
-        if not self.step_size > 0:
-            raise ValueError("step_size must be > 0")
-        if not self.sigma >= 0:
-            raise ValueError("sigma must be >= 0")
-        if self.cap is not None and self.cap < 0:
-            raise ValueError("cap must be >= 0 or None")
-        if self.over_cap not in OVER_CAP:
-            raise ValueError(f"over_cap must be one of {OVER_CAP}")
 
 
 class RWDPSGD(WalkMachine):
     """One node of RW DP-SGD."""
 
-    name: ClassVar[str] = "rw-dpsgd"
+    name: ClassVar[str] = RW_DPSGD
     durable: ClassVar[bool] = True
 
     def __init__(

@@ -1,8 +1,8 @@
-"""Central DP-SGD over the network, node side — **baseline: central DP-SGD with a trusted aggregator
-(NOT decentralized)**.
+"""Central DP-SGD's accounting — **baseline: central DP-SGD with a trusted aggregator (NOT
+decentralized)**: the node's acceptance projection and the ledger cost of each gradient request.
 
-The aggregator (:class:`~hushnet.protocols.central.CentralAggregator`) runs in the *operator's*
-process (:mod:`hushnet.client.central`); every node runs :class:`~hushnet.protocols.central.CentralClient`
+The aggregator (:class:`~hushnet.families.central.machines.CentralAggregator`) runs in the *operator's*
+process (:mod:`hushnet.families.central.operator`); every node runs :class:`~hushnet.families.central.machines.CentralClient`
 in its run driver.  Requests travel over the operator's authenticated control channel: the
 ``run.gradient`` command of the ``Control`` RPC, which the node serves only to callers whose
 mutual-TLS certificate is an operator certificate issued by the node's own network CA.  The
@@ -22,30 +22,23 @@ the gradient leaves.  The final model stays with the operator.
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 from typing import Any
 
 import numpy as np
 
-from hushnet.engine.actions import Fault, Finish, LedgerEntry, Send
-from hushnet.engine.events import MessageArrived
-from hushnet.engine.execute import execute
+from hushnet.engine.actions import LedgerEntry
+from hushnet.families.central.params import LABEL
 from hushnet.privacy.amplification import contributions_bound
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.accounting import ContributionCost, dp_from_rdp
-from hushnet.runs.driver import NodeEffects, RunDriver, RunRefused
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec
 
-PROTOCOL = "central-dpsgd"
-LABEL = "baseline: central DP-SGD with a trusted aggregator (NOT decentralized)"
 BOUND_NAME = (
     f"{LABEL}: Gaussian RDP α/(2σ²) per clipped gradient toward every other node, which sees only noisy "
     "models; the trusted aggregator (operator) sees every clipped gradient in the clear"
 )
-GRADIENT_COMMAND = "run.gradient"
 
 
 class CentralCost(ContributionCost):
@@ -131,62 +124,3 @@ def central_projector(
         "certified",
         details,
     )
-
-
-class _GradientEffects(NodeEffects):
-    """The node's effects, except that the reply to the aggregator is returned to the operator's call
-    (not queued to a peer), a fault stops the batch, and a Finish is refused (a client never finishes)."""
-
-    def __init__(self, driver: RunDriver, aggregator: int) -> None:
-        super().__init__(driver)
-        self.aggregator = aggregator
-        self.reply: bytes | None = None
-
-    def send(self, act: Send) -> None:
-        if act.dst == self.aggregator:
-            self.reply = act.payload
-            self.driver.messages_out += 1
-        else:
-            super().send(act)
-
-    def fault(self, act: Fault) -> bool:
-        super().fault(act)
-        return False
-
-    def finish(self, act: Finish) -> None:
-        raise RunRefused("protocol-error", "central client emitted Finish")
-
-
-async def c_gradient(service, payload: bytes) -> bytes:
-    """``run.gradient``: the operator's aggregator asks this node for its clipped gradient at one step.
-
-    ``{"run_id", "request_b64"}`` → ``{"reply_b64"}``.  The ledger is charged first; a refused charge
-    (budget exhausted) stops the run here and no gradient leaves.
-    """
-    run, args = service._run(payload)
-    if run.spec.protocol != PROTOCOL:
-        raise RunRefused(
-            "wrong-protocol", f"run {run.run_id} is {run.spec.protocol}, not {PROTOCOL}"
-        )
-    if run.state in ("finished", "closed", "stopped", "cancelled"):
-        raise RunRefused("run-over", f"run {run.run_id} is {run.state} at {run.node_id}")
-    try:
-        request = base64.b64decode(str(args.get("request_b64", "")), validate=True)
-    except ValueError as exc:
-        raise RunRefused("malformed", f"request is not base64: {exc}") from None
-    if run.state == "accepted":
-        run.start()
-    run.messages_in += 1
-    fx = _GradientEffects(run, aggregator=len(run.ids))
-    if not execute(run.machine.handle(MessageArrived(fx.aggregator, request)), fx):
-        if fx.faults:
-            err = fx.faults[0].error
-            raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
-        raise RunRefused(
-            "budget", f"{run.node_id}: {run.reason}"
-        )  # the charge was refused: no gradient left
-    reply = fx.reply
-    if reply is None:
-        raise RunRefused("protocol-error", "the central client produced no gradient reply")
-    run.note_progress(int(run.machine.last_step))
-    return json.dumps({"node": run.node_id, "reply_b64": base64.b64encode(reply).decode()}).encode()

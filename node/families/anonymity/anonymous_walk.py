@@ -59,13 +59,12 @@ from hushnet.engine.errors import (
 )
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import secret_generator
+from hushnet.families.anonymity.params import ANON_WALK_SGD
+from hushnet.families.anonymity.wire import HOP_ID, KIND_HOP_ACK, KIND_SEALED
+from hushnet.families.views import VIEWS
 from hushnet.privacy.anonymity_setup import AnonymitySetup, sample_destination
-from hushnet.protocols.onion import VIEWS
 from hushnet.tasks.base import GradientTask
 
-KIND_SEALED = 0x53  # 'S'
-KIND_HOP_ACK = 0x41  # 'A' (acks are not celled: 17 bytes that only confirm a handoff to its sender)
-HOP_ID = 16
 _TIMER = "anon-retx:"
 _WORK = (
     "anon-work:"  # the role's work (forward or update) runs on a zero timer, after the hop ack left
@@ -79,7 +78,7 @@ class AnonWalkParams:
     """Public parameters: local update cap, step size, noise multiplier σ (std = sensitivity·σ),
     start node, initial model, key epoch, the network-wide cell size, hop-level reliability, and
     the walk ``mode`` ("A": the sealed token walks; "B": the source samples the walk and sends it
-    as an onion, :mod:`hushnet.protocols.onion_walk`) with Mode B's header slots ``l_max``."""
+    as an onion, :mod:`hushnet.families.anonymity.onion_walk`) with Mode B's header slots ``l_max``."""
 
     updates_per_node: int
     step_size: float
@@ -115,12 +114,12 @@ def sealing_info(run_id: str, epoch: int) -> bytes:
 class AnonymousWalk(Protocol):
     """One node of the source-anonymous walk (Mode A).
 
-    Mode B (:class:`hushnet.protocols.onion_walk.OnionWalk`) shares everything but what travels
+    Mode B (:class:`hushnet.families.anonymity.onion_walk.OnionWalk`) shares everything but what travels
     (:attr:`kind`, :meth:`_wire_len`), what a receiver does with it (:meth:`_receive`) and how the
     source sends the sealed token (:meth:`_dispatch`).
     """
 
-    name: ClassVar[str] = "anon-walk-sgd"
+    name: ClassVar[str] = ANON_WALK_SGD
     mode: ClassVar[str] = "A"
     kind: ClassVar[int] = KIND_SEALED
     #: a silent neighbour's token may go to another uniform neighbour (Mode A: the next hop is a
@@ -461,7 +460,7 @@ def walk_machine(
         return AnonymousWalk(
             ctx, setup, task, params, dest_key, directory, secret_rng=secret_rng, replay=replay
         )
-    from hushnet.protocols.onion_walk import OnionWalk
+    from hushnet.families.anonymity.onion_walk import OnionWalk
 
     if onion_key is None or onion_directory is None:
         raise ValueError(

@@ -28,15 +28,14 @@ view of a delivery then has one law whatever the sender.  Where no such ``k`` fi
 path must be unpredictable to others, so it is drawn from ``path_rng`` — by default seeded from
 the OS CSPRNG, not from the public run seed (docs/design/spec/randomwalk.md §E.4).
 
-This module also holds the *accounting views* of the anonymity layer (:data:`VIEWS`,
-:func:`accounting_view`): which observation model the accountant must use when each mechanism is
-really on, with the reason, as data a run report can show.
+The accounting views (which observation model the accountant must use when each mechanism is
+really on) are :mod:`hushnet.families.views`; the onion run's own view is :func:`onion_view`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,96 +65,14 @@ from hushnet.engine.errors import MalformedMessage, UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import secret_generator
+from hushnet.families.anonymity.wire import KIND_HOP_ACK, KIND_PACKET
+from hushnet.families.views import VIEWS
 
-KIND_PACKET = 0x4F  # 'O'
-KIND_HOP_ACK = 0x41  # 'A'
 _TIMER = "onion-retx:"
 _WORK = "onion-work:"  # a hop's role work (forward or delivery) runs on a zero timer, after its hop ack left
 
 
 # ---- accounting views --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AccountingView:
-    """What an observer sees when a mechanism is on, and which accountant bound that licenses."""
-
-    mechanism: str
-    view_model: str
-    accountant: str
-    reason: str
-    dp_credit: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-VIEWS: dict[str, AccountingView] = {
-    "plain-links": AccountingView(
-        "plain-links",
-        "sender-known",
-        "random-walk paper App. B.1 sender-known bound (max over the receiver's neighbours), certified",
-        "without onion relaying the receiver's gRPC peer is the token's sender (docs/design/spec/randomwalk.md E.2)",
-        True,
-    ),
-    "onion-relay": AccountingView(
-        "onion-relay",
-        "local",
-        "local-DP Gaussian bound per contribution (the contribution seen in the clear), certified",
-        "per delivery the relay plan hides the sender from the receiver, but every node also relays the same "
-        "walk's other hops and so sees its link peers and next hops: part of the token's trajectory, which "
-        "neither the random-walk paper's anonymous-sender view (its eq. 7) nor the sender-known view covers "
-        "(exact on K4: a node's relay observations raise its best guess of the next sender from 1/3 to 0.47). "
-        "No walk bound is certified; the anonymous-sender value is shown only as a labelled paper reproduction",
-        False,
-    ),
-    "neighbourhood": AccountingView(
-        "plain-gossip",
-        "neighbourhood",
-        "Muffliato certified exact loss, view='neighbourhood'",
-        "without secure summation a node sees every message of its closed neighbourhood",
-        True,
-    ),
-    "secure-summation": AccountingView(
-        "secure-summation",
-        "aggregate",
-        "Muffliato certified exact loss, view='aggregate' (S = e_i^T: the observer sees only its sums)",
-        "pairwise-masked secure summation is on: the aggregating node learns only the sum of its "
-        "closed neighbourhood (threshold-bounded; a round below threshold releases nothing)",
-        True,
-    ),
-    "source-anonymous-walk": AccountingView(
-        "source-anonymous-walk",
-        "sender-known",
-        "every update charged as attributable to its node (no amplification credited), certified",
-        "the destination sees the model after one update; source anonymity has no DP theorem and leaks "
-        "by chain of custody (docs/design/spec/anonymity.md §6.6-6.7): entropy is reported as a diagnostic only",
-        False,
-    ),
-}
-
-
-def accounting_view(
-    protocol: str,
-    *,
-    onion_hops: int = 0,
-    secure_summation: bool = False,
-    relay_independent: bool = True,
-) -> AccountingView:
-    """The view the accountant must use for a run (and why): aggregate only with secure summation; onion
-    relaying is charged at local DP (its relays observe the walk's trajectory, see ``VIEWS["onion-relay"]``),
-    whatever its relay plan; no anonymity credit for the source-anonymous walk."""
-    if protocol in ("anon-walk-sgd",):
-        return VIEWS["source-anonymous-walk"]
-    if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
-        return (
-            VIEWS["secure-summation"]
-            if secure_summation or protocol == "secagg-sum"
-            else VIEWS["neighbourhood"]
-        )
-    if onion_hops < 1:
-        return VIEWS["plain-links"]
-    return VIEWS["onion-relay"]  # local DP whatever the plan: relays see the walk's trajectory
 
 
 def onion_view(plan: "RelayPlan") -> dict[str, Any]:
@@ -631,189 +548,3 @@ def wrap_machines(
         rng = None if path_seed is None else np.random.default_rng([path_seed, v])
         out.append(OnionLayer(m.ctx, m, graph, keyrings[v], directory, params, path_rng=rng))
     return out
-
-
-# ---- registry entry points -----------------------------------------------------------------------
-
-_SETUP_CACHE: dict[tuple, Any] = {}
-
-
-def _anon_setup(W, p: dict[str, Any]):
-    from hushnet.privacy.anonymity_setup import public_setup
-
-    A = _adjacency(W)
-    key = (
-        A.shape[0],
-        A.indptr.tobytes(),
-        A.indices.tobytes(),
-        int(p.get("ell1", 2)),
-        int(p.get("ell2", 6)),
-        float(p.get("delta", 5.0)),
-        p.get("kappa"),
-        float(p.get("delta_prime", 0.3)),
-    )
-    if key not in _SETUP_CACHE:
-        if len(_SETUP_CACHE) > 8:
-            _SETUP_CACHE.clear()
-        _SETUP_CACHE[key] = public_setup(
-            A, ell1=key[3], ell2=key[4], delta=key[5], kappa=key[6], delta_prime=key[7]
-        )
-    return _SETUP_CACHE[key]
-
-
-def make_anonymity_machine(
-    protocol: str,
-    node: int,
-    n: int,
-    task: Any,
-    *,
-    run_seed: int,
-    run_id: str,
-    params: dict[str, Any],
-    W: sp.spmatrix | np.ndarray | None,
-    view_model: str = "sender-known",
-    options: Any = None,
-    rng: np.random.Generator | None = None,
-) -> Protocol:
-    """Build one node's machine of an anonymity-layer protocol (called by the registry).
-
-    Keys: a deployed node passes its own private key and the directory of public keys in
-    ``params`` (``onion_key``/``onion_directory``, ``dest_key``/``dest_directory``,
-    ``share_key``/``share_directory``, and for secure sums ``sign_key``/``sign_directory``).  Without them, *simulation* keys are derived from the run
-    seed — reproducible, and therefore only for the in-process simulator.  Likewise ``secret_seed``
-    (reproducible relay paths / destinations / forwarding) is for tests only: in a deployment
-    those draws must stay secret, so they come from the OS CSPRNG when it is absent.
-    """
-    from hushnet.crypto.keys import simulation_directory, simulation_keypairs
-    from hushnet.engine.rng import node_generator
-
-    p = dict(params)
-    if rng is None:
-        rng = node_generator(run_seed, n, node)
-
-    def keypair(purpose: str):
-        k, d = p.pop(f"{purpose}_key", None), p.pop(f"{purpose}_directory", None)
-        if k is None or d is None:
-            pairs = simulation_keypairs(run_seed, n, purpose)
-            return pairs[node], simulation_directory(
-                pairs, int(p.get("epoch", p.get("onion_epoch", 0)))
-            )
-        return k, d
-
-    replay = p.pop(
-        "replay_cache", None
-    )  # the node's persistent cache (deployed); None: one per machine
-    secret_seed = p.pop("secret_seed", None)
-    srng = None if secret_seed is None else np.random.default_rng([int(secret_seed), node])
-    if protocol == "rw-dpsgd-onion":
-        from hushnet.protocols.hops import TransitionRow
-        from hushnet.protocols.rw_dpsgd import RWDPSGD, RWParams
-        from hushnet.protocols.walk import WalkOptions
-
-        if W is None:
-            raise ValueError(
-                "rw-dpsgd-onion needs the public transition matrix W (its support is the relay graph)"
-            )
-        shared = p.pop(
-            "onion_keyring", None
-        )  # a deployed node's per-epoch keyring (all epochs it holds)
-        receipts = bool(
-            p.pop("link_receipts", False)
-        )  # only the networked node's driver reports them
-        op = {
-            k[len("onion_") :]: p.pop(k)
-            for k in list(p)
-            if k.startswith("onion_") and k not in ("onion_key", "onion_directory")
-        }
-        if shared is not None:
-            key, directory = None, p.pop("onion_directory")
-            op.pop("epoch", None)  # the packets' epoch is the directory's (current at acceptance)
-        else:
-            key, directory = keypair("onion")
-        hops = int(op.pop("hops", 3))
-        slots = int(op.pop("slots", hops + 8))
-        plan = relay_plan(W, hops, slots)
-        # the receiver's peer is the last relay, sender-independent only where the plan says so
-        ctx = NodeContext(node, n, run_id, rng, "anonymous" if plan.independent else "sender-known")
-        base = options or WalkOptions()
-        inner_opt = WalkOptions(
-            reliable=False, progress_every=base.progress_every, snapshot_every=base.snapshot_every
-        )
-        inner = RWDPSGD(ctx, TransitionRow.from_matrix(W, node), task, RWParams(**p), inner_opt)
-        inner.name = "rw-dpsgd-onion"  # type: ignore[misc]
-        cell_body = int(op.pop("cell_body", CELL_BODY))
-        payload = int(op.pop("payload_len", payload_len_for(8 * task.dim + 64, cell_body, slots)))
-        par = OnionParams(
-            hops=hops,
-            slots=slots,
-            payload_len=payload,
-            cell_body=cell_body,
-            epoch=directory.epoch,
-            reliable=base.reliable,
-            link_receipts=receipts,
-            **op,
-        )
-        keyring = (
-            shared
-            if shared is not None
-            else OnionKeyring.single(key, directory.epoch, replay=replay)
-        )
-        return OnionLayer(ctx, inner, W, keyring, directory, par, path_rng=srng)
-    if protocol == "anon-walk-sgd":
-        from hushnet.protocols.anonymous_walk import AnonWalkParams, walk_machine
-
-        if W is None:
-            raise ValueError("anon-walk-sgd needs the graph (pass W; its support is the graph)")
-        setup = _anon_setup(W, p)
-        for k in ("ell1", "ell2", "delta", "kappa", "delta_prime"):
-            p.pop(k, None)
-        key, directory = keypair("dest")
-        okey, odir = keypair("onion") if p.get("mode", "A") == "B" else (None, None)
-        p.pop("onion_key", None), p.pop("onion_directory", None)  # Mode A has no onion layers
-        ctx = NodeContext(node, n, run_id, rng, view_model)
-        return walk_machine(
-            ctx,
-            setup,
-            task,
-            AnonWalkParams(**p),
-            key,
-            directory,
-            onion_key=okey,
-            onion_directory=odir,
-            secret_rng=srng,
-            replay=replay,
-        )
-    if protocol == "secagg-sum":
-        from hushnet.protocols.secagg import SecAggMachine, SecAggParams
-
-        p.setdefault("members", tuple(range(n)))
-        p["members"] = tuple(int(m) for m in p["members"])
-        key, directory = keypair("share")
-        p.pop("epoch", None)
-        if task is None:
-            raise ValueError(
-                "secagg-sum needs a value task (its dimension, and the input of members)"
-            )
-        p.setdefault("dim", int(task.dim))
-        p.setdefault("sensitivity", float(task.sensitivity()))
-        signer, sdir, nonces = p.pop("sign_key", None), p.pop("sign_directory", None), replay
-        if (
-            signer is None or sdir is None
-        ):  # simulator: signing keys from the public run seed (never deployed)
-            from hushnet.crypto.signing import signer_directory, simulation_signers
-
-            signers = simulation_signers(run_seed, n)
-            signer, sdir = signers[node], signer_directory(signers)
-        sp_ = SecAggParams(**p)
-        vec = task.value(0) if node in sp_.members else None
-        return SecAggMachine(
-            NodeContext(node, n, run_id, rng, view_model),
-            sp_,
-            vec,
-            key,
-            directory,
-            signer,
-            sdir,
-            nonces,
-        )
-    raise ValueError(f"{protocol!r} is not an anonymity-layer protocol")

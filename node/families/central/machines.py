@@ -8,7 +8,6 @@ entries say so (``view_model="trusted-aggregator"``).  Machine ids: nodes 0..nâˆ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -16,32 +15,23 @@ import numpy as np
 from hushnet.engine.actions import Action, Finish, LedgerEntry, Metric, Send
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.engine.wire import (
+from hushnet.families.central.params import PROTOCOL, CentralParams
+from hushnet.families.central.wire import (
     KIND_GRADIENT_REPLY,
     KIND_GRADIENT_REQUEST,
-    decode_token,
-    encode_token,
-    message_kind,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
 )
+from hushnet.families.walk.wire import message_kind
 from hushnet.tasks.base import GradientTask
-
-
-@dataclass(frozen=True)
-class CentralParams:
-    """``noise_std`` is absolute (the aggregator adds N(0, noise_stdÂ²) to each sampled gradient)."""
-
-    steps: int
-    step_size: float
-    noise_std: float
-    clip_after_noise: bool = False
-    clip: float | None = None
-    snapshot_every: int = 0
 
 
 class CentralClient(Protocol):
     """A data-holding node: answers each gradient request of the aggregator with its clipped gradient."""
 
-    name: ClassVar[str] = "central-dpsgd"
+    name: ClassVar[str] = PROTOCOL
 
     def __init__(
         self, ctx: NodeContext, task: GradientTask, aggregator: int, clip_after_noise: bool = False
@@ -62,7 +52,7 @@ class CentralClient(Protocol):
             raise UnexpectedSender(
                 f"gradient request from node {src}, not the aggregator {self.aggregator}"
             )
-        tok = decode_token(payload, self.task.dim, kind=KIND_GRADIENT_REQUEST)
+        tok = decode_request(payload, self.task.dim)
         if tok.step <= self.last_step:
             raise ReplayedMessage(
                 f"gradient request for step {tok.step} after step {self.last_step}"
@@ -83,14 +73,14 @@ class CentralClient(Protocol):
         )
         return [
             led,
-            Send(src, encode_token(tok.step, tok.total, 0, src, g, kind=KIND_GRADIENT_REPLY)),
+            Send(src, encode_reply(tok.step, tok.total, src, g)),
         ]
 
 
 class CentralAggregator(Protocol):
     """The trusted curator: uniform node sampling, no cap, noise added centrally."""
 
-    name: ClassVar[str] = "central-dpsgd"
+    name: ClassVar[str] = PROTOCOL
 
     def __init__(self, ctx: NodeContext, n_clients: int, dim: int, params: CentralParams) -> None:
         super().__init__(ctx)
@@ -104,9 +94,7 @@ class CentralAggregator(Protocol):
     def _request(self) -> list[Action]:
         u = int(self.ctx.rng.integers(self.n_clients))
         self.waiting = u
-        return [
-            Send(u, encode_token(self.step, self.p.steps, 0, u, self.x, kind=KIND_GRADIENT_REQUEST))
-        ]
+        return [Send(u, encode_request(self.step, self.p.steps, u, self.x))]
 
     def on_start(self) -> list[Action]:
         return self._request()
@@ -118,7 +106,7 @@ class CentralAggregator(Protocol):
             raise UnexpectedSender(
                 f"gradient from node {src}, the aggregator asked node {self.waiting}"
             )
-        tok = decode_token(payload, self.dim, kind=KIND_GRADIENT_REPLY)
+        tok = decode_reply(payload, self.dim)
         if tok.step != self.step:
             raise ReplayedMessage(f"gradient for step {tok.step}, expected step {self.step}")
         eta = self.ctx.rng.standard_normal(self.dim) * self.p.noise_std

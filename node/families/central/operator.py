@@ -1,11 +1,11 @@
 """Operator-side driver of **baseline: central DP-SGD with a trusted aggregator (NOT decentralized)**.
 
-The aggregator is the sans-IO :class:`~hushnet.protocols.central.CentralAggregator`, run here, in the
+The aggregator is the sans-IO :class:`~hushnet.families.central.machines.CentralAggregator`, run here, in the
 operator's process, by the same event rules as the simulator: ``RunStarted``, then every reply as
 ``MessageArrived(node, reply)``; its actions become effects through
 :func:`hushnet.engine.execute.execute`.  Its ``Send(node, request)`` becomes the node's ``run.gradient``
 command over the operator's authenticated control channel (mutual TLS, operator certificate of the
-network's CA); the node's :class:`~hushnet.protocols.central.CentralClient` charges its ledger and
+network's CA); the node's :class:`~hushnet.families.central.machines.CentralClient` charges its ledger and
 answers with its clipped gradient.  The aggregator adds the noise and keeps the model: the final
 model exists only here (and in :meth:`AsyncClient.model` of this client afterwards).
 
@@ -38,14 +38,13 @@ from hushnet.engine.actions import (
 from hushnet.engine.events import MessageArrived, RunStarted
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import NodeContext
-from hushnet.protocols.central import CentralAggregator, CentralParams
-from hushnet.runs.central_runs import GRADIENT_COMMAND, LABEL
+from hushnet.families.central.machines import CentralAggregator
+from hushnet.families.central.params import LABEL, PROTOCOL, CentralParams
+from hushnet.families.central.wire import GRADIENT_COMMAND
 from hushnet.runs.spec import RunSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from hushnet.client.core import AsyncClient
-
-PROTOCOL = "central-dpsgd"
 
 
 @dataclass

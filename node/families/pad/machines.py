@@ -8,7 +8,7 @@
   (erratum 14, :func:`hushnet.privacy.amplification.rr_gamma_for_batch`).
 * :class:`CompleteSum` — Alg. 3 on the complete graph (uniform next holder, self included).
 * :class:`CompleteHistogram` — Alg. 5 (init 0, debias ``(τ − γT/L)/(1−γ)``).
-Complete-graph SGD (Alg. 4) is :class:`~hushnet.protocols.rw_dpsgd.RWDPSGD` on ``W = J/n``.
+Complete-graph SGD (Alg. 4) is :class:`~hushnet.families.walk.machines.RWDPSGD` on ``W = J/n`` (the walk family).
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ import numpy as np
 
 from hushnet.engine.actions import Action
 from hushnet.engine.protocol import NodeContext
+from hushnet.families.pad.params import COMPLETE_HISTOGRAM, COMPLETE_SUM, RING_HISTOGRAM, RING_SUM
+from hushnet.families.pad.wire import ring_noise_aux
+from hushnet.families.walk.hops import HopRule, RingSuccessor, UniformHop
+from hushnet.families.walk.walker import WalkMachine, WalkOptions
 from hushnet.privacy.amplification import (
     debias_complete_histogram,
     debias_ring_histogram,
     ring_noise_draws,
     rr_epsilon,
 )
-from hushnet.protocols.hops import HopRule, RingSuccessor, UniformHop
-from hushnet.protocols.walk import WalkMachine, WalkOptions
 from hushnet.tasks.values import HistogramTask, MeanTask, SumTask
 
 # Parameters and debiasing come from the privacy core (hushnet.privacy.amplification): the
@@ -61,7 +63,7 @@ class RingSum(_ValueWalk):
     :class:`~hushnet.tasks.values.MeanTask`) plus the exact number of noise draws.
     """
 
-    name: ClassVar[str] = "pad-ring-sum"
+    name: ClassVar[str] = RING_SUM
 
     def __init__(
         self,
@@ -93,7 +95,7 @@ class RingSum(_ValueWalk):
             return x, 0, [self.ledger(step, "value", sens, std)]
         if aux == 0:
             x = x + v + self.ctx.rng.standard_normal(self.dim) * self.sigma_loc
-            return x, self.ctx.n - 2, [self.ledger(step, "value", sens, self.sigma_loc)]
+            return x, ring_noise_aux(self.ctx.n), [self.ledger(step, "value", sens, self.sigma_loc)]
         return x + v, aux - 1, [self.ledger(step, "value", sens, 0.0)]
 
     def final_result(self, x: np.ndarray, aux: int) -> tuple[np.ndarray, dict[str, Any]]:
@@ -111,7 +113,7 @@ class RingSum(_ValueWalk):
 class CompleteSum(_ValueWalk):
     """Alg. 3: ``steps`` visits, next holder uniform on all n nodes; every visit adds value + N(0, σ_loc²)."""
 
-    name: ClassVar[str] = "pad-complete-sum"
+    name: ClassVar[str] = COMPLETE_SUM
 
     def __init__(
         self,
@@ -167,7 +169,7 @@ class _HistogramWalk(_ValueWalk):
 class RingHistogram(_HistogramWalk):
     """Alg. 2: RR_γ reports around the directed ring, ``round(γn)`` uniform dummy reports added by node 0 first."""
 
-    name: ClassVar[str] = "pad-ring-histogram"
+    name: ClassVar[str] = RING_HISTOGRAM
 
     def __init__(
         self,
@@ -209,7 +211,7 @@ class RingHistogram(_HistogramWalk):
 class CompleteHistogram(_HistogramWalk):
     """Alg. 5: RR_γ reports on a uniform walk over the complete graph; token starts at 0 (spec [AMBIG] default)."""
 
-    name: ClassVar[str] = "pad-complete-histogram"
+    name: ClassVar[str] = COMPLETE_HISTOGRAM
 
     def __init__(
         self,
