@@ -282,7 +282,11 @@ async def _watch(c, run_id: str, args) -> int:
         for d in o.deviations:
             print(
                 f"  deviation at step {d.get('step')}: {d.get('reason')} (dead: {d.get('dead_node', '?')}); "
-                "accounted with the local-DP bound"
+                + (
+                    "its round released nothing, inputs that left for it stay charged"
+                    if d.get("reason") == "leader-lost"
+                    else "accounted with the local-DP bound"
+                )
                 + (" where the close reached" if o.unaccounted else "")
             )
         for node, why in sorted(o.unaccounted.items()):

@@ -86,11 +86,12 @@ def test_secagg_dpsgd_leader_killed_for_good_ends_the_run_leader_lost(
                 out = await client.watch(run_id, progress=False, timeout=150, pause_timeout=150)
                 st = await client.statuses(run_id)
                 rep = await client.report(run_id)
-                return out, st, rep
+                rows = [r for r in await client.list_runs() if r["run_id"] == run_id]
+                return out, st, rep, rows
             finally:
                 await client.close()
 
-        out, st, rep = asyncio.run(go())
+        out, st, rep, rows = asyncio.run(go())
     finally:
         cl.stop(timeout=10)
 
@@ -102,6 +103,8 @@ def test_secagg_dpsgd_leader_killed_for_good_ends_the_run_leader_lost(
         assert s["state"] == "finished" and not s["holds_model"], s
         assert s["ended"] == "leader-lost" and s["lost_node"] == ids[VICTIM], s
         assert int(s["lost_round"]) % N == VICTIM, s
+    # run status (the list of runs) says the same
+    assert rows and rows[0]["state"] == "leader-lost" and rows[0]["lost_node"] == ids[VICTIM], rows
     res = {i: rep.per_node[i]["result"] for i in others}
     lost_round = int(st[others[0]]["lost_round"])
     contributed = {i: {int(r) for r in res[i]["contributed"]} for i in others}
