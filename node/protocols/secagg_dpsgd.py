@@ -49,7 +49,7 @@ the realised schedule the tests replay.
 
 A leader that never comes back (issue 14): the secure sum handles member dropouts, not a dead
 leader, and every node needs its round's outcome.  A node waits :func:`leader_timeout` (spec
-``protocol_params.leader_timeout``, default 10 round timeouts) for it, then **ends the run**
+``protocol_params.leader_timeout``, default 10 round timeouts, at least 30 s) for it, then **ends the run**
 ``leader-lost``: no model (no intermediate model is released — the accountant assumes none is),
 nothing of that round applied, every input that left for it stays charged (whether or not the dead
 leader had unmasked it), and ``LOST(r, leader)`` to every other node, so the nodes already past round
@@ -126,7 +126,7 @@ class DDPParams:
     aggregation: str = "secure"
     round_timeout: float = 0.05
     #: seconds a node waits for its round's outcome before it declares the leader lost (None: the default
-    #: :func:`leader_timeout`, 10 round timeouts)
+    #: :func:`leader_timeout`, 10 round timeouts and at least 30 s)
     leader_timeout: float | None = None
     frac_bits: int = 24
     bits: int = 64
@@ -163,12 +163,13 @@ def leader_timeout(p: DDPParams) -> float:
     """How long a node waits in a round for its leader's outcome before it ends the run ``leader-lost`` (s).
 
     A live leader closes its round within three secure-sum phases of ``round_timeout`` each (plus the
-    announcement and the network), so the default of 10 round timeouts only fires on a leader that is
-    gone (or cut off for that long); a run whose leaders may be restarted slowly sets a larger
-    ``leader_timeout`` in its ``protocol_params``."""
+    announcement and the network), so the default — 10 round timeouts, at least 30 s (a loaded host's
+    scheduling must never pass for a dead leader) — only fires on a leader that is gone (or cut off
+    for that long); a run whose leaders may be restarted slowly sets a larger ``leader_timeout`` in
+    its ``protocol_params``."""
     if p.leader_timeout is not None:
         return float(p.leader_timeout)
-    return 10.0 * float(p.round_timeout)
+    return max(30.0, 10.0 * float(p.round_timeout))
 
 
 def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:

@@ -432,13 +432,13 @@ def cmd_status(args) -> int:
             rows.append(
                 (
                     i,
-                    r["state"],
+                    r["state"] + (f" ({r['ended']})" if r.get("ended") else ""),
                     f"{max(r['step'], 0)}/{r['steps']}",
                     str(r["contributions"]),
                     "yes" if r["holds_model"] else "",
                     str(r["deviations"]),
                     str(r["faults"]),
-                    r.get("reason") or "",
+                    r.get("reason") or r.get("ended_reason") or "",
                 )
             )
         _table(rows)

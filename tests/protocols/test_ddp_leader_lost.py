@@ -125,7 +125,8 @@ def test_leader_timeout_is_the_specs_and_checked() -> None:
 
     ms = _machines(_spec(leader_timeout=42.5))
     assert leader_timeout(ms[0].p) == 42.5
-    assert leader_timeout(_machines(_spec())[0].p) == 10.0  # 10 round timeouts
+    assert leader_timeout(_machines(_spec())[0].p) == 30.0  # 10 round timeouts, at least 30 s
+    assert leader_timeout(_machines(_spec(round_timeout=5.0))[0].p) == 50.0
     with pytest.raises(ValueError, match="leader_timeout"):
         _machines(_spec(leader_timeout=-1))
     assert np.isfinite(leader_timeout(ms[0].p))

@@ -123,7 +123,7 @@ def test_sampled_members_and_plain_aggregation() -> None:
 
 def test_a_dead_leader_ends_the_run_explained() -> None:
     """The secure sum handles member dropouts, not a dead leader: once its round's ``leader_timeout``
-    (default 10 round timeouts) has passed, every node ends the run ``leader-lost`` naming it, without
+    (default 10 round timeouts, at least 30 s) has passed, every node ends the run ``leader-lost`` naming it, without
     a model; its rounds as a member were dropouts, and nothing of its round left anyone (it never
     announced it), so the ledgers hold exactly the rounds before."""
     tasks = tasks_of(shards(N))
