@@ -130,3 +130,20 @@ def test_leader_timeout_is_the_specs_and_checked() -> None:
     with pytest.raises(ValueError, match="leader_timeout"):
         _machines(_spec(leader_timeout=-1))
     assert np.isfinite(leader_timeout(ms[0].p))
+
+
+def test_a_leader_back_after_the_run_ended_is_told_and_ends_too() -> None:
+    """The leader of round 3 comes back only after the others ended the run ``leader-lost`` (down 100 s,
+    ``leader_timeout`` 30 s): restored, it aborts its round and asks for the outcomes it missed (``SYNC``);
+    the ended nodes answer ``LOST``, so it ends the same way instead of waiting — and it is charged
+    nothing more (never a second input for a round)."""
+    spec = _spec()
+    out = run_with_crash(_machines(spec), lambda v: _machines(spec)[v], 3, 14, down=100.0)
+    assert sorted(out.finishes) == list(range(N))
+    for v in range(N):
+        res = out.finishes[v].result
+        assert out.finishes[v].model is None and res["ended"] == LEADER_LOST, (v, res)
+        assert (res["lost_leader"], res["lost_round"]) == (3, 3), (v, res)
+        charged = out.charged(v)
+        assert len(set(charged)) == len(charged) and sorted(charged) == res["contributed"]
+    assert out.finishes[3].result["reported_by"] is not None  # told, not timed out itself
