@@ -44,7 +44,9 @@ class RunOutcome:
     """What :meth:`AsyncClient.watch` returns: the final state and where the model is."""
 
     run_id: str
-    state: str  # finished | paused | stopped | cancelled | timeout
+    #: finished | paused | stopped | cancelled | timeout | holder-lost | leader-lost (a secagg-dpsgd round
+    #: leader never answered: the run ended without a model, ``reason`` names the node and the round)
+    state: str
     step: int
     steps: int
     holder: str | None
@@ -387,6 +389,7 @@ class AsyncClient:
         unknown: dict[str, str] = {}
         stalled_since = time.monotonic()
         lost_info: dict[str, Any] | None = None
+        end_as: tuple[str, str] | None = None
         try:
             while True:
                 # a node holds run.events up to `wait` s; with more nodes than the operator's concurrency a
@@ -456,6 +459,17 @@ class AsyncClient:
                     progress(step, total)
                 if any(s["state"] == "finished" for s in states.values()):
                     state = "finished"
+                    ended = [s for s in states.values() if s.get("ended")]
+                    if (
+                        ended
+                    ):  # finished without completing (a secagg-dpsgd leader that never answered)
+                        e = ended[0]
+                        gone = (
+                            f"{e['lost_node']} (leader of round {e.get('lost_round')}) is gone; "
+                            if e.get("lost_node")
+                            else ""
+                        )
+                        end_as = (e["ended"], f"{gone}{e['node']}: {e['ended_reason']}")
                     break
                 if states and all(s["state"] == "closed" for s in states.values()):
                     state = "finished"  # ended everywhere without a node-held model (central-dpsgd: the operator has it)
@@ -525,6 +539,8 @@ class AsyncClient:
             unaccounted = await self.close_run(run_id, deviated=bool(deviations))
             if not deviations:
                 unaccounted = {}  # nothing to top up: a node that missed the close owes nothing
+            if end_as is not None:
+                state, reason = end_as
         return RunOutcome(
             run_id,
             state,
@@ -690,6 +706,13 @@ class AsyncClient:
                 )
                 row.setdefault("unrestored", {})[i] = u["reason"]
         for rid, row in runs.items():
+            ended = [st for st in per_run.get(rid, {}).values() if st.get("ended")]
+            if row["state"] == "finished" and ended:  # e.g. leader-lost: name the node that is gone
+                row["state"] = ended[0]["ended"]
+                row["ended_reason"] = ended[0].get("ended_reason", "")
+                if ended[0].get("lost_node"):
+                    row["lost_node"] = ended[0]["lost_node"]
+                    row["lost_round"] = ended[0].get("lost_round")
             if row["state"] in ("running", "paused"):
                 lost = find_lost_holder(per_run.get(rid, {}))
                 if lost is not None:

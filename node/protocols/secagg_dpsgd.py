@@ -47,9 +47,19 @@ restarted node lacks).  The result lists the rounds a node ``contributed`` to (i
 left: the ledger's charges) and, for the rounds it ``led``, the survivor sets (``None``: aborted) —
 the realised schedule the tests replay.
 
-Limits: a leader that is down stalls the run at its round (every node waits for its outcome) until
-it is restarted — the secure sum handles member dropouts, not a dead leader; the operator sees the
-run stall.
+A leader that never comes back (issue 14): the secure sum handles member dropouts, not a dead
+leader, and every node needs its round's outcome.  A node waits :func:`leader_timeout` (spec
+``protocol_params.leader_timeout``, default 10 round timeouts, at least 30 s) for it, then **ends the run**
+``leader-lost``: no model (no intermediate model is released — the accountant assumes none is),
+nothing of that round applied, every input that left for it stays charged (whether or not the dead
+leader had unmasked it), and ``LOST(r, leader)`` to every other node, so the nodes already past round
+``r`` (the leader died amid its outcome's sends) end too instead of waiting for a leader that ended; a
+restarted node asking ``SYNC`` is told the same.  Ending rather than going on without it is the sound
+and simple choice: going on needs every node to agree whether round ``r`` was released (a leader may
+die amid its sends) and who leads later rounds, i.e. agreement the rotation does not have.  A leader
+that is only slow to come back (restarted within ``leader_timeout``) is caught up as above.  The
+threat model stays honest-but-curious: a node that sends a false ``LOST`` can end the run (never
+release anything).
 """
 
 from __future__ import annotations
@@ -82,7 +92,7 @@ DDP_PROTOCOLS: dict[str, str] = {
     PROTOCOL: "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise shares "
     "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
 }
-ROUND, OUTCOME, PLAIN, SYNC, GONE = 0x70, 0x71, 0x72, 0x73, 0x74
+ROUND, OUTCOME, PLAIN, SYNC, GONE, LOST = 0x70, 0x71, 0x72, 0x73, 0x74, 0x75
 WINDOW = 4  # rounds ahead a message may be buffered
 #: outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds) ...
 HISTORY = 16
@@ -94,6 +104,9 @@ CATCHUP_AHEAD = 64
 AGGREGATIONS = ("secure", "plain")
 _H = struct.Struct(">BI")
 _OUT = struct.Struct(">BII")  # status, survivors, dim
+_LOST = struct.Struct(">I")  # the lost leader
+#: the run's ending when a round's leader never answered (``Finish.result["ended"]``)
+LEADER_LOST = "leader-lost"
 _SECAGG_TIMER = "secagg-round"
 
 
@@ -112,6 +125,9 @@ class DDPParams:
     sample_seed: int = 0  # public: the run seed
     aggregation: str = "secure"
     round_timeout: float = 0.05
+    #: seconds a node waits for its round's outcome before it declares the leader lost (None: the default
+    #: :func:`leader_timeout`, 10 round timeouts and at least 30 s)
+    leader_timeout: float | None = None
     frac_bits: int = 24
     bits: int = 64
     mask_degree: int | None = None
@@ -143,6 +159,19 @@ def sync_period(p: DDPParams) -> float:
     return max(0.5, 2.0 * float(p.round_timeout))
 
 
+def leader_timeout(p: DDPParams) -> float:
+    """How long a node waits in a round for its leader's outcome before it ends the run ``leader-lost`` (s).
+
+    A live leader closes its round within three secure-sum phases of ``round_timeout`` each (plus the
+    announcement and the network), so the default — 10 round timeouts, at least 30 s (a loaded host's
+    scheduling must never pass for a dead leader) — only fires on a leader that is gone (or cut off
+    for that long); a run whose leaders may be restarted slowly sets a larger ``leader_timeout`` in
+    its ``protocol_params``."""
+    if p.leader_timeout is not None:
+        return float(p.leader_timeout)
+    return max(30.0, 10.0 * float(p.round_timeout))
+
+
 def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
     """Validate the run's secure-sum parameters and return the certified view (one-line errors)."""
     if p.aggregation not in AGGREGATIONS:
@@ -163,6 +192,8 @@ def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
         mask_degree=p.mask_degree,
     )
     probe.fixed_point  # noqa: B018 - validates frac_bits/bits
+    if p.leader_timeout is not None and not float(p.leader_timeout) > 0:
+        raise ValueError(f"leader_timeout must be > 0 seconds, got {p.leader_timeout!r}")
     # the rounds run the consistency check, so the tolerance is the one against a malicious (equivocating) leader
     return SecureSumView(
         float(p.sigma),
@@ -230,6 +261,9 @@ class SecAggDPSGD(Protocol):
         ] = {}  # survivors of every round it led (None: aborted)
         self.dropped = -1  # the round this node is a dropout of (restarted in the middle of it)
         self.catching_up = False  # restarted, and may have missed outcomes
+        self.lost: dict[str, int] | None = (
+            None  # ended: {"leader", "round"} of the leader that never answered
+        )
 
     # ---- rounds ---------------------------------------------------------------------------------
 
@@ -258,6 +292,10 @@ class SecAggDPSGD(Protocol):
         acts: list[Action] = []
         if self.catching_up and self.leader != me:
             acts.append(SetTimer(f"ddp-sync:{r}", sync_period(self.p)))
+        if (
+            self.leader != me
+        ):  # a leader that never answers ends the run (explained), never stalls it
+            acts.append(SetTimer(f"ddp-leader:{r}", leader_timeout(self.p)))
         member = me in self.members
         vec = self.task.gradient(self.x) if member else None
         if self.p.aggregation == "secure":
@@ -381,6 +419,8 @@ class SecAggDPSGD(Protocol):
 
     def _apply(self, r: int, total: np.ndarray | None, survivors: int) -> list[Action]:
         acts: list[Action] = []
+        if self.leader != self.ctx.node:
+            acts.append(CancelTimer(f"ddp-leader:{r}"))
         if total is None:
             self.aborted += 1
             acts.append(Metric("ddp-aborted", 1.0, r, self.ctx.node))
@@ -415,13 +455,15 @@ class SecAggDPSGD(Protocol):
         if len(payload) < _H.size:
             raise MalformedMessage("secagg-dpsgd message shorter than its header")
         kind, r = _H.unpack_from(payload)
-        if kind not in (ROUND, OUTCOME, PLAIN, SYNC, GONE):
+        if kind not in (ROUND, OUTCOME, PLAIN, SYNC, GONE, LOST):
             raise MalformedMessage(f"unknown secagg-dpsgd message kind {kind}")
         if r >= self.p.rounds:
             raise MalformedMessage(f"message for round {r}, the run has {self.p.rounds}")
         body = payload[_H.size :]
         if kind == SYNC:
             return self._answer_sync(src, r, body)
+        if kind == LOST:
+            return self._on_lost(src, r, body)
         if r < self.round or self.finished:
             return [Metric("ddp-late", float(kind), r, self.ctx.node)]
         if r > self.round:
@@ -446,6 +488,10 @@ class SecAggDPSGD(Protocol):
         acts: list[Action] = [
             Send(src, self.led[rr]) for rr in sorted(self.led) if r <= rr <= r + CATCHUP_AHEAD
         ]
+        if self.lost is not None:  # the run ended here: a leader never answered
+            acts.append(
+                Send(src, _H.pack(LOST, self.lost["round"]) + _LOST.pack(self.lost["leader"]))
+            )
         if (
             round_leader(self.n, r) == self.ctx.node
             and r not in self.led
@@ -453,6 +499,73 @@ class SecAggDPSGD(Protocol):
         ):
             acts.append(Send(src, _H.pack(GONE, r)))
         return acts
+
+    def _on_lost(self, src: int, r: int, body: bytes) -> list[Action]:
+        """Another node declared the leader of round ``r`` lost and ended the run: end it here too (the
+        nodes past round ``r`` would otherwise wait for a leader that has ended)."""
+        if len(body) != _LOST.size or src == self.ctx.node:
+            raise MalformedMessage("malformed leader-lost notice")
+        (leader,) = _LOST.unpack(body)
+        if leader != round_leader(self.n, r):
+            raise UnexpectedSender(
+                f"leader-lost notice of round {r} from node {src} names node {leader}, "
+                f"its leader is {round_leader(self.n, r)}"
+            )
+        if self.finished:
+            return [Metric("ddp-late", float(LOST), r, self.ctx.node)]
+        return self._end_lost(r, leader, src)
+
+    def _end_lost(self, r: int, leader: int, reporter: int | None) -> list[Action]:
+        """End the run without a model: the leader of round ``r`` never answered.
+
+        Sound because nothing is undone: a member's input for round ``r`` was charged before it left (the
+        charge stays, whether or not the leader unmasked it), no outcome of round ``r`` is applied, and no
+        intermediate model is released (the accountant assumes none is).  Every other node is told
+        (``LOST``), so the nodes already past round ``r`` end too instead of waiting for a leader that ended;
+        a restarted node asking for outcomes (``SYNC``) is told the same."""
+        me = self.ctx.node
+        wait = leader_timeout(self.p)
+        why = (
+            f"node {leader}, the leader of round {r}, "
+            + (
+                f"did not answer within {wait:g} s (leader_timeout)"
+                if reporter is None
+                else f"was declared lost by node {reporter} (no outcome within {wait:g} s)"
+            )
+            + f": round {r} released nothing, the run ended at round {self.round} without a model "
+            f"({self.released} rounds released, {self.aborted} aborted before it); inputs that left "
+            "for it stay charged"
+        )
+        self.finished = True
+        self.inner = None
+        self.lost = {"leader": int(leader), "round": int(r)}
+        acts: list[Action] = []
+        if reporter is None:
+            note = _H.pack(LOST, r) + _LOST.pack(leader)
+            acts += [Send(v, note) for v in range(self.n) if v != me]
+        info = {
+            "status": LEADER_LOST,
+            "ended": LEADER_LOST,
+            "reason": why,
+            "lost_leader": int(leader),
+            "lost_round": int(r),
+            "reported_by": reporter,
+            "rounds": self.p.rounds,
+            "at_round": self.round,
+            "released": self.released,
+            "aborted": self.aborted,
+            "survivors": list(self.survivors),
+            "accounting_view": self.view.as_dict(),
+            "aggregation": self.p.aggregation,
+            "contributed": sorted(self.charged),
+            "led": {rr: self.led_record[rr] for rr in sorted(self.led_record)},
+        }
+        return acts + [
+            Deviation(
+                me, r, LEADER_LOST, {"dead": int(leader), "round": int(r), "reported_by": reporter}
+            ),
+            Finish(me, max(self.round, 0), None, info),
+        ]
 
     def _dispatch(self, src: int, kind: int, r: int, body: bytes) -> list[Action]:
         if kind == GONE:
@@ -536,6 +649,8 @@ class SecAggDPSGD(Protocol):
         if not rs.isdigit() or int(rs) != self.round or self.finished:
             return []
         r = int(rs)
+        if base == "ddp-leader" and self.leader != self.ctx.node:
+            return self._end_lost(r, self.leader, None)
         if base == "ddp-sync":  # still behind: ask everyone again (an answer may have been lost)
             if not self.catching_up or self.leader == self.ctx.node:
                 return []
@@ -569,6 +684,7 @@ class SecAggDPSGD(Protocol):
             "dropped": self.dropped,
             "catching_up": self.catching_up,
             "finished": self.finished,
+            "lost": self.lost,
         }
 
     def restore(self, state: dict[str, Any]) -> list[Action]:
@@ -592,6 +708,8 @@ class SecAggDPSGD(Protocol):
         }
         self.dropped = int(state["dropped"])
         self.finished = bool(state["finished"])
+        lost = state.get("lost")
+        self.lost = None if lost is None else {k: int(v) for k, v in lost.items()}
         self.inner, self.plain = None, {}
         me, r = self.ctx.node, self.round
         if self.finished or r < 0:
@@ -623,6 +741,7 @@ class SecAggDPSGD(Protocol):
                 )
             )
         acts.append(SetTimer(f"ddp-sync:{r}", sync_period(self.p)))
+        acts.append(SetTimer(f"ddp-leader:{r}", leader_timeout(self.p)))
         return acts
 
 
@@ -681,5 +800,7 @@ __all__ = [
     "calibrate",
     "round_members",
     "round_leader",
+    "leader_timeout",
+    "LEADER_LOST",
     "make_ddp_machine",
 ]

@@ -282,7 +282,11 @@ async def _watch(c, run_id: str, args) -> int:
         for d in o.deviations:
             print(
                 f"  deviation at step {d.get('step')}: {d.get('reason')} (dead: {d.get('dead_node', '?')}); "
-                "accounted with the local-DP bound"
+                + (
+                    "its round released nothing, inputs that left for it stay charged"
+                    if d.get("reason") == "leader-lost"
+                    else "accounted with the local-DP bound"
+                )
                 + (" where the close reached" if o.unaccounted else "")
             )
         for node, why in sorted(o.unaccounted.items()):
@@ -428,13 +432,13 @@ def cmd_status(args) -> int:
             rows.append(
                 (
                     i,
-                    r["state"],
+                    r["state"] + (f" ({r['ended']})" if r.get("ended") else ""),
                     f"{max(r['step'], 0)}/{r['steps']}",
                     str(r["contributions"]),
                     "yes" if r["holds_model"] else "",
                     str(r["deviations"]),
                     str(r["faults"]),
-                    r.get("reason") or "",
+                    r.get("reason") or r.get("ended_reason") or "",
                 )
             )
         _table(rows)

@@ -4,7 +4,7 @@ Registers, on import (``hushnet.runs.service`` imports this module):
 
 * ``secagg-dpsgd``: its machine parameters (:func:`ddp_params`, from the spec's
   ``steps`` = rounds, ``step_size``, ``sigma`` and ``protocol_params`` ``collusion``, ``threshold``,
-  ``sample``, ``aggregation``, ``round_timeout``, ``frac_bits``, ``bits``, ``mask_degree``), its machine
+  ``sample``, ``aggregation``, ``round_timeout``, ``leader_timeout``, ``frac_bits``, ``bits``, ``mask_degree``), its machine
   builder (the node's own long-term X25519 key and the directory's public keys), its projector and its
   cost: every round a node is a member of is charged, toward **every other node**, the Gaussian view
   of :class:`hushnet.privacy.secure_sum.SecureSumView` (``α/(2σ²)``, μ = 1/σ), certified for any
@@ -45,6 +45,7 @@ _OPTIONS = (
     "bits",
     "mask_degree",
     "average",
+    "leader_timeout",
 )
 
 
@@ -61,7 +62,15 @@ def ddp_params(spec: RunSpec) -> dict[str, Any]:
     for k in _OPTIONS:
         if k in pp and k != "round_timeout":
             v = pp[k]
-            out[k] = str(v) if k == "aggregation" else bool(v) if k == "average" else int(v)
+            out[k] = (
+                str(v)
+                if k == "aggregation"
+                else bool(v)
+                if k == "average"
+                else float(v)
+                if k == "leader_timeout"
+                else int(v)
+            )
     return out
 
 

@@ -723,7 +723,19 @@ class RunDriver:
             "restored": self.restored,
             "token": self.whereabouts(),
             "deviation_accounted": self.topped_up,
+            # how a finished run ended when it ended without completing (e.g. ``leader-lost``), and why
+            **self._ended(),
         }
+
+    def _ended(self) -> dict[str, Any]:
+        res = self.finish_result if self.state in ("finished", "closed") else None
+        if not isinstance(res, dict) or not res.get("ended"):
+            return {}
+        out = {"ended": str(res["ended"]), "ended_reason": str(res.get("reason", ""))}
+        lost = res.get("lost_leader")
+        if isinstance(lost, int) and 0 <= lost < len(self.ids):
+            out["lost_node"], out["lost_round"] = self.ids[lost], res.get("lost_round")
+        return out
 
     def report(self) -> dict[str, Any]:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values

@@ -40,7 +40,13 @@ def _spec() -> RunSpec:
         clip=CLIP,
         step_size=STEP,
         noise="public-seed",
-        protocol_params={"threshold": T, "collusion": 1, "round_timeout": 1.0},
+        protocol_params={
+            "threshold": T,
+            "collusion": 1,
+            "round_timeout": 1.0,
+            # the killed node comes back: its round waits for it (a leader that never does: test_ddp_leader_lost)
+            "leader_timeout": 600.0,
+        },
     ).with_run_id()
 
 

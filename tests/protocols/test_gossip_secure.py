@@ -32,7 +32,7 @@ from hushnet.protocols.gossip_accounting import (
 )
 from hushnet.protocols.gossip_secure import KIND_SECAGG
 from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
-from hushnet.protocols.secagg import MASKED
+from hushnet.protocols.secagg import MASKED, UNMASK_REQ
 
 HDR = struct.Struct("<BQII")
 F = 24
@@ -393,3 +393,38 @@ def test_every_gossip_variant_runs_with_secure_summation(protocol, params):
     # measured 1.1e-7 (Chebyshev), 6.9e-8 (streaming), 1.7e-7 (GD) against rounds · 5 terms · 2^-25 = 6e-7 / 9e-7;
     # the factor 4 is margin for Chebyshev's γ > 1 and the GD steps, still ~10⁵ below the noise
     assert 0 < err <= 4 * rounds * 5 * FixedPoint(F).error_bound(1)
+
+
+@pytest.mark.parametrize(
+    "kind", [MASKED, UNMASK_REQ], ids=["before-its-sum", "after-unmask-request"]
+)
+def test_a_sum_leader_that_never_comes_back_blocks_nobody(kind):
+    """Issue 14: node 4 (the grid's centre, in every neighbour's round-1 sum and leading its own) dies
+    for good in round 1 — before its sum collected anything (right at its own masked input for a
+    neighbour) or right after its first unmask request left (its members' masked inputs reached it and
+    one member may have revealed its shares).  Its members lose nothing: each one's round-1 state
+    comes from its own sum (node 4 a dropout there or recovered), their memberships in node 4's sum
+    end with it (never a stall), later rounds do not hear it, every other node finishes, and their
+    states are the replay of the recorded schedule — so the accountant's aggregate view holds."""
+    n, T, k = 9, 3, 4
+    W = gossip_matrix("grid:3x3")
+    tasks, vals = value_tasks(n, d=3)
+    ms = _machines(tasks, W, secure=True, rounds=T)
+
+    def dies(p: bytes) -> bool:
+        s = _secagg_kind(p)
+        return bool(s and s[0] == 1 and s[2] == kind and (kind == MASKED) != (s[1] == k))
+
+    wrapped = [CrashAfter(m, dies) if m.ctx.node == k else m for m in ms]
+    r = run_gossip(wrapped, kill=[(k, 1e9)], until=100.0)
+    assert r.status == "finished" and wrapped[k].dead
+    alive = [v for v in range(n) if v != k]
+    for j in (1, 3, 5, 7):  # node 4's neighbours: members of its sum, leaders of their own
+        rec = ms[j].schedule[1]
+        assert rec["secure"]["status"] == "released", rec
+        assert set(rec["row"]) <= set(rec["secure"]["survivors"]), rec
+        assert k not in ms[j].schedule[2]["row"]  # not heard any more
+    sched = schedule_from_ledgers(r.sim.ledgers, n, T)
+    x0 = noisy_inputs(vals, tasks, 5, 0.5)
+    err = np.abs(replay_averaging(sched, x0)[alive] - r.models[alive]).max()
+    assert err <= T * 5 * FixedPoint(F).error_bound(1)

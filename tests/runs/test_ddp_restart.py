@@ -86,7 +86,13 @@ def test_secagg_dpsgd_node_killed_mid_run_rejoins_and_the_run_finishes(
         clip=CLIP,
         step_size=STEP,
         noise="public-seed",
-        protocol_params={"threshold": T, "collusion": 1, "round_timeout": 1.0},
+        protocol_params={
+            "threshold": T,
+            "collusion": 1,
+            "round_timeout": 1.0,
+            # the killed node comes back: its round waits for it (a leader that never does: test_ddp_leader_lost)
+            "leader_timeout": 600.0,
+        },
     ).with_run_id()
     ids = [f"n{i}" for i in range(N)]
     cl = LocalCluster(tmp_path, N, f"complete:{N}", restart=False)

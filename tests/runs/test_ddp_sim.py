@@ -121,13 +121,20 @@ def test_sampled_members_and_plain_aggregation() -> None:
     assert all(e.view_model == "plain" for e in plain.ledgers[0])
 
 
-def test_a_dead_leader_stalls_the_run_and_says_so() -> None:
-    """The documented limit: the secure sum handles member dropouts, not a dead leader."""
+def test_a_dead_leader_ends_the_run_explained() -> None:
+    """The secure sum handles member dropouts, not a dead leader: once its round's ``leader_timeout``
+    (default 10 round timeouts, at least 30 s) has passed, every node ends the run ``leader-lost`` naming it, without
+    a model; its rounds as a member were dropouts, and nothing of its round left anyone (it never
+    announced it), so the ledgers hold exactly the rounds before."""
     tasks = tasks_of(shards(N))
     sim = Simulator(_machines(tasks))
     sim.kill(2, at=0.0)
     res = sim.run()
-    assert res.status == "stalled" and res.finish is None
+    assert res.status == "finished" and res.finish.model is None
+    out = res.finish.result
+    assert out["ended"] == "leader-lost" and (out["lost_leader"], out["lost_round"]) == (2, 2)
+    assert out["released"] == 2 and out["survivors"] == [N - 1, N - 1]
+    assert all([e.step for e in res.ledgers[v]] == [0, 1] for v in range(N) if v != 2)
 
 
 def test_bad_input_is_a_typed_fault_and_changes_nothing() -> None:
