@@ -24,6 +24,7 @@ charge is not repeated (:meth:`RunStore.load` reports how many data entries are 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import pathlib
@@ -31,7 +32,7 @@ import sqlite3
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -102,17 +103,36 @@ def decode(x: Any, bufs: list[bytes] | None = None) -> Any:
 
 _MAGIC = b"HNC1"
 
+#: buffers at least this long are kept once in the ``blobs`` table (see :meth:`RunStore.checkpoint`)
+BLOB_MIN = 4096
 
-def pack(x: Any) -> bytes:
+BlobSink = Callable[[bytes], bytes]
+
+
+def pack(x: Any, sink: BlobSink | None = None) -> bytes:
     """A checkpoint value as bytes: ``HNC1``, a length-prefixed JSON header (structure, dtypes, buffer
-    sizes), then the raw buffers.  No pickle: a damaged file is refused, never executed."""
+    sizes), then the raw buffers.  No pickle: a damaged file is refused, never executed.
+
+    With ``sink``, every buffer of at least :data:`BLOB_MIN` bytes is handed to it instead of being
+    written inline; it returns the key the buffer is kept under, which the header records (``refs``)."""
     bufs: list[bytes] = []
-    head = json.dumps({"v": encode(x, bufs), "sizes": [len(b) for b in bufs]}).encode()
-    return b"".join([_MAGIC, struct.pack("<Q", len(head)), head, *bufs])
+    v = encode(x, bufs)
+    refs: dict[str, str] = {}
+    if sink is not None:
+        for i, b in enumerate(bufs):
+            if len(b) >= BLOB_MIN:
+                refs[str(i)] = sink(b).hex()
+                bufs[i] = b""
+    head = {"v": v, "sizes": [len(b) for b in bufs]}
+    if refs:
+        head["refs"] = refs
+    raw = json.dumps(head).encode()
+    return b"".join([_MAGIC, struct.pack("<Q", len(raw)), raw, *bufs])
 
 
-def unpack(blob: bytes | str) -> Any:
-    """Inverse of :func:`pack` (also reads the older all-JSON form)."""
+def unpack(blob: bytes | str, blobs: dict[bytes, bytes] | None = None) -> Any:
+    """Inverse of :func:`pack` (also reads the older all-JSON form); ``blobs`` maps a key in the
+    header's ``refs`` to the buffer kept under it."""
     if isinstance(blob, str):
         return decode(json.loads(blob))
     mv = memoryview(blob)
@@ -120,12 +140,19 @@ def unpack(blob: bytes | str) -> Any:
         raise ValueError("not a hushnet checkpoint (bad magic)")
     (n,) = struct.unpack_from("<Q", mv, 4)
     head = json.loads(bytes(mv[12 : 12 + n]))
+    refs = head.get("refs") or {}
     bufs, off = [], 12 + n
-    for size in head["sizes"]:
+    for i, size in enumerate(head["sizes"]):
         if off + size > len(mv):
             raise ValueError("truncated hushnet checkpoint")
         bufs.append(bytes(mv[off : off + size]))
         off += size
+        key = refs.get(str(i))
+        if key is not None:
+            data = (blobs or {}).get(bytes.fromhex(key))
+            if data is None:
+                raise ValueError(f"hushnet checkpoint refers to a missing blob {key}")
+            bufs[i] = data
     return decode(head["v"], bufs)
 
 
@@ -155,8 +182,14 @@ class RunStore:
                 run_id TEXT PRIMARY KEY REFERENCES runs(run_id), seq INTEGER NOT NULL, driver TEXT NOT NULL,
                 machine TEXT, written REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS closes (run_id TEXT PRIMARY KEY, record TEXT NOT NULL, stored REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS blobs (
+                run_id TEXT NOT NULL, key BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(run_id, key));
             """
         )
+        # per run: the keys of the blobs on disk, and the buffers of the last checkpoint by identity
+        # (id → (buffer, key)), so a buffer a checkpoint refers to again is neither hashed nor written again
+        self._blob_keys: dict[str, set[bytes]] = {}
+        self._blob_ids: dict[str, dict[int, tuple[bytes, bytes]]] = {}
 
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
@@ -190,12 +223,48 @@ class RunStore:
         driver: dict[str, Any],
         machine: dict[str, Any] | None,
     ) -> None:
-        """Replace the run's checkpoint and state in one fsync'd transaction."""
-        d = pack(driver)
-        m = None if machine is None else pack(machine)
+        """Replace the run's checkpoint and state in one transaction (fsync'd with ``HUSHNET_RUNS_SYNC=full``).
+
+        Buffers of :data:`BLOB_MIN` bytes or more (a token, a model) go to the ``blobs`` table under
+        their content hash, each once: a buffer the previous checkpoint already holds (the walk's last
+        handed-off token is the next checkpoint's resume copy) is only referred to again, and blobs no
+        longer referred to are deleted in the same transaction.  A walk hop thus writes its outgoing
+        token once, not the model three times (held, pending, copy) as before."""
+        seen = self._blob_ids.get(run_id, {})
+        fresh: dict[int, tuple[bytes, bytes]] = {}
+        refs: dict[bytes, bytes] = {}
+
+        def sink(buf: bytes) -> bytes:
+            hit = seen.get(id(buf))
+            if hit is not None and hit[0] is buf:
+                key = hit[1]
+            else:
+                key = hashlib.sha256(buf).digest()[:16]  # hardware-accelerated
+            fresh[id(buf)] = (buf, key)
+            refs[key] = buf
+            return key
+
+        d = pack(driver, sink)
+        m = None if machine is None else pack(machine, sink)
         with self._lock:
+            known = self._blob_keys.get(run_id)
+            if known is None:
+                known = {
+                    bytes(k)
+                    for (k,) in self._db.execute(
+                        "SELECT key FROM blobs WHERE run_id = ?", (run_id,)
+                    ).fetchall()
+                }
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                gone = [(run_id, k) for k in known if k not in refs]
+                if gone:
+                    self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
+                new = [(run_id, k, b) for k, b in refs.items() if k not in known]
+                if new:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", new
+                    )
                 self._db.execute(
                     "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
@@ -209,7 +278,11 @@ class RunStore:
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._blob_keys.pop(run_id, None)  # re-read from disk at the next checkpoint
+                self._blob_ids.pop(run_id, None)
                 raise
+            self._blob_keys[run_id] = set(refs)
+            self._blob_ids[run_id] = fresh
 
     def put_close(self, run_id: str, record: str) -> None:
         """Keep the operator's signed close record of a run (handed to neighbours that were down)."""
@@ -233,8 +306,12 @@ class RunStore:
                 "SELECT r.run_id, r.signed, r.vertex, r.decision, r.state, r.reason, c.driver, c.machine "
                 "FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.run_id ORDER BY r.updated"
             ).fetchall()
+            blobs: dict[str, dict[bytes, bytes]] = {}
+            for rid, key, data in self._db.execute("SELECT run_id, key, data FROM blobs"):
+                blobs.setdefault(rid, {})[bytes(key)] = bytes(data)
         out = []
         for rid, signed, vertex, dec, state, reason, drv, mach in rows:
+            kept = blobs.get(rid)
             out.append(
                 {
                     "run_id": rid,
@@ -243,8 +320,8 @@ class RunStore:
                     "decision": decode(json.loads(dec)),
                     "state": state,
                     "reason": reason,
-                    "driver": None if drv is None else unpack(drv),
-                    "machine": None if mach is None else unpack(mach),
+                    "driver": None if drv is None else unpack(drv, kept),
+                    "machine": None if mach is None else unpack(mach, kept),
                 }
             )
         return out
@@ -254,4 +331,4 @@ class RunStore:
             self._db.close()
 
 
-__all__ = ["STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]
+__all__ = ["BLOB_MIN", "STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]
