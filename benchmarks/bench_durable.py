@@ -1,10 +1,13 @@
 """Durable walks (issue 14): the cost of a checkpoint per hop, and the time to resume after a restart.
 
 * hop rate with durable handoffs against the same run without them (``HUSHNET_RUNS_DURABLE=0`` in
-  the nodes' environment, i.e. the walk before issue 14): the same spec (seed, graph, model size)
-  on two clusters of the same shape, hops / (finish − start).  A durable hop adds one fsync'd
-  SQLite transaction at the receiver (the checkpoint: generator state, the token, replay digests)
-  before its ack and its forward leave.  Goal ≥ 0.8.
+  the nodes' environment, i.e. the walk before issue 14): the same specs (seed, graph, model size)
+  on clusters of the same shape that run side by side — durable (default ``synchronous=NORMAL``),
+  durable with an fsync per hop, not durable — taking turns walk by walk (the order rotates each
+  repeat, so a change in the shared machine's load hits all alike); hops / (finish − start), the
+  median of :data:`REPEATS` walks each.  A durable hop adds one SQLite transaction at the receiver
+  (the checkpoint: generator state, the token once, new replay digests) before its ack and its
+  forward leave; the receivers' time writing it is reported per hop.  Goal ≥ 0.8.
 * resume time: the token's holder is SIGKILLed mid-walk and started again on its state directory;
   measured from the restart to (a) the node answering the run's status again (restored), and (b)
   the walk passing the step it was killed at.

@@ -10,7 +10,11 @@ so it also survives a power loss), holding per run
 * the latest **checkpoint**: the driver's counters (contributions by noise multiplier, so a later
   deviation top-up can be computed; whether it was topped up; the final model if it finished here)
   and the machine's own :meth:`~hushnet.engine.protocol.Protocol.checkpoint` (for a walk: the token
-  it holds or has not yet had acknowledged, its step, its generator state, pre-drawn noise).
+  it holds or has not yet had acknowledged, its step, its generator state, pre-drawn noise);
+* the checkpoint's large **buffers** (4 kB or more: a token, a model, sealed replay digests) in a
+  ``blobs`` table, each once under a content key: a checkpoint that holds a buffer the previous one
+  held refers to it again without writing it (a walk's resume copy is its previous handoff), and
+  buffers nothing refers to any more go in the same transaction.
 
 The invariant the driver keeps (:class:`hushnet.runs.driver.RunDriver`): a batch of actions that
 sends anything, finishes or deviates is checkpointed *after* its ledger charges and *before* any of
