@@ -53,7 +53,7 @@ def _holder(c, run_id: str) -> tuple[str, int]:
     return best["node"], (best.get("token") or {}).get("last_step", -1)
 
 
-REPEATS = 5
+REPEATS = 7
 
 
 @contextlib.contextmanager

@@ -132,12 +132,14 @@ def decode_token(payload: bytes, expected_dim: int, kind: int = KIND_TOKEN) -> T
     return Token(k, step, total, aux, recipient, vec)
 
 
-def own_token(payload: bytes) -> tuple[int, int, np.ndarray]:
-    """``(step, aux, vector)`` of a token this node encoded itself (its own checkpoint), bit for bit.
+def own_token(payload: bytes, *, copy: bool = True) -> tuple[int, int, np.ndarray]:
+    """``(step, aux, vector)`` of a token this node encoded itself (its own checkpoint), bit for bit;
+    ``copy=False``: the vector is a read-only view of ``payload``.
 
     Not for received bytes: nothing is validated beyond the header's length (use :func:`decode_token`)."""
     _, step, _, aux, _, dim = _TOKEN_HDR.unpack_from(payload)
-    return step, aux, np.frombuffer(payload, dtype=_F64, count=dim, offset=_TOKEN_HDR.size).copy()
+    v = np.frombuffer(payload, dtype=_F64, count=dim, offset=_TOKEN_HDR.size)
+    return step, aux, v.copy() if copy else v
 
 
 def message_kind(payload: bytes) -> int:

@@ -351,7 +351,7 @@ class WalkMachine(Protocol):
         if not isinstance(payload, bytes) or message_kind(payload) != KIND_TOKEN:
             return False
         try:
-            s, a, v = own_token(payload)
+            s, a, v = own_token(payload, copy=False)
         except Exception:  # noqa: BLE001 - not a plain token: the checkpoint keeps the token itself
             return False
         x = np.asarray(x)
