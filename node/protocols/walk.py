@@ -128,9 +128,8 @@ class WalkMachine(Protocol):
         # copy the operator resumes from if its receiver never comes back (see :meth:`resume`)
         self._copy: tuple[int, int, np.ndarray, int] | None = None
         self._copy_payload: bytes | None = None  # the handoff's bytes: the checkpoint stores these
-        self._seen_sealed: list[
-            bytes
-        ] = []  # _seen in insertion order, _SEEN_CHUNK records per chunk
+        # _seen in insertion order as the checkpoint writes it: sealed chunks of _SEEN_CHUNK records
+        self._seen_sealed: list[bytes] = []
         self._seen_tail = bytearray()  # the records after the sealed chunks
         self._fenced: set[int] = set()  # lost holders whose tokens this run no longer accepts
 

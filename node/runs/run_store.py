@@ -49,11 +49,13 @@ SYNC_ENV = "HUSHNET_RUNS_SYNC"
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
+def encode(x: Any, bufs: list[bytes] | None = None, own: set[int] | None = None) -> Any:
     """JSON-able form of a checkpoint value (arrays, bytes, tuples and sets kept distinct).
 
     With ``bufs``, arrays and bytes go there raw (the JSON keeps their index): :func:`pack` writes them
-    after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop."""
+    after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop.  ``own``
+    collects the indices of the buffers that are the caller's own ``bytes`` objects (not copies made
+    here, as an array's are): :meth:`RunStore.checkpoint` recognises those by identity next time."""
     if type(x) in _PLAIN:  # most values of a checkpoint: no further checks
         return x
     if isinstance(x, np.ndarray):
@@ -68,19 +70,21 @@ def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
         }
     if isinstance(x, (bytes, bytearray, memoryview)):
         if bufs is not None:
+            if own is not None and type(x) is bytes:
+                own.add(len(bufs))
             bufs.append(bytes(x))
             return {"__b__": len(bufs) - 1}
         return {"__b__": base64.b64encode(bytes(x)).decode()}
     if isinstance(x, tuple):
-        return {"__t__": [encode(v, bufs) for v in x]}
+        return {"__t__": [encode(v, bufs, own) for v in x]}
     if isinstance(x, (set, frozenset)):
-        return {"__s__": sorted(encode(v, bufs) for v in x)}
+        return {"__s__": sorted(encode(v, bufs, own) for v in x)}
     if isinstance(x, dict):
         if all(isinstance(k, str) for k in x):
-            return {"__d__": {k: encode(v, bufs) for k, v in x.items()}}
-        return {"__kv__": [[encode(k, bufs), encode(v, bufs)] for k, v in x.items()]}
+            return {"__d__": {k: encode(v, bufs, own) for k, v in x.items()}}
+        return {"__kv__": [[encode(k, bufs, own), encode(v, bufs, own)] for k, v in x.items()]}
     if isinstance(x, list):
-        return [encode(v, bufs) for v in x]
+        return [encode(v, bufs, own) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating,)):
@@ -115,7 +119,8 @@ _MAGIC = b"HNC1"
 #: buffers at least this long are kept once in the ``blobs`` table (see :meth:`RunStore.checkpoint`)
 BLOB_MIN = 4096
 
-BlobSink = Callable[[bytes], bytes]
+#: ``sink(buffer, own)`` → the key it is kept under; ``own``: the caller's own bytes object, not a copy
+BlobSink = Callable[[bytes, bool], bytes]
 
 
 def pack(x: Any, sink: BlobSink | None = None) -> bytes:
@@ -125,12 +130,13 @@ def pack(x: Any, sink: BlobSink | None = None) -> bytes:
     With ``sink``, every buffer of at least :data:`BLOB_MIN` bytes is handed to it instead of being
     written inline; it returns the key the buffer is kept under, which the header records (``refs``)."""
     bufs: list[bytes] = []
-    v = encode(x, bufs)
+    own: set[int] = set()
+    v = encode(x, bufs, own)
     refs: dict[str, str] = {}
     if sink is not None:
         for i, b in enumerate(bufs):
             if len(b) >= BLOB_MIN:
-                refs[str(i)] = sink(b).hex()
+                refs[str(i)] = sink(b, i in own).hex()
                 bufs[i] = b""
     head = {"v": v, "sizes": [len(b) for b in bufs]}
     if refs:
@@ -195,8 +201,8 @@ class RunStore:
                 run_id TEXT NOT NULL, key BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(run_id, key));
             """
         )
-        # per run: the keys of the blobs on disk, and the buffers of the last checkpoint by identity
-        # (id → (buffer, key)), so a buffer a checkpoint refers to again is neither hashed nor written again
+        # per run: the keys of the blobs on disk, and the machine's own bytes objects of the last checkpoint
+        # by identity (id → (buffer, key)), so one a checkpoint refers to again is neither hashed nor written
         self._blob_keys: dict[str, set[bytes]] = {}
         self._blob_ids: dict[str, dict[int, tuple[bytes, bytes]]] = {}
 
@@ -243,15 +249,16 @@ class RunStore:
         fresh: dict[int, tuple[bytes, bytes]] = {}
         refs: dict[bytes, bytes] = {}
 
-        def sink(buf: bytes) -> bytes:
+        def sink(buf: bytes, own: bool) -> bytes:
             hit = seen.get(id(buf))
             if hit is not None and hit[0] is buf:
                 key = hit[1]
-            else:
-                key = hashlib.sha256(buf).digest()[
-                    :16
-                ]  # hardware-accelerated: 61 us per 10⁴ floats
-            fresh[id(buf)] = (buf, key)
+            else:  # SHA-256: hardware-accelerated, 61 µs per 10⁴ floats measured here
+                key = hashlib.sha256(buf).digest()[:16]
+            if (
+                own
+            ):  # kept alive by the machine anyway (a token's bytes); an array's copy is not kept
+                fresh[id(buf)] = (buf, key)
             refs[key] = buf
             return key
 

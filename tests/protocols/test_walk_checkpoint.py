@@ -194,7 +194,7 @@ def test_missing_blob_is_refused(tmp_path):
     big = np.arange(BLOB_MIN, dtype=np.float64)
     kept: dict[bytes, bytes] = {}
 
-    def sink(buf: bytes) -> bytes:
+    def sink(buf: bytes, own: bool) -> bytes:
         kept[b"k"] = buf
         return b"k"
 
