@@ -781,6 +781,11 @@ class RunDriver:
                 "send_failures": self.send_failures,
             },
             "result": self.finish_result,
+            # durable runs: checkpoints written here and their time (the cost of durability per hop)
+            "durability": {
+                "checkpoints": self.checkpoints,
+                "checkpoint_seconds": self.checkpoint_seconds,
+            },
         }
 
 

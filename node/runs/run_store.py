@@ -10,7 +10,11 @@ so it also survives a power loss), holding per run
 * the latest **checkpoint**: the driver's counters (contributions by noise multiplier, so a later
   deviation top-up can be computed; whether it was topped up; the final model if it finished here)
   and the machine's own :meth:`~hushnet.engine.protocol.Protocol.checkpoint` (for a walk: the token
-  it holds or has not yet had acknowledged, its step, its generator state, pre-drawn noise).
+  it holds or has not yet had acknowledged, its step, its generator state, pre-drawn noise);
+* the checkpoint's large **buffers** (4 kB or more: a token, a model, sealed replay digests) in a
+  ``blobs`` table, each once under a content key: a checkpoint that holds a buffer the previous one
+  held refers to it again without writing it (a walk's resume copy is its previous handoff), and
+  buffers nothing refers to any more go in the same transaction.
 
 The invariant the driver keeps (:class:`hushnet.runs.driver.RunDriver`): a batch of actions that
 sends anything, finishes or deviates is checkpointed *after* its ledger charges and *before* any of
@@ -24,6 +28,7 @@ charge is not repeated (:meth:`RunStore.load` reports how many data entries are 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import pathlib
@@ -31,7 +36,7 @@ import sqlite3
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -41,11 +46,18 @@ STORE_FILE = "runs.sqlite"
 SYNC_ENV = "HUSHNET_RUNS_SYNC"
 
 
-def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def encode(x: Any, bufs: list[bytes] | None = None, own: set[int] | None = None) -> Any:
     """JSON-able form of a checkpoint value (arrays, bytes, tuples and sets kept distinct).
 
     With ``bufs``, arrays and bytes go there raw (the JSON keeps their index): :func:`pack` writes them
-    after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop."""
+    after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop.  ``own``
+    collects the indices of the buffers that are the caller's own ``bytes`` objects (not copies made
+    here, as an array's are): :meth:`RunStore.checkpoint` recognises those by identity next time."""
+    if type(x) in _PLAIN:  # most values of a checkpoint: no further checks
+        return x
     if isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x)
         if bufs is not None:
@@ -58,19 +70,21 @@ def encode(x: Any, bufs: list[bytes] | None = None) -> Any:
         }
     if isinstance(x, (bytes, bytearray, memoryview)):
         if bufs is not None:
+            if own is not None and type(x) is bytes:
+                own.add(len(bufs))
             bufs.append(bytes(x))
             return {"__b__": len(bufs) - 1}
         return {"__b__": base64.b64encode(bytes(x)).decode()}
     if isinstance(x, tuple):
-        return {"__t__": [encode(v, bufs) for v in x]}
+        return {"__t__": [encode(v, bufs, own) for v in x]}
     if isinstance(x, (set, frozenset)):
-        return {"__s__": sorted(encode(v, bufs) for v in x)}
+        return {"__s__": sorted(encode(v, bufs, own) for v in x)}
     if isinstance(x, dict):
         if all(isinstance(k, str) for k in x):
-            return {"__d__": {k: encode(v, bufs) for k, v in x.items()}}
-        return {"__kv__": [[encode(k, bufs), encode(v, bufs)] for k, v in x.items()]}
+            return {"__d__": {k: encode(v, bufs, own) for k, v in x.items()}}
+        return {"__kv__": [[encode(k, bufs, own), encode(v, bufs, own)] for k, v in x.items()]}
     if isinstance(x, list):
-        return [encode(v, bufs) for v in x]
+        return [encode(v, bufs, own) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating,)):
@@ -102,17 +116,38 @@ def decode(x: Any, bufs: list[bytes] | None = None) -> Any:
 
 _MAGIC = b"HNC1"
 
+#: buffers at least this long are kept once in the ``blobs`` table (see :meth:`RunStore.checkpoint`)
+BLOB_MIN = 4096
 
-def pack(x: Any) -> bytes:
+#: ``sink(buffer, own)`` → the key it is kept under; ``own``: the caller's own bytes object, not a copy
+BlobSink = Callable[[bytes, bool], bytes]
+
+
+def pack(x: Any, sink: BlobSink | None = None) -> bytes:
     """A checkpoint value as bytes: ``HNC1``, a length-prefixed JSON header (structure, dtypes, buffer
-    sizes), then the raw buffers.  No pickle: a damaged file is refused, never executed."""
+    sizes), then the raw buffers.  No pickle: a damaged file is refused, never executed.
+
+    With ``sink``, every buffer of at least :data:`BLOB_MIN` bytes is handed to it instead of being
+    written inline; it returns the key the buffer is kept under, which the header records (``refs``)."""
     bufs: list[bytes] = []
-    head = json.dumps({"v": encode(x, bufs), "sizes": [len(b) for b in bufs]}).encode()
-    return b"".join([_MAGIC, struct.pack("<Q", len(head)), head, *bufs])
+    own: set[int] = set()
+    v = encode(x, bufs, own)
+    refs: dict[str, str] = {}
+    if sink is not None:
+        for i, b in enumerate(bufs):
+            if len(b) >= BLOB_MIN:
+                refs[str(i)] = sink(b, i in own).hex()
+                bufs[i] = b""
+    head = {"v": v, "sizes": [len(b) for b in bufs]}
+    if refs:
+        head["refs"] = refs
+    raw = json.dumps(head).encode()
+    return b"".join([_MAGIC, struct.pack("<Q", len(raw)), raw, *bufs])
 
 
-def unpack(blob: bytes | str) -> Any:
-    """Inverse of :func:`pack` (also reads the older all-JSON form)."""
+def unpack(blob: bytes | str, blobs: dict[bytes, bytes] | None = None) -> Any:
+    """Inverse of :func:`pack` (also reads the older all-JSON form); ``blobs`` maps a key in the
+    header's ``refs`` to the buffer kept under it."""
     if isinstance(blob, str):
         return decode(json.loads(blob))
     mv = memoryview(blob)
@@ -120,12 +155,19 @@ def unpack(blob: bytes | str) -> Any:
         raise ValueError("not a hushnet checkpoint (bad magic)")
     (n,) = struct.unpack_from("<Q", mv, 4)
     head = json.loads(bytes(mv[12 : 12 + n]))
+    refs = head.get("refs") or {}
     bufs, off = [], 12 + n
-    for size in head["sizes"]:
+    for i, size in enumerate(head["sizes"]):
         if off + size > len(mv):
             raise ValueError("truncated hushnet checkpoint")
         bufs.append(bytes(mv[off : off + size]))
         off += size
+        key = refs.get(str(i))
+        if key is not None:
+            data = (blobs or {}).get(bytes.fromhex(key))
+            if data is None:
+                raise ValueError(f"hushnet checkpoint refers to a missing blob {key}")
+            bufs[i] = data
     return decode(head["v"], bufs)
 
 
@@ -155,8 +197,14 @@ class RunStore:
                 run_id TEXT PRIMARY KEY REFERENCES runs(run_id), seq INTEGER NOT NULL, driver TEXT NOT NULL,
                 machine TEXT, written REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS closes (run_id TEXT PRIMARY KEY, record TEXT NOT NULL, stored REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS blobs (
+                run_id TEXT NOT NULL, key BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(run_id, key));
             """
         )
+        # per run: the keys of the blobs on disk, and the machine's own bytes objects of the last checkpoint
+        # by identity (id → (buffer, key)), so one a checkpoint refers to again is neither hashed nor written
+        self._blob_keys: dict[str, set[bytes]] = {}
+        self._blob_ids: dict[str, dict[int, tuple[bytes, bytes]]] = {}
 
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
@@ -190,12 +238,51 @@ class RunStore:
         driver: dict[str, Any],
         machine: dict[str, Any] | None,
     ) -> None:
-        """Replace the run's checkpoint and state in one fsync'd transaction."""
-        d = pack(driver)
-        m = None if machine is None else pack(machine)
+        """Replace the run's checkpoint and state in one transaction (fsync'd with ``HUSHNET_RUNS_SYNC=full``).
+
+        Buffers of :data:`BLOB_MIN` bytes or more (a token, a model) go to the ``blobs`` table under
+        their content hash, each once: a buffer the previous checkpoint already holds (the walk's last
+        handed-off token is the next checkpoint's resume copy) is only referred to again, and blobs no
+        longer referred to are deleted in the same transaction.  A walk hop thus writes its outgoing
+        token once, not the model three times (held, pending, copy) as before."""
+        seen = self._blob_ids.get(run_id, {})
+        fresh: dict[int, tuple[bytes, bytes]] = {}
+        refs: dict[bytes, bytes] = {}
+
+        def sink(buf: bytes, own: bool) -> bytes:
+            hit = seen.get(id(buf))
+            if hit is not None and hit[0] is buf:
+                key = hit[1]
+            else:  # SHA-256: hardware-accelerated, 61 µs per 10⁴ floats measured here
+                key = hashlib.sha256(buf).digest()[:16]
+            if (
+                own
+            ):  # kept alive by the machine anyway (a token's bytes); an array's copy is not kept
+                fresh[id(buf)] = (buf, key)
+            refs[key] = buf
+            return key
+
+        d = pack(driver, sink)
+        m = None if machine is None else pack(machine, sink)
         with self._lock:
+            known = self._blob_keys.get(run_id)
+            if known is None:
+                known = {
+                    bytes(k)
+                    for (k,) in self._db.execute(
+                        "SELECT key FROM blobs WHERE run_id = ?", (run_id,)
+                    ).fetchall()
+                }
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                gone = [(run_id, k) for k in known if k not in refs]
+                if gone:
+                    self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
+                new = [(run_id, k, b) for k, b in refs.items() if k not in known]
+                if new:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", new
+                    )
                 self._db.execute(
                     "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
@@ -209,7 +296,11 @@ class RunStore:
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._blob_keys.pop(run_id, None)  # re-read from disk at the next checkpoint
+                self._blob_ids.pop(run_id, None)
                 raise
+            self._blob_keys[run_id] = set(refs)
+            self._blob_ids[run_id] = fresh
 
     def put_close(self, run_id: str, record: str) -> None:
         """Keep the operator's signed close record of a run (handed to neighbours that were down)."""
@@ -233,8 +324,12 @@ class RunStore:
                 "SELECT r.run_id, r.signed, r.vertex, r.decision, r.state, r.reason, c.driver, c.machine "
                 "FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.run_id ORDER BY r.updated"
             ).fetchall()
+            blobs: dict[str, dict[bytes, bytes]] = {}
+            for rid, key, data in self._db.execute("SELECT run_id, key, data FROM blobs"):
+                blobs.setdefault(rid, {})[bytes(key)] = bytes(data)
         out = []
         for rid, signed, vertex, dec, state, reason, drv, mach in rows:
+            kept = blobs.get(rid)
             out.append(
                 {
                     "run_id": rid,
@@ -243,8 +338,8 @@ class RunStore:
                     "decision": decode(json.loads(dec)),
                     "state": state,
                     "reason": reason,
-                    "driver": None if drv is None else unpack(drv),
-                    "machine": None if mach is None else unpack(mach),
+                    "driver": None if drv is None else unpack(drv, kept),
+                    "machine": None if mach is None else unpack(mach, kept),
                 }
             )
         return out
@@ -254,4 +349,4 @@ class RunStore:
             self._db.close()
 
 
-__all__ = ["STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]
+__all__ = ["BLOB_MIN", "STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]

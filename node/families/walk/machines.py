@@ -57,12 +57,18 @@ class RWDPSGD(WalkMachine):
             raise ValueError(f"x0 has {len(params.x0)} entries, the model has {task.dim}")
 
     def _checkpoint_extra(self) -> dict[str, Any]:
-        return {"eta": self._eta.copy(), "eta_ready": self._eta_ready}
+        # the buffer holds a draw only while ``eta_ready``; otherwise it is scratch the next visit
+        # overwrites, and a hop's checkpoint (written before the prefetch timer fires) skips it
+        if not self._eta_ready:
+            return {"eta_ready": False}
+        return {"eta": self._eta.copy(), "eta_ready": True}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
-        if "eta" in extra:
+        if extra.get("eta_ready") and "eta" in extra:
             self._eta[:] = extra["eta"]
-            self._eta_ready = bool(extra["eta_ready"])
+            self._eta_ready = True
+        else:
+            self._eta_ready = False
 
     def initial_token(self) -> tuple[np.ndarray, int, list[Action]]:
         x0 = np.zeros(self.dim) if self.p.x0 is None else np.asarray(self.p.x0, dtype=np.float64)

