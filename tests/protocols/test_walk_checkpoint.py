@@ -20,9 +20,9 @@ import pytest
 
 from hushnet.engine.actions import Finish, LedgerEntry, Send, SetTimer
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
+from hushnet.families.walk.walker import _SEEN_CHUNK
 from hushnet.families.walk.wire import KIND_TOKEN
 from hushnet.protocols.registry import make_machine, transition_matrix
-from hushnet.protocols.walk import _SEEN_CHUNK
 from hushnet.runs.run_store import BLOB_MIN, RunStore, pack, unpack
 from hushnet.runs.service import network_walk_options
 from hushnet.runs.spec import Budget, RunSpec
