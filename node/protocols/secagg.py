@@ -12,7 +12,14 @@ learn only the sum if it is broadcast.  After the leader's announcement, three l
    restart, when accepted runs are forgotten — derives different masks (issue 11, finding 6).  A
    member given a ``nonce_cache`` (its node's persistent replay cache) refuses a nonce it already
    masked under for that round, so even a leader that replays its nonce gets no second execution
-   with the same seeds.
+   with the same seeds.  An enclosing protocol may announce the nonce ahead instead (``nonce=`` of
+   the machine; ``secagg-dpsgd`` sends round r+1's with round r's outcome, saving this trip): the
+   leader then sends no ANNOUNCE, and every member — the leader's own member part included — checks
+   it against its replay cache exactly as an announced one before it masks.  Who draws the nonce does
+   not matter for the guarantee, which rests on each member masking at most once per (round, leader,
+   nonce); a node that hands out different nonces only makes the round abort (the share envelopes,
+   seeds and signatures of members with different contexts do not match), as a leader that
+   equivocates on its ANNOUNCE could already.
 1. **masked input with its shares** (member → leader, one message, sent once the nonce is announced):
    ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
    + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
@@ -319,9 +326,17 @@ class SecAggMachine(Protocol):
         signer: Signer | None = None,
         signers: SignerDirectory | None = None,
         nonce_cache: Any = None,
+        nonce: bytes | None = None,
     ) -> None:
         super().__init__(ctx)
         p = params
+        if nonce is not None and (not p.fresh_nonce or len(nonce) != NONCE_LEN):
+            raise ValueError(
+                f"a pre-announced round nonce needs fresh_nonce and {NONCE_LEN} bytes, got {len(nonce)}"
+            )
+        # the round's nonce announced ahead by an enclosing protocol (secagg-dpsgd: with the previous round's
+        # outcome); None: the leader draws it and announces it itself (ANNOUNCE)
+        self.preset_nonce = nonce
         if p.consistency_check and (signers is None or (signer is None and ctx.node in p.members)):
             raise ValueError(
                 "the consistency check needs the node's signing key and the directory of signing keys"
@@ -398,15 +413,37 @@ class SecAggMachine(Protocol):
         if self.is_leader:
             self.lphase = "collect"
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            if self.p.fresh_nonce:
+            if self.p.fresh_nonce and self.preset_nonce is None:
                 self._set_nonce(self.ctx.csprng(NONCE_LEN))
                 msg = bytes([ANNOUNCE]) + self.nonce  # type: ignore[operator]
                 for v in sorted(self.members):
                     acts += self._send(v, msg)
                 return acts
+        if self.preset_nonce is not None:
+            if self.is_leader:  # collects under it whatever its own member part does
+                self._set_nonce(self.preset_nonce)
+            if self.is_member:  # the announcement already came: check it as an ANNOUNCE, then mask
+                try:
+                    acts += self._take_nonce(self.preset_nonce)
+                except ReplayedMessage as err:  # not masked, nothing sent: a dropout of this round
+                    acts.append(Fault(self.ctx.node, err))
+            return acts
         if self.is_member and not self.p.fresh_nonce:
             acts += self._mask()
         return acts
+
+    def _take_nonce(self, nonce: bytes) -> list[Action]:
+        """A member's use of the round's nonce: refused if this node already masked under it for this round
+        (its replay cache; :class:`ReplayedMessage`), else bound into the context and the input masked.  The
+        leader skips the check only for a nonce it drew itself (not for one announced ahead to it)."""
+        if self.nonce_cache is not None and (
+            self.ctx.node != self.p.leader or self.preset_nonce is not None
+        ):
+            self.nonce_cache.check_and_add(
+                self.directory.epoch, _nonce_tag(self.base_context, nonce)
+            )
+        self._set_nonce(nonce)
+        return self._mask()
 
     def _set_nonce(self, nonce: bytes) -> None:
         self.nonce = nonce
@@ -521,19 +558,14 @@ class SecAggMachine(Protocol):
         me = self.ctx.node
         r = _Reader(data)
         if kind == ANNOUNCE:
-            if not self.p.fresh_nonce or self.phase != "idle":
+            if not self.p.fresh_nonce or self.preset_nonce is not None or self.phase != "idle":
                 raise ReplayedMessage(f"round announcement in phase {self.phase}: refused")
             nonce = r.take(NONCE_LEN)
             r.end()
-            if me != self.p.leader:
-                if (
-                    self.nonce_cache is not None
-                ):  # ReplayedMessage: this leader used this nonce with us before
-                    self.nonce_cache.check_and_add(
-                        self.directory.epoch, _nonce_tag(self.base_context, nonce)
-                    )
-                self._set_nonce(nonce)
-            return self._mask()
+            if me == self.p.leader:  # its own announcement: the nonce it drew is already set
+                return self._mask()
+            # ReplayedMessage: this leader used this nonce with us before
+            return self._take_nonce(nonce)
         if kind == CHECK_REQ:
             if not self.p.consistency_check or self.phase != "masked":
                 raise ReplayedMessage(
