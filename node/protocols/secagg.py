@@ -135,7 +135,14 @@ from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityErro
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
-from hushnet.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
+from hushnet.crypto.shamir import (
+    SHARE_LEN,
+    Share,
+    check_encoded,
+    combine,
+    consistent,
+    split_many_encoded,
+)
 from hushnet.crypto.signing import MAX_SIG_LEN, MAX_SPKI_LEN, Signer, SignerDirectory
 from hushnet.engine.actions import (
     Action,
@@ -485,23 +492,21 @@ class SecAggMachine(Protocol):
         y = self.fp.reduce(y).astype(self.fp.dtype, copy=False)
         peers = sorted(self.members)
         xs = [v + 1 for v in peers]
-        b_sh, *s_rows = split_many(
-            [b] + [seeds[v] for v in nbrs], xs, self.t
-        )  # one pass over the points
+        # one pass over the points, every share in its wire form (the member only ever sends them)
+        b_sh, *s_rows = split_many_encoded([b] + [seeds[v] for v in nbrs], xs, self.t)
         s_sh = dict(zip(nbrs, s_rows))
+        tags = [_U32.pack(v) for v in nbrs]
+        me_tag, count = _U32.pack(me), _U16.pack(len(nbrs))
         others, plains = [], []
         for i, w in enumerate(peers):
             if w == me:
-                self.held[me] = (b_sh[i].encode(), {v: s_sh[v][i].encode() for v in nbrs})
+                self.held[me] = (b_sh[i], {v: s_sh[v][i] for v in nbrs})
                 continue
             others.append(w)
-            plains.append(
-                _U32.pack(me)
-                + _U32.pack(w)
-                + b_sh[i].encode()
-                + _U16.pack(len(nbrs))
-                + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs)
-            )
+            parts = [me_tag, _U32.pack(w), b_sh[i], count]
+            for tag, row in zip(tags, s_rows):
+                parts += (tag, row[i])
+            plains.append(b"".join(parts))
         info = self.context + b"|shares"
         cts = [
             seal_static(self.key, self.directory.public(w), pt, info)
