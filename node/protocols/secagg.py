@@ -398,6 +398,8 @@ class SecAggMachine(Protocol):
         ] = {}  # signer -> (SubjectPublicKeyInfo, signature over U3)
         self.lU4: list[int] = []
         self.offenders: set[int] = set()
+        # (U3, D) → the shares every unmask answer must reveal (checked once per answer)
+        self._wanted_for: tuple[tuple[tuple[int, ...], tuple[int, ...]], frozenset] | None = None
 
     # plumbing -----------------------------------------------------------------------------------
 
@@ -792,13 +794,17 @@ class SecAggMachine(Protocol):
             )
         raise MalformedMessage(f"unexpected message kind {kind}")
 
-    def _wanted(self) -> set[tuple[int, int, int]]:
+    def _wanted(self) -> frozenset[tuple[int, int, int]]:
         """The shares a survivor reveals: of ``b_w`` for survivors w, of ``s_ud`` for survivors u and their
         dropped masking neighbours d (never a share of a dropped member's ``b``)."""
-        d = set(self.lD)
-        return {(w, _B, -1) for w in self.lU3} | {
-            (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
-        }
+        key = (tuple(self.lU3), tuple(self.lD))  # fixed once the inputs are collected: built once
+        if self._wanted_for is None or self._wanted_for[0] != key:
+            d = set(self.lD)
+            want = {(w, _B, -1) for w in self.lU3} | {
+                (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
+            }
+            self._wanted_for = (key, frozenset(want))
+        return self._wanted_for[1]
 
     def on_timer(self, name: str) -> list[Action]:
         if name != _TIMER or not self.is_leader or self.lphase in ("done", "idle"):
