@@ -107,8 +107,14 @@ class PersistentReplayCache(ReplayCache):
         return sorted(self._n)
 
     def open_epoch(self, epoch: int, keep: int | None = None) -> None:
-        """Hold ``epoch`` (if not already) and delete all but the ``keep`` most recent epochs' tags."""
+        """Hold ``epoch`` (if not already) and delete all but the ``keep`` most recent epochs' tags.
+
+        A secure-sum machine opens its epoch every round: when the epoch is already held and nothing is
+        to be pruned the transaction would change nothing on disk, so it is skipped (``_n`` mirrors the
+        ``epochs`` table: both change only together)."""
         keep = self.keep if keep is None else int(keep)
+        if int(epoch) in self._n and len(self._n) <= keep:
+            return
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute("INSERT OR IGNORE INTO epochs (epoch) VALUES (?)", (int(epoch),))
@@ -170,6 +176,12 @@ class PersistentReplayCache(ReplayCache):
             self._n[int(epoch)] += 1
             return None
         return self.seen(epoch, tag)
+
+    def check_and_add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
+        """:meth:`ReplayCache.check_and_add` in one statement for a new tag (``INSERT OR IGNORE``, see
+        :meth:`add_if_new`) instead of a ``SELECT`` and an ``INSERT``: same answer, same durability."""
+        if self.add_if_new(epoch, tag, digest) is not None:
+            raise ReplayedMessage(f"packet tag already processed in key epoch {epoch}")
 
     def __len__(self) -> int:
         return sum(self._n.values())

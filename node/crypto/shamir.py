@@ -80,6 +80,29 @@ def split_many(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> l
     """Shares of each secret (independent polynomials) at the same points ``xs``: ``out[k][i]`` is
     secret k's share at ``xs[i]``.  One CSPRNG read for all coefficients, the powers of each point
     computed once for all secrets."""
+    xs, cols = _deal(secrets, xs, threshold)
+    return [[Share(x, col[k]) for x, col in zip(xs, cols)] for k in range(len(secrets))]
+
+
+def split_many_encoded(
+    secrets: Sequence[bytes], xs: Sequence[int], threshold: int
+) -> list[list[bytes]]:
+    """:func:`split_many` with every share already in its wire form (``Share.encode()``: the 4-byte point
+    and the 33-byte value): a secure-summation member deals (1 + degree)·n shares a round and only
+    ever sends them, so building and encoding a :class:`Share` object per share was pure overhead."""
+    xs, cols = _deal(secrets, xs, threshold)
+    heads = [_X.pack(x) for x in xs]
+    return [
+        [h + col[k].to_bytes(_Y_LEN, "big") for h, col in zip(heads, cols)]
+        for k in range(len(secrets))
+    ]
+
+
+def _deal(
+    secrets: Sequence[bytes], xs: Sequence[int], threshold: int
+) -> tuple[list[int], list[list[int]]]:
+    """The points and, per point, the value of every secret's random polynomial there (the dealing of
+    :func:`split_many`)."""
     if any(len(s) != SECRET_LEN for s in secrets):
         raise ValueError(f"secrets are {SECRET_LEN} bytes")
     if not 1 <= threshold <= len(xs):
@@ -89,7 +112,7 @@ def split_many(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> l
         raise ValueError("share points must be distinct and non-zero")
     S, t = len(secrets), threshold
     if S == 0:
-        return []
+        return xs, []
     powers = [_powers(x, t) for x in xs]
     # All S polynomials are evaluated at once: coefficient j of every secret is packed into one integer
     # C_j = Σ_k c_kj·2^(k·W), so a point costs t products of one long integer by x^j instead of S·t
@@ -112,7 +135,7 @@ def split_many(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> l
     for pw in powers:
         y = sum(map(mul, packed, pw)).to_bytes(S * wb, "little")
         cols.append([int.from_bytes(y[k * wb : (k + 1) * wb], "little") % PRIME for k in range(S)])
-    return [[Share(x, col[k]) for x, col in zip(xs, cols)] for k in range(S)]
+    return xs, cols
 
 
 @lru_cache(maxsize=1024)

@@ -12,7 +12,14 @@ learn only the sum if it is broadcast.  After the leader's announcement, three l
    restart, when accepted runs are forgotten — derives different masks (issue 11, finding 6).  A
    member given a ``nonce_cache`` (its node's persistent replay cache) refuses a nonce it already
    masked under for that round, so even a leader that replays its nonce gets no second execution
-   with the same seeds.
+   with the same seeds.  An enclosing protocol may announce the nonce ahead instead (``nonce=`` of
+   the machine; ``secagg-dpsgd`` sends round r+1's with round r's outcome, saving this trip): the
+   leader then sends no ANNOUNCE, and every member — the leader's own member part included — checks
+   it against its replay cache exactly as an announced one before it masks.  Who draws the nonce does
+   not matter for the guarantee, which rests on each member masking at most once per (round, leader,
+   nonce); a node that hands out different nonces only makes the round abort (the share envelopes,
+   seeds and signatures of members with different contexts do not match), as a leader that
+   equivocates on its ANNOUNCE could already.
 1. **masked input with its shares** (member → leader, one message, sent once the nonce is announced):
    ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
    + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
@@ -128,7 +135,14 @@ from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityErro
 from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
-from hushnet.crypto.shamir import SHARE_LEN, Share, check_encoded, combine, consistent, split_many
+from hushnet.crypto.shamir import (
+    SHARE_LEN,
+    Share,
+    check_encoded,
+    combine,
+    consistent,
+    split_many_encoded,
+)
 from hushnet.crypto.signing import MAX_SIG_LEN, MAX_SPKI_LEN, Signer, SignerDirectory
 from hushnet.engine.actions import (
     Action,
@@ -319,9 +333,17 @@ class SecAggMachine(Protocol):
         signer: Signer | None = None,
         signers: SignerDirectory | None = None,
         nonce_cache: Any = None,
+        nonce: bytes | None = None,
     ) -> None:
         super().__init__(ctx)
         p = params
+        if nonce is not None and (not p.fresh_nonce or len(nonce) != NONCE_LEN):
+            raise ValueError(
+                f"a pre-announced round nonce needs fresh_nonce and {NONCE_LEN} bytes, got {len(nonce)}"
+            )
+        # the round's nonce announced ahead by an enclosing protocol (secagg-dpsgd: with the previous round's
+        # outcome); None: the leader draws it and announces it itself (ANNOUNCE)
+        self.preset_nonce = nonce
         if p.consistency_check and (signers is None or (signer is None and ctx.node in p.members)):
             raise ValueError(
                 "the consistency check needs the node's signing key and the directory of signing keys"
@@ -376,6 +398,8 @@ class SecAggMachine(Protocol):
         ] = {}  # signer -> (SubjectPublicKeyInfo, signature over U3)
         self.lU4: list[int] = []
         self.offenders: set[int] = set()
+        # (U3, D) → the shares every unmask answer must reveal (checked once per answer)
+        self._wanted_for: tuple[tuple[tuple[int, ...], tuple[int, ...]], frozenset] | None = None
 
     # plumbing -----------------------------------------------------------------------------------
 
@@ -398,15 +422,37 @@ class SecAggMachine(Protocol):
         if self.is_leader:
             self.lphase = "collect"
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            if self.p.fresh_nonce:
+            if self.p.fresh_nonce and self.preset_nonce is None:
                 self._set_nonce(self.ctx.csprng(NONCE_LEN))
                 msg = bytes([ANNOUNCE]) + self.nonce  # type: ignore[operator]
                 for v in sorted(self.members):
                     acts += self._send(v, msg)
                 return acts
+        if self.preset_nonce is not None:
+            if self.is_leader:  # collects under it whatever its own member part does
+                self._set_nonce(self.preset_nonce)
+            if self.is_member:  # the announcement already came: check it as an ANNOUNCE, then mask
+                try:
+                    acts += self._take_nonce(self.preset_nonce)
+                except ReplayedMessage as err:  # not masked, nothing sent: a dropout of this round
+                    acts.append(Fault(self.ctx.node, err))
+            return acts
         if self.is_member and not self.p.fresh_nonce:
             acts += self._mask()
         return acts
+
+    def _take_nonce(self, nonce: bytes) -> list[Action]:
+        """A member's use of the round's nonce: refused if this node already masked under it for this round
+        (its replay cache; :class:`ReplayedMessage`), else bound into the context and the input masked.  The
+        leader skips the check only for a nonce it drew itself (not for one announced ahead to it)."""
+        if self.nonce_cache is not None and (
+            self.ctx.node != self.p.leader or self.preset_nonce is not None
+        ):
+            self.nonce_cache.check_and_add(
+                self.directory.epoch, _nonce_tag(self.base_context, nonce)
+            )
+        self._set_nonce(nonce)
+        return self._mask()
 
     def _set_nonce(self, nonce: bytes) -> None:
         self.nonce = nonce
@@ -448,23 +494,21 @@ class SecAggMachine(Protocol):
         y = self.fp.reduce(y).astype(self.fp.dtype, copy=False)
         peers = sorted(self.members)
         xs = [v + 1 for v in peers]
-        b_sh, *s_rows = split_many(
-            [b] + [seeds[v] for v in nbrs], xs, self.t
-        )  # one pass over the points
+        # one pass over the points, every share in its wire form (the member only ever sends them)
+        b_sh, *s_rows = split_many_encoded([b] + [seeds[v] for v in nbrs], xs, self.t)
         s_sh = dict(zip(nbrs, s_rows))
+        tags = [_U32.pack(v) for v in nbrs]
+        me_tag, count = _U32.pack(me), _U16.pack(len(nbrs))
         others, plains = [], []
         for i, w in enumerate(peers):
             if w == me:
-                self.held[me] = (b_sh[i].encode(), {v: s_sh[v][i].encode() for v in nbrs})
+                self.held[me] = (b_sh[i], {v: s_sh[v][i] for v in nbrs})
                 continue
             others.append(w)
-            plains.append(
-                _U32.pack(me)
-                + _U32.pack(w)
-                + b_sh[i].encode()
-                + _U16.pack(len(nbrs))
-                + b"".join(_U32.pack(v) + s_sh[v][i].encode() for v in nbrs)
-            )
+            parts = [me_tag, _U32.pack(w), b_sh[i], count]
+            for tag, row in zip(tags, s_rows):
+                parts += (tag, row[i])
+            plains.append(b"".join(parts))
         info = self.context + b"|shares"
         cts = [
             seal_static(self.key, self.directory.public(w), pt, info)
@@ -521,19 +565,14 @@ class SecAggMachine(Protocol):
         me = self.ctx.node
         r = _Reader(data)
         if kind == ANNOUNCE:
-            if not self.p.fresh_nonce or self.phase != "idle":
+            if not self.p.fresh_nonce or self.preset_nonce is not None or self.phase != "idle":
                 raise ReplayedMessage(f"round announcement in phase {self.phase}: refused")
             nonce = r.take(NONCE_LEN)
             r.end()
-            if me != self.p.leader:
-                if (
-                    self.nonce_cache is not None
-                ):  # ReplayedMessage: this leader used this nonce with us before
-                    self.nonce_cache.check_and_add(
-                        self.directory.epoch, _nonce_tag(self.base_context, nonce)
-                    )
-                self._set_nonce(nonce)
-            return self._mask()
+            if me == self.p.leader:  # its own announcement: the nonce it drew is already set
+                return self._mask()
+            # ReplayedMessage: this leader used this nonce with us before
+            return self._take_nonce(nonce)
         if kind == CHECK_REQ:
             if not self.p.consistency_check or self.phase != "masked":
                 raise ReplayedMessage(
@@ -755,13 +794,17 @@ class SecAggMachine(Protocol):
             )
         raise MalformedMessage(f"unexpected message kind {kind}")
 
-    def _wanted(self) -> set[tuple[int, int, int]]:
+    def _wanted(self) -> frozenset[tuple[int, int, int]]:
         """The shares a survivor reveals: of ``b_w`` for survivors w, of ``s_ud`` for survivors u and their
         dropped masking neighbours d (never a share of a dropped member's ``b``)."""
-        d = set(self.lD)
-        return {(w, _B, -1) for w in self.lU3} | {
-            (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
-        }
+        key = (tuple(self.lU3), tuple(self.lD))  # fixed once the inputs are collected: built once
+        if self._wanted_for is None or self._wanted_for[0] != key:
+            d = set(self.lD)
+            want = {(w, _B, -1) for w in self.lU3} | {
+                (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
+            }
+            self._wanted_for = (key, frozenset(want))
+        return self._wanted_for[1]
 
     def on_timer(self, name: str) -> list[Action]:
         if name != _TIMER or not self.is_leader or self.lphase in ("done", "idle"):

@@ -23,7 +23,13 @@ leader in the clear): the baseline of the masking's cost (benchmarks), accounted
 local DP of the share (``α/(2(s/Δ)²)`` per round: the leader sees each noisy input).
 
 Wire: every message carries ``kind ‖ u32 round``; ``ROUND`` wraps a secure-summation message,
-``OUTCOME`` is the leader's release (status, survivors, the sum), ``PLAIN`` a plain input.  Messages
+``OUTCOME`` is the leader's release (status, survivors, the sum) and, with secure aggregation before
+the last round, the next round's 32-byte secure-sum nonce, ``PLAIN`` a plain input.  The nonce rides
+on the outcome every node receives anyway, so rounds after the first have no ANNOUNCE trip: a member
+masks as soon as it applied the outcome (one leader round trip and n − 1 messages less per round).
+It is drawn by round r's leader from its CSPRNG instead of round r+1's; each member still checks it
+against its replay cache before masking (:class:`~hushnet.protocols.secagg.SecAggMachine` with
+``nonce=``), which is what makes masks fresh per execution, whoever drew the nonce.  Messages
 of a later round (a peer already moved on) are buffered up to ``WINDOW`` rounds ahead; messages of a
 past round are dropped with a ``ddp-late`` metric (a straggler's input after the release).
 
@@ -85,7 +91,7 @@ from hushnet.engine.errors import MalformedMessage, UnexpectedSender, WrongDimen
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.privacy.secure_sum import SecureSumView, share_std
-from hushnet.protocols.secagg import SecAggMachine, SecAggParams
+from hushnet.protocols.secagg import NONCE_LEN, SecAggMachine, SecAggParams
 
 PROTOCOL = "secagg-dpsgd"
 DDP_PROTOCOLS: dict[str, str] = {
@@ -242,6 +248,8 @@ class SecAggDPSGD(Protocol):
             raise ValueError(f"x0 must have shape ({self.dim},)")
         self.round = -1
         self.inner: SecAggMachine | None = None
+        # the secure sum's nonce of the next round, drawn by this round's leader and sent with its outcome
+        self.next_nonce: bytes | None = None
         self.charged: set[int] = set()
         self.buffer: dict[int, list[tuple[int, int, bytes]]] = {}
         self.plain: dict[int, np.ndarray] = {}  # plain aggregation: the leader's collected inputs
@@ -323,7 +331,9 @@ class SecAggDPSGD(Protocol):
                     self.signer,
                     self.signers,
                     self.nonce_cache,
+                    nonce=self.next_nonce if r > 0 else None,
                 )
+                self.next_nonce = None
                 acts += self._wrap(r, self.inner.handle(RunStarted()))
         else:
             if me == self.leader:
@@ -408,7 +418,12 @@ class SecAggDPSGD(Protocol):
         msg = _H.pack(OUTCOME, r) + _OUT.pack(1 if released else 0, survivors if released else 0, d)
         if released:
             msg += np.asarray(total, dtype="<f8").tobytes()
-        self.led[r] = msg
+        if self._carries_nonce(
+            r
+        ):  # the next round's secure-sum nonce: no ANNOUNCE trip in round r+1
+            self.next_nonce = self.ctx.csprng(NONCE_LEN)
+            msg += self.next_nonce
+        self.led[r] = msg  # kept (with the nonce) to answer a restarted node's catch-up
         while len(self.led) > HISTORY or (
             len(self.led) > 1 and sum(map(len, self.led.values())) > HISTORY_BYTES
         ):
@@ -432,6 +447,10 @@ class SecAggDPSGD(Protocol):
             acts.append(Metric("ddp-survivors", float(survivors), r, self.ctx.node))
         acts.append(Metric("step", r, r, self.ctx.node))
         return acts + self._begin(r + 1)
+
+    def _carries_nonce(self, r: int) -> bool:
+        """Whether round r's outcome carries round r+1's secure-sum nonce (secure aggregation, not the last round)."""
+        return self.p.aggregation == "secure" and r + 1 < self.p.rounds
 
     # ---- plain aggregation (baseline of the masking's cost) -------------------------------------
 
@@ -606,12 +625,14 @@ class SecAggDPSGD(Protocol):
                 raise WrongDimension(
                     f"outcome of round {r}: status {status}, {survivors} survivors, dim {d}"
                 )
-            if len(body) != _OUT.size + 8 * d:
+            extra = NONCE_LEN if self._carries_nonce(r) else 0
+            if len(body) != _OUT.size + 8 * d + extra:
                 raise MalformedMessage(
-                    f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, expected {8 * d}"
+                    f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, "
+                    f"expected {8 * d + extra}"
                 )
             total = (
-                np.frombuffer(body, dtype="<f8", offset=_OUT.size).astype(np.float64)
+                np.frombuffer(body, dtype="<f8", count=d, offset=_OUT.size).astype(np.float64)
                 if status == 1
                 else None
             )
@@ -619,6 +640,7 @@ class SecAggDPSGD(Protocol):
                 raise MalformedMessage(f"outcome of round {r} is not finite")
             if self.inner is not None:
                 self.inner.finished = True
+            self.next_nonce = body[len(body) - extra :] if extra else None
             return self._apply(r, total, survivors)
         if kind == PLAIN:
             if self.p.aggregation != "plain" or self.ctx.node != self.leader:

@@ -31,6 +31,7 @@ from hushnet.crypto.shamir import (
     consistent,
     split,
     split_many,
+    split_many_encoded,
 )
 from hushnet.engine.errors import ReplayedMessage
 
@@ -337,6 +338,27 @@ def test_shamir_split_many_independent_polynomials_exact_and_checked():
     ):
         with pytest.raises(ValueError):
             split_many(*args)
+        with pytest.raises(ValueError):
+            split_many_encoded(*args)
+
+
+def test_shamir_split_many_encoded_is_split_many_encoded(monkeypatch):
+    """Same coefficients (the CSPRNG replayed) → the wire-form dealing is byte for byte the encoded shares."""
+    import hushnet.crypto.shamir as sh_mod
+
+    secrets_ = [os.urandom(32) for _ in range(16)]
+    xs = [v + 1 for v in range(16)]
+    for t in (1, 2, 14, 16):
+        pool = os.urandom(40 * 16 * 16)
+        monkeypatch.setattr(sh_mod.os, "urandom", lambda n, _p=pool: _p[:n])
+        objs = split_many(secrets_, xs, t)
+        enc = split_many_encoded(secrets_, xs, t)
+        assert enc == [[s.encode() for s in row] for row in objs]
+        assert all(
+            combine([Share.decode(b) for b in row[-t:]], t) == sec
+            for row, sec in zip(enc, secrets_)
+        )
+    assert split_many_encoded([], xs, 2) == []
 
 
 # ---- masks -------------------------------------------------------------------------------------

@@ -118,3 +118,28 @@ def test_persistent_cache_is_bounded_and_pruned_on_rotation(tmp_path):
     assert again.epochs == [2, 3] and again.seen(2, b"\x09" * 16) == b""
     with pytest.raises(UnknownEpoch):
         again.seen(1, bytes([0]) * 16)
+
+
+def test_persistent_cache_reopening_a_held_epoch_writes_nothing_and_still_prunes(tmp_path):
+    """A secure-sum machine opens its epoch every round: a held epoch with nothing to prune is not a write
+    transaction; a cache read back with more epochs than it keeps still prunes on the next open."""
+    from hushnet.crypto.replay import PersistentReplayCache
+    from hushnet.engine.errors import ReplayedMessage
+
+    c = PersistentReplayCache(tmp_path / "r.sqlite", {1, 2, 3}, keep=3)
+    c.check_and_add(
+        1, b"a" * 16
+    )  # empty digest: still a replay the second time (one-statement check)
+    with pytest.raises(ReplayedMessage):
+        c.check_and_add(1, b"a" * 16)
+    writes = c._db.total_changes
+    for _ in range(5):
+        c.open_epoch(3)
+    assert c._db.total_changes == writes and c.epochs == [1, 2, 3]
+    c.close()
+    again = PersistentReplayCache(tmp_path / "r.sqlite", keep=2)
+    assert again.epochs == [1, 2, 3]
+    again.open_epoch(3)  # held, but three epochs where two are kept: epoch 1 and its tags go
+    assert again.epochs == [2, 3] and len(again) == 0
+    with pytest.raises(ReplayedMessage):
+        again.check_and_add(2, b"b" * 16) or again.check_and_add(2, b"b" * 16)

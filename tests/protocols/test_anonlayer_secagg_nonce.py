@@ -7,6 +7,7 @@ Now the leader announces a fresh nonce that every seed is bound to, and a member
 nonce cache refuses a nonce it already masked under."""
 
 import numpy as np
+import pytest
 
 from hushnet.crypto.keys import simulation_keypairs
 from hushnet.crypto.masks import pairwise_seed
@@ -98,3 +99,78 @@ def test_announcement_is_refused_twice_and_malformed():
     assert [a.error.code for a in ms[2].handle(MessageArrived(3, ann)) if isinstance(a, Fault)] == [
         "unexpected-sender"
     ]
+
+
+def _preset(nonce: bytes, cache, leader_member: bool):
+    """One execution whose nonce was announced ahead (``nonce=``), member 0 (and the leader, when it is a
+    member) with the given cache."""
+    keys = simulation_keypairs(7, M + 1, "share")
+    members = tuple(range(M + 1)) if leader_member else tuple(range(M))
+    vecs = {v: np.ones(DIM) for v in members}
+    p = SecAggParams(members=members, leader=M, threshold=3, dim=DIM)
+    ms, _ = build_round(vecs, p, M + 1, run_seed=7, run_id="r", keys=keys)
+    out = []
+    for v, m in enumerate(ms):
+        m.preset_nonce = nonce  # as built with nonce= (build_round has no such argument)
+        if v in (0, M):
+            m.nonce_cache = cache
+        out.append(m)
+    return out
+
+
+def test_a_nonce_announced_ahead_skips_the_announcement_and_is_checked_like_one():
+    """secagg-dpsgd hands round r+1's nonce out with round r's outcome: no ANNOUNCE, members mask at start
+    under it, and a member (the leader's own member part too) refuses it the second time."""
+    nonce = bytes(range(sa.NONCE_LEN))
+    cache = ReplayCache({0})
+    ms = _preset(nonce, cache, leader_member=True)
+    res = Simulator(ms).run()
+    assert res.finish.result["status"] == "released"
+    assert all(m.context.endswith(b"|" + nonce) for m in ms)
+    again = _preset(nonce, cache, leader_member=True)  # restarted members, same persistent cache
+    first = again[0].handle(RunStarted())
+    assert [a.error.code for a in first if isinstance(a, Fault)] == ["replay"]
+    assert not [a for a in first if isinstance(a, Send)]
+    lead = again[M].handle(
+        RunStarted()
+    )  # the leader collects under the nonce but does not mask twice
+    assert [a.error.code for a in lead if isinstance(a, Fault)] == ["replay"]
+    assert [type(a).__name__ for a in lead if not isinstance(a, Fault)] == ["SetTimer"]
+    assert again[M].context.endswith(b"|" + nonce) and again[M].phase == "idle"
+    # an ANNOUNCE for a round whose nonce came ahead is refused
+    m1 = _preset(bytes(sa.NONCE_LEN), None, leader_member=False)[1]
+    m1.handle(RunStarted())
+    got = m1.handle(MessageArrived(M, bytes([sa.ANNOUNCE]) + bytes(sa.NONCE_LEN)))
+    assert [a.error.code for a in got if isinstance(a, Fault)] == ["replay"]
+
+
+def test_a_nonce_announced_ahead_must_be_a_fresh_nonce_of_the_right_length():
+    from hushnet.crypto.signing import signer_directory, simulation_signers
+    from hushnet.engine.protocol import NodeContext
+    from hushnet.engine.rng import node_generators
+
+    keys = simulation_keypairs(7, M + 1, "share")
+    sig = simulation_signers(7, M + 1)
+    from hushnet.crypto.keys import simulation_directory
+
+    ctx = NodeContext(0, M + 1, "r", node_generators(7, M + 1)[0])
+    for p, nonce in [
+        (SecAggParams(members=tuple(range(M)), leader=M, threshold=3, dim=DIM), b"short"),
+        (
+            SecAggParams(
+                members=tuple(range(M)), leader=M, threshold=3, dim=DIM, fresh_nonce=False
+            ),
+            bytes(sa.NONCE_LEN),
+        ),
+    ]:
+        with pytest.raises(ValueError, match="pre-announced round nonce"):
+            sa.SecAggMachine(
+                ctx,
+                p,
+                np.ones(DIM),
+                keys[0],
+                simulation_directory(keys),
+                sig[0],
+                signer_directory(sig),
+                nonce=nonce,
+            )

@@ -174,3 +174,105 @@ def test_collusion_at_the_tolerance_is_refused_at_build() -> None:
         _machines(tasks, threshold=6, collusion=5)
     with pytest.raises(ValueError, match="unknown secagg-dpsgd parameter"):
         _machines(tasks, colusion=2)
+
+
+def _record_sends(ms) -> list[tuple[int, int, int, bytes]]:
+    """(sender, receiver, round, payload) of every Send the machines emit (their ``handle`` wrapped)."""
+    import struct
+
+    from hushnet.engine.actions import Send
+
+    log: list[tuple[int, int, int, bytes]] = []
+    for m in ms:
+        inner = m.handle
+
+        def handle(ev, _inner=inner, _v=m.ctx.node):
+            acts = _inner(ev)
+            for a in acts:
+                if isinstance(a, Send):
+                    log.append((_v, a.dst, struct.unpack_from(">BI", a.payload)[1], a.payload))
+            return acts
+
+        m.handle = handle
+    return log
+
+
+def test_later_rounds_take_their_nonce_from_the_previous_outcome() -> None:
+    """Round 0's leader announces its nonce (ANNOUNCE); every later round's nonce rides on the previous
+    round's outcome, drawn by that round's leader: no ANNOUNCE trip, the same context at every node, fresh
+    per round and per execution of the same spec."""
+    from hushnet.protocols import secagg as sa
+
+    def run():
+        tasks = tasks_of(shards(N))
+        ms = _machines(tasks)
+        log = _record_sends(ms)
+        contexts: dict[int, set[bytes]] = {}
+        for m in ms:  # the context each node's secure sum of each round ran under
+            begin = m._begin
+
+            def spy(r, _m=m, _begin=begin):
+                acts = _begin(r)
+                if _m.inner is not None:
+                    contexts.setdefault(r, set()).add(_m.inner.context)
+                return acts
+
+            m._begin = spy
+        res = Simulator(ms).run()
+        assert res.status == "finished" and res.finish.result["released"] == ROUNDS
+        return log, contexts
+
+    log, ctx = run()
+    announces = {
+        r: sum(1 for _, _, rr, p in log if rr == r and p[0] == ROUND and p[5] == sa.ANNOUNCE)
+        for r in range(ROUNDS)
+    }
+    assert announces == {0: N - 1, **{r: 0 for r in range(1, ROUNDS)}}
+    for r in range(1, ROUNDS):
+        outs = {p[-sa.NONCE_LEN :] for s, _, rr, p in log if rr == r - 1 and p[0] == OUTCOME}
+        assert len(outs) == 1 and all(
+            s == r - 1 for s, _, rr, p in log if rr == r - 1 and p[0] == OUTCOME
+        )
+        assert len(ctx[r]) == 1  # every node (leader and members) under the same context
+        assert next(iter(ctx[r])).endswith(b"|" + outs.pop())
+    assert len({next(iter(ctx[r])) for r in range(ROUNDS)}) == ROUNDS
+    _, again = run()  # the same spec run again: every round's context (hence every seed) is new
+    assert all(again[r] != ctx[r] for r in range(ROUNDS))
+    # the last round's outcome carries no nonce (there is no next round)
+    last = [p for s, _, rr, p in log if rr == ROUNDS - 1 and p[0] == OUTCOME]
+    dim = tasks_of(shards(N))[0].dim
+    assert len(last) == N - 1 and all(len(p) == 5 + 9 + 8 * dim for p in last)
+
+
+def test_an_outcome_with_another_nonce_makes_the_next_round_abort_not_leak() -> None:
+    """Round 0's leader (or a forger) hands one member a different nonce for round 1: that member's seeds,
+    share envelopes and signature are under another context, so round 1 aborts below the threshold — no
+    release, no revealed share of anyone's seeds — and round 2 (fresh nonce from round 1's outcome) runs."""
+    import struct
+
+    from hushnet.protocols import secagg as sa
+
+    tasks = tasks_of(shards(N))
+    ms = _machines(tasks, threshold=N - 1, collusion=1)
+    victim = ms[5]
+    inner = victim.handle
+
+    def handle(ev, _inner=inner):
+        from hushnet.engine.events import MessageArrived
+
+        if isinstance(ev, MessageArrived) and ev.payload[0] == OUTCOME:
+            if struct.unpack_from(">BI", ev.payload)[1] == 0:
+                ev = MessageArrived(ev.src, ev.payload[: -sa.NONCE_LEN] + bytes(sa.NONCE_LEN))
+        return _inner(ev)
+
+    victim.handle = handle
+    log = _record_sends(ms)
+    res = Simulator(ms).run()
+    assert res.status == "finished"
+    assert res.finish.result["aborted"] == 1 and res.finish.result["released"] == ROUNDS - 1
+    # nobody revealed shares in round 1: the unmask answers need the survivor set signed under one context
+    unmask = [p for s, _, rr, p in log if rr == 1 and p[0] == ROUND and p[5] == sa.UNMASK]
+    assert not unmask
+    # the victim's signature fails at the leader, its share envelopes at every other member
+    errs = {str(f.error) for f in res.faults}
+    assert "signature of node 5 does not verify" in errs and any("does not open" in e for e in errs)
