@@ -124,8 +124,9 @@ def test_sampled_members_and_plain_aggregation() -> None:
 def test_a_dead_leader_ends_the_run_explained() -> None:
     """The secure sum handles member dropouts, not a dead leader: once its round's ``leader_timeout``
     (default 10 round timeouts, at least 30 s) has passed, every node ends the run ``leader-lost`` naming it, without
-    a model; its rounds as a member were dropouts, and nothing of its round left anyone (it never
-    announced it), so the ledgers hold exactly the rounds before."""
+    a model; its rounds as a member were dropouts.  Its round's nonce came with round 1's outcome (no
+    announcement trip), so every member's masked input of round 2 left toward the dead leader: charged
+    (conservatively: nothing of round 2 was released), and nothing after it."""
     tasks = tasks_of(shards(N))
     sim = Simulator(_machines(tasks))
     sim.kill(2, at=0.0)
@@ -134,7 +135,7 @@ def test_a_dead_leader_ends_the_run_explained() -> None:
     out = res.finish.result
     assert out["ended"] == "leader-lost" and (out["lost_leader"], out["lost_round"]) == (2, 2)
     assert out["released"] == 2 and out["survivors"] == [N - 1, N - 1]
-    assert all([e.step for e in res.ledgers[v]] == [0, 1] for v in range(N) if v != 2)
+    assert all([e.step for e in res.ledgers[v]] == [0, 1, 2] for v in range(N) if v != 2)
 
 
 def test_bad_input_is_a_typed_fault_and_changes_nothing() -> None:
