@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv test demo demo-ddp net-demo bench figures clean coverage
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

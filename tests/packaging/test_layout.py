@@ -1,9 +1,10 @@
 """The distribution installs one namespace, ``hushnet``, mapped from the repository's design folders.
 
-``pyproject.toml`` lists the packages explicitly (setuptools cannot discover packages through a
-``package-dir`` rename), so a new sub-package under ``node/`` that is not listed would be missing from
-an installed wheel (a Docker image) while the editable install used by the tests still finds it.
-These tests catch that, and that nothing generic (``node``, ``proto``, ``bootstrap``) is installed.
+setuptools cannot discover packages through a ``package-dir`` rename, so ``setup.py`` discovers them
+under each mapped folder (a new sub-package — a new protocol family — needs no list entry).  A package
+it missed would be absent from an installed wheel (a Docker image) while the editable install used by
+the tests still finds it.  These tests catch that, and that nothing generic (``node``, ``proto``,
+``bootstrap``) is installed.
 """
 
 from __future__ import annotations
@@ -22,9 +23,18 @@ def _config() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
-def test_every_source_package_is_listed() -> None:
+def _setup_packages() -> list[str]:
+    src = (REPO / "setup.py").read_text().replace("setup(packages=packages())", "")
+    ns: dict = {"__file__": str(REPO / "setup.py")}
+    exec(compile(src, "setup.py", "exec"), ns)  # the discovery only, without running setup()
+    return ns["packages"]()
+
+
+def test_every_source_package_is_discovered() -> None:
     cfg = _config()
-    listed = set(cfg["packages"])
+    assert "packages" not in cfg, (
+        "packages are discovered by setup.py, not listed in pyproject.toml"
+    )
     found = set()
     for name, folder in cfg["package-dir"].items():
         root = REPO / folder
@@ -33,10 +43,13 @@ def test_every_source_package_is_listed() -> None:
                 continue
             rel = init.parent.relative_to(root)
             found.add(".".join([name, *rel.parts]) if rel.parts else name)
-    assert found <= listed, (
-        f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    discovered = _setup_packages()
+    assert len(discovered) == len(set(discovered))
+    assert set(discovered) == found, (
+        sorted(found - set(discovered)),
+        sorted(set(discovered) - found),
     )
-    assert listed <= found, f"listed packages without an __init__.py: {sorted(listed - found)}"
+    assert {"hushnet.families.walk", "hushnet.bootstrap", "hushnet.v1"} <= found
 
 
 def test_wheel_holds_only_the_hushnet_namespace(tmp_path: Path) -> None:
@@ -44,7 +57,7 @@ def test_wheel_holds_only_the_hushnet_namespace(tmp_path: Path) -> None:
         tmp_path / "src"
     )  # a copy: setuptools builds in the source tree and would leave build/ in the repo
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     for folder in ("node", "bootstrap", "proto"):
         shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
