@@ -4,7 +4,7 @@ What is timed: Muffliato averaging on ``grid:4x4`` (n = 16, degrees 2–4), 5 ro
 dimensions D = 10 and D = 10⁴, run by the engine's simulator twice with the same seeds — plain
 gossip (each node sends its value to its neighbours) and ``secure_summation`` (each node leads one
 SecAgg sum per round over the neighbours that joined and is a member of theirs:
-:mod:`hushnet.protocols.gossip_secure`).  Every message is encoded, delivered and decoded; the crypto
+:mod:`hushnet.families.gossip.secure`).  Every message is encoded, delivered and decoded; the crypto
 (static X25519 secrets, sealed Shamir shares, AES-128-CTR masks) is real.  The simulator is single-threaded, so the
 wall time is the CPU cost of all 16 nodes.
 
@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from hushnet.crypto.masks import FixedPoint
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
 from hushnet.tasks import SumTask
 
 GRAPH, N, ROUNDS = "grid:4x4", 16, 5

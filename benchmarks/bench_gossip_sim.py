@@ -3,11 +3,11 @@
 What is timed: Muffliato averaging (plain gossip) on the hypercube d = 11 (n = 2048, degree 11) and
 on connected Erdős–Rényi graphs G(n, 1.2 ln n/n) for n = 2048 and n = 4000 (the issue's simulator
 size), model dimension D = 100, run by the engine's
-simulator with every node a :class:`~hushnet.protocols.gossip.MuffliatoAveraging` machine: each round
+simulator with every node a :class:`~hushnet.families.gossip.machines.MuffliatoAveraging` machine: each round
 is the full two-phase protocol (availability, then values; every message encoded as an envelope,
 decoded and validated, the effective weights rebuilt on both ends, the schedule entry recorded).
 
-Also timed: the batch driver (:func:`hushnet.sim.batch.run_gossip_batch`), the same computation as
+Also timed: the batch driver (:func:`hushnet.families.gossip.batch.run_gossip_batch`), the same computation as
 array operations with the machines' noise and weights (tested equal to them to 1e-12), which is what a
 researcher reproducing the papers at n = 2048–4000 runs; goal within 10× of the bare ``W @ X``.
 
@@ -26,9 +26,9 @@ import time
 import networkx as nx
 import numpy as np
 
+from hushnet.families.gossip.batch import run_gossip_batch
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
 from hushnet.privacy.graphs import graph_from_edges, metropolis_hastings, parse_graph
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
-from hushnet.sim.batch import run_gossip_batch
 from hushnet.tasks import SumTask
 
 N = 2048

@@ -21,7 +21,7 @@ WEIGHT_RULE = "hamilton"
 class PublishedTopology:
     """The graph as the bootstrap publishes it in the directory: spec, edges and weights.
 
-    Named apart from :class:`hushnet.protocols.gossip.Topology` (a gossip machine's per-round view
+    Named apart from :class:`hushnet.families.gossip.machines.Topology` (a gossip machine's per-round view
     of its neighbours), which is a different thing.
     """
 

@@ -7,9 +7,9 @@ code's local update (gradient + N(0, 0.75²), then clipped to norm 1), θ ∈ R�
 intercept), node v gets ``per_node`` consecutive rows of the 80 % training split; central baseline
 = the same noisy clipped updates, averaged exactly.  Score = test accuracy averaged over nodes.
 
-How it is run: the algorithm is the :class:`~hushnet.protocols.gossip.MuffliatoGD` machine; the ten
+How it is run: the algorithm is the :class:`~hushnet.families.gossip.machines.MuffliatoGD` machine; the ten
 steps of every trial are computed with a vectorised replica of it (same node generators, same
-public graphs, same K_t and γ_t from :func:`hushnet.protocols.gossip_sim.resolve_params`), and the
+public graphs, same K_t and γ_t from :func:`hushnet.families.gossip.build.resolve_params`), and the
 first ``MACHINE_STEPS`` step(s) of trial 0 at n = 2000 are *also* run by the 2000 machines in the
 engine's simulator: the JSON reports the largest difference (the full 10 steps of 2000 machines
 take well over 15 min on this shared 2-core machine; the test suite checks machine/recursion parity at small n).
@@ -33,14 +33,14 @@ import time
 import numpy as np
 
 from hushnet.engine.rng import node_generators
-from hushnet.privacy import muffliato as mf
-from hushnet.protocols.gossip import connected_er
-from hushnet.protocols.gossip_sim import (
+from hushnet.families.gossip.build import (
     build_gossip_machines,
     mh_matrix,
     resolve_params,
     run_gossip,
 )
+from hushnet.families.gossip.machines import connected_er
+from hushnet.privacy import muffliato as mf
 from hushnet.tasks import LogisticRegressionTask, houses_partition
 
 _SHARED = (

@@ -3,7 +3,7 @@
 Setup ([M] ``versatile.py``, docs/design/spec/gossip.md §1.2.5 / E7): n = 1000, a fresh public G(n, 0.002) every
 round, each node unavailable for a round with probability q, MH weights on what is left, plain
 gossip, σ = Δ = 1, α = 2, source u = 0, inputs x ~ U[0, 1].  Here every node is a
-:class:`~hushnet.protocols.gossip.MuffliatoAveraging` machine in the engine's simulator: dropouts are
+:class:`~hushnet.families.gossip.machines.MuffliatoAveraging` machine in the engine's simulator: dropouts are
 announced in the availability phase, the effective W_t is rebuilt on both ends, and the realised
 schedule is read back **from the nodes' ledgers** — the accountant never sees the simulator's
 random draws.  The stopping round is the reference code's ground-truth rule
@@ -29,12 +29,12 @@ import time
 
 import numpy as np
 
-from hushnet.protocols.gossip_accounting import (
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
+from hushnet.families.gossip.realised import (
     averaging_sensitivities,
     averaging_thm1,
     schedule_from_ledgers,
 )
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
 from hushnet.tasks import SumTask
 
 N = 1000

@@ -78,10 +78,11 @@ def accounting_view(
     relaying is charged at local DP (its relays observe the walk's trajectory, see ``VIEWS["onion-relay"]``),
     whatever its relay plan; no anonymity credit for the source-anonymous walk."""
     from hushnet.families.anonymity.params import ANON_WALK_SGD
+    from hushnet.families.gossip.params import MUFFLIATO
 
     if protocol == ANON_WALK_SGD:
         return VIEWS["source-anonymous-walk"]
-    if protocol in ("secagg-sum", "muffliato", "gossip") or secure_summation:
+    if protocol in ("secagg-sum", MUFFLIATO, "gossip") or secure_summation:
         return (
             VIEWS["secure-summation"]
             if secure_summation or protocol == "secagg-sum"

@@ -10,8 +10,8 @@ import pytest
 from hushnet.engine.actions import Action
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generators
+from hushnet.families.gossip.build import build_gossip_machines
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.gossip_sim import build_gossip_machines
 from hushnet.sim import Simulator
 from hushnet.sim.loopback import LoopbackNetwork
 from hushnet.tasks import SumTask

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hushnet.families.central.params import CentralParams
+from hushnet.families.gossip.params import MUFFLIATO, GossipOptions
 from hushnet.families.pad.params import (
     COMPLETE_HISTOGRAM,
     RING_SUM,
@@ -13,8 +14,8 @@ from hushnet.families.pad.params import (
     RingSumParams,
     parse_params,
 )
-from hushnet.protocols.registry import build_machines
-from hushnet.tasks.values import SumTask
+from hushnet.protocols.registry import build_machines, transition_matrix
+from hushnet.tasks.values import MeanTask, SumTask
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
@@ -61,3 +62,31 @@ def test_a_bad_parameter_stops_the_machine_build() -> None:
     tasks = [SumTask(np.array([0.5])) for _ in range(4)]
     with pytest.raises(ValueError, match="pad-ring-sum: rounds must be a positive integer"):
         build_machines(RING_SUM, tasks, run_seed=1, params={"rounds": -1, "sigma_loc": 1.0})
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"timeout": 0.0}, "timeout"),
+        ({"max_ahead": 0}, "max_ahead"),
+        ({"give_up_after": 0}, "give_up_after"),
+        ({"ticks": 0}, "ticks"),
+        ({"dropout": 1.0}, "dropout"),
+    ],
+)
+def test_gossip_options_refuse_bad_values(kwargs, words) -> None:
+    with pytest.raises(ValueError) as exc:
+        GossipOptions(**kwargs)
+    assert words in _one_line(exc) and str(exc.value).startswith("gossip:")
+
+
+def test_a_bad_gossip_option_stops_the_machine_build() -> None:
+    tasks = [MeanTask(np.array([float(i)])) for i in range(4)]
+    with pytest.raises(ValueError, match="gossip: ticks must be >= 1, got 0"):
+        build_machines(
+            MUFFLIATO,
+            tasks,
+            run_seed=1,
+            params={"rounds": 3, "sigma": 1.0, "ticks": 0},
+            W=transition_matrix("ring:4"),
+        )

@@ -46,16 +46,6 @@ CONSUMERS: dict[str, tuple[tuple[str, ...], str]] = {
 
 #: family -> modules outside its package that still name its protocols (to be moved, issue 13)
 NOT_YET_MOVED: dict[str, tuple[str, ...]] = {
-    "gossip": (
-        "node/families/gossip.py",
-        "node/protocols/gossip.py",
-        "node/protocols/gossip_randomized.py",
-        "node/families/views.py",
-        "node/protocols/gossip_sim.py",
-        "node/runs/gossip/accountant.py",
-        "node/runs/gossip/params.py",
-        "node/sim/batch.py",
-    ),
     "secagg": (
         "node/families/secagg.py",
         "node/families/views.py",

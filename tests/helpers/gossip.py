@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from hushnet.engine.rng import node_generators
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
 from hushnet.tasks import SumTask
 
 

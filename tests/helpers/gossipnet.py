@@ -7,9 +7,11 @@ from typing import Any
 import numpy as np
 
 from hushnet.engine.rng import node_generators
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.families.gossip.accounting import realised_curves
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
+from hushnet.families.gossip.node import schedule_records
+from hushnet.families.gossip.params import gossip_params
 from hushnet.protocols.registry import transition_matrix
-from hushnet.runs.gossip import gossip_params, realised_curves, schedule_records
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.tasks.registry import make_task
 

@@ -40,9 +40,9 @@ def test_the_renamed_classes_are_where_the_imports_expect_them() -> None:
     from hushnet.bootstrap.topology import PublishedTopology
     from hushnet.engine.actions import LedgerEntry
     from hushnet.families.central import node as central_node
+    from hushnet.families.gossip.machines import Topology
     from hushnet.net.handlers import UnknownProtocol
     from hushnet.privacy.ledger import LedgerBudget, PrivacyEntry
-    from hushnet.protocols.gossip import Topology
     from hushnet.protocols.registry import UnknownRunProtocol
     from hushnet.runs import driver
     from hushnet.runs.spec import Budget

@@ -167,7 +167,7 @@ def test_api_matrix_and_pair_certify_the_vector_value():
 
 
 def test_node_ledger_certifies_the_vector_value():
-    from hushnet.runs.gossip import certified_sensitivities
+    from hushnet.families.gossip.accounting import certified_sensitivities
     from hushnet.runs.spec import Budget, RunSpec
 
     sp = RunSpec(

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from helpers.gossip import gossip_matrix
 
-from hushnet.privacy import audit
-from hushnet.privacy import muffliato as mf
-from hushnet.privacy.linear_gaussian import epsilon_of
-from hushnet.privacy.paper.conversions import classic_epsilon_from_rdp_slope
-from hushnet.protocols.gossip_accounting import (
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
+from hushnet.families.gossip.realised import (
     averaging_sensitivities,
     averaging_thm1,
     schedule_from_ledgers,
 )
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.privacy import audit
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.linear_gaussian import epsilon_of
+from hushnet.privacy.paper.conversions import classic_epsilon_from_rdp_slope
 from hushnet.tasks import SumTask
 
 

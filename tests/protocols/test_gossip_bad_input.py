@@ -14,16 +14,15 @@ from hushnet.engine.errors import (
     WrongDimension,
 )
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
-from hushnet.protocols.gossip import (
+from hushnet.families.gossip.build import build_gossip_machines
+from hushnet.families.gossip.machines import FutureRound, StaleRound
+from hushnet.families.gossip.wire import (
     KIND_AVAIL,
     KIND_HEARTBEAT,
     KIND_SKIP,
     KIND_VALUE,
-    FutureRound,
-    StaleRound,
     encode_round,
 )
-from hushnet.protocols.gossip_sim import build_gossip_machines
 
 W = gossip_matrix("er:12:0.4:3")
 NB = sorted(int(j) for j in sp.csr_matrix(W)[0].indices if j != 0)
@@ -166,7 +165,7 @@ def test_a_node_whose_neighbours_never_answer_still_finishes():
 
 
 def test_randomized_bad_input():
-    from hushnet.protocols.gossip_randomized import RandomizedMuffliato
+    from hushnet.families.gossip.randomized import RandomizedMuffliato
 
     tasks, _ = value_tasks(12)
     ms = build_gossip_machines(

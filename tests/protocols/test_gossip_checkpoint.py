@@ -9,14 +9,14 @@ from helpers.gossip import gossip_matrix, value_tasks
 
 from hushnet.engine.actions import Deviation, Fault, LedgerEntry, Send, SetTimer
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
-from hushnet.protocols.gossip import (
+from hushnet.families.gossip.build import build_gossip_machines
+from hushnet.families.gossip.wire import (
     KIND_AVAIL,
     KIND_HEARTBEAT,
     KIND_VALUE,
     decode_round,
     encode_round,
 )
-from hushnet.protocols.gossip_sim import build_gossip_machines
 from hushnet.runs.run_store import pack, unpack
 
 W = gossip_matrix("er:12:0.4:3")

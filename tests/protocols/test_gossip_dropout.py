@@ -7,11 +7,7 @@ import pytest
 import scipy.sparse as sp
 from helpers.gossip import gossip_matrix, noisy_inputs, run, value_tasks
 
-from hushnet.privacy import koskela as ks
-from hushnet.privacy import muffliato as mf
-from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget
-from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
-from hushnet.protocols.gossip_accounting import (
+from hushnet.families.gossip.realised import (
     averaging_sensitivities,
     averaging_thm1,
     certified_report,
@@ -20,6 +16,10 @@ from hushnet.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
+from hushnet.privacy import koskela as ks
+from hushnet.privacy import muffliato as mf
+from hushnet.privacy.ledger import BudgetExceeded, Ledger, LedgerBudget
+from hushnet.privacy.paper import muffliato as pmf  # the printed bounds (labelled "paper")
 
 N = 12
 
@@ -182,7 +182,7 @@ def test_node_that_leaves_mid_run():
 
 
 def test_randomized_muffliato_schedule_replay_and_accounting():
-    from hushnet.protocols.gossip_accounting import (
+    from hushnet.families.gossip.realised import (
         pairwise_schedule_from_ledgers,
         pairwise_sensitivities,
         replay_pairwise,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers.gossip import gossip_matrix, value_tasks
 
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
 from hushnet.sim import Simulator
 
 N = 12

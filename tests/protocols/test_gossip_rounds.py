@@ -9,10 +9,10 @@ import pytest
 from helpers.gossip import gossip_matrix, noisy_inputs, run, value_tasks
 
 from hushnet.engine.rng import node_generators
+from hushnet.families.gossip.build import build_gossip_machines, code_gap, resolve_params
+from hushnet.families.gossip.realised import replay_stream, schedule_from_ledgers
 from hushnet.privacy import muffliato as mf
 from hushnet.privacy.graphs import chebyshev_gamma
-from hushnet.protocols.gossip_accounting import replay_stream, schedule_from_ledgers
-from hushnet.protocols.gossip_sim import build_gossip_machines, code_gap, resolve_params
 from hushnet.protocols.registry import PROTOCOLS, make_machine
 
 
@@ -65,7 +65,7 @@ def test_chebyshev_faster_than_plain():
             params=dict(rounds=250, sigma=0.0, chebyshev=cheb, record_states=True),
             W=W,
         )
-        from hushnet.protocols.gossip_sim import run_gossip
+        from hushnet.families.gossip.build import run_gossip
 
         r = run_gossip(ms)
         states = {}
@@ -137,7 +137,7 @@ def test_muffliato_gd_learns_and_er_per_step_graphs(tmp_path):
         steps=8, K=4, step_size=0.7, sigma=0.05, graph="er-per-step", q=0.35, graph_seed=3
     )
     ms = build_gossip_machines("muffliato-gd", tasks, run_seed=2, params=params)
-    from hushnet.protocols.gossip_sim import run_gossip
+    from hushnet.families.gossip.build import run_gossip
 
     r = run_gossip(ms)
     assert r.status == "finished" and not r.sim.faults

@@ -23,15 +23,15 @@ from hushnet.crypto.masks import FixedPoint
 from hushnet.engine.actions import Metric, Send
 from hushnet.engine.events import MessageArrived
 from hushnet.engine.protocol import Protocol
-from hushnet.privacy import audit
-from hushnet.protocols.gossip import KIND_JOIN, mh_weight
-from hushnet.protocols.gossip_accounting import (
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip
+from hushnet.families.gossip.machines import mh_weight
+from hushnet.families.gossip.realised import (
     averaging_sensitivities,
     replay_averaging,
     schedule_from_ledgers,
 )
-from hushnet.protocols.gossip_secure import KIND_SECAGG
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip
+from hushnet.families.gossip.wire import KIND_JOIN, KIND_SECAGG
+from hushnet.privacy import audit
 from hushnet.protocols.secagg import MASKED, UNMASK_REQ
 
 HDR = struct.Struct("<BQII")
@@ -303,8 +303,13 @@ def test_below_threshold_releases_nothing_and_keeps_own_value():
 def test_secure_bad_input_refused_and_dropouts_replay():
     from hushnet.engine.actions import Fault
     from hushnet.engine.events import RunStarted
-    from hushnet.protocols.gossip import KIND_AVAIL, KIND_VALUE, encode_round
-    from hushnet.protocols.gossip_secure import encode_invite, encode_secagg
+    from hushnet.families.gossip.wire import (
+        KIND_AVAIL,
+        KIND_VALUE,
+        encode_invite,
+        encode_round,
+        encode_secagg,
+    )
 
     n = 4
     W = gossip_matrix("ring:4")

@@ -24,9 +24,9 @@ from helpers.crash import run_with_crash
 from helpers.gossip import gossip_matrix, noisy_inputs, value_tasks
 
 from hushnet.crypto.masks import FixedPoint
-from hushnet.protocols.gossip_accounting import replay_averaging, schedule_from_ledgers
-from hushnet.protocols.gossip_secure import KIND_SECAGG
-from hushnet.protocols.gossip_sim import build_gossip_machines
+from hushnet.families.gossip.build import build_gossip_machines
+from hushnet.families.gossip.realised import replay_averaging, schedule_from_ledgers
+from hushnet.families.gossip.wire import KIND_SECAGG
 from hushnet.protocols.secagg import MASKED
 
 N, T, F = 9, 30, 24

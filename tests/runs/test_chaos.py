@@ -35,11 +35,12 @@ import pytest
 from helpers.runs import write_node_data  # noqa: E402
 
 from hushnet.client.core import AsyncClient, ClientError, RunRefusedError  # noqa: E402
+from hushnet.families.gossip.accounting import realised_curves  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
 from hushnet.net.cluster import LocalCluster  # noqa: E402
 from hushnet.privacy.graphs import parse_graph  # noqa: E402
 from hushnet.privacy.ledger import Ledger  # noqa: E402
 from hushnet.protocols.registry import build_from_spec, transition_matrix  # noqa: E402
-from hushnet.runs.gossip import realised_curves, settle_run  # noqa: E402
 from hushnet.runs.service import LEDGER_FILE  # noqa: E402
 from hushnet.runs.spec import Budget, RunSpec  # noqa: E402
 from hushnet.sim import Simulator  # noqa: E402

@@ -20,11 +20,18 @@ import pytest
 from helpers.gossipnet import noisy_inputs, spec  # noqa: E402
 
 from hushnet.client.core import RunRefusedError  # noqa: E402
+from hushnet.families.gossip.accounting import realised_schedule  # noqa: E402
+from hushnet.families.gossip.node import schedule_records  # noqa: E402
+from hushnet.families.gossip.realised import replay_averaging  # noqa: E402
+from hushnet.families.gossip.wire import (  # noqa: E402
+    KIND_AVAIL,
+    KIND_HEARTBEAT,
+    KIND_SKIP,
+    KIND_VALUE,
+    encode_round,
+)
 from hushnet.net.node import DeliveryError  # noqa: E402
-from hushnet.protocols.gossip import KIND_AVAIL, KIND_HEARTBEAT, KIND_SKIP, KIND_VALUE, encode_round  # noqa: E402
-from hushnet.protocols.gossip_accounting import replay_averaging  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import realised_schedule, schedule_records  # noqa: E402
 from hushnet.runs.service import RUN_PROTOCOL  # noqa: E402
 
 pytestmark = [pytest.mark.integration]

@@ -28,17 +28,17 @@ import pytest
 from helpers.gossipnet import spec  # noqa: E402
 
 from hushnet.client.core import AsyncClient, ClientError  # noqa: E402
-from hushnet.net.cluster import LocalCluster  # noqa: E402
-from hushnet.privacy.ledger import Ledger  # noqa: E402
-from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip import (  # noqa: E402
+from hushnet.families.gossip.accounting import (  # noqa: E402
     certified_sensitivities,
     rdp_curves,
     realised_curves,
     realised_schedule,
-    settle_run,
 )
-from hushnet.runs.gossip_store import STORE_FILE  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
+from hushnet.families.gossip.store import STORE_FILE  # noqa: E402
+from hushnet.net.cluster import LocalCluster  # noqa: E402
+from hushnet.privacy.ledger import Ledger  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs.local_net import write_policy  # noqa: E402
 from hushnet.runs.service import LEDGER_FILE  # noqa: E402
 

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from helpers.gossipnet import sim_records, simulate, spec  # noqa: E402
 
-from hushnet.protocols.gossip_accounting import averaging_sensitivities  # noqa: E402
+from hushnet.families.gossip.accounting import realised_schedule, settled_schedule  # noqa: E402
+from hushnet.families.gossip.realised import averaging_sensitivities  # noqa: E402
+from hushnet.families.gossip.schedule import round_plan  # noqa: E402
+from hushnet.families.gossip.store import ScheduleStore  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip import realised_schedule, round_plan, settled_schedule  # noqa: E402
-from hushnet.runs.gossip_store import ScheduleStore  # noqa: E402
 
 GRAPH = "grid:3x4"
 N = 12

@@ -18,21 +18,19 @@ import numpy as np
 import pytest
 from helpers.gossipnet import ledger_curves, replay_curves, sim_records, spec  # noqa: E402
 
-from hushnet.protocols.gossip_accounting import gd_sensitivity  # noqa: E402
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
-from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import (  # noqa: E402
+from hushnet.families.gossip.accounting import (  # noqa: E402
     GossipCost,
     certified_sensitivities,
     check_network_spec,
-    gossip_params,
-    public_schedule,
-    round_matrices,
-    schedule_records,
-    settle_run,
-    topology,
 )
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip  # noqa: E402
+from hushnet.families.gossip.node import schedule_records  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
+from hushnet.families.gossip.params import gossip_params  # noqa: E402
+from hushnet.families.gossip.realised import gd_sensitivity  # noqa: E402
+from hushnet.families.gossip.schedule import public_schedule, round_matrices, topology  # noqa: E402
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
 from hushnet.tasks.registry import make_task  # noqa: E402
 
 pytestmark = [pytest.mark.integration]

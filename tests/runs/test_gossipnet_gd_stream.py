@@ -22,17 +22,13 @@ import numpy as np
 import pytest
 from helpers.gossipnet import ledger_curves, sim_records, spec  # noqa: E402
 
-from hushnet.protocols.gossip_sim import build_gossip_machines, run_gossip  # noqa: E402
+from hushnet.families.gossip.accounting import PAPER_LABELS, GossipCost, paper_gossip  # noqa: E402
+from hushnet.families.gossip.build import build_gossip_machines, run_gossip  # noqa: E402
+from hushnet.families.gossip.node import schedule_records  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
+from hushnet.families.gossip.params import gossip_params  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import (  # noqa: E402
-    PAPER_LABELS,
-    GossipCost,
-    gossip_params,
-    paper_gossip,
-    schedule_records,
-    settle_run,
-)
 from hushnet.tasks.registry import make_task  # noqa: E402
 
 pytestmark = [pytest.mark.integration]

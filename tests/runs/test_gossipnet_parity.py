@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 from helpers.gossipnet import ledger_curves, replay_curves, sim_records, simulate, spec  # noqa: E402
 
+from hushnet.families.gossip.accounting import GossipCost  # noqa: E402
+from hushnet.families.gossip.node import schedule_records, settle  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import GossipCost, schedule_records, settle, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from helpers.gossipnet import spec  # noqa: E402
 
+from hushnet.families.gossip.accounting import certified_sensitivities, gossip_cost, project_gossip  # noqa: E402
+from hushnet.families.gossip.build import code_gap  # noqa: E402
 from hushnet.privacy.graphs import chebyshev_gamma  # noqa: E402
 from hushnet.privacy.koskela import gossip_stream_loss_matrix  # noqa: E402
 from hushnet.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
-from hushnet.protocols.gossip_sim import code_gap  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip import certified_sensitivities, gossip_cost, project_gossip  # noqa: E402
 
 ALPHA, SIGMA = 4.0, 1.5
 

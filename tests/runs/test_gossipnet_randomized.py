@@ -21,19 +21,16 @@ import numpy as np
 import pytest
 from helpers.gossipnet import ledger_curves, noisy_inputs, replay_curves, simulate, spec  # noqa: E402
 
-from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import (  # noqa: E402
-    GossipCost,
+from hushnet.families.gossip.accounting import GossipCost, check_network_spec, pairwise_row  # noqa: E402
+from hushnet.families.gossip.node import schedule_records, settle  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
+from hushnet.families.gossip.schedule import (  # noqa: E402
     activation_schedule,
-    check_network_spec,
-    pairwise_row,
     public_activations,
     realised_activations,
-    schedule_records,
-    settle,
-    settle_run,
 )
+from hushnet.protocols.registry import transition_matrix  # noqa: E402
+from hushnet.runs import local_net  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -24,10 +24,11 @@ from helpers.gossipnet import spec  # noqa: E402
 from test_gossipnet_durable import _ledger_curves, _stored_rounds, _wait  # noqa: E402
 
 from hushnet.client.core import AsyncClient, ClientError  # noqa: E402
+from hushnet.families.gossip.accounting import realised_curves  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
 from hushnet.net.cluster import LocalCluster  # noqa: E402
 from hushnet.privacy.ledger import Ledger  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
-from hushnet.runs.gossip import realised_curves, settle_run  # noqa: E402
 from hushnet.runs.local_net import write_policy  # noqa: E402
 from hushnet.runs.service import LEDGER_FILE  # noqa: E402
 

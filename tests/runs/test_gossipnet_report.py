@@ -17,11 +17,11 @@ import pytest
 from helpers.gossipnet import spec  # noqa: E402
 
 from hushnet.client.report import RunReport  # noqa: E402
+from hushnet.families.gossip.accounting import paper_sensitivities  # noqa: E402
 from hushnet.families.walk.accounting import RW_PAPER_LABEL  # noqa: E402
 from hushnet.privacy.muffliato import muffliato_gd_loss, muffliato_loss_matrix  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs.accounting import paper_bound  # noqa: E402
-from hushnet.runs.gossip import paper_sensitivities  # noqa: E402
 
 GRAPH = "grid:3x4"
 ALPHA, SIGMA = 3.0, 2.0

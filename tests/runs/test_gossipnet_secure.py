@@ -22,9 +22,11 @@ import pytest
 from helpers.gossipnet import ledger_curves, sim_records, simulate, spec  # noqa: E402
 
 from hushnet.crypto.masks import FixedPoint  # noqa: E402
+from hushnet.families.gossip.accounting import GossipCost, gossip_cost  # noqa: E402
+from hushnet.families.gossip.node import schedule_records  # noqa: E402
+from hushnet.families.gossip.operator import settle_run  # noqa: E402
 from hushnet.protocols.registry import transition_matrix  # noqa: E402
 from hushnet.runs import local_net  # noqa: E402
-from hushnet.runs.gossip import GossipCost, gossip_cost, schedule_records, settle_run  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 

@@ -7,7 +7,7 @@ import pytest
 from helpers.gossip import gossip_matrix, run, value_tasks
 
 from hushnet.engine.actions import LedgerEntry
-from hushnet.sim.batch import BatchUnsupported, run_gossip_batch
+from hushnet.families.gossip.batch import BatchUnsupported, run_gossip_batch
 from hushnet.tasks import LogisticRegressionTask
 
 

@@ -25,20 +25,26 @@ import scipy.sparse.linalg as spla
 
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generators
-from hushnet.families.gossip import FAMILY as GOSSIP
-from hushnet.privacy.graphs import chebyshev_gamma
-from hushnet.privacy.muffliato import randomized_schedule
-from hushnet.protocols.gossip import (
+from hushnet.families.gossip.machines import (
     ERPerStep,
     FixedTopology,
-    GossipOptions,
     MuffliatoAveraging,
     MuffliatoGD,
     StreamingGossip,
     connected_er,
     t_stop,
 )
-from hushnet.protocols.gossip_randomized import RandomizedMuffliato
+from hushnet.families.gossip.params import (
+    GOSSIP_STREAM,
+    LABELS,
+    MUFFLIATO,
+    MUFFLIATO_GD,
+    MUFFLIATO_RANDOMIZED,
+    GossipOptions,
+)
+from hushnet.families.gossip.randomized import RandomizedMuffliato
+from hushnet.privacy.graphs import chebyshev_gamma
+from hushnet.privacy.muffliato import randomized_schedule
 from hushnet.sim import SimResult, Simulator
 from hushnet.tasks.base import Task
 
@@ -53,8 +59,8 @@ __all__ = [
     "run_gossip",
 ]
 
-#: the gossip family's protocols (their one list is :mod:`hushnet.families.gossip`)
-GOSSIP_PROTOCOLS: dict[str, str] = dict(GOSSIP.protocols)
+#: the gossip family's protocols (their one list is :mod:`hushnet.families.gossip.params`)
+GOSSIP_PROTOCOLS: dict[str, str] = dict(LABELS)
 
 _OPTION_KEYS = (
     "timeout",
@@ -117,7 +123,7 @@ def resolve_params(
         return _CACHE[key]
     p = dict(params)
     sigma_abs = float(p.get("noise_std", p.get("sigma", 0.0) * sensitivity))
-    if protocol == "muffliato":
+    if protocol == MUFFLIATO:
         if p.get("graph", "fixed") == "er-per-round" and (
             p.get("rounds", "auto") == "auto" or p.get("chebyshev")
         ):
@@ -128,7 +134,7 @@ def resolve_params(
             p["rounds"] = t_stop(n, code_gap(W), max(sigma_abs, 1e-12))
         if p.get("chebyshev", False) and "gamma" not in p:
             p["gamma"] = chebyshev_gamma(gap=code_gap(W))
-    elif protocol == "muffliato-gd":
+    elif protocol == MUFFLIATO_GD:
         steps = int(p["steps"])
         per_step = p.get("graph", "fixed") == "er-per-step"
         if per_step:
@@ -157,7 +163,7 @@ def resolve_params(
                     1 if per_step else steps
                 )
             p["gammas"] = [chebyshev_gamma(gap=g) for g in gaps]
-    elif protocol == "muffliato-randomized":
+    elif protocol == MUFFLIATO_RANDOMIZED:
         p["schedule"] = randomized_schedule(W, int(p["rounds"]), int(p.get("schedule_seed", 0)))
     _CACHE[key] = p
     if len(_CACHE) > 32:
@@ -202,7 +208,7 @@ def make_gossip_machine(
 
             pairs = simulation_keypairs(int(p.get("key_seed", 0)), n, "share")
             share_key, share_dir = pairs[ctx.node], simulation_directory(pairs)
-        from hushnet.protocols.gossip_secure import attach_secure
+        from hushnet.families.gossip.secure import attach_secure
 
         return attach_secure(m, share_key, share_dir, frac_bits=int(p.get("frac_bits", 24)))
     return _make_plain(protocol, ctx, task, p, W, opt)
@@ -212,7 +218,7 @@ def _make_plain(
     protocol: str, ctx: NodeContext, task: Task, p: dict[str, Any], W, opt: GossipOptions
 ) -> Protocol:
     n = ctx.n
-    if protocol == "muffliato":
+    if protocol == MUFFLIATO:
         if (
             p.get("graph", "fixed") == "er-per-round"
         ):  # [M] App. H.6: a fresh G(n, q) every round, as drawn
@@ -234,9 +240,9 @@ def _make_plain(
             gamma=float(p.get("gamma", 1.0)),
             options=opt,
         )  # type: ignore[arg-type]
-    if protocol == "muffliato-randomized":
+    if protocol == MUFFLIATO_RANDOMIZED:
         return RandomizedMuffliato(ctx, task, p["schedule"], float(p["sigma"]), options=opt)  # type: ignore[arg-type]
-    if protocol == "gossip-stream":
+    if protocol == GOSSIP_STREAM:
         return StreamingGossip(
             ctx,
             FixedTopology(W),

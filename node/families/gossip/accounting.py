@@ -13,10 +13,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
-from hushnet.families.views import VIEWS as ANON_VIEWS
-from hushnet.privacy.conversions import DEFAULT_ORDERS
-from hushnet.privacy.ledger import PrivacyEntry
-from hushnet.protocols.gossip_accounting import (
+from hushnet.families.gossip.params import (
+    GOSSIP_STREAM,
+    MUFFLIATO,
+    MUFFLIATO_GD,
+    NET_GOSSIP,
+    PAIRWISE,
+    STREAM_MAX_CELLS,
+    view_of,
+)
+from hushnet.families.gossip.realised import (
     RealisedSchedule,
     averaging_sensitivities,
     complete_crashed,
@@ -24,10 +30,7 @@ from hushnet.protocols.gossip_accounting import (
     schedule_from_ledgers,
     stream_sensitivity,
 )
-from hushnet.runs.gossip.params import (
-    NET_GOSSIP,
-    PAIRWISE,
-    STREAM_MAX_CELLS,
+from hushnet.families.gossip.schedule import (
     activation_schedule,
     fresh_er,
     public_activations,
@@ -37,15 +40,17 @@ from hushnet.runs.gossip.params import (
     round_matrices,
     round_plan,
     topology,
-    view_of,
 )
+from hushnet.families.views import VIEWS as ANON_VIEWS
+from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
 
 
 def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
     """(1, n) certified ``Δ²(vertex → v)/Δ²`` of randomized Muffliato: the exact projection of observer
     v's view (every value it received, its own noise known) on the activations ``rec`` (default: public)."""
-    from hushnet.protocols.gossip_accounting import pairwise_sensitivities
+    from hushnet.families.gossip.realised import pairwise_sensitivities
 
     sched = activation_schedule(spec, W)
     rec = public_activations(sched) if rec is None else rec
@@ -77,11 +82,11 @@ def certified_sensitivities(
     if sched.rounds != T:
         raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
     n = sched.n
-    if spec.protocol in ("gossip-stream", "muffliato-gd"):
+    if spec.protocol in (GOSSIP_STREAM, MUFFLIATO_GD):
         row = np.zeros(n)
         for v in range(n):
             if v != vertex:
-                if spec.protocol == "gossip-stream":
+                if spec.protocol == GOSSIP_STREAM:
                     res = stream_sensitivity(sched, vertex, v, view=view, exact_limit=0)
                 else:
                     res = gd_sensitivity(sched, vertex, v, phases, gammas, view=view)
@@ -108,16 +113,16 @@ def rdp_curves(sens: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray
 
 #: the report's label of each protocol's paper value, with the spec's warning (gossip.md §1.3.9, §2.5)
 PAPER_LABELS = {
-    "muffliato": (
+    MUFFLIATO: (
         "paper: [M] Theorem 1, eq. (6), t = 0..T-1, unclipped, on the public W — NOT a guarantee: every "
         "message carries the same noise, and summing per-message divergences can be far below the exact "
         "loss (docs/design/spec/gossip.md §1.3.9 errata; e.g. 9.5e-3 where the exact loss is LDP)"
     ),
-    "muffliato-gd": (
+    MUFFLIATO_GD: (
         "paper: [M] Theorem 6, eq. (13), K rounds per step composed over steps, on the public W — NOT a "
         "guarantee: a step's K messages share its noise (docs/design/spec/gossip.md §1.3.9 errata, item 4)"
     ),
-    "gossip-stream": (
+    GOSSIP_STREAM: (
         "paper: [K] Theorem 15 (observer set = closed neighbourhood, observers' noise counted; the "
         "spec's corrected form) — NOT a guarantee: the spec flags its explicit constants as not "
         "following from the proof, and the observer does know its own noise (gossip.md §2.5)"
@@ -135,24 +140,24 @@ def paper_sensitivities(spec: RunSpec, vertex: int, W) -> np.ndarray:
     ``m T/n + 2/(1−ρ)² √(m T/n) + 2/(1−ρ)⁴`` (∞ if W is not primitive;
     :func:`hushnet.privacy.paper.koskela.thm15_sensitivities`).
     """
+    from hushnet.families.gossip.build import mh_matrix
     from hushnet.privacy.paper.koskela import thm15_sensitivities
     from hushnet.privacy.paper.muffliato import thm1_from_source
-    from hushnet.protocols.gossip_sim import mh_matrix
 
     Wc = sp.csr_matrix(W, dtype=float)
     p = resolved(spec, Wc)
-    if spec.protocol == "muffliato":
+    if spec.protocol == MUFFLIATO:
         out = thm1_from_source(Wc, vertex, int(p["rounds"]))
-    elif spec.protocol == "muffliato-gd" and fresh_er(spec):  # Thm 1 on each step's own ER graph
+    elif spec.protocol == MUFFLIATO_GD and fresh_er(spec):  # Thm 1 on each step's own ER graph
         topo = topology(spec, Wc)
         out = sum(
             thm1_from_source(mh_matrix(topo.graph(r)), vertex, int(k))
             for r, k in enumerate(p["ks"])
         )
-    elif spec.protocol == "muffliato-gd":
+    elif spec.protocol == MUFFLIATO_GD:
         eig = np.linalg.eigh(Wc.toarray())
         out = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in p["ks"])
-    elif spec.protocol == "gossip-stream":
+    elif spec.protocol == GOSSIP_STREAM:
         out = thm15_sensitivities(Wc, int(p["rounds"]), aggregate=view_of(spec) == "aggregate")
     else:
         raise ValueError(f"no paper bound for {spec.protocol}")
@@ -179,7 +184,7 @@ def paper_gossip(spec: RunSpec, vertex: int, W=None) -> tuple[np.ndarray, str] |
     if view_of(spec) == "aggregate":
         label += (
             "; aggregate view: [K] Thm 15 with m = 1"
-            if spec.protocol == "gossip-stream"
+            if spec.protocol == GOSSIP_STREAM
             else "; aggregate view: [M] has no such view, its neighbourhood value is shown"
         )
     return row, label
@@ -284,14 +289,14 @@ def project_gossip(
     if why:
         return _refuse(spec, why)
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
-    if spec.protocol in ("gossip-stream", "muffliato-gd", PAIRWISE):
-        T = int(resolved(spec, W)["rounds"]) if spec.protocol != "muffliato-gd" else int(spec.steps)
+    if spec.protocol in (GOSSIP_STREAM, MUFFLIATO_GD, PAIRWISE):
+        T = int(resolved(spec, W)["rounds"]) if spec.protocol != MUFFLIATO_GD else int(spec.steps)
         if spec.protocol == PAIRWISE:
             T //= 8  # the pairwise replay is (activations × n), a few rows per activation
         if T * W.shape[0] > STREAM_MAX_CELLS:
             return _refuse(
                 spec,
-                f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == 'gossip-stream' else 'steps'}"
+                f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == GOSSIP_STREAM else 'steps'}"
                 f"×nodes ({T}×{W.shape[0]} > {STREAM_MAX_CELLS})",
             )
     try:
@@ -373,7 +378,7 @@ class GossipCost:
             )
         k = self.used
         self.used += 1
-        if self.spec.protocol in ("gossip-stream", "muffliato-gd"):
+        if self.spec.protocol in (GOSSIP_STREAM, MUFFLIATO_GD):
             rdp = self.phase_curves[0] if k == 0 else np.zeros_like(self.phase_curves[0])
         elif k < self.phase_curves.shape[0]:
             rdp = self.phase_curves[k]
@@ -434,7 +439,7 @@ def settled_schedule(
 ) -> tuple[RealisedSchedule, dict[int, int]]:
     """The schedule the settlement accounts: the recorded rounds, plus the SAFE completion of every node
     whose (durable) records stop early — a crashed node is assumed to have sent its value of the round
-    it died in to all its neighbours (:func:`~hushnet.protocols.gossip_accounting.complete_crashed`).
+    it died in to all its neighbours (:func:`~hushnet.families.gossip.realised.complete_crashed`).
     Returns the schedule and ``{vertex: first unrecorded round}`` of the completed nodes."""
     from hushnet.protocols.registry import transition_matrix
 

@@ -8,7 +8,7 @@ own activations in schedule order: send its value to the partner of activation t
 partner's value for t, set the average.  Both ends order their shared activations the same way, so
 this never deadlocks; a partner *silent* past the timeout makes the node skip that activation (a
 :class:`~hushnet.engine.actions.Deviation`) and, after ``give_up_after`` misses, stop waiting for it.
-Silence, as in the synchronous rounds (:class:`~hushnet.protocols.gossip.GossipOptions`): a waiting node
+Silence, as in the synchronous rounds (:class:`~hushnet.families.gossip.params.GossipOptions`): a waiting node
 sends ``HEARTBEAT(t)`` (t = the activation it is at) every ``timeout/ticks`` to the partners of its
 remaining activations, and a partner's heartbeat from an *earlier* activation than the one we wait for
 resets the wait — it is legitimately held up (perhaps by a dead node further away), so a crash does not
@@ -36,14 +36,9 @@ from hushnet.engine.actions import (
 )
 from hushnet.engine.errors import MalformedMessage, ReplayedMessage, UnexpectedSender
 from hushnet.engine.protocol import NodeContext, Protocol
-from hushnet.protocols.gossip import (
-    KIND_HEARTBEAT,
-    KIND_VALUE,
-    GossipOptions,
-    StaleRound,
-    decode_round,
-    encode_round,
-)
+from hushnet.families.gossip.machines import StaleRound
+from hushnet.families.gossip.params import MUFFLIATO_RANDOMIZED, GossipOptions
+from hushnet.families.gossip.wire import KIND_HEARTBEAT, KIND_VALUE, decode_round, encode_round
 from hushnet.tasks.base import TaskError, ValueTask
 
 __all__ = ["RandomizedMuffliato"]
@@ -52,7 +47,7 @@ __all__ = ["RandomizedMuffliato"]
 class RandomizedMuffliato(Protocol):
     """One node of Alg. 2.  ``schedule`` is the public (T, 2) activation array (``[-1, -1]`` = idle)."""
 
-    name: ClassVar[str] = "muffliato-randomized"
+    name: ClassVar[str] = MUFFLIATO_RANDOMIZED
 
     def __init__(
         self,

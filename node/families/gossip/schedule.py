@@ -1,5 +1,7 @@
-"""Public parameters of networked gossip runs: machine parameters, the public schedule, fresh
-graphs and randomized Muffliato's activation schedule (no secrets, no accounting).
+"""Public schedules of a gossip run, derived from the spec and the public graph alone: the resolved
+parameters (rounds, γ, per-step K), the schedule where every node is up every round, fresh
+Erdős–Rényi step graphs, randomized Muffliato's activation schedule and the rounds of each noise
+injection.  The projection and the settlement account these (no secrets, no accounting here).
 """
 
 from __future__ import annotations
@@ -10,92 +12,14 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from hushnet.protocols.gossip_accounting import (
-    RealisedSchedule,
-)
+from hushnet.families.gossip.params import MUFFLIATO, MUFFLIATO_GD, gossip_params
+from hushnet.families.gossip.realised import RealisedSchedule
 from hushnet.runs.spec import RunSpec
-
-#: gossip protocols a networked node runs
-NET_GOSSIP = ("muffliato", "muffliato-gd", "gossip-stream", "muffliato-randomized")
-#: the one protocol whose rounds are pairwise activations, not synchronous rounds of W
-PAIRWISE = "muffliato-randomized"
-#: network round defaults: a neighbour silent this long (seconds, heartbeats reset it) is dropped for the round
-NET_TIMEOUT = 2.0
-NET_GIVE_UP = 3
-NET_MAX_AHEAD = 2
-#: stream accounting is dense in (rounds × n): keep the node's projection cheap
-STREAM_MAX_CELLS = 4096
-#: settlement tolerance: a realised loss within this of what was charged is the same loss (float error)
-SETTLE_RTOL, SETTLE_ATOL = 1e-9, 1e-12
-
-
-# ---- machine parameters -------------------------------------------------------------------------
-
-
-def gossip_params(spec: RunSpec) -> dict[str, Any]:
-    """Public machine parameters of a gossip spec (the same dict the simulator gets: the parity input).
-
-    ``steps`` is the number of rounds (averaging, streaming) or of gradient steps (Muffliato-GD, with
-    ``protocol_params.K`` rounds per step); ``sigma`` the noise multiplier; ``protocol_params`` may set
-    ``chebyshev``/``gamma``, ``K``, and the round options ``timeout``, ``max_ahead``,
-    ``give_up_after``, ``ticks`` and ``dropout`` (simulated unavailability, seeded per node).
-    """
-    pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {"sigma": float(spec.sigma)}
-    if spec.protocol == "muffliato-gd":
-        out.update(
-            steps=int(spec.steps),
-            step_size=float(spec.step_size),
-            K=int(pp.get("K", 1)),
-            chebyshev=bool(pp.get("chebyshev", False)),
-        )
-        if (
-            pp.get("graph", "fixed") == "er-per-step"
-        ):  # public: every node draws the same step graphs
-            out.update(graph="er-per-step", graph_seed=int(pp.get("graph_seed", spec.seed)))
-            if "q" in pp:
-                out["q"] = float(pp["q"])
-    elif spec.protocol == PAIRWISE:  # T ticks of the public activation schedule, seeded by the run
-        out.update(
-            rounds=int(pp.get("rounds", spec.steps)),
-            schedule_seed=int(pp.get("schedule_seed", spec.seed)),
-        )
-    else:
-        out["rounds"] = int(pp.get("rounds", spec.steps))
-        if spec.protocol == "gossip-stream":
-            out["step_size"] = float(spec.step_size)
-        elif pp.get("chebyshev"):
-            out["chebyshev"] = True
-    if "gamma" in pp:
-        out["gamma" if spec.protocol != "muffliato-gd" else "gammas"] = (
-            float(pp["gamma"])
-            if spec.protocol != "muffliato-gd"
-            else [float(pp["gamma"])] * int(spec.steps)
-        )
-    out["timeout"] = float(pp.get("timeout", NET_TIMEOUT))
-    out["max_ahead"] = int(pp.get("max_ahead", NET_MAX_AHEAD))
-    out["give_up_after"] = int(pp.get("give_up_after", NET_GIVE_UP))
-    for k in ("ticks",):
-        if k in pp:
-            out[k] = int(pp[k])
-    if "dropout" in pp:
-        out["dropout"] = float(pp["dropout"])
-    if (
-        view_of(spec) == "aggregate"
-    ):  # the aggregate view is licensed only by the mechanism: both or neither
-        out["secure_summation"] = True
-        if "frac_bits" in pp:
-            out["frac_bits"] = int(pp["frac_bits"])
-    return out
-
-
-def view_of(spec: RunSpec) -> str:
-    return str(spec.protocol_params.get("view", "neighbourhood"))
 
 
 def resolved(spec: RunSpec, W, sensitivity: float = 1.0) -> dict[str, Any]:
     """The concrete public parameters (rounds, γ, per-step K) every node and the simulator derive alike."""
-    from hushnet.protocols.gossip_sim import resolve_params
+    from hushnet.families.gossip.build import resolve_params
 
     return resolve_params(spec.protocol, gossip_params(spec), W, W.shape[0], sensitivity)
 
@@ -134,7 +58,7 @@ def public_schedule(W, rounds: int) -> RealisedSchedule:
 def fresh_er(spec: RunSpec) -> bool:
     """Does the spec ask for a fresh public Erdős–Rényi graph per gradient step ([M] Fig. 1c)?"""
     return (
-        spec.protocol == "muffliato-gd"
+        spec.protocol == MUFFLIATO_GD
         and spec.protocol_params.get("graph", "fixed") == "er-per-step"
     )
 
@@ -142,7 +66,7 @@ def fresh_er(spec: RunSpec) -> bool:
 def topology(spec: RunSpec, W):
     """The round topology the machines use: the network's links, or the step's ER graph (a subgraph of a
     complete network) — who a node may have sent its value to in round t."""
-    from hushnet.protocols.gossip import ERPerStep, FixedTopology
+    from hushnet.families.gossip.machines import ERPerStep, FixedTopology
 
     if fresh_er(spec):
         p = resolved(spec, W)
@@ -161,7 +85,7 @@ def round_matrices(spec: RunSpec, W) -> Any:
     (what both ends of a round rebuild from the announced degrees when nobody drops out)."""
     if not fresh_er(spec):
         return W
-    from hushnet.protocols.gossip_sim import mh_matrix
+    from hushnet.families.gossip.build import mh_matrix
 
     topo = topology(spec, W)
     per_step = [mh_matrix(topo.graph(r)) for r in range(len(topo.ks))]
@@ -242,10 +166,10 @@ def realised_activations(
 def round_plan(spec: RunSpec, W) -> tuple[list[list[int]], list[np.ndarray]]:
     """Rounds of each noise injection and their γ per round: one phase for averaging, one per step for GD."""
     p = resolved(spec, W)
-    if spec.protocol == "muffliato":
+    if spec.protocol == MUFFLIATO:
         T = int(p["rounds"])
         return [list(range(T))], [np.full(T, float(p.get("gamma", 1.0)))]
-    if spec.protocol == "muffliato-gd":
+    if spec.protocol == MUFFLIATO_GD:
         ks = [int(k) for k in p["ks"]]
         gs = p.get("gammas") or [1.0] * len(ks)
         T = sum(ks)

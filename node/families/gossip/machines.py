@@ -30,11 +30,11 @@ so a node that leaves mid-run costs a few timeouts, never a hang.
 
 **The schedule goes into the ledger.**  Every round closes with a ``LedgerEntry(kind="schedule")``
 holding the node's actual row of ``W_t`` and the list of neighbours it sent its message to.  The
-accountant (:mod:`hushnet.protocols.gossip_accounting`) rebuilds the realised ``W_0..W_{T-1}`` and every
+accountant (:mod:`hushnet.families.gossip.realised`) rebuilds the realised ``W_0..W_{T-1}`` and every
 observer's view from these entries, so what is certified is what really happened.  Views are built
 from *sender-side* records: a value a receiver refused as late is still in its view.
 
-**Secure neighbourhood summation** (:mod:`hushnet.protocols.gossip_secure`, attached with
+**Secure neighbourhood summation** (:mod:`hushnet.families.gossip.secure`, attached with
 ``attach_secure`` before the machine starts): phase 2 sends ``JOIN(t, |H|)`` — the VALUE message
 without the value — and a third phase runs one SecAgg sum per node over the neighbours that joined;
 the round closes when the node's own sum is released (its row = the survivors) or aborted (row
@@ -46,8 +46,6 @@ after the last round it stays until its memberships in its neighbours' last sums
 from __future__ import annotations
 
 import math
-import struct
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
@@ -69,19 +67,24 @@ from hushnet.engine.errors import (
     ProtocolError,
     ReplayedMessage,
     UnexpectedSender,
-    WrongDimension,
 )
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.gossip.params import GOSSIP_STREAM, MUFFLIATO, MUFFLIATO_GD, GossipOptions
+from hushnet.families.gossip.wire import (
+    KIND_AVAIL,
+    KIND_HEARTBEAT,
+    KIND_JOIN,
+    KIND_SKIP,
+    KIND_VALUE,
+    SECURE_KINDS,
+    decode_round,
+    encode_round,
+)
 from hushnet.tasks.base import GradientTask, Task, TaskError, ValueTask
 
 __all__ = [
-    "KIND_AVAIL",
-    "KIND_VALUE",
-    "KIND_SKIP",
-    "KIND_JOIN",
     "StaleRound",
     "FutureRound",
-    "GossipOptions",
     "Topology",
     "FixedTopology",
     "ERPerStep",
@@ -89,31 +92,11 @@ __all__ = [
     "MuffliatoAveraging",
     "MuffliatoGD",
     "StreamingGossip",
-    "encode_round",
-    "decode_round",
     "mh_weight",
     "connected_er",
     "er_graph",
     "t_stop",
 ]
-
-# ---- wire format --------------------------------------------------------------------------------
-
-KIND_AVAIL = 16
-KIND_VALUE = 17
-KIND_SKIP = 18
-KIND_HEARTBEAT = 19
-KIND_JOIN = (
-    20  # secure summation: "my value goes into your sum" (a VALUE without the value), aux = degree
-)
-_KINDS = (KIND_AVAIL, KIND_VALUE, KIND_SKIP, KIND_HEARTBEAT, KIND_JOIN)
-KIND_INVITE = 21  # secure summation: a leader's member list (hushnet.protocols.gossip_secure)
-KIND_SECAGG = 22  # secure summation: one SecAgg message of the sum led by ``aux``
-_SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
-_HDR = struct.Struct(
-    "<BQII"
-)  # kind, round, aux (AVAIL: up flag; VALUE/JOIN: announced degree), dim
-_F64 = np.dtype("<f8")
 
 
 class StaleRound(ProtocolError):
@@ -126,49 +109,6 @@ class FutureRound(ProtocolError):
     """A round message too far ahead of this node's round to be a legitimate early arrival."""
 
     code = "future-round"
-
-
-def encode_round(kind: int, rnd: int, aux: int, vector: np.ndarray | None = None) -> bytes:
-    if vector is None:
-        return _HDR.pack(kind, rnd, aux, 0)
-    v = np.ascontiguousarray(vector, dtype=_F64)
-    return _HDR.pack(kind, rnd, aux, v.shape[0]) + v.tobytes()
-
-
-def decode_round(payload: bytes, dim: int) -> tuple[int, int, int, np.ndarray | None]:
-    """Strict parse: known kind, complete header, VALUE of exactly the run's dimension, finite values."""
-    if len(payload) < _HDR.size:
-        raise MalformedMessage(
-            f"gossip message too short ({len(payload)} bytes, header needs {_HDR.size})"
-        )
-    kind, rnd, aux, d = _HDR.unpack_from(payload)
-    if kind not in _KINDS:
-        raise MalformedMessage(f"unknown gossip message kind {kind}")
-    body = len(payload) - _HDR.size
-    if kind != KIND_VALUE:
-        if d != 0 or body != 0:
-            raise MalformedMessage("AVAIL/SKIP/HEARTBEAT/JOIN messages carry no vector")
-        if kind == KIND_AVAIL and aux not in (0, 1):
-            raise MalformedMessage(f"availability flag must be 0 or 1, got {aux}")
-        if kind == KIND_JOIN and aux < 1:
-            raise MalformedMessage(
-                "a JOIN sender announces at least one heard neighbour (the receiver)"
-            )
-        return kind, rnd, aux, None
-    if d != dim:
-        raise WrongDimension(f"round value has dimension {d}, this run's model has dimension {dim}")
-    if body != 8 * d:
-        raise MalformedMessage(f"round value declares {d} float64 values but carries {body} bytes")
-    vec = np.frombuffer(payload, dtype=_F64, count=d, offset=_HDR.size).copy()
-    if not np.isfinite(vec.sum()) and not np.all(
-        np.isfinite(vec)
-    ):  # the sum is finite iff all are (barring overflow)
-        raise MalformedMessage("round value contains NaN or infinity")
-    if aux < 1:
-        raise MalformedMessage(
-            "a VALUE sender announces at least one heard neighbour (the receiver)"
-        )
-    return kind, rnd, aux, vec
 
 
 def mh_weight(deg_a: int, deg_b: int) -> float:
@@ -275,44 +215,6 @@ class ERPerStep(Topology):
         return a.indices[a.indptr[node] : a.indptr[node + 1]]
 
 
-# ---- options ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GossipOptions:
-    """Transport-facing options of a round (public, part of the run spec).
-
-    ``timeout``: how long a neighbour may stay *silent* while awaited before it counts as dropped for
-    the round (virtual seconds in the simulator).  Silence, not phase length: a node that is itself
-    waiting sends ``HEARTBEAT`` every ``timeout/ticks`` seconds, so a live neighbour held up by a dead
-    one further away is never mistaken for a dropout (fixed phase deadlines would cascade);
-    ``max_ahead``: how many rounds ahead a message may be and still be buffered;
-    ``give_up_after``: consecutive silent rounds after which a neighbour is declared gone;
-    ``ticks``: timer ticks per timeout; ``record_steps``: Muffliato-GD emits its model after every
-    gradient step as a ``model`` metric (simulation traces only);
-    ``dropout``: probability that this node announces itself unavailable for a round (the
-    *simulated* user dropouts of [M] App. H.6, drawn from a child of the node's generator so the
-    noise stream is unchanged); ``record_states``: emit the state after every round as a
-    ``state`` metric (simulation traces only — a state is an extra release, docs/design/spec/randomwalk.md §E.1).
-    """
-
-    timeout: float = 0.05
-    max_ahead: int = 2
-    give_up_after: int = 3
-    dropout: float = 0.0
-    record_states: bool = False
-    ticks: int = 4
-    record_steps: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.timeout > 0:
-            raise ValueError("timeout must be > 0")
-        if self.max_ahead < 1 or self.give_up_after < 1 or self.ticks < 1:
-            raise ValueError("max_ahead and give_up_after must be >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError("dropout must lie in [0, 1)")
-
-
 # ---- the round machine --------------------------------------------------------------------------
 
 _A, _B, _C, _Z = (
@@ -368,7 +270,7 @@ class GossipMachine(Protocol):
         self._up_next = True
         self._silence: dict[int, int] = {}
         self.schedule: list[dict[str, Any]] = []  # this node's realised rows (also in the ledger)
-        #: secure neighbourhood summation (hushnet.protocols.gossip_secure.attach_secure), None for plain gossip
+        #: secure neighbourhood summation (hushnet.families.gossip.secure.attach_secure), None for plain gossip
         self.secure: Any = None
         self._draining = False
         self._late: list[int] = []
@@ -401,7 +303,7 @@ class GossipMachine(Protocol):
     def on_message(self, src: int, payload: bytes) -> list[Action]:
         if self.finished:
             raise StaleRound(f"run {self.ctx.run_id} already finished at node {self.ctx.node}")
-        if payload[:1] and payload[0] in _SECURE_KINDS:
+        if payload[:1] and payload[0] in SECURE_KINDS:
             if self.secure is None:
                 raise MalformedMessage("secure-summation message in a plain gossip run")
             if src in self.gone:
@@ -775,7 +677,7 @@ class GossipMachine(Protocol):
     def durable(self) -> bool:  # type: ignore[override]
         """Plain gossip and secure summation alike (issue 14).  Secure summation checkpoints its
         memberships and led sums' records, never their SecAgg sessions (one-time secrets): a restarted
-        node is a dropout of the sums in flight (:meth:`~hushnet.protocols.gossip_secure.SecureNeighbourhood.restore`)."""
+        node is a dropout of the sums in flight (:meth:`~hushnet.families.gossip.secure.SecureNeighbourhood.restore`)."""
         return True
 
     def checkpoint(self) -> dict[str, Any]:
@@ -913,7 +815,7 @@ class MuffliatoAveraging(GossipMachine):
     task's sensitivity), then ``rounds`` gossip rounds; ``gamma`` (1 = plain) is the public Chebyshev
     coefficient, applied from round 1 on (Def. 3).  The result is the node's estimate of the mean."""
 
-    name: ClassVar[str] = "muffliato"
+    name: ClassVar[str] = MUFFLIATO
 
     def __init__(
         self,
@@ -974,7 +876,7 @@ class MuffliatoGD(GossipMachine):
     norm) for the Fig. 1c reproduction only.
     """
 
-    name: ClassVar[str] = "muffliato-gd"
+    name: ClassVar[str] = MUFFLIATO_GD
 
     def __init__(
         self,
@@ -1068,7 +970,7 @@ class StreamingGossip(GossipMachine):
     ``θ ← Σ_j W_ij m_j``.  With a value task ``x_t = value(t)`` and ``u_t ~ N(0, (σΔ)²)``; with a
     gradient task it is DP-GD with gossip averaging: ``x_t = −η∇f(θ)``, ``u_t = −η ξ_t``, ``ξ_t ~ N(0, (σΔ)²)``."""
 
-    name: ClassVar[str] = "gossip-stream"
+    name: ClassVar[str] = GOSSIP_STREAM
 
     def __init__(
         self,

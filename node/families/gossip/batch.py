@@ -1,6 +1,6 @@
 """Batch drivers: a whole gossip run as array operations, equal to the per-node machines.
 
-The per-node machines (:mod:`hushnet.protocols.gossip`) are what a networked node runs, and the event
+The per-node machines (:mod:`hushnet.families.gossip.machines`) are what a networked node runs, and the event
 simulator runs them faithfully — with envelopes, availability rounds, timers and every node's own
 bookkeeping.  That costs about a millisecond per node per round, so a Muffliato run at the papers'
 sizes (n = 2048–4000, hundreds of rounds) takes minutes in the simulator where the authors' numpy
@@ -32,10 +32,11 @@ import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
 from hushnet.engine.rng import node_generators
+from hushnet.families.gossip.params import GOSSIP_STREAM, MUFFLIATO, MUFFLIATO_GD
 from hushnet.tasks.base import GradientTask, Task, ValueTask
 
 #: protocols the batch driver runs (fixed graph, every node up)
-BATCH_PROTOCOLS = ("muffliato", "muffliato-gd", "gossip-stream")
+BATCH_PROTOCOLS = (MUFFLIATO, MUFFLIATO_GD, GOSSIP_STREAM)
 
 
 class BatchUnsupported(ValueError):
@@ -53,7 +54,7 @@ class BatchRun:
 
 
 def _mixing(W: Any) -> sp.csr_matrix:
-    from hushnet.protocols.gossip_sim import mh_matrix
+    from hushnet.families.gossip.build import mh_matrix
 
     if W is None:
         raise BatchUnsupported("the batch driver needs the public gossip matrix W (a fixed graph)")
@@ -89,9 +90,9 @@ def run_gossip_batch(
     """Run ``protocol`` on ``tasks`` (node v holds ``tasks[v]``) as array operations.
 
     ``params`` are the protocol's public parameters as for the machines (``rounds="auto"``, ``K="auto"``
-    and ``chebyshev`` are resolved the same way, by :func:`hushnet.protocols.gossip_sim.resolve_params`).
+    and ``chebyshev`` are resolved the same way, by :func:`hushnet.families.gossip.build.resolve_params`).
     """
-    from hushnet.protocols.gossip_sim import resolve_params
+    from hushnet.families.gossip.build import resolve_params
 
     n = len(tasks)
     if n == 0:
@@ -117,7 +118,7 @@ def run_gossip_batch(
         return np.stack([gens[v].standard_normal(dim) for v in range(n)]) * std[:, None]
 
     entries: list[list[LedgerEntry]] = [[] for _ in range(n)]
-    if protocol == "muffliato":
+    if protocol == MUFFLIATO:
         if not all(isinstance(t, ValueTask) for t in tasks):
             raise BatchUnsupported("muffliato averages values: every node needs a value task")
         rounds, gamma, sigma = int(p["rounds"]), float(p.get("gamma", 1.0)), float(p["sigma"])
@@ -132,7 +133,7 @@ def run_gossip_batch(
             prev, X = X, nxt
         return BatchRun(protocol, X, rounds, entries)
 
-    if protocol == "gossip-stream":
+    if protocol == GOSSIP_STREAM:
         rounds, sigma, eta = int(p["rounds"]), float(p["sigma"]), float(p.get("step_size", 1.0))
         grad = all(isinstance(t, GradientTask) for t in tasks)
         if not grad and not all(isinstance(t, ValueTask) for t in tasks):

@@ -136,7 +136,7 @@ def complete_crashed(
 ) -> dict[int, int]:
     """Account the rounds a crashed node did not record, in the SAFE direction (in place).
 
-    A node's durable records are a prefix of its rounds (:mod:`hushnet.runs.gossip_store`: a round's
+    A node's durable records are a prefix of its rounds (:mod:`hushnet.families.gossip.store`: a round's
     record is on disk before the next round's value leaves).  If node v recorded rounds ``0..c−1``
     only, then in round c it may have sent its value — ``P_c[v]``, fixed by its recorded rows — to any
     of its neighbours before dying, and after round c it sent nothing.  So the replay assumes v sent

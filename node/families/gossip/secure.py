@@ -5,7 +5,7 @@ its closed neighbourhood's messages.  With secure summation a node ``i`` learns 
 to compute its next state, ``Σ_j W_t[i,j] m_j``: it *leads* one SecAgg round
 (:class:`hushnet.protocols.secagg.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
 neighbourhood and is a *member* of each neighbour's round.  This module composes those sub-machines
-inside a :class:`~hushnet.protocols.gossip.GossipMachine` (sans-IO, the same code in the simulator and
+inside a :class:`~hushnet.families.gossip.machines.GossipMachine` (sans-IO, the same code in the simulator and
 in a networked node); the gossip machine keeps the availability phase, heartbeats, timeouts,
 buffering and the schedule ledger records.
 
@@ -69,26 +69,23 @@ from hushnet.crypto.keys import KeyDirectory, KeyPair
 from hushnet.engine.actions import Action, CancelTimer, Finish, LedgerEntry, Metric, Send, SetTimer
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
-from hushnet.protocols.gossip import KIND_INVITE, KIND_SECAGG, GossipMachine, mh_weight
+from hushnet.families.gossip.machines import GossipMachine, mh_weight
+from hushnet.families.gossip.wire import (
+    KIND_INVITE,
+    decode_members,
+    decode_secure,
+    encode_invite,
+    encode_secagg,
+)
 from hushnet.protocols.secagg import ABORT, SecAggMachine, SecAggParams
 
 __all__ = [
-    "KIND_INVITE",
-    "KIND_SECAGG",
-    "SECURE_KINDS",
     "SecureNeighbourhood",
     "secure_threshold",
     "attach_secure",
-    "encode_invite",
-    "encode_secagg",
     "ACCOUNTING_LABEL",
 ]
 
-SECURE_KINDS = (KIND_INVITE, KIND_SECAGG)
-_HDR = struct.Struct(
-    "<BQII"
-)  # kind, round, aux (INVITE: leader's degree; SECAGG: leader vertex), body length
-_U32 = struct.Struct("<I")
 #: what the run report says when this mechanism is on
 ACCOUNTING_LABEL = "aggregate (secure neighbourhood summation)"
 _DRAIN = "Zsecure"
@@ -97,27 +94,6 @@ _DRAIN = "Zsecure"
 def secure_threshold(members: int) -> int:
     """SecAgg threshold of a neighbourhood sum: an honest majority of the members, at least 2."""
     return max(2, members // 2 + 1)
-
-
-def encode_invite(rnd: int, degree: int, members: list[int]) -> bytes:
-    body = b"".join(_U32.pack(int(v)) for v in sorted(members))
-    return _HDR.pack(KIND_INVITE, rnd, degree, len(body)) + body
-
-
-def encode_secagg(rnd: int, leader: int, data: bytes) -> bytes:
-    return _HDR.pack(KIND_SECAGG, rnd, leader, len(data)) + data
-
-
-def _decode(payload: bytes) -> tuple[int, int, int, bytes]:
-    if len(payload) < _HDR.size:
-        raise MalformedMessage(f"secure gossip message too short ({len(payload)} bytes)")
-    kind, rnd, aux, n = _HDR.unpack_from(payload)
-    body = payload[_HDR.size :]
-    if len(body) != n:
-        raise MalformedMessage(
-            f"secure gossip message declares {n} body bytes, carries {len(body)}"
-        )
-    return kind, rnd, aux, body
 
 
 class SecureNeighbourhood:
@@ -261,7 +237,7 @@ class SecureNeighbourhood:
     # ---- messages and timers -------------------------------------------------------------------
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
-        kind, t, aux, body = _decode(payload)
+        kind, t, aux, body = decode_secure(payload)
         m, me = self.m, self.m.ctx.node
         if t >= m.rounds:
             raise MalformedMessage(f"round {t} outside 0..{m.rounds - 1}")
@@ -301,9 +277,7 @@ class SecureNeighbourhood:
 
     def _invited(self, leader: int, t: int, deg_leader: int, body: bytes) -> list[Action]:
         me = self.m.ctx.node
-        if len(body) % 4:
-            raise MalformedMessage("invite member list is not a list of u32 vertices")
-        members = [int(x) for (x,) in _U32.iter_unpack(body)]
+        members = decode_members(body)
         if (t, leader) in self.subs or (t, leader) in self.invited:
             # (invited survives a restart, the session does not: never a second masked input for a sum)
             raise MalformedMessage(f"second invite to node {leader}'s round-{t} sum")

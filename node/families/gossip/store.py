@@ -12,7 +12,7 @@ the run.  This store keeps them in the node's state directory, in SQLite like th
   hook *before* the actions after it run — in particular before the next round's value is sent.
 
 That ordering is the invariant the conservative settlement rests on
-(:func:`hushnet.protocols.gossip_accounting.complete_crashed`): the durable records of a node are a
+(:func:`hushnet.families.gossip.realised.complete_crashed`): the durable records of a node are a
 *prefix* of its rounds, and a node can have sent a value only in the rounds it recorded plus, at
 most, the one round in progress when it died (the value of round t leaves before round t's record,
 the value of round t+1 only after it).  If the write fails the driver stops the run: no value leaves
@@ -113,7 +113,7 @@ class ScheduleStore:
     def journal(self, run_id: str) -> Callable[[EngineEntry], None]:
         """The node driver's journal hook: persists ``schedule`` entries, ignores the others (the privacy
         ledger already persists data entries)."""
-        from hushnet.runs.gossip import schedule_records
+        from hushnet.families.gossip.node import schedule_records
 
         def write(ev: EngineEntry) -> None:
             for rec in schedule_records([ev]):

@@ -1,14 +1,20 @@
-"""Gossip runs over the real network: machine parameters, projector, ledger charges, settlement.
+"""Gossip averaging and optimisation with local noise: Muffliato (averaging, randomized, GD) and
+streaming gossip DP-GD (Koskela–Kulkarni).  Certified views: ``docs/design/spec/gossip.md``.
 
-Modules: :mod:`~hushnet.runs.gossip.params` (public parameters and schedules),
-:mod:`~hushnet.runs.gossip.accountant` (the certified maths, projection and cost),
-:mod:`~hushnet.runs.gossip.node` (machine builder, journal, settlement on the node) and
-:mod:`~hushnet.runs.gossip.operator` (the operator's settlement call).
+The package: :mod:`.params` (names, network defaults, spec → machine parameters), :mod:`.machines`
+(the synchronous round machine and Muffliato / Muffliato-GD / streaming gossip), :mod:`.randomized`
+(randomized Muffliato), :mod:`.secure` (secure neighbourhood summation inside the rounds), :mod:`.wire`
+(round and secure-summation messages), :mod:`.build` (machines by name, simulator runs),
+:mod:`.batch` (a whole run as array operations, for the papers' sizes), :mod:`.schedule` (public
+schedules), :mod:`.realised` (exact accounting of a recorded schedule), :mod:`.accounting`
+(projection, ledger cost, the papers' values), :mod:`.store` (durable schedule records), :mod:`.node`
+(machine builder, journal, settlement on the node) and :mod:`.operator` (the operator's settlement
+call).  This module stays light: the family list is imported by every node process, so the parts are
+imported inside the methods.
 
-The sans-IO gossip machines (:mod:`hushnet.protocols.gossip`) already run the two-phase round
-(availability, then values), buffer early messages, time out silent neighbours and record every
-round's realised row of ``W_t`` as a ``schedule`` ledger action.  This module plugs them into a
-node's run service (through :mod:`hushnet.families.gossip`, which the run service asks):
+The sans-IO gossip machines (:mod:`.machines`) run the two-phase round (availability, then values),
+buffer early messages, time out silent neighbours and record every round's realised row of ``W_t``
+as a ``schedule`` ledger action.  The family plugs them into a node's run service:
 
 * **machine parameters** (:func:`gossip_params`) from the spec's public fields and
   ``[run.protocol_params]``, with *network* round timeouts (seconds, not the simulator's 50 ms);
@@ -16,7 +22,7 @@ node's run service (through :mod:`hushnet.families.gossip`, which the run servic
   public gossip matrix of the spec's graph;
 * a **projector** (:func:`project_gossip`): before accepting, the node
   computes its certified row with the *exact* accountant of the recorded-schedule module
-  (:mod:`hushnet.protocols.gossip_accounting`) on the public schedule (every node up every round);
+  (:mod:`hushnet.families.gossip.realised`) on the public schedule (every node up every round);
 * a **cost** (:func:`gossip_cost`): what the node's persistent ledger is
   charged when its noisy data first leaves (the projected certified curves — the whole run for
   averaging and streaming, one step at a time for Muffliato-GD);
@@ -32,7 +38,7 @@ node's run service (through :mod:`hushnet.families.gossip`, which the run servic
 **Which view.**  ``protocol_params.view`` is ``"neighbourhood"`` (default, plain gossip: every round
 value travels in the clear over the node's TLS links, so an observer sees every message of its
 closed neighbourhood) or ``"aggregate"``: the rounds then run **secure neighbourhood summation**
-(:mod:`hushnet.protocols.gossip_secure`: each node leads one SecAgg sum per round over the neighbours
+(:mod:`hushnet.families.gossip.secure`: each node leads one SecAgg sum per round over the neighbours
 it heard, keyed with the nodes' long-term X25519 keys from the directory, and learns only
 ``Σ_j W_t[i,j] m_j``), and — only then — the exact accountant uses the aggregate view ``S = e_iᵀ``
 (the observer's own messages and the weighted sums it mixed).  The view is one switch: it turns the
@@ -53,7 +59,7 @@ active.  An activation of {i, j} is one pairwise exchange over that link; a node
 activations in schedule order, buffers values for later ones, and skips an activation whose partner
 stays silent past the timeout (recorded on its end as not used; after ``give_up_after`` misses the
 partner is gone).  Projection and cost: the certified pairwise accountant
-(:func:`~hushnet.protocols.gossip_accounting.pairwise_sensitivities`, exact projection of each observer's
+(:func:`~hushnet.families.gossip.realised.pairwise_sensitivities`, exact projection of each observer's
 received values) on the public schedule, charged at the noisy input; settlement on the realised
 activations, with the same safe completion as the rounds (a node whose records stop is assumed to have
 sent at its next activation; a value a partner used was sent).  Only the neighbourhood view: a pair
@@ -71,80 +77,55 @@ simulator-only.
 
 from __future__ import annotations
 
-from hushnet.runs.gossip.accountant import (
-    PAPER_LABELS,
-    GossipCost,
-    accounting_view,
-    certified_sensitivities,
-    check_network_spec,
-    gossip_cost,
-    pairwise_row,
-    paper_gossip,
-    paper_sensitivities,
-    project_gossip,
-    rdp_curves,
-    realised_curves,
-    realised_schedule,
-    settled_schedule,
-)
-from hushnet.runs.gossip.node import (
-    build_gossip,
-    c_schedule,
-    c_settle,
-    gossip_journal,
-    schedule_records,
-    settle,
-    settle_recovered,
-)
-from hushnet.runs.gossip.operator import settle_run
-from hushnet.runs.gossip.params import (
-    NET_GOSSIP,
-    PAIRWISE,
-    activation_schedule,
-    fresh_er,
-    gossip_params,
-    public_activations,
-    public_schedule,
-    realised_activations,
-    round_matrices,
-    round_plan,
-    topology,
-    view_of,
-)
+from typing import Any
 
-__all__ = [
-    "NET_GOSSIP",
-    "PAIRWISE",
-    "fresh_er",
-    "topology",
-    "round_matrices",
-    "activation_schedule",
-    "public_activations",
-    "realised_activations",
-    "pairwise_row",
-    "gossip_params",
-    "view_of",
-    "public_schedule",
-    "round_plan",
-    "certified_sensitivities",
-    "rdp_curves",
-    "project_gossip",
-    "accounting_view",
-    "check_network_spec",
-    "GossipCost",
-    "gossip_cost",
-    "build_gossip",
-    "schedule_records",
-    "realised_schedule",
-    "settled_schedule",
-    "realised_curves",
-    "settle",
-    "settle_recovered",
-    "settle_run",
-    "gossip_journal",
-    "PAPER_LABELS",
-    "paper_sensitivities",
-    "paper_gossip",
-    "c_schedule",
-    "c_settle",
-]
+from hushnet.families.base import Family
+from hushnet.families.gossip.params import LABELS
+
+
+class GossipFamily(Family):
+    name = "gossip"
+    protocols = dict(LABELS)
+
+    def machine_params(self, spec) -> dict[str, Any]:
+        from hushnet.families.gossip.params import gossip_params
+
+        return gossip_params(spec)
+
+    def make_machine(self, protocol, ctx, task, params, *, W, options, run_seed):
+        from hushnet.families.gossip.build import make_gossip_machine
+
+        return make_gossip_machine(protocol, ctx, task, params, W, options)
+
+    def node_machine(self, node, spec, vertex, ids, task, W, options):
+        from hushnet.families.gossip.node import build_gossip
+
+        return build_gossip(node, spec, vertex, ids, task, W, options)
+
+    def project(self, spec, vertex, local, W):
+        from hushnet.families.gossip.accounting import project_gossip
+
+        return project_gossip(spec, vertex, local, W)
+
+    def cost(self, spec, vertex, ids, W, orders):
+        from hushnet.families.gossip.accounting import gossip_cost
+
+        return gossip_cost(spec, vertex, ids, W, orders)
+
+    def paper_bound(self, spec, vertex, contributions, W):
+        from hushnet.families.gossip.accounting import paper_gossip
+
+        return paper_gossip(spec, vertex, W)
+
+    def journal(self, service, spec, vertex, ids):
+        from hushnet.families.gossip.node import gossip_journal
+
+        return gossip_journal(service, spec, vertex, ids)
+
+    def commands(self):
+        from hushnet.families.gossip.node import c_schedule, c_settle
+
+        return {"run.schedule": c_schedule, "run.settle": c_settle}
+
+
+FAMILY = GossipFamily()

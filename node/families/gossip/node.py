@@ -10,14 +10,14 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
-from hushnet.privacy.ledger import BudgetExceeded, PrivacyEntry
-from hushnet.runs.gossip.accountant import (
+from hushnet.families.gossip.accounting import (
     GossipCost,
     check_network_spec,
     realised_curves,
     settled_schedule,
 )
-from hushnet.runs.gossip.params import SETTLE_ATOL, SETTLE_RTOL, gossip_params, view_of
+from hushnet.families.gossip.params import SETTLE_ATOL, SETTLE_RTOL, gossip_params, view_of
+from hushnet.privacy.ledger import BudgetExceeded, PrivacyEntry
 from hushnet.runs.spec import RunSpec
 
 # ---- machine builder ----------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def _own_records(service, run) -> list[dict[str, Any]]:
     """The node's own schedule records of a run it holds: from memory, or — for a run restored after a
     restart, whose rounds before the crash are no longer in memory — from its durable store."""
     if getattr(run, "restored", 0):
-        from hushnet.runs.gossip_store import store_for
+        from hushnet.families.gossip.store import store_for
 
         return store_for(service.state_dir).records(run.run_id)
     return schedule_records(run.engine_entries)
@@ -268,8 +268,8 @@ def settle_recovered(
     """Settle a run this node no longer holds in memory (its process restarted): the spec and the node's
     own records come from its durable store, what it was charged from its persistent ledger (so settling
     twice tops up nothing the second time)."""
+    from hushnet.families.gossip.store import store_for
     from hushnet.protocols.registry import transition_matrix
-    from hushnet.runs.gossip_store import store_for
 
     st = store_for(service.state_dir)
     got = st.run(run_id)
@@ -304,7 +304,7 @@ def settle_recovered(
 
 def _stored_run(service, payload: bytes):
     """``(run_id, spec, vertex, ids)`` of a run only the node's durable store still knows, or None."""
-    from hushnet.runs.gossip_store import store_for
+    from hushnet.families.gossip.store import store_for
 
     run_id = str(json.loads(payload or b"{}").get("run_id", ""))
     got = store_for(service.state_dir).run(run_id)
@@ -314,7 +314,7 @@ def _stored_run(service, payload: bytes):
 async def c_schedule(service, payload: bytes) -> bytes:
     """``run.schedule``: this node's recorded gossip rows of a run (for the operator's settlement).  After a
     restart the run is gone from memory; its durable records answer (``state: "lost"``)."""
-    from hushnet.runs.gossip_store import store_for
+    from hushnet.families.gossip.store import store_for
 
     try:
         run, _ = service._run(payload)  # noqa: SLF001
@@ -385,7 +385,7 @@ async def c_settle(service, payload: bytes) -> bytes:
 
 def gossip_journal(service, spec: RunSpec, vertex: int, ids: list[str]):
     """The driver's journal of a networked gossip run: its schedule records, durable in the node's state."""
-    from hushnet.runs.gossip_store import store_for
+    from hushnet.families.gossip.store import store_for
 
     st = store_for(service.state_dir)
     st.open_run(spec, vertex, ids)
