@@ -26,8 +26,9 @@ from hushnet.crypto.keys import simulation_keypairs
 from hushnet.crypto.onion import OnionKeyring, build_packet, peel
 from hushnet.engine.wire import Envelope
 from hushnet.families.anonymity.onion import payload_len_for
+from hushnet.families.secagg.machines import build_round
+from hushnet.families.secagg.params import SecAggParams
 from hushnet.families.walk.wire import decode_token, encode_token
-from hushnet.protocols.secagg import SecAggParams, build_round
 from hushnet.sim.simulator import Simulator
 
 REPEATS = 7  # the shared 2-core machine is noisy: keep the best of several

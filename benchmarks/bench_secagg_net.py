@@ -169,7 +169,7 @@ def _clock(net, run_id: str) -> list[tuple[int, int, float]]:
 async def _secure_sum_inproc(
     net, spec: RunSpec, dropouts: tuple[int, ...] = ()
 ) -> tuple[float, dict]:
-    from hushnet.protocols.secagg import MASKED, UNMASK_REQ
+    from hushnet.families.secagg.wire import MASKED, UNMASK_REQ
 
     originals = {v: svc.handle for v, svc in net.svc_by_vertex.items()}  # restored after the run
     sends = [

@@ -2,7 +2,7 @@
 
 Everything here is a pure function or a small stateful object (a replay cache, a keyring) with no
 I/O, so the protocol machines in :mod:`hushnet.families.anonymity.onion`, :mod:`hushnet.families.anonymity.anonymous_walk`
-and :mod:`hushnet.protocols.secagg` stay sans-IO.  All primitives come from ``cryptography``
+and :mod:`hushnet.families.secagg.machines` stay sans-IO.  All primitives come from ``cryptography``
 (X25519, HKDF-SHA256, ChaCha20, ChaCha20-Poly1305, Poly1305); only Shamir sharing over a prime
 field is implemented here (no well-kept prime-field library exists on PyPI).
 

@@ -79,13 +79,14 @@ def accounting_view(
     whatever its relay plan; no anonymity credit for the source-anonymous walk."""
     from hushnet.families.anonymity.params import ANON_WALK_SGD
     from hushnet.families.gossip.params import MUFFLIATO
+    from hushnet.families.secagg.params import SECAGG_SUM
 
     if protocol == ANON_WALK_SGD:
         return VIEWS["source-anonymous-walk"]
-    if protocol in ("secagg-sum", MUFFLIATO, "gossip") or secure_summation:
+    if protocol in (SECAGG_SUM, MUFFLIATO, "gossip") or secure_summation:
         return (
             VIEWS["secure-summation"]
-            if secure_summation or protocol == "secagg-sum"
+            if secure_summation or protocol == SECAGG_SUM
             else VIEWS["neighbourhood"]
         )
     if onion_hops < 1:

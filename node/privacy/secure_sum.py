@@ -1,6 +1,6 @@
 """Accounting of inputs released only inside a secure sum (distributed DP).
 
-Setting.  In a secure-summation round (:mod:`hushnet.protocols.secagg`) every member ``u`` of a set
+Setting.  In a secure-summation round (:mod:`hushnet.families.secagg.machines`) every member ``u`` of a set
 ``M`` hands in ``x_u + z_u`` with ``‖x_u − x'_u‖₂ ≤ Δ`` (clipped vectors: L2 sensitivity Δ) and
 ``z_u ~ N(0, s² I)`` drawn by ``u`` itself; the leader learns only ``S = Σ_{u∈U} (x_u + z_u)`` over the
 survivors ``U`` (``|U| ≥ t``: below the threshold nothing is released), and ``S`` may be broadcast.
@@ -14,7 +14,7 @@ the leader if it colludes and is a member, and up to ``c`` members in all (``c``
 
 (the coalition subtracts its own inputs and noise, which it knows).  The masks hide the individual
 masked inputs from ``A`` as long as ``A`` stays within the secure sum's collusion tolerance
-(:meth:`hushnet.protocols.secagg.SecAggParams.collusion_tolerance`; ``c`` below it is required and
+(:meth:`hushnet.families.secagg.params.SecAggParams.collusion_tolerance`; ``c`` below it is required and
 checked here).  The honest survivors number ``|U∖A| ≥ |U| − c ≥ t − c`` *whatever* dropped out, so
 the noise ``A`` does not know has variance at least ``(t − c)·s²`` per coordinate.  Calibrating
 

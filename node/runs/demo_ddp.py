@@ -84,7 +84,7 @@ def ddp_spec(base, sigma: float, n: int, **over: Any):
 
 
 def worst_ddp(spec) -> float:
-    from hushnet.runs.ddp_runs import project_ddp
+    from hushnet.families.secagg.accounting import project_ddp
 
     return max(project_ddp(spec, v).worst_epsilon for v in range(spec.n))
 

@@ -7,11 +7,10 @@ parameters (``params.py``), machines (``machines.py``) and wire format (``wire.p
 the source tree outside that package spells one of the family's protocol names as a string literal
 (the family's own modules import the names from its ``params``).
 
-Two kinds of exception are listed below, each with its reason: ``CONSUMERS`` are modules that *use*
+One kind of exception is listed below, each with its reason: ``CONSUMERS`` are modules that *use*
 protocols by name the way a user does (the demos pick which protocols to show, the privacy
-library's researcher API is keyed by protocol name); ``NOT_YET_MOVED`` are families whose parts still
-sit in ``node/protocols/`` and ``node/runs/`` (issue 13, in progress) and the modules that still name
-them.  A test below checks that every listed exception is still needed, so the lists only shrink.
+library's researcher API is keyed by protocol name).  A test below checks that every listed
+exception is still needed, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -42,16 +41,6 @@ CONSUMERS: dict[str, tuple[tuple[str, ...], str]] = {
     "node/privacy/muffliato.py": (("gossip",), "the Muffliato accountant's variants"),
     "node/privacy/koskela.py": (("gossip",), "the streaming-gossip accountant"),
     "node/privacy/paper/__init__.py": (("gossip",), "the papers' formulas, named by protocol"),
-}
-
-#: family -> modules outside its package that still name its protocols (to be moved, issue 13)
-NOT_YET_MOVED: dict[str, tuple[str, ...]] = {
-    "secagg": (
-        "node/families/secagg.py",
-        "node/families/views.py",
-        "node/protocols/secagg.py",
-        "node/protocols/secagg_dpsgd.py",
-    ),
 }
 
 
@@ -91,14 +80,8 @@ def _namers(family: Family) -> dict[str, set[str]]:
     return found
 
 
-def _moved(family: Family) -> bool:
-    return family.name not in NOT_YET_MOVED
-
-
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_family_is_one_package(family: Family) -> None:
-    if not _moved(family):
-        pytest.skip(f"{family.name}: not yet moved into node/families/{family.name}/ (issue 13)")
     package = FAMILY_DIR / family.name
     assert (package / "__init__.py").is_file(), f"{family.name} is not a package {_rel(package)}/"
     module = importlib.import_module(f"hushnet.families.{family.name}")
@@ -111,7 +94,6 @@ def test_family_is_one_package(family: Family) -> None:
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_no_module_outside_the_family_names_its_protocols(family: Family) -> None:
     allowed = {m for m, (fams, _) in CONSUMERS.items() if family.name in fams}
-    allowed |= set(NOT_YET_MOVED.get(family.name, ()))
     scattered = {m: sorted(p) for m, p in _namers(family).items() if m not in allowed}
     assert not scattered, (
         f"{family.name}'s protocol names are spelled outside node/families/{family.name}/ "
@@ -124,13 +106,9 @@ def test_every_listed_exception_is_still_needed() -> None:
     for module, (families, _why) in CONSUMERS.items():
         for name in families:
             assert module in _namers(by_name[name]), f"{module} no longer names {name}: unlist it"
-    for name, modules in NOT_YET_MOVED.items():
-        namers = _namers(by_name[name])
-        for module in modules:
-            assert module in namers, f"{module} no longer names {name}'s protocols: unlist it"
 
 
 def test_the_family_list_names_every_family_package() -> None:
     """A family package that is not in FAMILIES would never run: one line in the list is the wiring."""
     packages = {p.parent.name for p in FAMILY_DIR.glob("*/__init__.py")}
-    assert packages == {f.name for f in FAMILIES if _moved(f)}
+    assert packages == {f.name for f in FAMILIES}

@@ -12,9 +12,10 @@ from test_anonlayer_secagg_malicious import EVERYONE, LEADER, N_MEM, VICTIM, _ro
 from hushnet.crypto.signing import simulation_signers
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived, RunStarted
+from hushnet.families.secagg import wire as sa
+from hushnet.families.secagg.machines import build_round
+from hushnet.families.secagg.params import SecAggParams
 from hushnet.privacy.secure_sum import SecureSumError, share_std
-from hushnet.protocols import secagg as sa
-from hushnet.protocols.secagg import SecAggParams, build_round
 from hushnet.runs.spec import Budget, RunSpec
 
 SIGMA = 2.0
@@ -51,8 +52,7 @@ def test_secagg_sum_credit_without_the_consistency_check_is_not_granted_against_
     assert 0.1 * s < np.abs(got - vecs[VICTIM]).max() < 10 * s
     assert atk.L.p.malicious_collusion_tolerance() == 0
     # so the credit must not be certified for this spec
-    from hushnet.runs.anonymity import project_secagg
-    from hushnet.runs.ddp_runs import secagg_sum_calibration
+    from hushnet.families.secagg.accounting import project_secagg, secagg_sum_calibration
 
     spec = _secagg_sum_spec(threshold=t, collusion=c, consistency_check=False)
     with pytest.raises(SecureSumError, match="collusion tolerance"):
@@ -64,7 +64,7 @@ def test_secagg_sum_credit_without_the_consistency_check_is_not_granted_against_
 def test_with_the_check_the_same_collusion_gets_no_credit_either_and_a_high_threshold_does():
     """Companion: t = 5 of 9 *with* the check has q = 5, 2q − n − 1 = 0 → c = 2 refused; t = 8 has q = 8,
     tolerance min(7, 6) = 6 → c = 2 certified (and the equivocation attack with 2 colluders fails there)."""
-    from hushnet.runs.ddp_runs import secagg_sum_calibration
+    from hushnet.families.secagg.accounting import secagg_sum_calibration
 
     with pytest.raises(SecureSumError):
         secagg_sum_calibration(_secagg_sum_spec(threshold=5, collusion=2), 1.0)
@@ -106,11 +106,11 @@ def _quorum_sigs(ms, U3):
         out = [
             b
             for b in ms[v].handle(
-                MessageArrived(LEADER, bytes([sa.CHECK_REQ]) + sa._ids(U3) + sa._ids(D))
+                MessageArrived(LEADER, bytes([sa.CHECK_REQ]) + sa.pack_ids(U3) + sa.pack_ids(D))
             )
             if isinstance(b, Send)
         ]
-        r = sa._Reader(out[0].payload)
+        r = sa.Reader(out[0].payload)
         spki = r.take(r.u16())
         sigs.append((v, spki, r.take(r.u16())))
     return L, sigs
@@ -118,17 +118,16 @@ def _quorum_sigs(ms, U3):
 
 def _unmask_req(L, v, U3, sigs):
     D = sorted(set(EVERYONE) - set(U3))
-    parts = [sa._U32.pack(u) + sa._U32.pack(len(L.cts[u][v])) + L.cts[u][v] for u in U3 if u != v]
+    parts = [sa.U32.pack(u) + sa.U32.pack(len(L.cts[u][v])) + L.cts[u][v] for u in U3 if u != v]
     head = (
-        sa._ids(U3)
-        + sa._ids(D)
-        + sa._U16.pack(len(sigs))
+        sa.pack_ids(U3)
+        + sa.pack_ids(D)
+        + sa.U16.pack(len(sigs))
         + b"".join(
-            sa._U32.pack(w) + sa._U16.pack(len(k)) + k + sa._U16.pack(len(g)) + g
-            for w, k, g in sigs
+            sa.U32.pack(w) + sa.U16.pack(len(k)) + k + sa.U16.pack(len(g)) + g for w, k, g in sigs
         )
     )
-    return bytes([sa.UNMASK_REQ]) + head + sa._U16.pack(len(parts)) + b"".join(parts)
+    return bytes([sa.UNMASK_REQ]) + head + sa.U16.pack(len(parts)) + b"".join(parts)
 
 
 def _round_ms(round_id=0, run_id="sim", signers=None):

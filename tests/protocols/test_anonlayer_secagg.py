@@ -7,11 +7,12 @@ from hushnet.crypto.errors import InconsistentShares
 from hushnet.crypto.shamir import PRIME, SHARE_LEN, Share
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived
+from hushnet.families.secagg import wire as sa
+from hushnet.families.secagg.machines import build_round, mask_graph
+from hushnet.families.secagg.params import SecAggParams
 from hushnet.privacy.audit import AuditOptions, audit_muffliato
 from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.privacy.muffliato import muffliato_observer_losses
-from hushnet.protocols import secagg as sa
-from hushnet.protocols.secagg import SecAggParams, build_round
 from hushnet.sim.simulator import Simulator
 
 M, D = 16, 2000
@@ -91,7 +92,7 @@ def test_below_threshold_aborts_cleanly_without_release(when, phase):
     res2, ms2, _ = _run(_params(threshold=14))
     m = ms2[0]
     m.phase, m.signed_U3 = "signed", list(range(10))
-    req = bytes([sa.UNMASK_REQ]) + sa._ids(range(10)) + sa._ids(range(10, 16))
+    req = bytes([sa.UNMASK_REQ]) + sa.pack_ids(range(10)) + sa.pack_ids(range(10, 16))
     out = m.handle(MessageArrived(M, req))
     assert [a.error.code for a in out if isinstance(a, Fault)] == ["malformed"]
 
@@ -127,11 +128,11 @@ def test_bad_inputs_rejected_and_counted():
         "malformed"
     ]  # truncated header
     wrong = (
-        good[:1] + sa._U32.pack(D - 1) + good[5:-8]
+        good[:1] + sa.U32.pack(D - 1) + good[5:-8]
     )  # claims one entry less, and is one word short
     assert [a.error.code for a in L.handle(MessageArrived(4, wrong))] == ["wrong-dimension"]
     assert [a.error.code for a in L.handle(MessageArrived(4, good[:-3]))] == ["wrong-dimension"]
-    off = sa._U32.unpack_from(good, 5)[0]
+    off = sa.U32.unpack_from(good, 5)[0]
     tampered = bytearray(good)
     assert good[off - 1] == 0  # (16 members, complete graph: the header needs padding to 8 bytes)
     tampered[off - 1] ^= 1  # the header padding altered
@@ -139,7 +140,7 @@ def test_bad_inputs_rejected_and_counted():
     assert not L.handle(MessageArrived(4, good))
     assert [a.error.code for a in L.handle(MessageArrived(4, good))] == ["replay"]  # twice
     # a member only listens to its leader
-    req = bytes([sa.UNMASK_REQ]) + sa._ids(range(M)) + sa._ids([]) + sa._U16.pack(0)
+    req = bytes([sa.UNMASK_REQ]) + sa.pack_ids(range(M)) + sa.pack_ids([]) + sa.U16.pack(0)
     assert [a.error.code for a in ms[2].handle(MessageArrived(5, req))] == ["unexpected-sender"]
 
 
@@ -217,7 +218,7 @@ def test_mask_graph_is_k_regular_and_k_connected(m, k):
     from itertools import combinations
 
     ids = [3 * i + 1 for i in range(m)]  # arbitrary ids: positions follow the sorted order
-    adj = sa.mask_graph(ids, k)
+    adj = mask_graph(ids, k)
     assert all(
         u not in adj[u] and all(u in adj[v] for v in adj[u]) for u in ids
     )  # simple, undirected
@@ -229,11 +230,7 @@ def test_mask_graph_is_k_regular_and_k_connected(m, k):
     assert any(
         not _connected(adj, set(ids) - set(cut)) for cut in combinations(ids, k)
     )  # k is tight
-    assert (
-        sa.mask_graph(ids, None)
-        == sa.mask_graph(ids, m - 1)
-        == {u: frozenset(ids) - {u} for u in ids}
-    )
+    assert mask_graph(ids, None) == mask_graph(ids, m - 1) == {u: frozenset(ids) - {u} for u in ids}
 
 
 def test_mask_degree_must_survive_the_dropouts_the_threshold_allows():
@@ -259,7 +256,7 @@ def test_sparse_uint32_round_three_dropouts_exact():
     assert y.dtype == np.dtype("<u4") and abs(y.astype(np.float64).mean() / 2.0**31 - 1.0) < 0.05
     # the masks of a member cancel only with its 8 graph neighbours: dropping them from the leader's
     # recovery would leave the sum wrong, so exactness above checks the leader used the same graph
-    assert all(len(a) == 8 for a in sa.mask_graph(range(M), 8).values())
+    assert all(len(a) == 8 for a in mask_graph(range(M), 8).values())
 
 
 @pytest.mark.parametrize(
@@ -271,7 +268,7 @@ def test_sparse_uint32_round_three_dropouts_exact():
     ],
 )
 def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
-    from hushnet.runs.anonymity import project_secagg
+    from hushnet.families.secagg.accounting import project_secagg
     from hushnet.runs.spec import Budget, RunSpec
 
     spec = RunSpec(
@@ -311,13 +308,13 @@ def test_static_share_boxes_bind_sender_recipient_and_round():
     info = ms[2].context + b"|shares"
     nb = sorted(ms[0].graph[0])
     plain = (
-        sa._U32.pack(0)
-        + sa._U32.pack(2)
-        + sa._U32.pack(3)
+        sa.U32.pack(0)
+        + sa.U32.pack(2)
+        + sa.U32.pack(3)
         + (1).to_bytes(SHARE_LEN - 4, "big")
-        + sa._U16.pack(len(nb))
+        + sa.U16.pack(len(nb))
         + b"".join(
-            sa._U32.pack(v) + sa._U32.pack(3) + (v + 1).to_bytes(SHARE_LEN - 4, "big") for v in nb
+            sa.U32.pack(v) + sa.U32.pack(3) + (v + 1).to_bytes(SHARE_LEN - 4, "big") for v in nb
         )
     )
     box = seal_static(keys[0], keys[2].public, plain, info)
@@ -328,9 +325,7 @@ def test_static_share_boxes_bind_sender_recipient_and_round():
     assert Share.decode(b) == Share(3, 1) and {v: Share.decode(s) for v, s in seeds.items()} == {
         v: Share(3, v + 1) for v in nb
     }
-    other_point = plain.replace(
-        sa._U32.pack(2) + sa._U32.pack(3), sa._U32.pack(2) + sa._U32.pack(4), 1
-    )
+    other_point = plain.replace(sa.U32.pack(2) + sa.U32.pack(3), sa.U32.pack(2) + sa.U32.pack(4), 1)
     with pytest.raises(InconsistentShares):  # a share dealt at another holder's point
         ms[2]._open_shares(0, seal_static(keys[0], keys[2].public, other_point, info))
     bad = [

@@ -16,8 +16,9 @@ from hushnet.crypto.masks import add_masks
 from hushnet.crypto.shamir import SHARE_LEN, Share, combine
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived, RunStarted
-from hushnet.protocols import secagg as sa
-from hushnet.protocols.secagg import SecAggParams, build_round
+from hushnet.families.secagg import wire as sa
+from hushnet.families.secagg.machines import build_round
+from hushnet.families.secagg.params import SecAggParams
 
 N_MEM, LEADER, DIM = 9, 9, 16
 VICTIM = 0
@@ -60,33 +61,33 @@ class SplitLeader:
 
     def _sign(self, v, U3):
         D = sorted(set(EVERYONE) - set(U3))
-        out = self._deliver_from_leader(v, bytes([sa.CHECK_REQ]) + sa._ids(U3) + sa._ids(D))
+        out = self._deliver_from_leader(v, bytes([sa.CHECK_REQ]) + sa.pack_ids(U3) + sa.pack_ids(D))
         if not out:
             return None
-        r = sa._Reader(out[0].payload)
+        r = sa.Reader(out[0].payload)
         spki = r.take(r.u16())
         return v, spki, r.take(r.u16())
 
     def _reveal(self, v, U3, sigs):
         D = sorted(set(EVERYONE) - set(U3))
         cts = self.L.cts
-        parts = [sa._U32.pack(u) + sa._U32.pack(len(cts[u][v])) + cts[u][v] for u in U3 if u != v]
-        head = sa._ids(U3) + sa._ids(D)
+        parts = [sa.U32.pack(u) + sa.U32.pack(len(cts[u][v])) + cts[u][v] for u in U3 if u != v]
+        head = sa.pack_ids(U3) + sa.pack_ids(D)
         if self.L.p.consistency_check:
-            head += sa._U16.pack(len(sigs)) + b"".join(
-                sa._U32.pack(w) + sa._U16.pack(len(k)) + k + sa._U16.pack(len(g)) + g
+            head += sa.U16.pack(len(sigs)) + b"".join(
+                sa.U32.pack(w) + sa.U16.pack(len(k)) + k + sa.U16.pack(len(g)) + g
                 for w, k, g in sigs
             )
         out = self._deliver_from_leader(
-            v, bytes([sa.UNMASK_REQ]) + head + sa._U16.pack(len(parts)) + b"".join(parts)
+            v, bytes([sa.UNMASK_REQ]) + head + sa.U16.pack(len(parts)) + b"".join(parts)
         )
         if not out:
             return {}
-        r = sa._Reader(out[0].payload)
+        r = sa.Reader(out[0].payload)
         got = {}
         for _ in range(r.u16()):
             owner, which = r.u32(), r.take(1)[0]
-            peer = r.u32() if which == sa._S else -1
+            peer = r.u32() if which == sa.SECRET_S else -1
             got[(owner, which, peer)] = Share.decode(r.take(SHARE_LEN))
         return got
 
@@ -118,12 +119,12 @@ class SplitLeader:
 
     def _open(self, reveals):
         t = self.L.p.threshold
-        b_sh = [r[(VICTIM, sa._B, -1)] for r in reveals if (VICTIM, sa._B, -1) in r]
+        b_sh = [r[(VICTIM, sa.SECRET_B, -1)] for r in reveals if (VICTIM, sa.SECRET_B, -1) in r]
         if len(b_sh) < t:
             return None
         pair = []
         for u in WITHOUT_VICTIM:
-            sh = [r[(u, sa._S, VICTIM)] for r in reveals if (u, sa._S, VICTIM) in r]
+            sh = [r[(u, sa.SECRET_S, VICTIM)] for r in reveals if (u, sa.SECRET_S, VICTIM) in r]
             if len(sh) < t:
                 return None
             pair.append((combine(sh[:t], t), -1 if VICTIM < u else 1))

@@ -14,8 +14,9 @@ from hushnet.crypto.masks import pairwise_seed
 from hushnet.crypto.replay import ReplayCache
 from hushnet.engine.actions import Fault, Send
 from hushnet.engine.events import MessageArrived, RunStarted
-from hushnet.protocols import secagg as sa
-from hushnet.protocols.secagg import SecAggParams, build_round
+from hushnet.families.secagg import wire as sa
+from hushnet.families.secagg.machines import SecAggMachine, build_round
+from hushnet.families.secagg.params import SecAggParams
 from hushnet.sim.simulator import Simulator
 
 M, DIM = 5, 8
@@ -164,7 +165,7 @@ def test_a_nonce_announced_ahead_must_be_a_fresh_nonce_of_the_right_length():
         ),
     ]:
         with pytest.raises(ValueError, match="pre-announced round nonce"):
-            sa.SecAggMachine(
+            SecAggMachine(
                 ctx,
                 p,
                 np.ones(DIM),

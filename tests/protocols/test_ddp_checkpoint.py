@@ -126,7 +126,7 @@ def test_a_node_too_far_behind_ends_out_of_sync_with_its_reason() -> None:
     asking for it finishes without a model, ``status = "out-of-sync"``, instead of waiting forever."""
     import struct
 
-    from hushnet.protocols.secagg_dpsgd import GONE, SYNC
+    from hushnet.families.secagg.wire import GONE, SYNC
 
     spec = _spec()
     tasks = [LogisticRegressionTask(X, y, **spec.task_kwargs()) for X, y in shards(N, seed=3)]

@@ -19,8 +19,9 @@ from helpers.ddp import shards
 from hushnet.engine.actions import Fault, Finish, Send
 from hushnet.engine.errors import UnexpectedSender
 from hushnet.engine.events import MessageArrived, RunStarted
+from hushnet.families.secagg.dpsgd import LEADER_LOST, round_leader
+from hushnet.families.secagg.wire import LOST, SYNC
 from hushnet.protocols.registry import build_from_spec
-from hushnet.protocols.secagg_dpsgd import LEADER_LOST, LOST, SYNC, round_leader
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.tasks import LogisticRegressionTask
 
@@ -121,7 +122,7 @@ def test_nodes_past_the_lost_round_are_told_and_a_late_asker_too() -> None:
 
 
 def test_leader_timeout_is_the_specs_and_checked() -> None:
-    from hushnet.protocols.secagg_dpsgd import leader_timeout
+    from hushnet.families.secagg.dpsgd import leader_timeout
 
     ms = _machines(_spec(leader_timeout=42.5))
     assert leader_timeout(ms[0].p) == 42.5

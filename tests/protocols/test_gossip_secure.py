@@ -31,8 +31,8 @@ from hushnet.families.gossip.realised import (
     schedule_from_ledgers,
 )
 from hushnet.families.gossip.wire import KIND_JOIN, KIND_SECAGG
+from hushnet.families.secagg.wire import MASKED, UNMASK_REQ
 from hushnet.privacy import audit
-from hushnet.protocols.secagg import MASKED, UNMASK_REQ
 
 HDR = struct.Struct("<BQII")
 F = 24

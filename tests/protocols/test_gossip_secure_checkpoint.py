@@ -27,7 +27,7 @@ from hushnet.crypto.masks import FixedPoint
 from hushnet.families.gossip.build import build_gossip_machines
 from hushnet.families.gossip.realised import replay_averaging, schedule_from_ledgers
 from hushnet.families.gossip.wire import KIND_SECAGG
-from hushnet.protocols.secagg import MASKED
+from hushnet.families.secagg.wire import MASKED
 
 N, T, F = 9, 30, 24
 HDR = struct.Struct("<BQII")

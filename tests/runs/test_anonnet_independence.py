@@ -27,7 +27,7 @@ from scipy.stats import binomtest, chi2_contingency
 
 from hushnet.crypto.cells import from_cells
 from hushnet.crypto.onion import _PREFIX, SLOT, OnionKeyring, _derive, _stream, onion_ad, peel
-from hushnet.runs.anonymity import node_keypair
+from hushnet.runs.node_keys import node_keypair
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from hushnet.families import family_of
 from hushnet.families.anonymity.accounting import project_anon_walk, project_onion
+from hushnet.families.secagg.accounting import project_secagg
 from hushnet.families.walk.accounting import project_walk
-from hushnet.runs.anonymity import project_secagg
 from hushnet.runs.spec import Budget, RunSpec, parse_spec_toml
 
 BASE = dict(

@@ -25,7 +25,7 @@ from helpers.anonnet import network
 
 from hushnet.crypto.masks import FixedPoint
 from hushnet.engine.rng import node_generator
-from hushnet.protocols.secagg import MASKED, UNMASK_REQ
+from hushnet.families.secagg.wire import MASKED, UNMASK_REQ
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 

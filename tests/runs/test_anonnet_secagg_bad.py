@@ -30,8 +30,8 @@ from helpers.anonnet import network
 from hushnet.crypto.masks import FixedPoint
 from hushnet.crypto.shamir import PRIME, SHARE_LEN
 from hushnet.engine.rng import node_generator
+from hushnet.families.secagg import wire as sa
 from hushnet.net.node import DeliveryError
-from hushnet.protocols import secagg as sa
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 
@@ -118,7 +118,7 @@ def test_bad_inputs_over_the_network_rejected_counted_and_accounted(tmp_path: pa
             lead = net.driver(LEADER, run_id)
             # the outsider sends a masked input of the right length over its own mTLS link to the leader
             outsider = net.ordered[OUTSIDER]
-            forged = bytes([sa.MASKED]) + sa._U32.pack(D) + np.arange(D, dtype="<u8").tobytes()
+            forged = bytes([sa.MASKED]) + sa.U32.pack(D) + np.arange(D, dtype="<u8").tobytes()
             with pytest.raises(DeliveryError, match="not a member"):
                 await outsider.send(
                     net.ordered[LEADER].node_id,

@@ -26,7 +26,7 @@ from hushnet.families.anonymity.anonymous_walk import sealing_info
 from hushnet.families.anonymity.operator import walk_iterations
 from hushnet.families.anonymity.wire import HOP_ID, KIND_ONION
 from hushnet.net.node import DeliveryError
-from hushnet.runs.anonymity import node_keypair
+from hushnet.runs.node_keys import node_keypair
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.runs.synthetic import planted_logistic_shards

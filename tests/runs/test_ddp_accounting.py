@@ -96,7 +96,7 @@ def _spec(**pp) -> RunSpec:
 
 def test_projector_and_cost_match_an_independent_gaussian_view() -> None:
     from hushnet.engine.actions import LedgerEntry
-    from hushnet.runs.ddp_runs import ddp_cost, member_rounds, project_ddp
+    from hushnet.families.secagg.accounting import ddp_cost, member_rounds, project_ddp
 
     spec = _spec()
     dec = project_ddp(spec, 2)
@@ -134,7 +134,7 @@ def test_projector_and_cost_match_an_independent_gaussian_view() -> None:
 
 
 def test_projector_refuses_bad_parameters_with_the_reason() -> None:
-    from hushnet.runs.ddp_runs import project_ddp
+    from hushnet.families.secagg.accounting import project_ddp
 
     dec = project_ddp(_spec(collusion=5), 0)  # tolerance t − 1 = 5: c must be below it
     assert not dec.accept and "collusion tolerance" in dec.reason
@@ -145,7 +145,7 @@ def test_projector_refuses_bad_parameters_with_the_reason() -> None:
 
 
 def test_plain_aggregation_is_charged_as_local_dp_of_the_share() -> None:
-    from hushnet.runs.ddp_runs import project_ddp
+    from hushnet.families.secagg.accounting import project_ddp
 
     sec, plain = project_ddp(_spec(), 1), project_ddp(_spec(aggregation="plain"), 1)
     # the leader sees each share in the clear: multiplier σ/√(t−c) = σ/2, i.e. the secure run's row at σ = 0.75
@@ -160,8 +160,8 @@ def test_plain_aggregation_is_charged_as_local_dp_of_the_share() -> None:
 
 
 def test_sampled_rounds_are_counted_exactly_from_the_public_schedule() -> None:
-    from hushnet.protocols.secagg_dpsgd import round_members
-    from hushnet.runs.ddp_runs import member_rounds
+    from hushnet.families.secagg.accounting import member_rounds
+    from hushnet.families.secagg.dpsgd import round_members
 
     spec = _spec(sample=7, threshold=5, collusion=2)
     for v in range(8):
@@ -175,8 +175,11 @@ def test_secagg_sum_gets_the_credit_only_when_its_spec_calibrates_for_it() -> No
     """secagg-sum: with protocol_params.collusion the members add σΔ/√(t−c) and are charged α/(2σ²) as the
     sum's Gaussian view; without it, the old behaviour (noise σΔ, local-DP Gaussian bound) is unchanged."""
     from hushnet.engine.actions import LedgerEntry
-    from hushnet.runs.anonymity import project_secagg
-    from hushnet.runs.ddp_runs import secagg_sum_calibration, secagg_sum_cost
+    from hushnet.families.secagg.accounting import (
+        project_secagg,
+        secagg_sum_calibration,
+        secagg_sum_cost,
+    )
 
     base = dict(
         protocol="secagg-sum",

@@ -23,11 +23,10 @@ import uvloop
 from helpers.ddp import reference_model, renyi_gaussian_numeric, shards
 
 from hushnet.crypto.masks import FixedPoint
+from hushnet.families.secagg.wire import MASKED, ROUND
 from hushnet.privacy.conversions import gdp_epsilon
 from hushnet.privacy.secure_sum import share_std
 from hushnet.protocols.registry import build_from_spec
-from hushnet.protocols.secagg import MASKED
-from hushnet.protocols.secagg_dpsgd import ROUND
 from hushnet.runs.local_net import network
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec

@@ -10,9 +10,9 @@ from helpers.ddp import reference_model, shards, tasks_of
 
 from hushnet.crypto.masks import FixedPoint
 from hushnet.engine.actions import Fault
+from hushnet.families.secagg.wire import OUTCOME, ROUND
 from hushnet.privacy.secure_sum import share_std
 from hushnet.protocols.registry import build_machines
-from hushnet.protocols.secagg_dpsgd import OUTCOME, ROUND
 from hushnet.sim import Simulator
 
 N, SEED, ROUNDS, STEP, SIGMA, T, C = 8, 11, 4, 0.3, 1.2, 6, 2
@@ -97,7 +97,7 @@ def test_below_threshold_nothing_is_released_and_the_model_stays() -> None:
 
 
 def test_sampled_members_and_plain_aggregation() -> None:
-    from hushnet.protocols.secagg_dpsgd import round_members
+    from hushnet.families.secagg.dpsgd import round_members
 
     tasks = tasks_of(shards(N))
     res = Simulator(_machines(tasks, sample=6, threshold=5, collusion=2)).run()
@@ -202,7 +202,7 @@ def test_later_rounds_take_their_nonce_from_the_previous_outcome() -> None:
     """Round 0's leader announces its nonce (ANNOUNCE); every later round's nonce rides on the previous
     round's outcome, drawn by that round's leader: no ANNOUNCE trip, the same context at every node, fresh
     per round and per execution of the same spec."""
-    from hushnet.protocols import secagg as sa
+    from hushnet.families.secagg import wire as sa
 
     def run():
         tasks = tasks_of(shards(N))
@@ -251,7 +251,7 @@ def test_an_outcome_with_another_nonce_makes_the_next_round_abort_not_leak() -> 
     release, no revealed share of anyone's seeds — and round 2 (fresh nonce from round 1's outcome) runs."""
     import struct
 
-    from hushnet.protocols import secagg as sa
+    from hushnet.families.secagg import wire as sa
 
     tasks = tasks_of(shards(N))
     ms = _machines(tasks, threshold=N - 1, collusion=1)

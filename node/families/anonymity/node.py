@@ -9,7 +9,7 @@ relay paths, destinations and forwarding draws are left to the machines' default
 from __future__ import annotations
 
 from hushnet.engine.protocol import Protocol
-from hushnet.runs.anonymity import node_keys, node_onion_keys, node_replay_cache
+from hushnet.runs.node_keys import node_keys, node_onion_keys, node_replay_cache
 from hushnet.runs.spec import RunSpec
 
 

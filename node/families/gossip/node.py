@@ -39,7 +39,7 @@ def build_gossip(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     if params.get(
         "secure_summation"
     ):  # the node's own long-term X25519 key and the directory's public keys
-        from hushnet.runs.anonymity import node_key_directory, node_keypair
+        from hushnet.runs.node_keys import node_key_directory, node_keypair
 
         kp, directory = node_keypair(node), node_key_directory(node)
         missing = [ids[v] for v in range(len(ids)) if v not in directory.keys]

@@ -3,7 +3,7 @@
 Plain gossip sends every node's round message ``m_j`` to each neighbour, so an observer's view is
 its closed neighbourhood's messages.  With secure summation a node ``i`` learns only what it needs
 to compute its next state, ``Σ_j W_t[i,j] m_j``: it *leads* one SecAgg round
-(:class:`hushnet.protocols.secagg.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
+(:class:`hushnet.families.secagg.machines.SecAggMachine`, Bonawitz et al.) per gossip round over its round-t
 neighbourhood and is a *member* of each neighbour's round.  This module composes those sub-machines
 inside a :class:`~hushnet.families.gossip.machines.GossipMachine` (sans-IO, the same code in the simulator and
 in a networked node); the gossip machine keeps the availability phase, heartbeats, timeouts,
@@ -77,7 +77,9 @@ from hushnet.families.gossip.wire import (
     encode_invite,
     encode_secagg,
 )
-from hushnet.protocols.secagg import ABORT, SecAggMachine, SecAggParams
+from hushnet.families.secagg.machines import SecAggMachine
+from hushnet.families.secagg.params import SecAggParams
+from hushnet.families.secagg.wire import ABORT
 
 __all__ = [
     "SecureNeighbourhood",

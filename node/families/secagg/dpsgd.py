@@ -5,7 +5,7 @@ subset of ``sample`` nodes drawn from a *public* generator of the run seed: ever
 same set, no amplification is claimed) compute their clipped gradient ``g_u`` at the common model
 ``x_r``, add their share of the noise ``z_u ~ N(0, s² I)`` with ``s² = (σΔ)²/(t − c)``
 (:mod:`hushnet.privacy.secure_sum`), and run one secure-summation round
-(:class:`hushnet.protocols.secagg.SecAggMachine`, unchanged: pairwise masks, Shamir dropout recovery,
+(:class:`hushnet.families.secagg.machines.SecAggMachine`, unchanged: pairwise masks, Shamir dropout recovery,
 threshold ``t``) led by ``L_r = r mod n`` — the leader rotates over the peers and may or may not be
 a member.  The leader learns ``S_r = Σ_{u∈U_r} (g_u + z_u)`` over the survivors ``U_r`` and sends it,
 with ``|U_r|``, to every other node (``OUTCOME``); every node applies ``x_{r+1} = x_r − η·S_r/|U_r|``
@@ -28,7 +28,7 @@ the last round, the next round's 32-byte secure-sum nonce, ``PLAIN`` a plain inp
 on the outcome every node receives anyway, so rounds after the first have no ANNOUNCE trip: a member
 masks as soon as it applied the outcome (one leader round trip and n − 1 messages less per round).
 It is drawn by round r's leader from its CSPRNG instead of round r+1's; each member still checks it
-against its replay cache before masking (:class:`~hushnet.protocols.secagg.SecAggMachine` with
+against its replay cache before masking (:class:`~hushnet.families.secagg.machines.SecAggMachine` with
 ``nonce=``), which is what makes masks fresh per execution, whoever drew the nonce.  Messages
 of a later round (a peer already moved on) are buffered up to ``WINDOW`` rounds ahead; messages of a
 past round are dropped with a ``ddp-late`` metric (a straggler's input after the release).
@@ -70,8 +70,6 @@ release anything).
 
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,15 +88,22 @@ from hushnet.engine.actions import (
 from hushnet.engine.errors import MalformedMessage, UnexpectedSender, WrongDimension
 from hushnet.engine.events import MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.secagg.machines import SecAggMachine
+from hushnet.families.secagg.params import SECAGG_DPSGD, DDPParams, SecAggParams
+from hushnet.families.secagg.wire import (
+    DDP_HEAD,
+    DDP_LOST,
+    DDP_OUTCOME,
+    GONE,
+    LOST,
+    NONCE_LEN,
+    OUTCOME,
+    PLAIN,
+    ROUND,
+    SYNC,
+)
 from hushnet.privacy.secure_sum import SecureSumView, share_std
-from hushnet.protocols.secagg import NONCE_LEN, SecAggMachine, SecAggParams
 
-PROTOCOL = "secagg-dpsgd"
-DDP_PROTOCOLS: dict[str, str] = {
-    PROTOCOL: "secure-aggregation DP-SGD: every round the (sampled) nodes' clipped gradients plus their noise shares "
-    "are summed by secure summation under a rotating leader; distributed DP, no trusted party",
-}
-ROUND, OUTCOME, PLAIN, SYNC, GONE, LOST = 0x70, 0x71, 0x72, 0x73, 0x74, 0x75
 WINDOW = 4  # rounds ahead a message may be buffered
 #: outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds) ...
 HISTORY = 16
@@ -108,44 +113,9 @@ HISTORY_BYTES = 1 << 18
 #: rounds ahead a catching-up node takes outcomes for (the rest: at its next SYNC)
 CATCHUP_AHEAD = 64
 AGGREGATIONS = ("secure", "plain")
-_H = struct.Struct(">BI")
-_OUT = struct.Struct(">BII")  # status, survivors, dim
-_LOST = struct.Struct(">I")  # the lost leader
 #: the run's ending when a round's leader never answered (``Finish.result["ended"]``)
 LEADER_LOST = "leader-lost"
 _SECAGG_TIMER = "secagg-round"
-
-
-@dataclass(frozen=True)
-class DDPParams:
-    """Public parameters of a ``secagg-dpsgd`` run (all from the signed spec)."""
-
-    rounds: int
-    step_size: float
-    sigma: float  # certified noise multiplier of the aggregate view
-    collusion: int = (
-        1  # c: members in the largest certified observer coalition (the observer counts)
-    )
-    threshold: int | None = None  # t (default: ⌊m/2⌋ + 1 of the m members of a round)
-    sample: int | None = None  # members per round (None: every node)
-    sample_seed: int = 0  # public: the run seed
-    aggregation: str = "secure"
-    round_timeout: float = 0.05
-    #: seconds a node waits for its round's outcome before it declares the leader lost (None: the default
-    #: :func:`leader_timeout`, 10 round timeouts and at least 30 s)
-    leader_timeout: float | None = None
-    frac_bits: int = 24
-    bits: int = 64
-    mask_degree: int | None = None
-    average: bool = True  # apply S/|U| (else S)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def members_per_round(self, n: int) -> int:
-        return n if self.sample is None else int(self.sample)
-
-    def t(self, n: int) -> int:
-        m = self.members_per_round(n)
-        return int(self.threshold) if self.threshold is not None else m // 2 + 1
 
 
 def round_members(n: int, sample: int | None, seed: int, r: int) -> tuple[int, ...]:
@@ -213,7 +183,7 @@ def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
 class SecAggDPSGD(Protocol):
     """One node of a ``secagg-dpsgd`` run: member of the rounds it is sampled in, leader of rounds ``r ≡ node``."""
 
-    name: ClassVar[str] = PROTOCOL
+    name: ClassVar[str] = SECAGG_DPSGD
     #: checkpoint/restore implemented (issue 14); the driver checkpoints every batch that sends or finishes
     durable: ClassVar[bool] = True
     #: a finished node still answers ``SYNC``: a restarted node may lack the last round's outcome
@@ -346,7 +316,7 @@ class SecAggDPSGD(Protocol):
                     acts += self._plain_in(me, noisy)
                 else:
                     acts.append(
-                        Send(self.leader, _H.pack(PLAIN, r) + noisy.astype("<f8").tobytes())
+                        Send(self.leader, DDP_HEAD.pack(PLAIN, r) + noisy.astype("<f8").tobytes())
                     )
         for src, kind, payload in self.buffer.pop(r, []):
             if self.round != r:
@@ -383,7 +353,7 @@ class SecAggDPSGD(Protocol):
         for a in acts:
             cls = a.__class__
             if cls is Send:
-                out.append(Send(a.dst, _H.pack(ROUND, r) + a.payload))
+                out.append(Send(a.dst, DDP_HEAD.pack(ROUND, r) + a.payload))
             elif cls is SetTimer:
                 out.append(SetTimer(f"{a.name}:{r}", a.delay))
             elif cls is CancelTimer:
@@ -415,7 +385,9 @@ class SecAggDPSGD(Protocol):
         The outcome is kept (the last :data:`HISTORY` led rounds) for nodes that restart and catch up."""
         released = total is not None and survivors > 0
         d = self.dim if released else 0
-        msg = _H.pack(OUTCOME, r) + _OUT.pack(1 if released else 0, survivors if released else 0, d)
+        msg = DDP_HEAD.pack(OUTCOME, r) + DDP_OUTCOME.pack(
+            1 if released else 0, survivors if released else 0, d
+        )
         if released:
             msg += np.asarray(total, dtype="<f8").tobytes()
         if self._carries_nonce(
@@ -471,14 +443,14 @@ class SecAggDPSGD(Protocol):
     # ---- events ---------------------------------------------------------------------------------
 
     def on_message(self, src: int, payload: bytes) -> list[Action]:
-        if len(payload) < _H.size:
+        if len(payload) < DDP_HEAD.size:
             raise MalformedMessage("secagg-dpsgd message shorter than its header")
-        kind, r = _H.unpack_from(payload)
+        kind, r = DDP_HEAD.unpack_from(payload)
         if kind not in (ROUND, OUTCOME, PLAIN, SYNC, GONE, LOST):
             raise MalformedMessage(f"unknown secagg-dpsgd message kind {kind}")
         if r >= self.p.rounds:
             raise MalformedMessage(f"message for round {r}, the run has {self.p.rounds}")
-        body = payload[_H.size :]
+        body = payload[DDP_HEAD.size :]
         if kind == SYNC:
             return self._answer_sync(src, r, body)
         if kind == LOST:
@@ -509,22 +481,25 @@ class SecAggDPSGD(Protocol):
         ]
         if self.lost is not None:  # the run ended here: a leader never answered
             acts.append(
-                Send(src, _H.pack(LOST, self.lost["round"]) + _LOST.pack(self.lost["leader"]))
+                Send(
+                    src,
+                    DDP_HEAD.pack(LOST, self.lost["round"]) + DDP_LOST.pack(self.lost["leader"]),
+                )
             )
         if (
             round_leader(self.n, r) == self.ctx.node
             and r not in self.led
             and (r < self.round or self.finished)
         ):
-            acts.append(Send(src, _H.pack(GONE, r)))
+            acts.append(Send(src, DDP_HEAD.pack(GONE, r)))
         return acts
 
     def _on_lost(self, src: int, r: int, body: bytes) -> list[Action]:
         """Another node declared the leader of round ``r`` lost and ended the run: end it here too (the
         nodes past round ``r`` would otherwise wait for a leader that has ended)."""
-        if len(body) != _LOST.size or src == self.ctx.node:
+        if len(body) != DDP_LOST.size or src == self.ctx.node:
             raise MalformedMessage("malformed leader-lost notice")
-        (leader,) = _LOST.unpack(body)
+        (leader,) = DDP_LOST.unpack(body)
         if leader != round_leader(self.n, r):
             raise UnexpectedSender(
                 f"leader-lost notice of round {r} from node {src} names node {leader}, "
@@ -560,7 +535,7 @@ class SecAggDPSGD(Protocol):
         self.lost = {"leader": int(leader), "round": int(r)}
         acts: list[Action] = []
         if reporter is None:
-            note = _H.pack(LOST, r) + _LOST.pack(leader)
+            note = DDP_HEAD.pack(LOST, r) + DDP_LOST.pack(leader)
             acts += [Send(v, note) for v in range(self.n) if v != me]
         info = {
             "status": LEADER_LOST,
@@ -611,9 +586,9 @@ class SecAggDPSGD(Protocol):
                 raise UnexpectedSender(
                     f"outcome of round {r} from node {src}, its leader is {self.leader}"
                 )
-            if len(body) < _OUT.size:
+            if len(body) < DDP_OUTCOME.size:
                 raise MalformedMessage("truncated outcome")
-            status, survivors, d = _OUT.unpack_from(body)
+            status, survivors, d = DDP_OUTCOME.unpack_from(body)
             if status not in (0, 1) or (
                 status == 1
                 and (
@@ -626,13 +601,15 @@ class SecAggDPSGD(Protocol):
                     f"outcome of round {r}: status {status}, {survivors} survivors, dim {d}"
                 )
             extra = NONCE_LEN if self._carries_nonce(r) else 0
-            if len(body) != _OUT.size + 8 * d + extra:
+            if len(body) != DDP_OUTCOME.size + 8 * d + extra:
                 raise MalformedMessage(
-                    f"outcome of round {r} has {len(body) - _OUT.size} payload bytes, "
+                    f"outcome of round {r} has {len(body) - DDP_OUTCOME.size} payload bytes, "
                     f"expected {8 * d + extra}"
                 )
             total = (
-                np.frombuffer(body, dtype="<f8", count=d, offset=_OUT.size).astype(np.float64)
+                np.frombuffer(body, dtype="<f8", count=d, offset=DDP_OUTCOME.size).astype(
+                    np.float64
+                )
                 if status == 1
                 else None
             )
@@ -677,7 +654,7 @@ class SecAggDPSGD(Protocol):
             if not self.catching_up or self.leader == self.ctx.node:
                 return []
             me = self.ctx.node
-            return [Send(v, _H.pack(SYNC, r)) for v in range(self.n) if v != me] + [
+            return [Send(v, DDP_HEAD.pack(SYNC, r)) for v in range(self.n) if v != me] + [
                 SetTimer(f"ddp-sync:{r}", sync_period(self.p))
             ]
         if base == _SECAGG_TIMER and self.inner is not None:
@@ -748,7 +725,7 @@ class SecAggDPSGD(Protocol):
             self.led and max(self.led) == r - 1
         ):  # it may have died between its checkpoint and the sends
             acts += [Send(v, self.led[r - 1]) for v in range(self.n) if v != me]
-        acts += [Send(v, _H.pack(SYNC, r)) for v in range(self.n) if v != me]
+        acts += [Send(v, DDP_HEAD.pack(SYNC, r)) for v in range(self.n) if v != me]
         if self.leader == me:  # the masked inputs it held are gone: abort the round, tell everyone
             acts.append(Deviation(me, r, "restarted-mid-round", {"role": "leader", "round": r}))
             return acts + self._release(r, None, 0)
@@ -794,13 +771,13 @@ def make_ddp_machine(
         signers = simulation_signers(run_seed, ctx.n)
         signer, sdir = signers[ctx.node], signer_directory(signers)
     if not isinstance(task, GradientTask):
-        raise TaskError(f"{PROTOCOL} needs a gradient task (got {type(task).__name__})")
+        raise TaskError(f"{SECAGG_DPSGD} needs a gradient task (got {type(task).__name__})")
     x0 = p.pop("x0", None)
     p.setdefault("sample_seed", int(run_seed))
     known = set(DDPParams.__dataclass_fields__) - {"extra"}
     unknown = set(p) - known
     if unknown:
-        raise ValueError(f"unknown {PROTOCOL} parameter(s) {sorted(unknown)}")
+        raise ValueError(f"unknown {SECAGG_DPSGD} parameter(s) {sorted(unknown)}")
     return SecAggDPSGD(
         ctx,
         task,
@@ -815,8 +792,6 @@ def make_ddp_machine(
 
 
 __all__ = [
-    "PROTOCOL",
-    "DDP_PROTOCOLS",
     "DDPParams",
     "SecAggDPSGD",
     "calibrate",

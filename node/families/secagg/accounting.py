@@ -1,18 +1,17 @@
-"""Distributed DP by secure summation, node side: ``secagg-dpsgd`` and the credited ``secagg-sum``.
+"""The secagg family's accounting: the node's projection before it accepts a run and the ledger cost,
+for ``secagg-dpsgd`` and ``secagg-sum`` (the maths: :mod:`hushnet.privacy.secure_sum`).
 
-Registers, on import (``hushnet.runs.service`` imports this module):
-
-* ``secagg-dpsgd``: its machine parameters (:func:`ddp_params`, from the spec's
-  ``steps`` = rounds, ``step_size``, ``sigma`` and ``protocol_params`` ``collusion``, ``threshold``,
-  ``sample``, ``aggregation``, ``round_timeout``, ``leader_timeout``, ``frac_bits``, ``bits``, ``mask_degree``), its machine
-  builder (the node's own long-term X25519 key and the directory's public keys), its projector and its
-  cost: every round a node is a member of is charged, toward **every other node**, the Gaussian view
-  of :class:`hushnet.privacy.secure_sum.SecureSumView` (``α/(2σ²)``, μ = 1/σ), certified for any
-  coalition of up to ``collusion`` members; the report's accounting view names ``c``.
-* ``secagg-sum`` with ``protocol_params.collusion`` set: the members' noise is calibrated as
-  ``σΔ/√(t − c)`` and the charge is the same Gaussian view.  Without it the old behaviour stays
-  (noise σΔ per member, the local-DP Gaussian bound) — :mod:`hushnet.runs.anonymity` calls
-  :func:`secagg_sum_calibration` to know which.
+* ``secagg-dpsgd`` (machine parameters: :func:`hushnet.families.secagg.params.ddp_params`, from the
+  spec's ``steps`` = rounds, ``step_size``, ``sigma`` and ``protocol_params`` ``collusion``,
+  ``threshold``, ``sample``, ``aggregation``, ``round_timeout``, ``leader_timeout``, ``frac_bits``,
+  ``bits``, ``mask_degree``): every round a node is a member of is charged, toward **every other
+  node**, the Gaussian view of :class:`hushnet.privacy.secure_sum.SecureSumView` (``α/(2σ²)``,
+  μ = 1/σ), certified for any coalition of up to ``collusion`` members; the report's accounting view
+  names ``c``.
+* ``secagg-sum`` (:func:`project_secagg`): one contribution, the local-DP Gaussian bound of the input
+  seen in the sum — unless ``protocol_params.collusion`` is set: then the members' noise is
+  calibrated as ``σΔ/√(t − c)`` and the charge is the same Gaussian view
+  (:func:`secagg_sum_calibration`, which :mod:`hushnet.families.secagg.node` also asks for the noise).
 
 The cost recomputes the certified multiplier from what the node's machine reports it added (its
 share's std) and the public ``t``, ``c`` — never from a σ field the machine chose.
@@ -26,52 +25,20 @@ from typing import Any
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.families.anonymity.accounting import ldp_decision, refuse
+from hushnet.families.secagg.dpsgd import calibrate, round_members
+from hushnet.families.secagg.params import (
+    SECAGG_DPSGD,
+    DDPParams,
+    SecAggParams,
+    ddp_params,
+    sum_params,
+)
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.privacy.secure_sum import SecureSumError, SecureSumView, gaussian_rdp, view_sigma
-from hushnet.protocols.secagg_dpsgd import PROTOCOL, DDPParams, calibrate, round_members
 from hushnet.runs.accounting import ContributionCost
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
-
-#: network default: a secure-sum phase waits this long for stragglers (seconds)
-NET_ROUND_TIMEOUT = 5.0
-_OPTIONS = (
-    "collusion",
-    "threshold",
-    "sample",
-    "aggregation",
-    "round_timeout",
-    "frac_bits",
-    "bits",
-    "mask_degree",
-    "average",
-    "leader_timeout",
-)
-
-
-def ddp_params(spec: RunSpec) -> dict[str, Any]:
-    """Machine parameters of a ``secagg-dpsgd`` spec (public: every node computes the same)."""
-    pp = dict(spec.protocol_params)
-    out: dict[str, Any] = {
-        "rounds": int(spec.steps),
-        "step_size": float(spec.step_size),
-        "sigma": float(spec.sigma),
-        "sample_seed": int(spec.seed),
-        "round_timeout": float(pp.get("round_timeout", NET_ROUND_TIMEOUT)),
-    }
-    for k in _OPTIONS:
-        if k in pp and k != "round_timeout":
-            v = pp[k]
-            out[k] = (
-                str(v)
-                if k == "aggregation"
-                else bool(v)
-                if k == "average"
-                else float(v)
-                if k == "leader_timeout"
-                else int(v)
-            )
-    return out
 
 
 def spec_sensitivity(spec: RunSpec) -> float:
@@ -238,12 +205,13 @@ def project_ddp(
     each the Gaussian view α/(2σ²) toward every other node (plain aggregation: local DP of the share)."""
     if not spec.graph.startswith("complete:"):
         return _refuse(
-            spec, f"{PROTOCOL} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}"
+            spec,
+            f"{SECAGG_DPSGD} runs on the complete graph (graph 'complete:N'), got {spec.graph!r}",
         )
     try:
         view = spec_view(spec)
     except (SecureSumError, ValueError, TypeError) as exc:
-        return _refuse(spec, f"{PROTOCOL} parameters: {exc}")
+        return _refuse(spec, f"{SECAGG_DPSGD} parameters: {exc}")
     secure = ddp_params(spec).get("aggregation", "secure") == "secure"
     sigma = view.sigma if secure else view.sigma / math.sqrt(view.honest_survivors)
     info = (
@@ -276,31 +244,6 @@ def ddp_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) ->
     )
 
 
-def build_ddp(node, spec: RunSpec, vertex: int, ids: list[str], task, W, options):
-    """The node's machine with its own long-term X25519 key and the directory's public keys."""
-    from hushnet.protocols.registry import make_machine
-    from hushnet.runs.anonymity import secure_sum_material
-
-    if task is not None and float(task.sensitivity()) > spec_sensitivity(spec) * (1 + 1e-12):
-        raise ValueError(f"the task's sensitivity {task.sensitivity():g} exceeds the public 2·clip")
-    params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
-    return make_machine(
-        spec.protocol,
-        vertex,
-        len(ids),
-        task,
-        run_seed=spec.seed,
-        run_id=spec.run_id,
-        params=params,
-        view_model=spec.view_model,
-        options=options,
-        rng=spec.node_rng(vertex, len(ids)),
-    )
-
-
-# ---- secagg-sum with the distributed calibration ---------------------------------------------------
-
-
 def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> SecureSumView | None:
     """The certified view of a ``secagg-sum`` spec that asks for the distributed calibration
     (``protocol_params.collusion``), None for the old one (noise σΔ per member, local-DP bound).
@@ -308,10 +251,8 @@ def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> S
     pp = spec.protocol_params
     if "collusion" not in pp:
         return None
-    from hushnet.protocols.secagg import SecAggParams
-    from hushnet.runs.anonymity import _secagg_params
 
-    p = _secagg_params(spec)
+    p = sum_params(spec)
     t = int(p["threshold"])
     # always against a malicious (equivocating) leader (secagg.py's threat model): without the consistency check
     # each member answers one unmask request, so the tolerance is 2t − n − 1, not the honest-but-curious t − 1
@@ -343,15 +284,71 @@ def secagg_sum_cost(
     return SecAggSumCost(targets, o, view, secure=True, max_sensitivity=math.inf)
 
 
+def project_secagg(
+    spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
+) -> PolicyDecision:
+    """``secagg-sum``: one contribution, Gaussian bound of the sum seen in the clear (α/(2σ²)); the aggregate
+    view is what the leader sees, no credit taken for other members' noise — unless
+    ``protocol_params.collusion = c`` is set (:func:`secagg_sum_calibration`)."""
+    p = sum_params(spec)
+    n = spec.n
+    if not set(p["members"]) <= set(range(n)) or not 0 <= p["leader"] < n:
+        return refuse(spec, "members/leader outside the graph")
+    try:  # threshold, fixed point, masking-graph degree: refused here with the reason, not at build time
+        SecAggParams(dim=1, **p).fixed_point
+    except ValueError as exc:
+        return refuse(spec, f"secure-summation parameters: {exc}")
+    if vertex not in p["members"]:
+        return PolicyDecision(
+            True,
+            "not a member of the secure sum: no contribution",
+            np.zeros(n),
+            spec.budget.delta,
+            "certified",
+            {"N_u": 0.0},
+        )
+    try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
+        view = secagg_sum_calibration(spec)
+    except ValueError as exc:
+        return refuse(spec, f"secure-sum calibration: {exc}")
+    if view is not None:
+        dec = ldp_decision(
+            spec,
+            vertex,
+            local,
+            n,
+            1.0,
+            spec.sigma,
+            f"one input seen only inside the sum: Gaussian view of ≥ t−c honest survivors' noise "
+            f"(c={view.collusion} colluding members)",
+            "secure-summation",
+        )
+        if dec.details.get("accounting_view") is not None:
+            dec.details["accounting_view"] = {
+                **view.as_dict(),
+                "charged_as": "secure-sum Gaussian view",
+            }
+        return dec
+    return ldp_decision(
+        spec,
+        vertex,
+        local,
+        n,
+        1.0,
+        spec.sigma,
+        "one contribution: Gaussian bound of the node's noisy input seen in the sum",
+        "secure-summation",
+    )
+
+
 __all__ = [
-    "ddp_params",
     "spec_view",
+    "spec_sensitivity",
     "member_rounds",
     "SecureSumCost",
     "project_ddp",
+    "project_secagg",
     "ddp_cost",
-    "build_ddp",
     "secagg_sum_calibration",
     "secagg_sum_cost",
-    "NET_ROUND_TIMEOUT",
 ]

@@ -84,7 +84,7 @@ stolen key also opens the envelopes u sent, hence its shares of ``b_u``, so an i
 leader kept from a round in which u was declared dropped opens too (with ephemeral-key envelopes
 that took t holders' keys). The price of dropping the
 advertise round is accounting: a member's masked input leaves with its first message, so a networked member
-charges its ledger then (:class:`hushnet.runs.anonymity.NetworkSecAgg`), and a round that aborts below
+charges its ledger then (:class:`hushnet.families.secagg.node.NetworkSecAgg`), and a round that aborts below
 the threshold leaves that (conservative) charge at each member whose input left, although nothing
 was released and the leader records no release.
 
@@ -125,15 +125,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import struct
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
+from hushnet.crypto.masks import add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
 from hushnet.crypto.shamir import (
     SHARE_LEN,
@@ -162,100 +160,30 @@ from hushnet.engine.errors import (
     WrongDimension,
 )
 from hushnet.engine.protocol import NodeContext, Protocol
+from hushnet.families.secagg.params import SECAGG_SUM, SecAggParams
+from hushnet.families.secagg.wire import (
+    ABORT,
+    ANNOUNCE,
+    CHECK_REQ,
+    CHECK_SIG,
+    HEAD,
+    MASKED,
+    NONCE_LEN,
+    RESULT,
+    SECRET_B,
+    SECRET_S,
+    U16,
+    U32,
+    UNMASK,
+    UNMASK_REQ,
+    Reader,
+    pack_ids,
+)
 from hushnet.families.views import VIEWS
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
-# 0x61 / 0x62 were the advertise and key-list messages of the three-trip version, 0x63 / 0x64 the
-# separate share messages of the four-round one: retired, never reused
-MASKED, UNMASK_REQ, UNMASK, RESULT, ABORT = 0x65, 0x66, 0x67, 0x68, 0x69
-ANNOUNCE, CHECK_REQ, CHECK_SIG = (
-    0x6A,
-    0x6B,
-    0x6C,
-)  # the leader's fresh nonce; the survivor-set confirmation
-NONCE_LEN = 32
 _CHECK_LABEL = b"hushnet-secagg-consistency-v1|"
 _TIMER = "secagg-round"
-_U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
-_B, _S = (
-    0,
-    1,
-)  # which secret a revealed share belongs to: a self-mask seed b_u, a pairwise seed s_uv
-
-
-@dataclass(frozen=True)
-class SecAggParams:
-    """Public parameters of one secure-summation round."""
-
-    members: tuple[int, ...]
-    leader: int
-    threshold: int
-    dim: int
-    frac_bits: int = 24
-    bits: int = 64
-    round_timeout: float = 0.05
-    noise_std: float = 0.0
-    sensitivity: float = 1.0
-    broadcast: bool = True
-    round_id: int = 0
-    mask_degree: int | None = (
-        None  # None: complete masking graph (plain SecAgg); k: Harary graph H_{k,n}
-    )
-    # members sign the survivor set and refuse to unmask without a quorum of matching signatures
-    # (SecAgg's malicious-leader consistency round); False: the honest-but-curious protocol, t > n/2 only
-    consistency_check: bool = True
-    # the leader announces a fresh nonce that every mask of the execution is bound to (issue 11, finding 6)
-    fresh_nonce: bool = True
-
-    def __post_init__(self) -> None:
-        m = self.members
-        if len(set(m)) != len(m) or len(m) < 2:
-            raise ValueError("members must be at least two distinct nodes")
-        if not 2 <= self.threshold <= len(m):
-            raise ValueError(f"threshold must be in 2..{len(m)}")
-        if not self.consistency_check and 2 * self.threshold <= len(m):
-            raise ValueError(
-                f"threshold {self.threshold} <= n/2 = {len(m) / 2:g} without the consistency check: a leader "
-                "that tells two halves different survivor sets could unmask a member; use threshold >= "
-                f"{len(m) // 2 + 1} or consistency_check"
-            )
-        if self.dim < 1 or self.round_timeout <= 0 or self.noise_std < 0:
-            raise ValueError("need dim >= 1, round_timeout > 0, noise_std >= 0")
-        if self.mask_degree is not None:
-            lo = len(m) - self.threshold + 1
-            if not lo <= self.mask_degree:
-                raise ValueError(
-                    f"mask_degree {self.mask_degree} < n − t + 1 = {lo}: dropouts allowed by the threshold "
-                    "could cut the masking graph and expose partial sums"
-                )
-
-    @property
-    def fixed_point(self) -> FixedPoint:
-        return FixedPoint(self.frac_bits, self.bits)
-
-    def collusion_tolerance(self) -> int:
-        """How many members may collude with the leader while the surviving honest inputs stay hidden
-        except through their sum (see the module docstring)."""
-        n, t = len(self.members), self.threshold
-        shamir = t - 1  # t colluders would hold t shares of every secret
-        if self.mask_degree is None or self.mask_degree >= n - 1:
-            return shamir
-        return min(shamir, self.mask_degree - 1 - (n - t))
-
-    @property
-    def consistency_quorum(self) -> int:
-        """Matching survivor-set signatures a member needs before it unmasks: ``max(t, ⌊n/2⌋ + 1)`` with the
-        consistency check (two quorums then share a member, who signs one set per round), ``t`` without."""
-        n, t = len(self.members), self.threshold
-        return max(t, n // 2 + 1) if self.consistency_check else t
-
-    def malicious_collusion_tolerance(self) -> int:
-        """How many members may collude with a *malicious* leader (one that equivocates on the survivor set)
-        while the honest inputs stay hidden except through one survivor set's sum: two quorums of q signers
-        (or, without the check, two unmasking groups of t) intersect in ``2q − n`` members, so fewer than
-        ``2q − n`` colluders leave an honest member in the intersection, who signs (answers) only once."""
-        n, q = len(self.members), self.consistency_quorum
-        return min(self.collusion_tolerance(), 2 * q - n - 1)
 
 
 def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int, frozenset[int]]:
@@ -286,42 +214,10 @@ def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int
     return {ids[i]: frozenset(ids[j] for j in nb[i] if j != i) for i in range(m)}
 
 
-def _ids(ids: list[int] | tuple[int, ...] | set[int]) -> bytes:
-    ids = sorted(ids)
-    return _U16.pack(len(ids)) + b"".join(_U32.pack(i) for i in ids)
-
-
-class _Reader:
-    def __init__(self, data: bytes, off: int = 1) -> None:
-        self.d, self.o = data, off
-
-    def take(self, n: int) -> bytes:
-        if self.o + n > len(self.d):
-            raise MalformedMessage("truncated secure-summation message")
-        b = self.d[self.o : self.o + n]
-        self.o += n
-        return b
-
-    def u16(self) -> int:
-        return _U16.unpack(self.take(2))[0]
-
-    def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
-
-    def ids(self) -> list[int]:
-        return [self.u32() for _ in range(self.u16())]
-
-    def end(self) -> None:
-        if self.o != len(self.d):
-            raise MalformedMessage(
-                f"{len(self.d) - self.o} trailing bytes in secure-summation message"
-            )
-
-
 class SecAggMachine(Protocol):
     """One node of a secure-summation round: the leader, a member, or both."""
 
-    name: ClassVar[str] = "secagg-sum"
+    name: ClassVar[str] = SECAGG_SUM
 
     def __init__(
         self,
@@ -497,15 +393,15 @@ class SecAggMachine(Protocol):
         # one pass over the points, every share in its wire form (the member only ever sends them)
         b_sh, *s_rows = split_many_encoded([b] + [seeds[v] for v in nbrs], xs, self.t)
         s_sh = dict(zip(nbrs, s_rows))
-        tags = [_U32.pack(v) for v in nbrs]
-        me_tag, count = _U32.pack(me), _U16.pack(len(nbrs))
+        tags = [U32.pack(v) for v in nbrs]
+        me_tag, count = U32.pack(me), U16.pack(len(nbrs))
         others, plains = [], []
         for i, w in enumerate(peers):
             if w == me:
                 self.held[me] = (b_sh[i], {v: s_sh[v][i] for v in nbrs})
                 continue
             others.append(w)
-            parts = [me_tag, _U32.pack(w), b_sh[i], count]
+            parts = [me_tag, U32.pack(w), b_sh[i], count]
             for tag, row in zip(tags, s_rows):
                 parts += (tag, row[i])
             plains.append(b"".join(parts))
@@ -516,20 +412,20 @@ class SecAggMachine(Protocol):
         ]
         head = (
             _commit(b"b", b)
-            + _U16.pack(len(nbrs))
-            + b"".join(_U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
-            + _U16.pack(len(others))
-            + b"".join(_U32.pack(w) + _U32.pack(len(ct)) + ct for w, ct in zip(others, cts))
+            + U16.pack(len(nbrs))
+            + b"".join(U32.pack(v) + _commit(b"s", seeds[v]) for v in nbrs)
+            + U16.pack(len(others))
+            + b"".join(U32.pack(w) + U32.pack(len(ct)) + ct for w, ct in zip(others, cts))
         )
-        off = -(-(_HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
+        off = -(-(HEAD + len(head)) // 8) * 8  # the words start 8-byte aligned
         # one copy of the words into the message (not tobytes() and then a concatenation)
         return b"".join(
             (
                 bytes([MASKED]),
-                _U32.pack(self.p.dim),
-                _U32.pack(off),
+                U32.pack(self.p.dim),
+                U32.pack(off),
                 head,
-                bytes(off - _HEAD - len(head)),
+                bytes(off - HEAD - len(head)),
                 np.ascontiguousarray(y).data,
             )
         )
@@ -563,7 +459,7 @@ class SecAggMachine(Protocol):
 
     def _member(self, kind: int, data: bytes) -> list[Action]:
         me = self.ctx.node
-        r = _Reader(data)
+        r = Reader(data)
         if kind == ANNOUNCE:
             if not self.p.fresh_nonce or self.preset_nonce is not None or self.phase != "idle":
                 raise ReplayedMessage(f"round announcement in phase {self.phase}: refused")
@@ -588,7 +484,7 @@ class SecAggMachine(Protocol):
             spki = self.signer.spki
             return self._send(
                 self.p.leader,
-                bytes([CHECK_SIG]) + _U16.pack(len(spki)) + spki + _U16.pack(len(sig)) + sig,
+                bytes([CHECK_SIG]) + U16.pack(len(spki)) + spki + U16.pack(len(sig)) + sig,
             )
         if kind == ABORT:
             reason = r.take(r.u16()).decode(errors="replace")
@@ -631,9 +527,9 @@ class SecAggMachine(Protocol):
             if set(got) != s3 - {me}:
                 raise MalformedMessage(f"shares from {sorted(got)}, expected every other survivor")
             held = {**got, me: self.held[me]}
-            parts = [_U32.pack(w) + bytes([_B]) + held[w][0] for w in U3]
+            parts = [U32.pack(w) + bytes([SECRET_B]) + held[w][0] for w in U3]
             parts += [
-                _U32.pack(u) + bytes([_S]) + _U32.pack(d) + held[u][1][d]
+                U32.pack(u) + bytes([SECRET_S]) + U32.pack(d) + held[u][1][d]
                 for u in U3
                 for d in D
                 if d in self.graph[u]
@@ -644,7 +540,7 @@ class SecAggMachine(Protocol):
                 # releases or aborts (its straggler timer must keep running until then)
                 self.finished = True
             return self._send(
-                self.p.leader, bytes([UNMASK]) + _U16.pack(len(parts)) + b"".join(parts)
+                self.p.leader, bytes([UNMASK]) + U16.pack(len(parts)) + b"".join(parts)
             )
         raise MalformedMessage(f"unexpected message kind {kind}")
 
@@ -661,9 +557,9 @@ class SecAggMachine(Protocol):
 
     def _check_message(self, U3: list[int]) -> bytes:
         """What a member signs: the round (run, round, leader, fresh nonce) and the survivor set it was told."""
-        return _CHECK_LABEL + _U32.pack(len(self.context)) + self.context + _ids(U3)
+        return _CHECK_LABEL + U32.pack(len(self.context)) + self.context + pack_ids(U3)
 
-    def _check_quorum(self, r: _Reader, U3: list[int]) -> None:
+    def _check_quorum(self, r: Reader, U3: list[int]) -> None:
         """Refuse unless the request carries valid signatures of at least q distinct survivors, every one over
         the very survivor set this member signed (any bad signature is a refusal: SecAgg's malicious variant)."""
         assert self.signers is not None
@@ -696,16 +592,16 @@ class SecAggMachine(Protocol):
         nb = sorted(self.graph[u])
         if (
             len(plain) != 10 + SHARE_LEN + len(nb) * (4 + SHARE_LEN)
-            or _U32.unpack_from(plain, 0)[0] != u
-            or _U32.unpack_from(plain, 4)[0] != me
-            or _U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)
+            or U32.unpack_from(plain, 0)[0] != u
+            or U32.unpack_from(plain, 4)[0] != me
+            or U16.unpack_from(plain, 8 + SHARE_LEN)[0] != len(nb)
         ):
             raise IntegrityError(f"share envelope from {u} is malformed or misaddressed")
         b = check_encoded(plain[8 : 8 + SHARE_LEN], x)
         seeds: dict[int, bytes] = {}
         o = 10 + SHARE_LEN
         for v in nb:
-            if _U32.unpack_from(plain, o)[0] != v:
+            if U32.unpack_from(plain, o)[0] != v:
                 raise IntegrityError(
                     f"share envelope from {u} names pairwise seeds for the wrong neighbours"
                 )
@@ -716,7 +612,7 @@ class SecAggMachine(Protocol):
     # leader -------------------------------------------------------------------------------------
 
     def _leader(self, src: int, kind: int, data: bytes) -> list[Action]:
-        r = _Reader(data)
+        r = Reader(data)
         if kind == MASKED:
             if self.lphase != "collect" or src in self.masked:
                 raise ReplayedMessage(f"masked input from {src} out of phase or twice")
@@ -725,14 +621,14 @@ class SecAggMachine(Protocol):
             if (
                 dim != self.p.dim
                 or off % 8
-                or not _HEAD <= off <= len(data)
+                or not HEAD <= off <= len(data)
                 or len(data) - off != w * self.p.dim
             ):
                 raise WrongDimension(
                     f"masked input of {dim} entries ({len(data) - min(off, len(data))} bytes), "
                     f"the round sums {self.p.dim} words of {w} bytes"
                 )
-            r = _Reader(data[:off], _HEAD)
+            r = Reader(data[:off], HEAD)
             commit = r.take(32)
             pair_commits: dict[int, bytes] = {}
             for _ in range(r.u16()):
@@ -783,7 +679,7 @@ class SecAggMachine(Protocol):
             for _ in range(r.u16()):
                 owner = r.u32()
                 which = r.take(1)[0]
-                peer = r.u32() if which == _S else -1
+                peer = r.u32() if which == SECRET_S else -1
                 rev[(owner, which, peer)] = Share.decode(r.take(SHARE_LEN))
             r.end()
             if set(rev) != self._wanted():
@@ -800,8 +696,8 @@ class SecAggMachine(Protocol):
         key = (tuple(self.lU3), tuple(self.lD))  # fixed once the inputs are collected: built once
         if self._wanted_for is None or self._wanted_for[0] != key:
             d = set(self.lD)
-            want = {(w, _B, -1) for w in self.lU3} | {
-                (u, _S, v) for u in self.lU3 for v in self.graph[u] & d
+            want = {(w, SECRET_B, -1) for w in self.lU3} | {
+                (u, SECRET_S, v) for u in self.lU3 for v in self.graph[u] & d
             }
             self._wanted_for = (key, frozenset(want))
         return self._wanted_for[1]
@@ -825,7 +721,7 @@ class SecAggMachine(Protocol):
                     f"{len(self.lU3)} masked inputs arrived, threshold {self.t}"
                     + (f" (consistency quorum {self.q})" if self.q > self.t else "")
                 )
-            sets = _ids(self.lU3) + _ids(self.lD)
+            sets = pack_ids(self.lU3) + pack_ids(self.lD)
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
             if self.p.consistency_check:
                 self.lphase = "check"
@@ -840,12 +736,14 @@ class SecAggMachine(Protocol):
                     f"{len(self.lU4)} members confirmed the survivor set, quorum {self.q}"
                 )
             acts.append(SetTimer(_TIMER, self.p.round_timeout))
-            quorum = _U16.pack(len(self.lU4)) + b"".join(
-                _U32.pack(v) + _U16.pack(len(k)) + k + _U16.pack(len(g)) + g
+            quorum = U16.pack(len(self.lU4)) + b"".join(
+                U32.pack(v) + U16.pack(len(k)) + k + U16.pack(len(g)) + g
                 for v in self.lU4
                 for k, g in [self.sigs[v]]
             )
-            return acts + self._unmask_requests(self.lU4, _ids(self.lU3) + _ids(self.lD) + quorum)
+            return acts + self._unmask_requests(
+                self.lU4, pack_ids(self.lU3) + pack_ids(self.lD) + quorum
+            )
         if ph == "unmask":
             if len(self.reveals) < self.t:
                 return self._abort(
@@ -859,12 +757,12 @@ class SecAggMachine(Protocol):
         acts: list[Action] = []
         for v in to:
             parts = [
-                _U32.pack(u) + _U32.pack(len(self.cts[u][v])) + self.cts[u][v]
+                U32.pack(u) + U32.pack(len(self.cts[u][v])) + self.cts[u][v]
                 for u in self.lU3
                 if u != v
             ]
             acts += self._send(
-                v, bytes([UNMASK_REQ]) + head + _U16.pack(len(parts)) + b"".join(parts)
+                v, bytes([UNMASK_REQ]) + head + U16.pack(len(parts)) + b"".join(parts)
             )
         return acts
 
@@ -874,7 +772,7 @@ class SecAggMachine(Protocol):
             CancelTimer(_TIMER),
             Metric("secagg-aborted", reason, self.p.round_id, self.ctx.node),
         ]
-        msg = bytes([ABORT]) + _U16.pack(len(reason.encode())) + reason.encode()
+        msg = bytes([ABORT]) + U16.pack(len(reason.encode())) + reason.encode()
         for v in sorted(self.members):
             if v != self.ctx.node:
                 acts.append(Send(v, msg))
@@ -891,9 +789,9 @@ class SecAggMachine(Protocol):
         owner, which, peer = key
         holders = sorted(self.reveals)
         shares = [self.reveals[h][key] for h in holders]
-        what = "self-mask seed" if which == _B else f"pairwise seed with member {peer}"
-        want = self.commits[owner] if which == _B else self.pair_commits[owner][peer]
-        tag = b"b" if which == _B else b"s"
+        what = "self-mask seed" if which == SECRET_B else f"pairwise seed with member {peer}"
+        want = self.commits[owner] if which == SECRET_B else self.pair_commits[owner][peer]
+        tag = b"b" if which == SECRET_B else b"s"
 
         def ok(secret: bytes) -> bool:
             return _commit(tag, secret) == want
@@ -952,10 +850,12 @@ class SecAggMachine(Protocol):
             owner, which, peer = key
             if sec is None:
                 what = (
-                    "self-mask seed" if which == _B else f"pairwise seed with dropped member {peer}"
+                    "self-mask seed"
+                    if which == SECRET_B
+                    else f"pairwise seed with dropped member {peer}"
                 )
                 return acts + self._abort(f"{what} of member {owner} could not be recovered")
-            if which == _B:
+            if which == SECRET_B:
                 self_seeds.append((sec, -1))
             else:  # y_owner holds +PRG(s) if owner < peer: take it out
                 pair_seeds.append((sec, -1 if owner < peer else 1))
@@ -987,7 +887,7 @@ class SecAggMachine(Protocol):
                 )
             )
         if self.p.broadcast:
-            msg = bytes([RESULT]) + _U32.pack(d) + result.astype("<f8").tobytes()
+            msg = bytes([RESULT]) + U32.pack(d) + result.astype("<f8").tobytes()
             for v in self.lU3:
                 if v != self.ctx.node:
                     acts.append(Send(v, msg))
@@ -1007,9 +907,6 @@ class SecAggMachine(Protocol):
         return acts
 
 
-_HEAD = 9  # kind, dim, offset of the words
-
-
 def _nonce_tag(base_context: bytes, nonce: bytes) -> bytes:
     """Replay-cache tag of a round announcement: the round (run, round, leader) and the leader's nonce."""
     return hashlib.sha256(b"hushnet-secagg-nonce|" + base_context + b"|" + nonce).digest()[:16]
@@ -1018,6 +915,41 @@ def _nonce_tag(base_context: bytes, nonce: bytes) -> bytes:
 def _commit(tag: bytes, secret: bytes) -> bytes:
     """Hash commitment to a uniform 32-byte seed (hiding as a random oracle; binding by collision resistance)."""
     return hashlib.sha256(b"hushnet-secagg-commit|" + tag + b"|" + secret).digest()
+
+
+def make_sum_machine(ctx, task, params: dict[str, Any], *, run_seed: int):
+    """One member's (or the leader's) secure-sum machine.  A deployed node passes its keys, signer and
+    replay cache in ``params`` (``share_key``/``share_directory``, ``sign_key``/``sign_directory``,
+    ``replay_cache``); without them the keys come from the public run seed (simulator only)."""
+    from hushnet.crypto.keys import machine_keypair
+
+    p = dict(params)
+    node, n = ctx.node, ctx.n
+    nonces = p.pop(
+        "replay_cache", None
+    )  # the node's persistent cache (deployed); None: per machine
+    p.pop("secret_seed", None)
+    p.setdefault("members", tuple(range(n)))
+    p["members"] = tuple(int(m) for m in p["members"])
+    key, directory = machine_keypair(p, "share", run_seed, n, node)
+    p.pop("epoch", None)
+    if task is None:
+        raise ValueError(
+            f"{SECAGG_SUM} needs a value task (its dimension, and the input of members)"
+        )
+    p.setdefault("dim", int(task.dim))
+    p.setdefault("sensitivity", float(task.sensitivity()))
+    signer, sdir = p.pop("sign_key", None), p.pop("sign_directory", None)
+    if (
+        signer is None or sdir is None
+    ):  # simulator: signing keys from the public run seed (never deployed)
+        from hushnet.crypto.signing import signer_directory, simulation_signers
+
+        signers = simulation_signers(run_seed, n)
+        signer, sdir = signers[node], signer_directory(signers)
+    sp_ = SecAggParams(**p)
+    vec = task.value(0) if node in sp_.members else None
+    return SecAggMachine(ctx, sp_, vec, key, directory, signer, sdir, nonces)
 
 
 def build_round(
