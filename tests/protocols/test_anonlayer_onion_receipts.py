@@ -14,7 +14,7 @@ import numpy as np
 
 from hushnet.crypto.keys import simulation_directory, simulation_keypairs
 from hushnet.crypto.onion import OnionKeyring
-from hushnet.engine.actions import CancelTimer, Send, SetTimer
+from hushnet.engine.actions import CancelTimer, Metric, Paused, Send, SetTimer
 from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFired
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.families.anonymity.onion import OnionLayer, OnionParams
@@ -106,3 +106,39 @@ def test_message_acks_unchanged_without_link_receipts():
     assert s.receipt == ""
     out = layers[s.dst].handle(MessageArrived(RECEIVER, s.payload))
     assert [type(a) for a in out] == [Send, SetTimer] and out[0].payload[:1] == b"A"
+
+
+def _pause(layer: OnionLayer, timer: str) -> None:
+    """Let a hop go unacknowledged until the layer reports itself paused (once)."""
+    paused = []
+    for _ in range(layer.p.max_retries + 2):
+        paused += [a for a in layer.handle(TimerFired(timer)) if isinstance(a, Paused)]
+    assert len(paused) == 1, paused
+
+
+def test_paused_hop_reports_resumed_when_its_receipt_comes():
+    """A slow neighbour's late receipt ends the pause: without a ``resumed`` the node's run status
+    said "paused" for the rest of the run (the driver leaves "paused" only on a ``resumed`` metric)."""
+    layers = _layers(True)
+    acts = layers[RECEIVER].handle(RunStarted())
+    (s,) = [a for a in acts if isinstance(a, Send)]
+    (t,) = [a for a in acts if isinstance(a, SetTimer)]
+    _pause(layers[RECEIVER], t.name)
+    out = layers[RECEIVER].handle(Delivered(s.dst, s.receipt))
+    assert out[0] == CancelTimer(t.name)
+    assert [(type(a), a.name) for a in out[1:]] == [(Metric, "resumed")], out
+    assert layers[RECEIVER].handle(Delivered(s.dst, s.receipt)) == []  # once
+
+
+def test_paused_hop_reports_resumed_when_its_ack_message_comes():
+    layers = _layers(False)
+    acts = layers[RECEIVER].handle(RunStarted())
+    (s,) = [a for a in acts if isinstance(a, Send)]
+    (t,) = [a for a in acts if isinstance(a, SetTimer)]
+    _pause(layers[RECEIVER], t.name)
+    (ack,) = [
+        a for a in layers[s.dst].handle(MessageArrived(RECEIVER, s.payload)) if isinstance(a, Send)
+    ]
+    out = layers[RECEIVER].handle(MessageArrived(s.dst, ack.payload))
+    assert out[0] == CancelTimer(t.name)
+    assert [(type(a), a.name) for a in out[1:]] == [(Metric, "resumed")], out

@@ -268,3 +268,29 @@ def test_walks_longer_than_l_max_are_resampled_and_counted(setup):
         build_walk(
             setup, _tasks(N), _params(l_max=4), run_seed=1
         )  # cannot reach a destination at distance ℓ2 = 4
+
+
+def test_paused_hop_reports_resumed_when_acknowledged(setup):
+    """A next hop that acknowledges late (after the node reported itself paused) ends the pause: the
+    driver leaves "paused" only on a ``resumed`` metric, so without one the node's status stayed
+    "paused" for the rest of the run."""
+    from hushnet.engine.actions import CancelTimer, Metric, Paused, SetTimer
+    from hushnet.engine.events import TimerFired
+
+    ms, _ = build_walk(setup, _tasks(N), _params(), run_seed=3, secret_seed=5)
+    acts = ms[0].on_start()
+    (s,) = _sends(acts)
+    (t,) = [a for a in acts if isinstance(a, SetTimer) and a.delay > 0]
+    paused = []
+    for _ in range(ms[0].p.max_retries + 2):
+        paused += [a for a in ms[0].handle(TimerFired(t.name)) if isinstance(a, Paused)]
+    assert len(paused) == 1, paused
+    (ack,) = [
+        a
+        for a in ms[s.dst].handle(MessageArrived(0, s.payload))
+        if isinstance(a, Send) and a.payload[:1] == b"A"
+    ]
+    out = ms[0].handle(MessageArrived(s.dst, ack.payload))
+    assert out[0] == CancelTimer(t.name)
+    assert [(type(a), a.name) for a in out[1:]] == [(Metric, "resumed")], out
+    assert ms[0].handle(MessageArrived(s.dst, ack.payload)) == []  # once

@@ -42,11 +42,13 @@ def _simulated_hops(setup) -> np.ndarray:
         updates_per_node=10**9, step_size=0.05, sigma=1.0, cell_body=256, reliable=False
     )
     ms, _ = build_walk(setup, tasks, params, run_seed=3, secret_seed=11)
-    res = Simulator(ms, latency=1e-3).run(max_events=60_000)
+    # ≈ 1000 samples (deterministic: seeded), 3.4 s of CPU; the KS test's power is set by the network's
+    # ≈ 64 samples, and 60 000 events (2434 samples, 6.5 s) timed the test out under a loaded CI
+    res = Simulator(ms, latency=1e-3).run(max_events=25_000)
     return iterations(res.metrics, start=0)["hops"]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)  # a hang guard: the walk's own bound is the 90 s wait below
 def test_network_hitting_times_match_the_simulator(tmp_path: pathlib.Path) -> None:
     async def go():
         async with local_net.network(

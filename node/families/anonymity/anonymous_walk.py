@@ -316,8 +316,14 @@ class AnonymousWalk(Protocol):
         hop_id = payload[1:]
         if len(hop_id) != HOP_ID or hop_id not in self._pending or self._pending[hop_id][0] != src:
             return []  # late or duplicate ack: harmless
-        del self._pending[hop_id]
-        return [CancelTimer(_TIMER + hop_id.hex())]
+        attempts = self._pending.pop(hop_id)[3]
+        acts: list[Action] = [CancelTimer(_TIMER + hop_id.hex())]
+        # a hop acknowledged after this node reported itself paused ends the pause (the driver leaves
+        # "paused" only on a ``resumed`` metric; without one the status stayed "paused" to the end)
+        late = self.p.max_retries
+        if attempts > late and all(p[3] <= late for p in self._pending.values()):
+            acts.append(Metric("resumed", -1, -1, self.ctx.node))
+        return acts
 
     def _remember(self, hop_id: bytes) -> None:
         self._recent[hop_id] = None

@@ -397,8 +397,7 @@ class OnionLayer(Protocol):
             key = payload[1:].hex()
             if len(payload) != 17 or key not in self._pending or self._pending[key][0] != src:
                 return []  # late or duplicate ack: harmless
-            del self._pending[key]
-            return [CancelTimer(_TIMER + key)]
+            return self._acked(key)
         if kind != KIND_PACKET:
             raise MalformedMessage(f"unknown onion message kind {kind}")
         if src not in self.neighbours:
@@ -449,8 +448,20 @@ class OnionLayer(Protocol):
         """A hop's transport receipt (``link_receipts``): the neighbour's layer accepted the packet."""
         if receipt not in self._pending or self._pending[receipt][0] != dst:
             return []  # a receipt for a retransmission of a hop already acknowledged: harmless
-        del self._pending[receipt]
-        return [CancelTimer(_TIMER + receipt)]
+        return self._acked(receipt)
+
+    def _acked(self, key: str) -> list[Action]:
+        """A hop was acknowledged: stop retransmitting it, and end the pause its silence caused.
+
+        The driver leaves "paused" only on a ``resumed`` metric (as the walk's own handoff reports
+        it); without one a node whose neighbour answered late said "paused" for the rest of the run.
+        """
+        _, _, attempts = self._pending.pop(key)
+        acts: list[Action] = [CancelTimer(_TIMER + key)]
+        late = self.p.max_retries
+        if attempts > late and all(a <= late for _, _, a in self._pending.values()):
+            acts.append(Metric("resumed", -1, -1, self.ctx.node))
+        return acts
 
     def _role_work(self, src: int, res) -> list[Action]:
         """What differs by role, deferred behind the hop ack: deliver to the inner machine, or forward."""
