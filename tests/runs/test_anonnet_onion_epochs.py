@@ -46,6 +46,17 @@ def _spec(seed: int) -> RunSpec:
     ).with_run_id()
 
 
+async def _clear_of_epoch_boundary(margin: float = 7.0) -> None:
+    """Start a run well inside an epoch.  Each node takes the epoch current when *it* accepts the run,
+    so acceptances that straddle a boundary build packets under two epochs (docs/anonymity.md, "Key
+    epochs": a known limit; with the default one-day period the window is the seconds of acceptance)."""
+    import asyncio
+
+    into = time.time() % PERIOD
+    if into > PERIOD - margin:
+        await asyncio.sleep(PERIOD - into + 0.5)
+
+
 def _epoch_of(payload: bytes) -> int:
     return struct.unpack_from(">I", payload, _CELL_HEAD + 1)[0]
 
@@ -62,6 +73,7 @@ def test_onion_epochs_replay_across_runs_restart_and_rotation(tmp_path: pathlib.
             bootstrap_options={"onion_epoch_seconds": PERIOD, "onion_grace_seconds": GRACE},
         ) as net:
             spec = _spec(21)
+            await _clear_of_epoch_boundary()
             run_a = await net.client.start_run(spec)
             drivers = {v: net.driver(v, run_a) for v in range(N)}
             await net.wait(
@@ -111,6 +123,7 @@ def test_onion_epochs_replay_across_runs_restart_and_rotation(tmp_path: pathlib.
             assert [f["code"] for f in drivers[r1].faults[f0:]] == ["replay"]
 
             # 2. the same layer in run B (same node, same key epoch): refused (bound to run A)
+            await _clear_of_epoch_boundary()
             run_b = await net.client.start_run(_spec(22))
             drv_b = net.driver(r1, run_b)
             await net.wait(
