@@ -290,6 +290,9 @@ class AsyncClient:
         except SpecError as exc:
             raise ClientError(str(exc)) from None
         await self.refresh()
+        from hushnet.families import family_of
+
+        spec = family_of(spec.protocol).prepare_submit(spec, self._directory)
         self._specs[spec.run_id] = spec
         payload = self.sign(spec)
         res = await self._all("run.submit", payload, timeout=max(self.timeout, 60.0))

@@ -172,6 +172,13 @@ class Family(ABC):
         """The published (uncertified) bound of this node's row and its label; None if the papers give none."""
         return None
 
+    # ---- operator-side ----------------------------------------------------------------------------
+
+    def prepare_submit(self, spec: "RunSpec", directory: Any) -> "RunSpec":
+        """The spec the operator signs, given the network's directory: a family fills in what every
+        node must agree on and cannot pick alone (default: the spec unchanged)."""
+        return spec
+
     # ---- node-side plumbing ---------------------------------------------------------------------
 
     def journal(

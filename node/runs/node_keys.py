@@ -91,20 +91,25 @@ def node_onion_keys(node, ids: list[str], vertex: int, spec: RunSpec):
     """(keyring, directory) for an onion run: the **per-epoch** onion keys when the network rotates them
     (``Directory.onion_epoch_seconds > 0``), else ``None`` (the long-term key with the spec's epoch label).
 
-    The run uses the epoch current at acceptance (when the node builds its machine): the directory of
-    every member's public key for that epoch, and the node's keyring, which holds every epoch the node
+    The run uses the epoch the operator fixed in the signed spec (``protocol_params.epoch``, filled at
+    submit by :meth:`hushnet.families.anonymity.AnonymityFamily.prepare_submit`; without it, the epoch
+    current at this node's acceptance): the directory of every member's public key for that epoch, and the node's keyring, which holds every epoch the node
     still has a key for (a relay opens packets of runs accepted in the previous epoch too).  Refused with
     the reason when a member has not published that epoch's key, or when the directory's key for this
     node is not the one in its state directory."""
     store = getattr(node, "onion_keys", None)
     if store is None:
         return None
-    if "epoch" in spec.protocol_params:
-        raise ValueError(
-            "protocol_params.epoch is a label for networks without onion-key rotation; this network "
-            "rotates onion keys, and a run uses the epoch current at acceptance"
-        )
-    epoch = store.current_epoch()
+    now = store.current_epoch()
+    if "epoch" in spec.protocol_params:  # fixed by the operator at submit: one epoch at every node
+        epoch = int(spec.protocol_params["epoch"])
+        if not now - 1 <= epoch <= now + 1:
+            raise ValueError(
+                f"the run's onion key epoch {epoch} is not the current epoch {now} or a neighbour of it "
+                "(a stale spec, or a clock far off the network's)"
+            )
+    else:  # a spec signed without it (older client): the epoch current at this node's acceptance
+        epoch = now
     d = node.directory
     keys = {
         int(m.vertex): bytes(k.public_key)

@@ -47,9 +47,9 @@ def _spec(seed: int) -> RunSpec:
 
 
 async def _clear_of_epoch_boundary(margin: float = 7.0) -> None:
-    """Start a run well inside an epoch.  Each node takes the epoch current when *it* accepts the run,
-    so acceptances that straddle a boundary build packets under two epochs (docs/anonymity.md, "Key
-    epochs": a known limit; with the default one-day period the window is the seconds of acceptance)."""
+    """Start a run well inside an epoch, so that runs A and B use the same key epoch (the checks of a
+    layer replayed across runs assume it).  Within one run every node uses the epoch the operator fixed
+    in the signed spec (``AnonymityFamily.prepare_submit``), whenever the nodes accept."""
     import asyncio
 
     into = time.time() % PERIOD
@@ -84,6 +84,8 @@ def test_onion_epochs_replay_across_runs_restart_and_rotation(tmp_path: pathlib.
             ids = drivers[0].ids
             # the run uses the epoch current at acceptance: the directory's per-epoch keys, not x25519_public
             epoch = drivers[0].machine.p.epoch
+            # one epoch for the run, fixed by the operator in the signed spec
+            assert all(d.spec.protocol_params["epoch"] == epoch for d in drivers.values())
             for nd in net.nodes:
                 store = nd.onion_keys
                 assert store is not None and store.period == PERIOD

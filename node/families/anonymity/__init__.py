@@ -46,6 +46,23 @@ class AnonymityFamily(Family):
             rng=ctx.rng,
         )
 
+    def prepare_submit(self, spec, directory):
+        """An onion run on a network that rotates onion keys uses **one** key epoch at every node, fixed
+        here in the signed spec: a node taking the epoch current at its own acceptance would, when the
+        acceptances straddle a boundary, build layers under two epochs — and the epoch travels in the
+        clear, splitting the run's senders into two groups.  The run gets a new id (the hash of what is
+        signed); :meth:`Client.start_run` returns it."""
+        import time
+        from dataclasses import replace
+
+        period = float(getattr(directory, "onion_epoch_seconds", 0.0) or 0.0)
+        if spec.protocol != RW_DPSGD_ONION or period <= 0 or "epoch" in spec.protocol_params:
+            return spec
+        epoch = int(time.time() // period)
+        # the run id is the hash of the signed contents: a new parameter makes a new id
+        pp = {**spec.protocol_params, "epoch": epoch}
+        return replace(spec, protocol_params=pp, run_id="").with_run_id()
+
     def node_machine(self, node, spec, vertex, ids, task, W, options):
         from hushnet.families.anonymity.node import build_anon_walk, build_onion
 

@@ -109,7 +109,9 @@ def make_anonymity_machine(
         }
         if shared is not None:
             key, directory = None, p.pop("onion_directory")
-            op.pop("epoch", None)  # the packets' epoch is the directory's (current at acceptance)
+            op.pop(
+                "epoch", None
+            )  # the packets' epoch is the directory's (the run's, fixed at submit)
         else:
             key, directory = keypair("onion")
         hops = int(op.pop("hops", 3))
