@@ -193,10 +193,11 @@ def graph_for(n: int) -> str:
     return f"hypercube:{dim}" if 2**dim == n else f"complete:{n}"
 
 
-def prepare(data: str, n: int, large: bool = False):
+def prepare(data: str, n: int, large: bool = False, steps_per_node: int | None = None):
     """``(config, partition, tasks, spec)`` for the demo on ``data`` with ``n`` nodes (the spec is validated).
 
-    ``large``: the configuration of ``make demo-large`` (:data:`LARGE_CONFIGS`)."""
+    ``large``: the configuration of ``make demo-large`` (:data:`LARGE_CONFIGS`); ``steps_per_node``
+    overrides its walk length T = steps_per_node · n."""
     from hushnet.runs.spec import Budget, RunSpec
     from hushnet.tasks import LogisticRegressionTask
     from hushnet.tasks.data import breast_cancer_partition, houses_partition
@@ -206,6 +207,8 @@ def prepare(data: str, n: int, large: bool = False):
             f"demo: error: --large has a configuration for {sorted(LARGE_CONFIGS)} only, not {data!r}"
         )
     cfg = LARGE_CONFIGS[data] if large else CONFIGS[data]
+    if steps_per_node is not None:
+        cfg = replace(cfg, steps_per_node=steps_per_node)
     if data == "houses":
         _houses_data_dir()
         P = houses_partition(n, per_node=cfg.per_node, seed=42)
@@ -440,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         "the certified amplification over local DP",
     )
     ap.add_argument(
+        "--steps-per-node",
+        type=int,
+        default=None,
+        help="with --large: walk length T = this × n (default 40; the tests use a short walk)",
+    )
+    ap.add_argument(
         "--per-process",
         type=int,
         default=None,
@@ -478,7 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds = 2 if args.large else 16
     if args.per_process is not None and args.per_process < 1:
         raise SystemExit(f"demo: error: --per-process must be at least 1, got {args.per_process}")
-    cfg, P, tasks, spec = prepare(args.data, n, large=args.large)
+    if args.steps_per_node is not None:
+        if not args.large or args.steps_per_node < 1:
+            raise SystemExit("demo: error: --steps-per-node needs --large and a positive count")
+    cfg, P, tasks, spec = prepare(
+        args.data, n, large=args.large, steps_per_node=args.steps_per_node
+    )
     ldp_eps = localdp_epsilon(spec)
     report = outcome = None
     if args.simulate:
