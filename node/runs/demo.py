@@ -392,6 +392,11 @@ def _network_run(args, spec, P, n: int):
             flush=True,
         )
         with Client(state) as client:
+            print(
+                f"delivering the spec to {n} nodes: each projects its certified loss toward every "
+                "other node before it accepts ...",
+                flush=True,
+            )
             try:
                 run_id = client.start_run(spec)
             except ClientError as exc:
