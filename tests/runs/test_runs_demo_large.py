@@ -45,7 +45,7 @@ def test_demo_large_on_hosted_nodes_prints_certified_amplification(capsys) -> No
     assert m, out[-1]
     assert any("2 processes of 32 nodes" in line for line in out), out[:3]
     assert any("from the nodes' ledgers" in line for line in out)
-    assert out[-3].startswith("walk on the network")
+    assert out[-2].startswith("walk on the network")
 
     _, _, _, spec = demo.prepare("houses", N, large=True, steps_per_node=STEPS_PER_NODE)
     assert spec.steps == STEPS_PER_NODE * N
