@@ -51,10 +51,11 @@ def test_demo_large_on_hosted_nodes_prints_certified_amplification(capsys) -> No
     assert spec.steps == STEPS_PER_NODE * N
     worst, mean, ldp_eps = float(m["worst"]), float(m["mean"]), float(m["ldp_eps"])
     assert 0 < mean <= worst
-    assert mean <= ldp_eps and worst <= ldp_eps + 1e-4
+    # local DP at the contributions the nodes made: the walk's mean pair cannot exceed it (the walk
+    # bound is capped by local DP per pair), and at most the cap's local DP
+    assert mean <= ldp_eps + 1e-4
+    assert ldp_eps <= demo.localdp_epsilon(spec)[1] + 1e-9
     assert float(m["amp"]) == pytest.approx(ldp_eps / mean, abs=2e-3)
-    # local DP from the accountant at the spec's σ and cap (the same whatever the walk length)
-    assert ldp_eps == pytest.approx(demo.localdp_epsilon(spec), abs=1e-4)
     assert float(m["delta"]) == demo.DELTA
     assert 0.0 <= float(m["acc"]) <= 1.0 and 0.9 < float(m["nonpriv"]) <= 1.0
 
@@ -67,3 +68,15 @@ def test_large_rejects_a_data_set_without_a_large_configuration() -> None:
 def test_steps_per_node_needs_large() -> None:
     with pytest.raises(SystemExit, match="--steps-per-node needs --large"):
         demo.main(["--steps-per-node", "5", "--simulate"])
+
+
+def test_localdp_at_the_contributions_made_not_the_cap() -> None:
+    _, _, _, spec = demo.prepare("houses", 64, large=True, steps_per_node=STEPS_PER_NODE)
+    at_cap = demo.localdp_epsilon(spec)
+    assert at_cap[0] == at_cap[1] > 0
+    worst, mean = demo.localdp_epsilon(spec, [0, spec.cap])
+    assert worst == pytest.approx(at_cap[0]) and mean == pytest.approx(at_cap[0] / 2)
+    few_worst, few_mean = demo.localdp_epsilon(spec, [STEPS_PER_NODE] * 64)
+    assert (
+        0 < few_mean == few_worst < at_cap[0]
+    )  # a shorter walk is compared with a smaller local DP
