@@ -142,7 +142,8 @@ CONFIGS: dict[str, DemoConfig] = {
 #: grows like their number, so the amplification is bought with contributions — but every contribution
 #: is a hop over mutual TLS (~200–300 hops/s here).  σ = 8, cap = 50, T = 40·n: at n = 512 / 1024 the
 #: projected worst / mean pair ε is 2.61 / 1.85 and 2.49 / 1.78 against 4.11 for local DP at the same
-#: noise and cap (ratio 2.2 / 2.3), and the walk is 20 480 / 40 960 hops (1.5 / 3 minutes).  cap = 25
+#: noise and cap (ratio 2.2 / 2.3), and the walk is 20 480 / 40 960 hops (1.5 / 3 minutes at the n = 16
+#: hop rate; measured at n = 512 today: 7.8 hops/s, the ledger's per-hop conversion, docs/runs.md).  cap = 25
 #: and T = 20·n halve the walk but the ratio drops to 1.6; σ = 16 lowers every ε about 2.2× at the same
 #: ratio, but the model is then mostly noise.  Clipping to 0.1 with a small step and no intercept is the
 #: 16-node demo's regime (every clipped gradient has the same length; the model is their noisy sum); with
