@@ -368,10 +368,12 @@ class LocalCluster:
 
         return uvloop.run(go())
 
-    def wait_healthy(self, timeout: float = 90.0, should_stop=lambda: False) -> dict:
+    def wait_healthy(self, timeout: float = 90.0, should_stop=lambda: False, on_sweep=None) -> dict:
         """Poll until all nodes are members, healthy, and connected to every neighbour.
 
         ``should_stop()`` is polled too (Ctrl-C during start-up raises :class:`InterruptedError`).
+        ``on_sweep(ready, members, n)``, if given, is called after every sweep (a start-up of a thousand
+        nodes takes a minute: the caller can show how many are members and fully wired so far).
         One operator (one channel per node) serves every sweep: a sweep over fresh channels costs n
         TLS handshakes, which at n = 1024 made the sweep itself the slowest part of start-up.
         """
@@ -451,6 +453,15 @@ class LocalCluster:
                             and all(n.get("serving") and n.get("wired") for n in nodes),
                         }
                         last = doc
+                        if on_sweep is not None:
+                            ready = sum(
+                                1
+                                for n in nodes
+                                if n.get("serving")
+                                and n.get("wired")
+                                and n.get("all_neighbors_connected")
+                            )
+                            on_sweep(ready, n_members, self.n_nodes)
                         if (
                             len(nodes) == self.n_nodes
                             and doc["healthy"]

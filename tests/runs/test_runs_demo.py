@@ -19,7 +19,8 @@ from hushnet.runs.spec import Budget
 
 LAST_LINE = re.compile(
     r"^demo: accuracy=(?P<acc>[0-9.]+) nonprivate=(?P<nonpriv>[0-9.]+) localdp=(?P<ldp>[0-9.]+) "
-    r"worst_pair_epsilon=(?P<eps>[0-9.]+) delta=(?P<delta>[0-9.e+-]+) seconds=(?P<sec>[0-9.]+)$"
+    r"worst_pair_epsilon=(?P<eps>[0-9.]+) delta=(?P<delta>[0-9.e+-]+) seconds=(?P<sec>[0-9.]+) "
+    r"mean_pair_epsilon=(?P<mean>[0-9.]+) localdp_epsilon=(?P<ldp_eps>[0-9.]+) amplification=(?P<amp>[0-9.]+)$"
 )
 
 
