@@ -285,7 +285,10 @@ def test_anon_first_passage_identities(cg) -> None:
     adj = as_adjacency(g)
     n = adj.shape[0]
     P = transition_matrix(adj)
-    t_max = hitting_pmf_horizon(n, c, tail=40.0)
+    # hitting_pmf_horizon's e^{-tail} is the random-regular-graph model's geometric rate; a drawn graph
+    # can mix more slowly (3-regular, n = 18 and 22: 1.8e-6 of the mass still missing at tail = 40),
+    # so the identities are checked with the mass summed to well below their tolerances
+    t_max = hitting_pmf_horizon(n, c, tail=80.0)
     tot = np.zeros((n, n))
     mean = np.zeros((n, n))
     for t, F in first_passage_stream(P, t_max):
