@@ -64,6 +64,34 @@ class LedgerEntry:
     def uses_data(self) -> bool:
         return self.kind not in ("noise", "schedule")
 
+    @classmethod
+    def of_noise(
+        cls,
+        ctx: Any,
+        protocol: str,
+        step: int,
+        kind: str,
+        sensitivity: float,
+        noise_std: float,
+        detail: dict[str, Any],
+    ) -> "LedgerEntry":
+        """The entry of a machine (``ctx``: its NodeContext) whose visit adds Gaussian noise of
+        ``noise_std`` to data of L2 ``sensitivity``: the multiplier σ is derived here, once
+        (∞ when no data entered)."""
+        sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
+        return cls(
+            ctx.node,
+            step,
+            kind,
+            ctx.view_model,
+            sensitivity,
+            noise_std,
+            sigma,
+            protocol,
+            ctx.run_id,
+            detail,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Metric:

@@ -613,6 +613,38 @@ class PolicyDecision:
     bound: str
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def certified(
+        cls,
+        row: np.ndarray,
+        delta: float,
+        budget_epsilon: float,
+        details: dict[str, Any],
+        note: str = "",
+    ) -> "PolicyDecision":
+        """Accept when the worst pair of a certified projected row is within the node's ε budget; the
+        reason names that pair and ``note`` (which view or bound produced the row)."""
+        worst = int(np.argmax(row))
+        tail = f" ({note})" if note else ""
+        if row[worst] > budget_epsilon:
+            return cls(
+                False,
+                f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
+                f"at δ={delta:g}{tail}, this node's budget is ε={budget_epsilon:g}",
+                row,
+                delta,
+                "certified",
+                details,
+            )
+        return cls(
+            True,
+            f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}{'; ' + note if note else ''})",
+            row,
+            delta,
+            "certified",
+            details,
+        )
+
     @property
     def worst_epsilon(self) -> float:
         return (

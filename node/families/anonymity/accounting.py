@@ -132,25 +132,7 @@ def ldp_decision(
         "N_u": float(contributions),
         "accounting_view": {**VIEWS[view].as_dict(), "charged_as": what},
     }
-    worst = int(np.argmax(row))
-    if row[worst] > budget.epsilon:
-        return PolicyDecision(
-            False,
-            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-            f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
-            row,
-            spec.budget.delta,
-            "certified",
-            det,
-        )
-    return PolicyDecision(
-        True,
-        f"within budget (worst certified ε={row[worst]:.4g}; {what})",
-        row,
-        spec.budget.delta,
-        "certified",
-        det,
-    )
+    return PolicyDecision.certified(row, spec.budget.delta, budget.epsilon, det, what)
 
 
 def project_anon_walk(

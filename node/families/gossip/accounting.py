@@ -318,25 +318,8 @@ def project_gossip(
             "(top-up, never refund)"
         ],
     }
-    worst = int(np.argmax(row))
-    if row[worst] > budget.epsilon:
-        return PolicyDecision(
-            False,
-            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-            f"at δ={spec.budget.delta:g}, this node's budget is ε={budget.epsilon:g}",
-            row,
-            spec.budget.delta,
-            "certified",
-            det,
-        )
-    return PolicyDecision(
-        True,
-        f"within budget (worst certified ε={row[worst]:.4g} toward node {worst}; "
-        f"{view_of(spec)} view)",
-        row,
-        spec.budget.delta,
-        "certified",
-        det,
+    return PolicyDecision.certified(
+        row, spec.budget.delta, budget.epsilon, det, f"{view_of(spec)} view"
     )
 
 

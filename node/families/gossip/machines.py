@@ -792,19 +792,7 @@ class GossipMachine(Protocol):
     def data_entry(
         self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any
     ) -> LedgerEntry:
-        sigma = noise_std / sensitivity if sensitivity > 0 else float("inf")
-        return LedgerEntry(
-            self.ctx.node,
-            step,
-            kind,
-            self.ctx.view_model,
-            sensitivity,
-            noise_std,
-            sigma,
-            self.name,
-            self.ctx.run_id,
-            detail,
-        )
+        return LedgerEntry.of_noise(self.ctx, self.name, step, kind, sensitivity, noise_std, detail)
 
 
 # ---- the protocols ------------------------------------------------------------------------------

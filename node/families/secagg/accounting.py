@@ -177,25 +177,7 @@ def _decision(
     )
     row[vertex] = 0.0
     det = {"N_u": float(rounds), "accounting_view": view}
-    worst = int(np.argmax(row))
-    if row[worst] > budget.epsilon:
-        return PolicyDecision(
-            False,
-            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} "
-            f"at δ={delta:g} ({what}), this node's budget is ε={budget.epsilon:g}",
-            row,
-            delta,
-            "certified",
-            det,
-        )
-    return PolicyDecision(
-        True,
-        f"within budget (worst certified ε={row[worst]:.4g}; {what})",
-        row,
-        delta,
-        "certified",
-        det,
-    )
+    return PolicyDecision.certified(row, delta, budget.epsilon, det, what)
 
 
 def project_ddp(

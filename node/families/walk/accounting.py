@@ -251,18 +251,4 @@ def evaluate_policy(
             spec.budget.delta,
             "certified",
         )
-    worst = int(np.argmax(row))
-    if row[worst] > budget.epsilon:
-        reason = (
-            f"over budget: projected certified loss toward node {worst} is ε={row[worst]:.4g} at δ={spec.budget.delta:g}, "
-            f"this node's budget is ε={budget.epsilon:g}"
-        )
-        return PolicyDecision(False, reason, row, spec.budget.delta, "certified", det)
-    return PolicyDecision(
-        True,
-        f"within budget (worst certified ε={row[worst]:.4g} toward node {worst})",
-        row,
-        spec.budget.delta,
-        "certified",
-        det,
-    )
+    return PolicyDecision.certified(row, spec.budget.delta, budget.epsilon, det)
