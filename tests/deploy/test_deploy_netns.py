@@ -16,12 +16,15 @@ network").
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 
 import pytest
 from helpers.deploy import (
     HUSHNET,
+    REPO,
     TIMINGS,
     UNITS,
     exec_start,
@@ -29,6 +32,7 @@ from helpers.deploy import (
     netns_status,
     parse_env,
     parse_unit,
+    run,
     spec_toml,
     start_bootstrap,
     wait_for,
@@ -38,6 +42,7 @@ from helpers.deploy import (
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(240)]
 
 LEASE_S = 5
+HEALTHCHECK = REPO / "deploy" / "healthcheck.py"
 
 
 @pytest.mark.parametrize(
@@ -241,6 +246,20 @@ def test_node_hosts_on_two_machines_carry_a_walk(hosts, tmp_path):
         i = vertices[host].index(int(node_id[1:]))
         assert by_id[node_id]["address"] == f"{addresses[host]}:{7500 + i}", by_id[node_id]
         assert all(host_of[nb] != host for nb in by_id[node_id]["neighbors"])  # every link crosses
+
+    # the container image's healthcheck, pointed at a node host: healthy when all K answer
+    for count, code, says in [(k, 0, f"node host: {k}/{k} nodes serving"), (k + 1, 1, "node-008")]:
+        check = run(
+            ["ip", "netns", "exec", hosts.hosts["h1"], sys.executable, str(HEALTHCHECK)],
+            env=dict(
+                os.environ,
+                HUSHNET_STATE_DIR=str(tmp_path / "h1" / "state"),
+                HUSHNET_NODES_PER_CONTAINER=str(count),
+            ),
+            check=False,
+            timeout=60,
+        )
+        assert check.returncode == code and says in check.stdout, check.stdout + check.stderr
 
     # a private walk across the machines, started by the operator on the bootstrap host
     steps = 200
