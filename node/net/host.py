@@ -537,12 +537,14 @@ def hosted_configs(
                 "node i is published at the advertised port + i"
             )
         if ":" not in advertise or pki.is_ip(advertise.strip("[]")):
-            adv_host, adv_port = advertise, port  # a bare host: each node's own listen port
+            adv_host, adv_port = advertise.strip("[]"), port  # a bare host: the listen ports
         else:
             try:
                 adv_host, adv_port = pki.split_address(advertise)
             except ValueError:
                 raise ValueError(f"--advertise {advertise!r} is not HOST or HOST:PORT") from None
+        if ":" in adv_host:  # IPv6: HOST:PORT needs the brackets back
+            adv_host = f"[{adv_host}]"
         if not 0 < adv_port <= 65535 or adv_port + len(state_dirs) - 1 > 65535:
             raise ValueError(
                 f"advertised ports {adv_port}..{adv_port + len(state_dirs) - 1} are not in 1..65535"

@@ -345,6 +345,8 @@ def test_hosted_nodes_advertise_their_own_ports(tmp_path) -> None:
     assert addrs("10.0.0.5:9000") == ["10.0.0.5:9000", "10.0.0.5:9001", "10.0.0.5:9002"]
     assert addrs("10.0.0.5") == ["10.0.0.5:7500", "10.0.0.5:7501", "10.0.0.5:7502"]
     assert addrs("host.example:7600")[2] == "host.example:7602"
+    assert addrs("fd00::5")[1] == addrs("[fd00::5]")[1] == "[fd00::5]:7501"
+    assert addrs("[fd00::5]:9000")[2] == "[fd00::5]:9002"
     assert addrs(None) == [None, None, None]
     assert [c.listen for c in hosted_configs(dirs, "0.0.0.0:7500", advertise="h")] == [
         "0.0.0.0:7500",
