@@ -292,7 +292,7 @@ def test_node_hosts_on_two_machines_carry_a_walk(hosts, tmp_path):
     for host in ("h0", "h1"):  # the walk visited nodes of both machines
         assert sum(v for node_id, v in visits.items() if host_of[node_id] == host) > 0, visits
     for node_id, st in status["nodes"].items():
-        passed_to = st["token"].get("passed_to")
+        passed_to = (st.get("token") or {}).get("passed_to")
         if passed_to:  # every hop crossed machines
             assert host_of[passed_to] != host_of[node_id], (node_id, st["token"])
     for node_id, ledger in ledgers.items():
