@@ -21,6 +21,10 @@
 #   HUSHNET_CA_FILE     node: network CA (default $HUSHNET_JOIN_DIR/ca.pem)
 #   HUSHNET_ADVERTISE   node: address published to peers (default: this container's IP + port)
 #   HUSHNET_NODE_ID     node: requested id (default assigned by the bootstrap: n<vertex>)
+#   HUSHNET_NODES_PER_CONTAINER  node: K nodes hosted by this one container (default 1): node i
+#                       listens on PORT+i, is advertised at this container's IP + PORT+i, keeps
+#                       its state in $HUSHNET_STATE_DIR/node-00i (`hushnet node serve --count K`)
+#   HUSHNET_MAX_NODES, HUSHNET_FDS_PER_NODE   node host: --max-nodes / --fds-per-node
 #   HUSHNET_MAX_MESSAGE_MB, HUSHNET_JOIN_TIMEOUT   node: passed to `hushnet node serve`
 #   HUSHNET_WAIT_FILES  node: seconds to wait for the CA/token files on first start (default 120)
 #   HUSHNET_DATA_PATH   node: local data for runs, <vertex> / <node_id> filled in after the join
@@ -103,7 +107,16 @@ node)
     fi
     ca="${HUSHNET_CA_FILE:-$JOIN_DIR/ca.pem}"
     [ -z "${HUSHNET_TOKEN:-}" ] && [ -z "${HUSHNET_TOKEN_FILE:-}" ] && HUSHNET_TOKEN_FILE="$JOIN_DIR/join_token"
-    if [ ! -f "$STATE_DIR/identity.json" ]; then
+    per="${HUSHNET_NODES_PER_CONTAINER:-1}"
+    case "$per" in ''|*[!0-9]*) die "HUSHNET_NODES_PER_CONTAINER=$per is not a whole number of nodes" ;; esac
+    [ "$per" -ge 1 ] || die "HUSHNET_NODES_PER_CONTAINER must be at least 1, got $per"
+    first_identity="$STATE_DIR/identity.json"
+    if [ "$per" -gt 1 ]; then
+        [ -z "${HUSHNET_NODE_ID:-}" ] || die "HUSHNET_NODE_ID names one node: unset it when \
+HUSHNET_NODES_PER_CONTAINER=$per (the bootstrap assigns the ids)"
+        first_identity="$STATE_DIR/node-000/identity.json"
+    fi
+    if [ ! -f "$first_identity" ]; then
         # first start: the CA certificate and the token come from the bootstrap (shared volume)
         # or from secrets; wait for them rather than failing while the bootstrap starts.
         waited=0
@@ -118,6 +131,10 @@ volume at $JOIN_DIR or provide them as secrets"
     fi
     set -- node serve --state-dir "$STATE_DIR" --listen "$listen" --advertise "$advertise" \
         --bootstrap "${HUSHNET_BOOTSTRAP:-bootstrap:7400}" "$@"
+    # a node host: K nodes in this process, node i on PORT+i, published at <advertise port>+i
+    [ "$per" -gt 1 ] && set -- "$@" --count "$per"
+    [ -n "${HUSHNET_MAX_NODES:-}" ] && set -- "$@" --max-nodes "$HUSHNET_MAX_NODES"
+    [ -n "${HUSHNET_FDS_PER_NODE:-}" ] && set -- "$@" --fds-per-node "$HUSHNET_FDS_PER_NODE"
     [ -r "$ca" ] && set -- "$@" --ca "$ca"
     # the token goes by file where possible (an argument would show in `ps`)
     if [ -n "${HUSHNET_TOKEN:-}" ]; then

@@ -7,7 +7,9 @@ from the state directory, because a healthcheck does not see the entry point's v
   listen address must answer — the same call every node makes to join and renew its lease;
 * node (``identity.json``): a ``Health`` call over mutual TLS, with the node's own certificate,
   to the address it advertises to its peers must return its own node id. That proves the
-  node has joined, holds a valid certificate, and is reachable where its neighbours dial it.
+  node has joined, holds a valid certificate, and is reachable where its neighbours dial it;
+* node host (``HUSHNET_NODES_PER_CONTAINER=K``, states in ``node-000`` ...): that call for every
+  one of the K nodes; the container is healthy only when all K are.
 
 Exit 0 = healthy, 1 = unhealthy (one line on stdout says why; ``docker inspect`` shows it).
 Kept outside the ``node`` package on purpose: it is image plumbing, not product API.
@@ -19,6 +21,7 @@ import json
 import os
 import pathlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 
 def _local(address: str) -> str:
@@ -70,12 +73,44 @@ def check_node(state: pathlib.Path, timeout: float) -> str:
     return f"node {node_id} serving on {address}"
 
 
+def check_host(state: pathlib.Path, count: int, timeout: float) -> str:
+    """A node-host container: every one of its ``count`` nodes must pass :func:`check_node`
+    (one failing node makes the container unhealthy, and the line names it)."""
+    dirs = [state / f"node-{i:03d}" for i in range(count)]
+    missing = [d.name for d in dirs if not (d / "identity.json").exists()]
+    if missing:
+        raise RuntimeError(
+            f"{len(missing)}/{count} hosted nodes not joined yet: {', '.join(missing[:5])}"
+        )
+
+    def probe(d: pathlib.Path) -> str | None:
+        try:
+            check_node(d, timeout)
+            return None
+        except Exception as exc:
+            return f"{d.name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    # in parallel, so that a host of many nodes answers within Docker's healthcheck timeout
+    with ThreadPoolExecutor(max_workers=min(16, count)) as pool:
+        failed = [r for r in pool.map(probe, dirs) if r]
+    if failed:
+        raise RuntimeError(f"{len(failed)}/{count} hosted nodes not serving; {failed[0]}")
+    first = json.loads((dirs[0] / "identity.json").read_text())
+    return (
+        f"node host: {count}/{count} nodes serving, first {first['node_id']} on {first['address']}"
+    )
+
+
 def main() -> int:
     state = pathlib.Path(os.environ.get("HUSHNET_STATE_DIR", "/var/lib/hushnet"))
     timeout = float(os.environ.get("HUSHNET_HEALTH_TIMEOUT", "3"))
+    # Docker runs the healthcheck with the container's environment: K is known here
+    count = int(os.environ.get("HUSHNET_NODES_PER_CONTAINER", "1") or "1")
     try:
         if (state / "ca.key").exists() and (state / "bootstrap.json").exists():
             print(check_bootstrap(state, timeout))
+        elif count > 1:
+            print(check_host(state, count, timeout))
         elif (state / "identity.json").exists():
             print(check_node(state, timeout))
         else:

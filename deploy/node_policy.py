@@ -5,7 +5,8 @@ environment, but each node must read *its own* data shard, and which shard is "i
 only known after the bootstrap has assigned the node a vertex. The entry point therefore runs
 this script in the background once ``identity.json`` exists, and it fills ``<vertex>`` /
 ``<node_id>`` in ``HUSHNET_DATA_PATH``. The node reads the policy when a run spec arrives, so
-writing it shortly after the join is in time for every run.
+writing it shortly after the join is in time for every run. A node-host container
+(``HUSHNET_NODES_PER_CONTAINER=K``) gets one policy per hosted node, each with its own vertex.
 
 Variables: ``HUSHNET_DATA_PATH`` (e.g. ``/data/node-<vertex>.npz``; CSV with the label last,
 or NPZ with ``X``, ``y``), ``HUSHNET_BUDGET_EPSILON`` and ``HUSHNET_BUDGET_DELTA`` (this node's
@@ -22,22 +23,25 @@ import sys
 import time
 
 
-def main() -> int:
-    state = pathlib.Path(os.environ.get("HUSHNET_STATE_DIR", "/var/lib/hushnet"))
-    data = os.environ.get("HUSHNET_DATA_PATH", "").strip()
-    eps = os.environ.get("HUSHNET_BUDGET_EPSILON", "").strip()
-    delta = os.environ.get("HUSHNET_BUDGET_DELTA", "").strip()
-    if not (data or eps):
-        return 0
+def state_dirs(state: pathlib.Path) -> list[pathlib.Path]:
+    """The container's node state directories: one, or ``node-000`` ... for a node host."""
+    per = int(os.environ.get("HUSHNET_NODES_PER_CONTAINER", "1") or "1")
+    return [state] if per <= 1 else [state / f"node-{i:03d}" for i in range(per)]
+
+
+def write_policy(state: pathlib.Path, data: str, eps: str, delta: str, deadline: float) -> int:
+    """One node's ``runs.toml`` once it has joined (its vertex is known)."""
     policy, marker = state / "runs.toml", state / "runs.toml.from-env"
     if policy.exists() and not marker.exists():
         print(f"hushnet-entrypoint: keeping the owner's {policy}", file=sys.stderr)
         return 0
     ident_path = state / "identity.json"
-    deadline = time.monotonic() + float(os.environ.get("HUSHNET_POLICY_WAIT", "600"))
     while not ident_path.exists():
         if time.monotonic() > deadline:
-            print("hushnet-entrypoint: node never joined; no run policy written", file=sys.stderr)
+            print(
+                f"hushnet-entrypoint: node in {state} never joined; no run policy written",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.5)
     ident = json.loads(ident_path.read_text())
@@ -69,6 +73,17 @@ def main() -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def main() -> int:
+    state = pathlib.Path(os.environ.get("HUSHNET_STATE_DIR", "/var/lib/hushnet"))
+    data = os.environ.get("HUSHNET_DATA_PATH", "").strip()
+    eps = os.environ.get("HUSHNET_BUDGET_EPSILON", "").strip()
+    delta = os.environ.get("HUSHNET_BUDGET_DELTA", "").strip()
+    if not (data or eps):
+        return 0
+    deadline = time.monotonic() + float(os.environ.get("HUSHNET_POLICY_WAIT", "600"))
+    return max(write_policy(d, data, eps, delta, deadline) for d in state_dirs(state))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,11 @@ def register(subparsers) -> None:
         help="HOST:PORT to serve on, e.g. 127.0.0.2:7500; with several nodes node i gets PORT+i "
         "(PORT 0: a free port each)",
     )
-    ns.add_argument("--advertise", help="address published in the directory (default: --listen)")
+    ns.add_argument(
+        "--advertise",
+        help="HOST:PORT published in the directory, what peers dial (default: --listen); with "
+        "several nodes node i is published at PORT+i (a bare HOST: each node's listen port)",
+    )
     ns.add_argument(
         "--bootstrap",
         default=DEFAULT_BOOTSTRAP,
@@ -285,8 +289,6 @@ def cmd_node_serve(args) -> int:
     hosted = len(dirs) > 1 or args.count is not None
     if ids and len(ids) != len(dirs):
         return _fail(f"{len(ids)} --node-id for {len(dirs)} nodes: give one per node or none")
-    if hosted and args.advertise:
-        return _fail("--advertise names one address: it cannot be used when hosting several nodes")
     _setup(args, ids[0] if len(dirs) == 1 and ids else ("host" if hosted else "node"))
     token = args.token
     if args.token_file is not None:
@@ -325,7 +327,7 @@ def cmd_node_serve(args) -> int:
                 if v is not None
             }
         )
-        configs = hosted_configs(dirs, args.listen, ids or None, **common)
+        configs = hosted_configs(dirs, args.listen, ids or None, advertise=args.advertise, **common)
         if args.start_concurrency < 1:
             raise ValueError("--start-concurrency must be at least 1")
     except ValueError as exc:

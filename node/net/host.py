@@ -505,10 +505,19 @@ def run_host(
 
 
 def hosted_configs(
-    state_dirs: list[pathlib.Path], listen: str, node_ids: list[str] | None = None, **common: Any
+    state_dirs: list[pathlib.Path],
+    listen: str,
+    node_ids: list[str] | None = None,
+    advertise: str | None = None,
+    **common: Any,
 ) -> list[NodeConfig]:
     """One :class:`NodeConfig` per state directory; ``listen`` ``HOST:0`` gives each node a free port,
-    ``HOST:P`` gives node ``i`` port ``P + i``."""
+    ``HOST:P`` gives node ``i`` port ``P + i``.
+
+    ``advertise`` is what peers dial when it differs from ``listen`` (a container or a machine
+    behind NAT listens on ``0.0.0.0`` but is reached at its own address): ``AHOST:AP`` publishes
+    node ``i`` at ``AHOST:AP + i``, a bare ``AHOST`` at ``AHOST`` and node ``i``'s listen port.
+    It needs a fixed listen port: a free port picked at start cannot be published beforehand."""
     from hushnet.net import pki
 
     if node_ids and len(node_ids) != len(state_dirs):
@@ -520,6 +529,26 @@ def hosted_configs(
     host, port = pki.split_address(listen)
     if port and port + len(state_dirs) - 1 > 65535:
         raise ValueError(f"ports {port}..{port + len(state_dirs) - 1} exceed 65535")
+    adv_host, adv_port = None, None
+    if advertise:
+        if not port:
+            raise ValueError(
+                "--advertise with several nodes needs a fixed --listen port (PORT, not 0): "
+                "node i is published at the advertised port + i"
+            )
+        if ":" not in advertise or pki.is_ip(advertise.strip("[]")):
+            adv_host, adv_port = advertise.strip("[]"), port  # a bare host: the listen ports
+        else:
+            try:
+                adv_host, adv_port = pki.split_address(advertise)
+            except ValueError:
+                raise ValueError(f"--advertise {advertise!r} is not HOST or HOST:PORT") from None
+        if ":" in adv_host:  # IPv6: HOST:PORT needs the brackets back
+            adv_host = f"[{adv_host}]"
+        if not 0 < adv_port <= 65535 or adv_port + len(state_dirs) - 1 > 65535:
+            raise ValueError(
+                f"advertised ports {adv_port}..{adv_port + len(state_dirs) - 1} are not in 1..65535"
+            )
     out = []
     for i, d in enumerate(state_dirs):
         addr = f"{host}:{port + i if port else 0}"
@@ -527,6 +556,7 @@ def hosted_configs(
             NodeConfig(
                 state_dir=pathlib.Path(d),
                 listen=addr,
+                advertise=f"{adv_host}:{adv_port + i}" if adv_host else None,
                 node_id=node_ids[i] if node_ids else None,
                 **common,
             )

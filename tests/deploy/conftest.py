@@ -7,10 +7,13 @@ Docker between runs. Timings of the slow steps are printed in pytest's terminal 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import time
 
 import pytest
-from helpers.deploy import IMAGE, TIMINGS, Engine, EngineUnavailable
+from helpers.deploy import IMAGE, TIMINGS, Engine, EngineUnavailable, Hosts
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +41,20 @@ def hushnet_image(docker_engine: Engine) -> str:
         pytest.fail(f"cannot build the hushnet image: {exc}", pytrace=False)
     TIMINGS["image_build_s"] = docker_engine.timings["image_build_s"]
     return IMAGE
+
+
+@pytest.fixture()
+def hosts(tmp_path):
+    """Network namespaces as machines (see :class:`helpers.deploy.Hosts`), removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("the network-namespace harness needs root and iproute2 ('ip')", pytrace=False)
+    h = Hosts(f"hn{os.getpid() % 100000}", tmp_path)
+    try:
+        yield h
+    finally:
+        h.teardown()
+        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert h.tag + "-" not in leftover, f"namespaces left behind: {leftover}"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

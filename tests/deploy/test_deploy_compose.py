@@ -448,18 +448,46 @@ def test_down_is_quick_and_complete(net):
     assert vols.split() == []
 
 
-@pytest.mark.parametrize("case", ["no-join-volume", "no-topology", "unwritable-state"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no-join-volume",
+        "no-topology",
+        "unwritable-state",
+        "nodes-per-container-not-a-number",
+        "nodes-per-container-zero",
+        "node-id-with-a-node-host",
+    ],
+)
 def test_entrypoint_bad_input_is_one_clear_line(hushnet_image, case):
     """A compose file that forgets a volume or a variable: one readable error, no traceback."""
     argv = {
         "no-join-volume": ["-e", "HUSHNET_WAIT_FILES=1", hushnet_image, "node"],
         "no-topology": [hushnet_image, "bootstrap"],
         "unwritable-state": ["-e", "HUSHNET_STATE_DIR=/proc/hushnet", hushnet_image, "node"],
+        "nodes-per-container-not-a-number": [
+            "-e",
+            "HUSHNET_NODES_PER_CONTAINER=four",
+            hushnet_image,
+            "node",
+        ],
+        "nodes-per-container-zero": ["-e", "HUSHNET_NODES_PER_CONTAINER=0", hushnet_image, "node"],
+        "node-id-with-a-node-host": [
+            "-e",
+            "HUSHNET_NODES_PER_CONTAINER=4",
+            "-e",
+            "HUSHNET_NODE_ID=n3",
+            hushnet_image,
+            "node",
+        ],
     }[case]
     expect = {
         "no-join-volume": "mount the bootstrap's join volume",
         "no-topology": "needs HUSHNET_TOPOLOGY",
         "unwritable-state": "mount a volume there",
+        "nodes-per-container-not-a-number": "HUSHNET_NODES_PER_CONTAINER=four is not a whole number",
+        "nodes-per-container-zero": "HUSHNET_NODES_PER_CONTAINER must be at least 1, got 0",
+        "node-id-with-a-node-host": "HUSHNET_NODE_ID names one node",
     }[case]
     proc = docker("run", "--rm", *argv, timeout=60, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -17,65 +17,41 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
-import re
-import shlex
-import shutil
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers.deploy import REPO, TIMINGS, run, wait_for
+from helpers.deploy import (
+    HUSHNET,
+    REPO,
+    TIMINGS,
+    UNITS,
+    exec_start,
+    hand_out_join_files,
+    netns_status,
+    parse_env,
+    parse_unit,
+    run,
+    spec_toml,
+    start_bootstrap,
+    wait_for,
+    write_node_policy,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(240)]
 
-UNITS = REPO / "deploy" / "systemd"
-HUSHNET = pathlib.Path(sys.executable).parent / "hushnet"
 LEASE_S = 5
-
-
-def parse_unit(path: pathlib.Path) -> dict[str, dict[str, str]]:
-    """Sections → {key: value} of a systemd unit (continuation lines joined, comments dropped)."""
-    sections: dict[str, dict[str, str]] = {}
-    current = None
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = sections.setdefault(line[1:-1], {})
-            continue
-        key, _, value = line.partition("=")
-        assert current is not None, f"{path.name}: {line!r} outside a section"
-        current[key.strip()] = value.strip()
-    return sections
-
-
-def parse_env(text: str) -> dict[str, str]:
-    env = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value.strip()
-    return env
-
-
-def exec_start(unit: pathlib.Path, env: dict[str, str], instance: str = "") -> list[str]:
-    """ExecStart as systemd would run it, with the installed binary replaced by this venv's."""
-    line = parse_unit(unit)["Service"]["ExecStart"].replace("%i", instance)
-    missing = sorted(set(re.findall(r"\$\{(\w+)\}", line)) - set(env))
-    assert not missing, f"{unit.name}: ExecStart uses {missing}, not set in its environment file"
-    argv = shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], line))
-    assert argv[0] == "/opt/hushnet/bin/hushnet"
-    return [str(HUSHNET), *argv[1:]]
+HEALTHCHECK = REPO / "deploy" / "healthcheck.py"
 
 
 @pytest.mark.parametrize(
     "unit,reference",
-    [("hushnet-bootstrap.service", "bootstrap.env"), ("hushnet-node@.service", "node.env")],
+    [
+        ("hushnet-bootstrap.service", "bootstrap.env"),
+        ("hushnet-node@.service", "node.env"),
+        ("hushnet-nodehost@.service", "nodehost.env"),
+    ],
 )
 def test_units_are_complete(unit, reference):
     """Every variable a unit uses is in its reference file, and the command line parses."""
@@ -114,148 +90,14 @@ delta = 1e-5
 """
 
 
-def write_node_policy(state_dir: pathlib.Path, vertex: int, per_node: int = 20, d: int = 4) -> None:
-    """What a node's owner does before the first start: data shard + ``runs.toml`` (budget, data)."""
-    import numpy as np
-
-    from hushnet.runs.policy import NodePolicy
-
-    rng = np.random.default_rng(100 + vertex)
-    w = np.random.default_rng(99).standard_normal(d)
-    X = rng.standard_normal((per_node, d))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    np.savez(state_dir / "data.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
-    NodePolicy.write(state_dir, epsilon=100.0, delta=1e-5, data_path="data.npz")
-
-
-class Hosts:
-    """Network namespaces joined by a bridge; every process started here is ended by its pid."""
-
-    def __init__(self, tag: str, tmp: pathlib.Path) -> None:
-        self.tag, self.tmp = tag, tmp
-        self.switch = f"{tag}-sw"
-        self.hosts: dict[str, str] = {}  # name -> namespace
-        self.ports: dict[str, str] = {}  # name -> veth on the switch side
-        self.procs: list[tuple[subprocess.Popen, object]] = []
-        self.made: list[str] = []
-
-    def ip(self, *args: str) -> None:
-        run(["ip", *args], timeout=20)
-
-    def setup(self, addresses: dict[str, str]) -> None:
-        self.ip("netns", "add", self.switch)
-        self.made.append(self.switch)
-        self.ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        self.ip("-n", self.switch, "link", "set", "br0", "up")
-        for i, (name, addr) in enumerate(addresses.items()):
-            ns = f"{self.tag}-{name}"
-            self.ip("netns", "add", ns)
-            self.made.append(ns)
-            port = f"sw{i}"
-            self.ip(
-                "-n",
-                self.switch,
-                "link",
-                "add",
-                port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-            )
-            self.ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
-            self.ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            self.ip("-n", ns, "link", "set", "eth0", "up")
-            self.ip("-n", ns, "link", "set", "lo", "up")
-            self.hosts[name], self.ports[name] = ns, port
-
-    def start(self, host: str, argv: list[str], log_name: str) -> subprocess.Popen:
-        logf = open(self.tmp / f"{log_name}.log", "ab")
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.hosts[host], *argv],
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        self.procs.append((proc, logf))
-        return proc
-
-    def in_host(
-        self, host: str, argv: list[str], timeout: float = 30
-    ) -> subprocess.CompletedProcess:
-        return run(["ip", "netns", "exec", self.hosts[host], *argv], timeout=timeout, check=False)
-
-    def set_link(self, host: str, up: bool) -> None:
-        self.ip("-n", self.switch, "link", "set", self.ports[host], "up" if up else "down")
-
-    def teardown(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc, logf in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-            logf.close()
-        for ns in reversed(self.made):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
-
-
-@pytest.fixture()
-def hosts(tmp_path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.fail("the network-namespace harness needs root and iproute2 ('ip')", pytrace=False)
-    h = Hosts(f"hn{os.getpid() % 100000}", tmp_path)
-    try:
-        yield h
-    finally:
-        h.teardown()
-        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert h.tag + "-" not in leftover, f"namespaces left behind: {leftover}"
-
-
-def _status(hosts: Hosts, state: pathlib.Path) -> dict:
-    proc = hosts.in_host(
-        "boot", [str(HUSHNET), "status", "--state-dir", str(state), "--json", "--timeout", "2"]
-    )
-    if not proc.stdout.strip().startswith("{"):
-        raise AssertionError(f"status failed: {proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout)
-
-
 def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     addresses = {"boot": "10.77.0.1", "h0": "10.77.0.10", "h1": "10.77.0.11", "h2": "10.77.0.12"}
     hosts.setup(addresses)
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    boot_env = parse_env((UNITS / "bootstrap.env").read_text())
-    boot_env.update(
-        HUSHNET_STATE_DIR=str(tmp_path / "boot" / "state"),
-        HUSHNET_LISTEN="10.77.0.1:7400",
-        HUSHNET_TOPOLOGY="ring:3",
-        HUSHNET_LEASE=str(LEASE_S),
-    )
-    boot_state = pathlib.Path(boot_env["HUSHNET_STATE_DIR"])
-    hosts.start("boot", exec_start(UNITS / "hushnet-bootstrap.service", boot_env), "bootstrap")
-    wait_for(
-        lambda: (boot_state / "bootstrap.json").exists() and (boot_state / "join_token").exists(),
-        60,
-        what="the bootstrap to create its state",
-    )
+    boot_state = start_bootstrap(hosts, tmp_path, "10.77.0.1:7400", "ring:3", lease_s=LEASE_S)
 
     # what the operator does on each machine: copy ca.pem and the join token to /etc/hushnet
     for i, host in enumerate(["h0", "h1", "h2"]):
-        host_etc = etc / host
-        host_etc.mkdir()
-        shutil.copy(boot_state / "ca.pem", host_etc / "ca.pem")
-        shutil.copy(boot_state / "join_token", host_etc / "join_token")
+        ca, token = hand_out_join_files(boot_state, tmp_path / "etc" / host)
         # the node owner's run policy: its own data shard and budget, in its state directory
         write_node_policy(tmp_path / host / "state", vertex=i)
         env = parse_env((UNITS / "node.env").read_text())
@@ -264,8 +106,8 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
             HUSHNET_LISTEN=f"{addresses[host]}:7500",
             HUSHNET_ADVERTISE=f"{addresses[host]}:7500",
             HUSHNET_BOOTSTRAP="10.77.0.1:7400",
-            HUSHNET_CA_FILE=str(host_etc / "ca.pem"),
-            HUSHNET_TOKEN_FILE=str(host_etc / "join_token"),
+            HUSHNET_CA_FILE=str(ca),
+            HUSHNET_TOKEN_FILE=str(token),
         )
         hosts.start(
             host, exec_start(UNITS / "hushnet-node@.service", env, instance=host), f"node-{host}"
@@ -278,7 +120,7 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
         )
 
     def ring_up() -> dict | None:
-        doc = _status(hosts, boot_state)
+        doc = netns_status(hosts, boot_state)
         ok = (
             len(doc["nodes"]) == 3
             and doc["healthy"]
@@ -311,7 +153,7 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     t_cut = time.monotonic()
 
     def neighbours_see_it() -> dict | None:
-        by = {n["id"]: n for n in _status(hosts, boot_state)["nodes"]}
+        by = {n["id"]: n for n in netns_status(hosts, boot_state)["nodes"]}
         ok = (
             not by["n2"]["healthy"]
             and by["n0"]["healthy"]
@@ -325,7 +167,7 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     detect_s = time.monotonic() - t_cut
 
     def lease_expired() -> bool:
-        by = {n["id"]: n for n in _status(hosts, boot_state)["nodes"]}
+        by = {n["id"]: n for n in netns_status(hosts, boot_state)["nodes"]}
         return not by["n2"]["alive_in_directory"] and by["n0"]["alive_in_directory"]
 
     wait_for(lease_expired, LEASE_S + 15, what="the bootstrap to mark n2 not alive after the lease")
@@ -340,3 +182,124 @@ def test_units_on_separate_hosts_with_a_link_cut(hosts, tmp_path):
     log = (tmp_path / "node-h0.log").read_text()
     assert '"event": "link_down"' in log and "reconnected to neighbour n2" in log
     TIMINGS["netns_cut_detected_s"], TIMINGS["netns_restore_recovered_s"] = detect_s, back_s
+
+
+def _popcount_parity(v: int) -> int:
+    return bin(v).count("1") % 2
+
+
+def test_node_hosts_on_two_machines_carry_a_walk(hosts, tmp_path):
+    """One network over two machines, each running ONE node-host process with K = 8 nodes.
+
+    deploy/systemd/hushnet-nodehost@.service's command on two namespaces (h0, h1): the hosts
+    listen on 0.0.0.0 and advertise their own address (node i at 7500+i). Host h0 requests the
+    vertices of even popcount, h1 those of odd popcount, so every link of hypercube:4 (32 of 32)
+    crosses machines and every hop of the walk goes from one host to the other.
+    """
+    k, n, topology = 8, 16, "hypercube:4"
+    addresses = {"boot": "10.77.0.1", "h0": "10.77.0.10", "h1": "10.77.0.11"}
+    hosts.setup(addresses)
+    t0 = time.monotonic()
+    boot_state = start_bootstrap(hosts, tmp_path, "10.77.0.1:7400", topology, lease_s=15)
+    vertices = {
+        h: [v for v in range(n) if _popcount_parity(v) == i] for i, h in enumerate(["h0", "h1"])
+    }
+    for host in ("h0", "h1"):
+        ca, token = hand_out_join_files(boot_state, tmp_path / "etc" / host)
+        base = tmp_path / host / "state"
+        for i, v in enumerate(vertices[host]):  # each node owner's data shard and budget
+            write_node_policy(base / f"node-{i:03d}", vertex=v)
+        env = parse_env((UNITS / "nodehost.env").read_text())
+        env.update(
+            HUSHNET_NODES_PER_HOST=str(k),
+            HUSHNET_STATE_DIR=str(base),
+            HUSHNET_ADVERTISE=f"{addresses[host]}:7500",
+            HUSHNET_BOOTSTRAP="10.77.0.1:7400",
+            HUSHNET_CA_FILE=str(ca),
+            HUSHNET_TOKEN_FILE=str(token),
+            HUSHNET_MAX_NODES=str(k),
+        )
+        argv = exec_start(UNITS / "hushnet-nodehost@.service", env, instance=host)
+        # pin the vertices: node i of this host asks for id n<vertex> (deploy/README.md)
+        argv += [a for v in vertices[host] for a in ("--node-id", f"n{v}")]
+        hosts.start(host, argv, f"nodehost-{host}")
+
+    def network_up() -> dict | None:
+        doc = netns_status(hosts, boot_state)
+        ok = (
+            len(doc["nodes"]) == n
+            and doc["healthy"]
+            and all(m.get("all_neighbors_connected") for m in doc["nodes"])
+            and all(m["alive_in_directory"] for m in doc["nodes"])
+        )
+        return doc if ok else None
+
+    doc = wait_for(network_up, 60, interval=1.0, what=f"{topology} up across two node hosts")
+    TIMINGS["netns_two_hosts_healthy_s"] = time.monotonic() - t0
+    host_of = {}
+    for host in ("h0", "h1"):
+        for i, v in enumerate(vertices[host]):
+            host_of[f"n{v}"] = host
+    by_id = {m["id"]: m for m in doc["nodes"]}
+    assert set(by_id) == set(host_of)
+    for node_id, host in host_of.items():  # advertised: the machine's address, its own port
+        i = vertices[host].index(int(node_id[1:]))
+        assert by_id[node_id]["address"] == f"{addresses[host]}:{7500 + i}", by_id[node_id]
+        assert all(host_of[nb] != host for nb in by_id[node_id]["neighbors"])  # every link crosses
+
+    # the container image's healthcheck, pointed at a node host: healthy when all K answer
+    for count, code, says in [(k, 0, f"node host: {k}/{k} nodes serving"), (k + 1, 1, "node-008")]:
+        check = run(
+            ["ip", "netns", "exec", hosts.hosts["h1"], sys.executable, str(HEALTHCHECK)],
+            env=dict(
+                os.environ,
+                HUSHNET_STATE_DIR=str(tmp_path / "h1" / "state"),
+                HUSHNET_NODES_PER_CONTAINER=str(count),
+            ),
+            check=False,
+            timeout=60,
+        )
+        assert check.returncode == code and says in check.stdout, check.stdout + check.stderr
+
+    # a private walk across the machines, started by the operator on the bootstrap host
+    steps = 200
+    spec = tmp_path / "run.toml"
+    spec.write_text(spec_toml(steps=steps, sigma=10.0, seed=41, graph=topology, epsilon=100.0))
+    t_run = time.monotonic()
+    proc = hosts.in_host(
+        "boot",
+        [str(HUSHNET), "run", "start", str(spec), "--state-dir", str(boot_state), "--watch"],
+        timeout=90,
+    )
+    TIMINGS["netns_two_hosts_walk_s"] = time.monotonic() - t_run
+    assert proc.returncode == 0 and f"finished at step {steps}/{steps}" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    run_id = proc.stdout.split("run ", 1)[1].split()[0]
+    status = json.loads(
+        hosts.in_host(
+            "boot",
+            [str(HUSHNET), "run", "status", run_id, "--json", "--state-dir", str(boot_state)],
+        ).stdout
+    )
+    ledgers = json.loads(
+        hosts.in_host(
+            "boot", [str(HUSHNET), "run", "ledger", "--json", "--state-dir", str(boot_state)]
+        ).stdout
+    )["nodes"]
+    visits = {node_id: st["contributions"] for node_id, st in status["nodes"].items()}
+    assert sum(visits.values()) == steps, visits  # one visit (a noisy gradient step) per step
+    for host in ("h0", "h1"):  # the walk visited nodes of both machines
+        assert sum(v for node_id, v in visits.items() if host_of[node_id] == host) > 0, visits
+    for node_id, st in status["nodes"].items():
+        passed_to = (st.get("token") or {}).get("passed_to")
+        if passed_to:  # every hop crossed machines
+            assert host_of[passed_to] != host_of[node_id], (node_id, st["token"])
+    for node_id, ledger in ledgers.items():
+        # each visit is one entry on the visited node's own ledger, charged (certified) toward
+        # every other node of the network, on either machine, within the node's budget
+        assert ledger["entries"] == visits[node_id], (node_id, ledger)
+        if visits[node_id]:
+            assert set(ledger["spent"]) == set(host_of) - {node_id}, ledger
+            for spent in ledger["spent"].values():
+                assert spent["bound"] == "certified" and 0 < spent["epsilon"] <= 100.0, ledger

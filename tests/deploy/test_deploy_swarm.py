@@ -31,6 +31,7 @@ from helpers.deploy import (
     docker,
     docker_bin,
     free_loopback_port,
+    inspect,
     make_data_dir,
     run,
     spec_toml,
@@ -68,18 +69,22 @@ def swarm(docker_engine):
 
 
 def _deploy_env(image: str, **extra: str) -> dict[str, str]:
-    return dict(
+    env = dict(
         os.environ,
         HUSHNET_IMAGE=image,
         HUSHNET_NODES="3",
         HUSHNET_TOPOLOGY="ring:3",
         HUSHNET_BOOTSTRAP_PORT=str(free_loopback_port()),
         HUSHNET_BOOTSTRAP_ADDRESS="tasks.bootstrap:7400",
-        **extra,
     )
+    env.update(extra)
+    return env
 
 
-def _wait_ring(stack: str) -> tuple[str, dict]:
+def _wait_network(
+    stack: str, n: int, topology: str, replicas: int, timeout: float = 150
+) -> tuple[str, dict]:
+    """The bootstrap task, once all ``n`` nodes (in ``replicas`` containers) are healthy and linked."""
     boot = wait_for(
         lambda: (_stack_containers(stack, "bootstrap", running=True) or [None])[0],
         90,
@@ -103,20 +108,25 @@ def _wait_ring(stack: str) -> tuple[str, dict]:
         doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
         ok = (
             doc
-            and len(doc["nodes"]) == 3
+            and len(doc["nodes"]) == n
             and doc["healthy"]
-            and all(n.get("all_neighbors_connected") for n in doc["nodes"])
+            and all(m.get("all_neighbors_connected") for m in doc["nodes"])
         )
         return doc if ok else None
 
-    doc = wait_for(healthy, 150, interval=1.0, what="3 healthy swarm replicas in a ring")
-    assert doc["topology"] == "ring:3"
+    doc = wait_for(healthy, timeout, interval=1.0, what=f"{n} healthy swarm nodes ({topology})")
+    assert doc["topology"] == topology
+    assert len(_stack_containers(stack, "node", running=True)) == replicas
+    return boot, doc
+
+
+def _wait_ring(stack: str) -> tuple[str, dict]:
+    boot, doc = _wait_network(stack, 3, "ring:3", replicas=3)
     assert {n["id"]: sorted(n["neighbors"]) for n in doc["nodes"]} == {
         "n0": ["n1", "n2"],
         "n1": ["n0", "n2"],
         "n2": ["n0", "n1"],
     }
-    assert len(_stack_containers(stack, "node", running=True)) == 3
     return boot, doc
 
 
@@ -130,6 +140,33 @@ def _exchange_inside(boot: str, run_id: str) -> dict:
     return json.loads(
         docker("exec", boot, "python", "-c", script, timeout=60).stdout.strip().splitlines()[-1]
     )
+
+
+def _run_inside(boot: str, tmp_path, steps: int, seed: int, graph: str) -> str:
+    """A private walk (rw-dpsgd) started with ``hushnet run start --watch`` inside the bootstrap
+    task, to ``finished``; returns the run id."""
+    spec = tmp_path / f"swarm-run-{seed}.toml"
+    spec.write_text(spec_toml(steps=steps, sigma=10.0, seed=seed, graph=graph, epsilon=100.0))
+    docker("cp", str(spec), f"{boot}:/tmp/{spec.name}")
+    proc = docker(
+        "exec",
+        boot,
+        "hushnet",
+        "run",
+        "start",
+        f"/tmp/{spec.name}",
+        "--state-dir",
+        "/var/lib/hushnet",
+        "--bootstrap",
+        "127.0.0.1:7400",
+        "--watch",
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and f"finished at step {steps}/{steps}" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    return proc.stdout.split("run ", 1)[1].split()[0]
 
 
 def _remove_stack(stack: str) -> None:
@@ -178,27 +215,7 @@ def test_single_node_swarm_stack_deploy(swarm, hushnet_image, tmp_path):
         result = _exchange_inside(boot, "swarm-job")
         assert result["ok"] and result["delivered"] == 6, result
 
-        spec = tmp_path / "swarm-run.toml"
-        spec.write_text(spec_toml(steps=300, sigma=10.0, seed=31, graph="ring:3", epsilon=100.0))
-        docker("cp", str(spec), f"{boot}:/tmp/swarm-run.toml")
-        proc = docker(
-            "exec",
-            boot,
-            "hushnet",
-            "run",
-            "start",
-            "/tmp/swarm-run.toml",
-            "--state-dir",
-            "/var/lib/hushnet",
-            "--bootstrap",
-            "127.0.0.1:7400",
-            "--watch",
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0 and "finished at step 300/300" in proc.stdout, (
-            proc.stdout + proc.stderr
-        )
+        _run_inside(boot, tmp_path, steps=300, seed=31, graph="ring:3")
     finally:
         _remove_stack(stack)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -293,3 +310,85 @@ def test_multihost_recipe_with_secrets(swarm, hushnet_image):
         for name in (ca_secret, token_secret):
             docker("secret", "rm", name, check=False)
         docker("node", "update", "--label-rm", "hushnet.bootstrap", swarm, check=False)
+
+
+def test_swarm_replicas_each_host_k_nodes(swarm, hushnet_image, tmp_path):
+    """Node-host replicas: 2 containers x K = 4 nodes (HUSHNET_NODES_PER_CONTAINER) form
+    hypercube:3; each node is published at its container's IP and port 7500+i, every container's
+    healthcheck covers its 4 nodes, and a private walk crosses both containers."""
+    stack = f"hnhost{os.getpid()}"
+    replicas, k, topology = 2, 4, "hypercube:3"
+    n = replicas * k
+    data_dir = make_data_dir(n)
+    t0 = time.monotonic()
+    try:
+        run(
+            [
+                docker_bin(),
+                "stack",
+                "deploy",
+                "--resolve-image",
+                "never",
+                "-c",
+                str(REPO / "docker-compose.yml"),
+                stack,
+            ],
+            env=_deploy_env(
+                hushnet_image,
+                HUSHNET_NODES=str(replicas),
+                HUSHNET_NODES_PER_CONTAINER=str(k),
+                HUSHNET_TOPOLOGY=topology,
+                HUSHNET_DATA_DIR=str(data_dir),
+                HUSHNET_BUDGET_EPSILON="100",
+            ),
+            timeout=120,
+        )
+        boot, doc = _wait_network(stack, n, topology, replicas=replicas)
+        TIMINGS["swarm_node_hosts_healthy_s"] = time.monotonic() - t0
+        # which container hosts which node: its overlay IP, node i on 7500+i
+        containers = _stack_containers(stack, "node", running=True)
+        ips = {}
+        for cid in containers:
+            nets = inspect(cid)["NetworkSettings"]["Networks"]
+            ips[cid] = next(v["IPAddress"] for name, v in nets.items() if name.startswith(stack))
+        host_of = {}
+        for m in doc["nodes"]:
+            ip, port = m["address"].rsplit(":", 1)
+            assert 7500 <= int(port) < 7500 + k, m
+            host_of[m["id"]] = next(cid for cid, a in ips.items() if a == ip)
+        assert sorted(list(host_of.values()).count(c) for c in containers) == [k] * replicas
+        # each container's healthcheck covers its K nodes
+        wait_for(
+            lambda: all(inspect(c)["State"]["Health"]["Status"] == "healthy" for c in containers),
+            90,
+            what="node-host healthchecks",
+        )
+        for cid in containers:
+            out = inspect(cid)["State"]["Health"]["Log"][-1]["Output"]
+            assert f"node host: {k}/{k} nodes serving" in out, out
+
+        run_id = _run_inside(boot, tmp_path, steps=200, seed=33, graph=topology)
+        status = json.loads(
+            docker(
+                "exec",
+                boot,
+                "hushnet",
+                "run",
+                "status",
+                run_id,
+                "--json",
+                "--state-dir",
+                "/var/lib/hushnet",
+                "--bootstrap",
+                "127.0.0.1:7400",
+            ).stdout
+        )["nodes"]
+        visits = {node_id: st["contributions"] for node_id, st in status.items()}
+        assert sum(visits.values()) == 200, visits
+        for cid in containers:  # the walk visited nodes of both containers
+            assert sum(v for node_id, v in visits.items() if host_of[node_id] == cid) > 0, visits
+        TIMINGS["swarm_node_hosts_deploy_to_run_s"] = time.monotonic() - t0
+    finally:
+        _remove_stack(stack)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    assert not _stack_containers(stack)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,6 +32,8 @@ IMAGE = "hushnet:test"
 APT_PACKAGES = ["docker.io", "docker-compose", "debootstrap", "iptables"]
 HOST_CA_BUNDLE = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
 TIMINGS: dict[str, float] = {}  # seconds of the slow steps, printed in the terminal summary
+UNITS = REPO / "deploy" / "systemd"
+HUSHNET = pathlib.Path(sys.executable).parent / "hushnet"  # this venv's CLI
 
 
 class EngineUnavailable(RuntimeError):
@@ -337,3 +342,183 @@ def make_data_dir(n: int) -> pathlib.Path:
     data_dir.chmod(0o755)
     write_shards(data_dir, n)
     return data_dir
+
+
+# ---------------------------------------------------------------------- systemd units on "machines"
+
+
+def parse_unit(path: pathlib.Path) -> dict[str, dict[str, str]]:
+    """Sections → {key: value} of a systemd unit (continuation lines joined, comments dropped)."""
+    sections: dict[str, dict[str, str]] = {}
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, _, value = line.partition("=")
+        assert current is not None, f"{path.name}: {line!r} outside a section"
+        current[key.strip()] = value.strip()
+    return sections
+
+
+def parse_env(text: str) -> dict[str, str]:
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip()
+    return env
+
+
+def exec_start(unit: pathlib.Path, env: dict[str, str], instance: str = "") -> list[str]:
+    """ExecStart as systemd would run it, with the installed binary replaced by this venv's."""
+    line = parse_unit(unit)["Service"]["ExecStart"].replace("%i", instance)
+    missing = sorted(set(re.findall(r"\$\{(\w+)\}", line)) - set(env))
+    assert not missing, f"{unit.name}: ExecStart uses {missing}, not set in its environment file"
+    argv = shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], line))
+    assert argv[0] == "/opt/hushnet/bin/hushnet"
+    return [str(HUSHNET), *argv[1:]]
+
+
+# ---------------------------------------------------------------------- network namespaces
+
+
+def write_node_policy(state_dir: pathlib.Path, vertex: int, per_node: int = 20, d: int = 4) -> None:
+    """What a node's owner does before the first start: data shard + ``runs.toml`` (budget, data)."""
+    import numpy as np
+
+    from hushnet.runs.policy import NodePolicy
+
+    rng = np.random.default_rng(100 + vertex)
+    w = np.random.default_rng(99).standard_normal(d)
+    X = rng.standard_normal((per_node, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(state_dir / "data.npz", X=X, y=np.where(X @ w > 0, 1.0, -1.0))
+    NodePolicy.write(state_dir, epsilon=100.0, delta=1e-5, data_path="data.npz")
+
+
+class Hosts:
+    """Network namespaces joined by a bridge; every process started here is ended by its pid."""
+
+    def __init__(self, tag: str, tmp: pathlib.Path) -> None:
+        self.tag, self.tmp = tag, tmp
+        self.switch = f"{tag}-sw"
+        self.hosts: dict[str, str] = {}  # name -> namespace
+        self.ports: dict[str, str] = {}  # name -> veth on the switch side
+        self.procs: list[tuple[subprocess.Popen, object]] = []
+        self.made: list[str] = []
+
+    def ip(self, *args: str) -> None:
+        run(["ip", *args], timeout=20)
+
+    def setup(self, addresses: dict[str, str]) -> None:
+        self.ip("netns", "add", self.switch)
+        self.made.append(self.switch)
+        self.ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        self.ip("-n", self.switch, "link", "set", "br0", "up")
+        for i, (name, addr) in enumerate(addresses.items()):
+            ns = f"{self.tag}-{name}"
+            self.ip("netns", "add", ns)
+            self.made.append(ns)
+            port = f"sw{i}"
+            self.ip(
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
+            self.ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
+            self.ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            self.ip("-n", ns, "link", "set", "eth0", "up")
+            self.ip("-n", ns, "link", "set", "lo", "up")
+            self.hosts[name], self.ports[name] = ns, port
+
+    def start(self, host: str, argv: list[str], log_name: str) -> subprocess.Popen:
+        logf = open(self.tmp / f"{log_name}.log", "ab")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.hosts[host], *argv],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        self.procs.append((proc, logf))
+        return proc
+
+    def in_host(
+        self, host: str, argv: list[str], timeout: float = 30
+    ) -> subprocess.CompletedProcess:
+        return run(["ip", "netns", "exec", self.hosts[host], *argv], timeout=timeout, check=False)
+
+    def set_link(self, host: str, up: bool) -> None:
+        self.ip("-n", self.switch, "link", "set", self.ports[host], "up" if up else "down")
+
+    def teardown(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, logf in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            logf.close()
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+def netns_status(hosts: Hosts, state: pathlib.Path) -> dict:
+    """``hushnet status --json`` run by the operator on the bootstrap host."""
+    proc = hosts.in_host(
+        "boot", [str(HUSHNET), "status", "--state-dir", str(state), "--json", "--timeout", "2"]
+    )
+    if not proc.stdout.strip().startswith("{"):
+        raise AssertionError(f"status failed: {proc.stderr.strip()[-500:]}")
+    return json.loads(proc.stdout)
+
+
+def start_bootstrap(
+    hosts: Hosts, tmp: pathlib.Path, listen: str, topology: str, lease_s: float
+) -> pathlib.Path:
+    """hushnet-bootstrap.service's command on the ``boot`` host; returns its state directory once
+    the CA and the join token exist (what the operator then copies to every machine)."""
+    env = parse_env((UNITS / "bootstrap.env").read_text())
+    state = tmp / "boot" / "state"
+    env.update(
+        HUSHNET_STATE_DIR=str(state),
+        HUSHNET_LISTEN=listen,
+        HUSHNET_TOPOLOGY=topology,
+        HUSHNET_LEASE=str(lease_s),
+    )
+    hosts.start("boot", exec_start(UNITS / "hushnet-bootstrap.service", env), "bootstrap")
+    wait_for(
+        lambda: (state / "bootstrap.json").exists() and (state / "join_token").exists(),
+        60,
+        what="the bootstrap to create its state",
+    )
+    return state
+
+
+def hand_out_join_files(
+    boot_state: pathlib.Path, etc: pathlib.Path
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """What the operator does on each machine: copy ca.pem and the join token to its /etc/hushnet."""
+    etc.mkdir(parents=True, exist_ok=True)
+    ca, token = etc / "ca.pem", etc / "join_token"
+    shutil.copy(boot_state / "ca.pem", ca)
+    shutil.copy(boot_state / "join_token", token)
+    return ca, token

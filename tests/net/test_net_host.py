@@ -319,7 +319,7 @@ def test_memory_limit_and_bad_hosting_input_are_one_clear_line(tmp_path: pathlib
         (["--state-dir", "a", "--count", "2", "--max-nodes", "0"], "max_nodes must be at least 1"),
         (
             ["--state-dir", "a", "--count", "2", "--advertise", "x:1"],
-            "--advertise names one address",
+            "--advertise with several nodes needs a fixed --listen port",
         ),
     ]
     for args, message in cases:
@@ -336,6 +336,30 @@ def test_memory_limit_and_bad_hosting_input_are_one_clear_line(tmp_path: pathlib
         )
     p = cli("up", "--nodes", "4", "--per-process", "0", "--state-dir", str(tmp_path / "u"))
     assert p.returncode == 1 and "--per-process must be at least 1" in p.stderr
+
+
+def test_hosted_nodes_advertise_their_own_ports(tmp_path) -> None:
+    """A container or NAT'd machine listens on 0.0.0.0 and publishes its address: node i at PORT+i."""
+    dirs = [tmp_path / f"node-{i:03d}" for i in range(3)]
+    addrs = lambda adv: [c.advertise for c in hosted_configs(dirs, "0.0.0.0:7500", advertise=adv)]  # noqa: E731
+    assert addrs("10.0.0.5:9000") == ["10.0.0.5:9000", "10.0.0.5:9001", "10.0.0.5:9002"]
+    assert addrs("10.0.0.5") == ["10.0.0.5:7500", "10.0.0.5:7501", "10.0.0.5:7502"]
+    assert addrs("host.example:7600")[2] == "host.example:7602"
+    assert addrs("fd00::5")[1] == addrs("[fd00::5]")[1] == "[fd00::5]:7501"
+    assert addrs("[fd00::5]:9000")[2] == "[fd00::5]:9002"
+    assert addrs(None) == [None, None, None]
+    assert [c.listen for c in hosted_configs(dirs, "0.0.0.0:7500", advertise="h")] == [
+        "0.0.0.0:7500",
+        "0.0.0.0:7501",
+        "0.0.0.0:7502",
+    ]
+    for listen, adv, message in [
+        ("0.0.0.0:0", "10.0.0.5:9000", "needs a fixed --listen port"),
+        ("0.0.0.0:7500", "10.0.0.5:65534", "advertised ports 65534..65536"),
+        ("0.0.0.0:7500", "10.0.0.5:x", "is not HOST or HOST:PORT"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            hosted_configs(dirs, listen, advertise=adv)
 
 
 def test_default_per_process_follows_the_machine() -> None:
