@@ -221,10 +221,16 @@ def averaging_sensitivities(
     """Certified ``S[u, v] = Δ²(u → v)/Δ²`` of one averaging phase (noise once, then the rounds
     ``rounds`` of the recorded schedule; all rounds by default).  Exact: projection of ``e_u`` on
     the observer's view with its own noise removed.  Diagonal 0; columns of observers not asked for
-    are 0.  Observers are processed ``batch`` at a time: the state maps ``P_k`` are propagated once
-    per batch and only the batch's rows are kept, so memory is O(batch·rows·n), not O(T·n²).
-    With ``source`` only row ``source`` of S is wanted: observers whose view never involves it
-    (column ``source`` of their rows is 0, so ``Π e_source = 0``) are skipped — exactly 0."""
+    are 0.
+
+    The view's row space is grown backwards in time from orthonormal bases
+    (:func:`_view_basis`), never from the explicit rows ``P_k[w]``: products of gossip matrices are
+    badly conditioned, and an SVD of the stacked rows misses directions that exist in exact
+    arithmetic — it under-stated ``S`` by up to 0.27 on grid 6×6, T = 40 (tests pin the dimension
+    to exact arithmetic modulo a prime).  ``batch`` is kept for compatibility (observers are done one
+    at a time).  With ``source`` only row ``source`` of S is wanted: observers whose view never
+    involves it (no path of recorded rounds carries its value into a row they see) are skipped —
+    exactly 0."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     n = sched.n
@@ -235,37 +241,177 @@ def averaging_sensitivities(
         for w, v in sched.sent[t]:
             recv[k][v].append(w)
     obs = list(range(n)) if observers is None else [int(v) for v in observers]
+    reach = _source_reach(sched, ts, g, source) if source is not None else None
     S = np.zeros((n, n))
-    for b0 in range(0, len(obs), batch):
-        chunk = obs[b0 : b0 + batch]
-        cols: dict[int, list[np.ndarray]] = {v: [] for v in chunk}
-        if view == "aggregate":
-            for v in chunk:
-                e = np.zeros(n)
-                e[v] = 1.0
-                cols[v].append(e)
-        cur, prev = np.eye(n), None
-        for k, t in enumerate(ts):
-            for v in chunk:
-                if view == "neighbourhood":
-                    cols[v].append(cur[v].copy())
-                    cols[v].extend(cur[w].copy() for w in recv[k][v])
-                else:
-                    cols[v].append(np.asarray(sched.W[t][v] @ cur).ravel())
-            if k + 1 < len(ts):
-                nxt = np.asarray(sched.W[t] @ cur)
-                if k > 0 and g[t] != 1.0:
-                    nxt = g[t] * nxt + (1.0 - g[t]) * prev
-                prev, cur = cur, nxt
-        for v in chunk:
-            M = np.array(cols[v]).T.copy()
-            if source is not None and not np.any(M[source]):
+    W0 = _static_phase(sched, ts)
+    if W0 is not None:
+        # one W, every edge used every round: the public-W block Arnoldi (pinned to exact arithmetic in
+        # tests; acceleration does not change the view's space).  The backward recursion below would also
+        # be safe there, but on symmetric graphs re-imaging a saturated basis amplifies rounding into
+        # spurious directions (ring:16, aggregate view, T = 30: 13 dimensions where there are 8)
+        from hushnet.privacy.muffliato import observer_sensitivities
+
+        for v in obs:
+            if reach is not None and not _involves(reach, v, view, sched, ts):
                 continue
-            M[v, :] = 0.0
-            s = np.clip(projection_weights(M), 0.0, 1.0)
-            s[v] = 0.0
-            S[:, v] = s
+            S[:, v] = observer_sensitivities(W0, v, len(ts), view=view)
+        return S
+    for v in obs:
+        sel = []
+        for k, t in enumerate(ts):
+            if view == "neighbourhood":
+                E = np.zeros((n, 1 + len(recv[k][v])))
+                E[[v] + recv[k][v], np.arange(E.shape[1])] = 1.0
+            else:
+                E = sched.W[t][v].toarray().T  # (W_t P_k)[v, :] = W_t[v, :] P_k
+            sel.append(E)
+        if reach is not None and not any(np.any(E[reach[k]] != 0) for k, E in enumerate(sel)):
+            continue
+        Q = _view_basis(sched, ts, g, sel)
+        Q[v, :] = 0.0  # own noise known: the view is P_v V, and (V + e_v) ∩ e_v^⊥ = P_v V
+        Q = _svd_basis(Q, IMAGE_ATOL)
+        s = np.clip(np.einsum("ij,ij->i", Q, Q), 0.0, 1.0)
+        s[v] = 0.0
+        S[:, v] = s
     return S
+
+
+#: a view direction whose residual, after orthogonalisation against the basis grown so far, is shorter
+#: than this is counted as already present — the rule of the public-W block Arnoldi
+#: (:func:`hushnet.privacy.muffliato.krylov_weights`, selectors have unit norm, ‖C_k‖ ≤ 3)
+NEW_DIRECTION_RTOL = 1e-9
+#: singular values of ``C_kᵀ Q`` (Q orthonormal) at or below this are directions the step annihilates
+#: (a singular W_t, e.g. J/n); genuine ones are ≥ σ_min(C_k), far above it
+IMAGE_ATOL = 1e-13
+
+
+def _svd_basis(X: np.ndarray, tol: float) -> np.ndarray:
+    """Orthonormal basis of the column space of X, dropping singular values ≤ ``tol`` (absolute)."""
+    if X.shape[1] == 0:
+        return X
+    try:
+        U, sv, _ = np.linalg.svd(X, full_matrices=False)
+    except np.linalg.LinAlgError:
+        import scipy.linalg as sla
+
+        U, sv, _ = sla.svd(X, full_matrices=False, lapack_driver="gesvd")
+    return U[:, sv > tol]
+
+
+def _extend(Q: np.ndarray, E: np.ndarray) -> np.ndarray:
+    """``Q`` plus the directions of ``E`` it lacks (residual > :data:`NEW_DIRECTION_RTOL`), orthonormal."""
+    X = E.astype(float, copy=True)
+    if Q.shape[1]:
+        for _ in range(2):  # "twice is enough"
+            X -= Q @ (Q.T @ X)
+    new = _svd_basis(X, NEW_DIRECTION_RTOL)
+    if not new.shape[1]:
+        return Q
+    if Q.shape[1]:
+        new -= Q @ (Q.T @ new)
+        new = _svd_basis(new, 0.5)
+    return np.concatenate([Q, new], axis=1)
+
+
+def _view_basis(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, sel: list[np.ndarray]
+) -> np.ndarray:
+    """Orthonormal basis (n×r) of ``V = span_k {s_kᵀ P_k : s_k ∈ columns of sel[k]}``.
+
+    ``P_0 = I``, ``P_{k+1} = a_k W_{t_k} P_k + b_k P_{k−1}`` (``a_k = γ`` except 1 in the phase's first
+    round, ``b_k = 1 − a_k``).  With ``L_k = [P_k; P_{k−1}] = C_{k−1}⋯C_0 L_0``, ``L_0 = [I; 0]``, the
+    view is ``[I 0] U_0`` where ``U_{K−1} = [sel; 0]`` and ``U_k = [sel_k; 0] + C_kᵀ U_{k+1}``,
+    ``C_kᵀ (x; y) = (a_k W_tᵀ x + y; b_k x)``.  Each step maps an orthonormal basis by one matrix
+    (its image keeps every direction the step does not annihilate) and adds the selectors' new
+    directions as block Arnoldi does, so nothing is lost to the conditioning of long products (on
+    dropout schedules the dimension found equals exact arithmetic's, tests; a spurious direction from
+    rounding could only enlarge the subspace, the safe side).  Coordinates outside the structural support of
+    ``U_k`` (the same recursion on sparsity patterns) are exactly 0 in exact arithmetic and are
+    zeroed (a node whose value never reaches the view, e.g. a dead one, keeps weight exactly 0)."""
+    n = sched.n
+    K = len(ts)
+    lifted = any(k > 0 and g[t] != 1.0 for k, t in enumerate(ts))
+    m = 2 * n if lifted else n
+    Q = np.zeros((m, 0))
+    supp = np.zeros(m, bool)
+    for k in range(K - 1, -1, -1):
+        t = ts[k]
+        a = g[t] if (k > 0 and g[t] != 1.0) else 1.0
+        Wt_T = sched.W[t].T.tocsr()
+        top_s = np.asarray(abs(Wt_T) @ supp[:n].astype(float)).ravel() != 0
+        if lifted:
+            top_s |= supp[n:]
+            supp = np.concatenate([top_s, supp[:n] if a != 1.0 else np.zeros(n, bool)])
+        else:
+            supp = top_s
+        if Q.shape[1]:
+            x = Q[:n]
+            top = a * np.asarray(Wt_T @ x)
+            if lifted:
+                top = top + Q[n:]
+                Y = np.concatenate([top, (1.0 - a) * x], axis=0)
+            else:
+                Y = top
+            Y[~supp] = 0.0
+            Q = _svd_basis(Y, IMAGE_ATOL)
+        E = sel[k]
+        if lifted:
+            E = np.concatenate([E, np.zeros_like(E)], axis=0)
+        supp[:n] |= np.any(sel[k] != 0, axis=1)
+        Q = _extend(Q, E)
+    return _svd_basis(Q[:n], IMAGE_ATOL) if lifted else Q
+
+
+def _static_phase(sched: RealisedSchedule, ts: Sequence[int]) -> sp.csr_matrix | None:
+    """The phase's one gossip matrix when every round used the same symmetric W and every edge of W
+    carried a value each round (a public schedule, or a recorded one without dropouts); else None."""
+    if not ts:
+        return None
+    W0 = sched.W[ts[0]].tocsr()
+    if (abs(W0 - W0.T) > 0).nnz:
+        return None
+    coo = W0.tocoo()
+    edges = {(int(i), int(j)) for i, j, x in zip(coo.row, coo.col, coo.data) if i != j and x != 0}
+    for t in ts:
+        Wt = sched.W[t]
+        if Wt is not W0 and (abs(Wt - W0) > 0).nnz:
+            return None
+        if set(sched.sent[t]) != edges or len(sched.sent[t]) != len(edges):
+            return None
+    return W0
+
+
+def _involves(
+    reach: list[np.ndarray], v: int, view: str, sched: RealisedSchedule, ts: Sequence[int]
+) -> bool:
+    """Whether a row observer v sees can depend on the source (``reach`` from :func:`_source_reach`)."""
+    for k, t in enumerate(ts):
+        if view == "neighbourhood":
+            seen = [v] + [w for w, r in sched.sent[t] if r == v]
+            if reach[k][seen].any():
+                return True
+        elif np.any(sched.W[t][v].toarray().ravel()[reach[k]] != 0):
+            return True
+    return False
+
+
+def _source_reach(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, source: int
+) -> list[np.ndarray]:
+    """``reach[k]``: the nodes w whose state ``P_k[w]`` can depend on ``source`` (support of column
+    ``source`` of ``P_k``, propagated with the recursion's sparsity pattern: a superset, so safe)."""
+    n = sched.n
+    cur = np.zeros(n, bool)
+    cur[source] = True
+    prev = np.zeros(n, bool)
+    out = []
+    for k, t in enumerate(ts):
+        out.append(cur.copy())
+        nxt = np.asarray((abs(sched.W[t]) @ cur.astype(float)) != 0).ravel()
+        if k > 0 and g[t] != 1.0:
+            nxt |= prev
+        prev, cur = cur, nxt
+    return out
 
 
 def averaging_thm1(
