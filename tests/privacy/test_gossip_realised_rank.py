@@ -139,3 +139,38 @@ def test_time_varying_aggregate_view_keeps_every_direction():
             cur = (Wi[t] @ cur) % P
         dim = _rank_mod_p(np.array(rows))
         assert S[:, v].sum() >= dim - 1e-6, (v, S[:, v].sum(), dim)
+
+
+def test_gd_joint_view_keeps_every_direction():
+    """Muffliato-GD on the recorded schedule, the whole run as one view (what the gossip family charges):
+    ``M_u`` is the block of the projector on the view's row space for source u, so
+    ``Σ_{u≠v} tr M_u`` is the view's dimension.  grid 6×6, 2 steps × K = 20 plain rounds: the exact
+    dimension is 70; factorising the explicit stacked rows found 60."""
+    from hushnet.families.gossip.realised import gd_sensitivity
+
+    g = parse_graph("grid:6x6")
+    W = metropolis_hastings(g)
+    n, K, R, v, scale = g.n, 20, 2, 0, 60
+    sched = public_schedule(W, K * R)
+    phases = [list(range(r * K, (r + 1) * K)) for r in range(R)]
+    total = sum(
+        float(np.trace(gd_sensitivity(sched, u, v, phases)["M"])) for u in range(n) if u != v
+    )
+    Wi = np.rint(W.toarray() * scale).astype(np.int64)
+    nb = [w for w in range(n) if w != v and Wi[v, w]]
+    S = np.zeros((n, n * R), dtype=np.int64)
+    rows, power = [], 0
+    for r in range(R):  # rows scaled by scale^power (a non-zero multiple of the rational row)
+        X = S.copy()
+        X[:, r * n : (r + 1) * n] += np.eye(n, dtype=np.int64) * pow(scale, power, P)
+        X %= P
+        for _ in range(K):
+            rows.extend(X[[v] + nb])
+            X = (Wi @ X) % P
+            power += 1
+        S = X
+    B = np.array(rows)
+    B[:, [r * n + v for r in range(R)]] = 0
+    dim = _rank_mod_p(B)
+    assert dim == 70
+    assert total >= dim - 1e-6, (total, dim)

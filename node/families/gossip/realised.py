@@ -35,7 +35,12 @@ import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
 from hushnet.privacy.ledger_math import PrivacyEntry
-from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights, rdp_of
+from hushnet.privacy.linear_gaussian import (
+    LinearGaussianView,
+    box_quadratic_max,
+    projection_weights,
+    rdp_of,
+)
 
 __all__ = [
     "VIEWS",
@@ -513,37 +518,10 @@ def gd_sensitivity(
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     n, R = sched.n, len(phases)
-    recv: dict[int, list[int]] = defaultdict(list)
-    for t in range(sched.rounds):
-        recv[t] = [w for w, v in sched.sent[t] if v == observer]
-    rows: list[np.ndarray] = []
-    S = np.zeros((n, n * R))
-    for r, ph in enumerate(phases):
-        g = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[r], dtype=float)
-        X = S.copy()
-        X[:, r * n : (r + 1) * n] += np.eye(n)
-        prev = None
-        for k, t in enumerate(ph):
-            if view == "neighbourhood":
-                rows.append(X[observer])
-                rows.extend(X[w] for w in recv[t])
-            else:
-                if k == 0:
-                    e = np.zeros(n * R)
-                    e[r * n + observer] = 1.0
-                    rows.append(e)
-                rows.append(np.asarray(sched.W[t][observer] @ X).ravel())
-            nxt = np.asarray(sched.W[t] @ X)
-            if k > 0 and g[t] != 1.0:
-                nxt = g[t] * nxt + (1.0 - g[t]) * prev
-            prev, X = X, nxt
-        S = X
-    A = np.array(rows)
-    B = A.copy()
-    B[:, [r * n + observer for r in range(R)]] = 0.0
-    res = LinearGaussianView(A, B).box_sensitivity_sq(
-        [r * n + source for r in range(R)], exact_limit=0
-    )
+    Q = _gd_view_basis(sched, observer, phases, gammas, view)
+    cols = [r * n + int(source) for r in range(R)]
+    M = Q[cols] @ Q[cols].T  # Gᵀ(BBᵀ)⁺G with G = B's columns of the source: the projector's block
+    res = box_quadratic_max(M, exact_limit=0)
     res.update(
         {
             "source": int(source),
@@ -551,9 +529,79 @@ def gd_sensitivity(
             "view": view,
             "steps": R,
             "bound": "certified",
+            "M": M,
         }
     )
     return res
+
+
+def _phase_selectors(
+    sched: RealisedSchedule, ts: Sequence[int], observer: int, view: str
+) -> list[np.ndarray]:
+    """Per round of ``ts``: the n×m selectors s of the rows ``sᵀ P_k`` the observer sees (its own state
+    and every value sent to it, or, aggregate, the weighted sum ``W_t[v, :] P_k`` it mixes)."""
+    n = sched.n
+    sel = []
+    for t in ts:
+        if view == "neighbourhood":
+            seen = [observer] + [w for w, r in sched.sent[t] if r == observer]
+            E = np.zeros((n, len(seen)))
+            E[seen, np.arange(len(seen))] = 1.0
+        else:
+            E = sched.W[t][observer].toarray().T
+        sel.append(E)
+    return sel
+
+
+def _phase_transpose(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, Z: np.ndarray
+) -> np.ndarray:
+    """``P_Kᵀ Z`` for the phase's full map ``P_K`` (K = len(ts) rounds, the recursion of
+    :func:`_view_basis`): ``[I 0] C_0ᵀ ⋯ C_{K−1}ᵀ [Z; 0]`` (coefficients, no orthonormalisation)."""
+    x, y = Z.astype(float, copy=True), np.zeros_like(Z, dtype=float)
+    for k in range(len(ts) - 1, -1, -1):
+        t = ts[k]
+        a = g[t] if (k > 0 and g[t] != 1.0) else 1.0
+        x, y = a * np.asarray(sched.W[t].T @ x) + y, (1.0 - a) * x
+    return x
+
+
+#: singular values of the stacked step functionals (orthonormal diagonal blocks) below this count as
+#: absent after the observer's own coordinates are removed
+GD_ATOL = 1e-10
+
+
+def _gd_view_basis(
+    sched: RealisedSchedule,
+    observer: int,
+    phases: Sequence[Sequence[int]],
+    gammas: Sequence[np.ndarray] | None,
+    view: str,
+) -> np.ndarray:
+    """Orthonormal basis (nR×d) of the row space of the observer's joint Muffliato-GD view, as maps of all
+    steps' inputs, with the observer's own coordinates removed (its noise is known).
+
+    Step r's rows are ``yᵀ(S_r + E_r)`` for y in the phase's view space ``Y_r`` (:func:`_view_basis`,
+    grown stably) and ``S_r = P^{(r−1)}_K (S_{r−1} + E_{r−1})``: the functional has block r equal to y and
+    block r' < r equal to ``P^{(r')ᵀ}_K ⋯ P^{(r−1)ᵀ}_K y``.  Stacked over steps this is block triangular
+    with orthonormal diagonal blocks, so its row space is computed without the conditioning of the
+    explicit rows (which lost 10 of 70 dimensions on grid 6×6, 2 steps × 20 rounds)."""
+    n, R = sched.n, len(phases)
+    blocks = []
+    for r, ph in enumerate(phases):
+        g = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[r], dtype=float)
+        Y = _view_basis(sched, list(ph), g, _phase_selectors(sched, ph, observer, view))
+        F = np.zeros((n * R, Y.shape[1]))
+        F[r * n : (r + 1) * n] = Y
+        Z = Y
+        for rp in range(r - 1, -1, -1):
+            gp = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[rp], dtype=float)
+            Z = _phase_transpose(sched, list(phases[rp]), gp, Z)
+            F[rp * n : (rp + 1) * n] = Z
+        blocks.append(F)
+    F = np.concatenate(blocks, axis=1) if blocks else np.zeros((n * R, 0))
+    F[[r * n + observer for r in range(R)], :] = 0.0
+    return _svd_basis(F, GD_ATOL)
 
 
 # ---- Alg. 2: pairwise schedule -----------------------------------------------------------------
