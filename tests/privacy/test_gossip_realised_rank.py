@@ -195,3 +195,37 @@ def test_public_gd_accountant_matches_the_realised_one():
             [gd_sensitivity(sched, u, v, phases)["value"] if u != v else 0.0 for u in range(n)]
         )
         np.testing.assert_allclose(sens[:, v], ref, atol=1e-8)
+
+
+def test_pairwise_view_keeps_every_direction():
+    """Randomized Muffliato (pairwise averaging, [M] Alg. 2) on grid 6×6, 1500 random activations:
+    Σ_u ‖Π e_u‖² is the exact dimension of the view (before the fix: 17 of 18 and 20 of 21)."""
+    from hushnet.families.gossip.realised import _pairwise_steps, pairwise_sensitivities
+    from hushnet.families.gossip.schedule import public_activations
+
+    g = parse_graph("grid:6x6")
+    n, T = g.n, 1500
+    edges = [(i, int(j)) for i in range(n) for j in g.neighbors(i) if i < j]
+    rng = np.random.default_rng(2)
+    rec = public_activations(np.array([edges[k] for k in rng.integers(0, len(edges), T)]))
+    S = pairwise_sensitivities(rec, T, n)
+    # exact: rows as integer vectors over 2^e (a common power of two per row), modulo P
+    Ii, ex = np.eye(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    seen = {v: [] for v in range(n)}
+    for _t, a, b, ua, ub, sa, sb in _pairwise_steps(rec, T):
+        pa, pb, ea, eb = Ii[a].copy(), Ii[b].copy(), int(ex[a]), int(ex[b])
+        if sb:
+            seen[a].append(pb)
+        if sa:
+            seen[b].append(pa)
+        e = max(ea, eb) + 1
+        new = (pa * pow(2, e - 1 - ea, P) + pb * pow(2, e - 1 - eb, P)) % P
+        for end, used in ((a, ua), (b, ub)):
+            if used:
+                Ii[end], ex[end] = new, e
+    for v, want in ((0, 18), (18, 21)):
+        R = np.array(seen[v])
+        R[:, v] = 0
+        dim = _rank_mod_p(R)
+        assert dim == want
+        assert abs(S[:, v].sum() - dim) < 1e-6, (v, S[:, v].sum(), dim)
