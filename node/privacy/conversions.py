@@ -235,7 +235,8 @@ def gdp_delta(mu: float, eps: float) -> float:
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """Smallest ε ≥ 0 with ``gdp_delta(mu, ε) ≤ δ`` (tight (ε, δ) of a Gaussian mechanism)."""
+    """Smallest ε ≥ 0 with ``gdp_delta(mu, ε) ≤ δ`` (tight (ε, δ) of a Gaussian mechanism), never below
+    it: the returned ε satisfies the inequality as computed."""
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if mu == 0.0:
@@ -251,13 +252,19 @@ def gdp_epsilon(mu: float, delta: float) -> float:
             return math.inf
     from scipy import optimize
 
-    return float(
+    eps = float(
         optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
     )
+    # brentq's answer may sit on either side of the root: step up until δ(ε) ≤ δ really holds
+    step = max(eps * 1e-13, 1e-15)
+    while gdp_delta(mu, eps) > delta:
+        eps += step
+        step *= 2.0
+    return eps
 
 
 def gdp_mu(eps: float, delta: float) -> float:
-    """Largest μ such that μ-GDP is (ε, δ)-DP (δ(ε) is increasing in μ)."""
+    """Largest μ such that μ-GDP is (ε, δ)-DP (δ(ε) is increasing in μ), never above it."""
     if not 0.0 < delta < 1.0 or eps < 0:
         raise ValueError("need eps >= 0 and delta in (0, 1)")
     lo, hi = 0.0, 1.0
@@ -265,14 +272,22 @@ def gdp_mu(eps: float, delta: float) -> float:
         hi *= 2.0
     from scipy import optimize
 
-    return float(
-        optimize.brentq(lambda m: gdp_delta(m, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13)
-    )
+    mu = float(optimize.brentq(lambda m: gdp_delta(m, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13))
+    # brentq's answer may sit on either side of the root: step down until δ(ε) ≤ δ really holds
+    step = max(mu * 1e-13, 1e-16)
+    while mu > 0.0 and gdp_delta(mu, eps) > delta:
+        mu = max(mu - step, 0.0)
+        step *= 2.0
+    return mu
 
 
 def gaussian_sigma_tight(sensitivity: float, eps: float, delta: float) -> float:
-    """σ for the Gaussian mechanism to be exactly (ε, δ)-DP (tight, via GDP)."""
-    return float(sensitivity / gdp_mu(eps, delta))
+    """σ for the Gaussian mechanism to be exactly (ε, δ)-DP (tight, via GDP); never below it, with
+    μ = Δ/σ recomputed as callers do (the division's rounding can move μ up)."""
+    sigma = float(sensitivity / gdp_mu(eps, delta))
+    while gdp_delta(sensitivity / sigma, eps) > delta:
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma
 
 
 def rdp_gaussian_mu(rdp: float, alpha: float) -> float:

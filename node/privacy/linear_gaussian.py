@@ -46,6 +46,12 @@ __all__ = [
 RANK_RTOL = 1e-9
 #: relative residual above which a mean shift is declared outside ``range(B)`` (⇒ Δ = ∞).
 RANGE_RTOL = 1e-7
+#: :class:`LinearGaussianView`'s own cuts, at a small multiple of rounding rather than at "numerically
+#: small": a noise direction of relative size 1e-10 is *present* (dropping it certified B = diag(1, 1e-10),
+#: A = (1, 1e-8)ᵀ at Δ² = 1 instead of 1 + 1e4), and a mean shift 1e-8 outside range(B) is seen without
+#: noise (Δ = ∞, not the in-range part).  Keeping a doubtful direction errs on the safe side.
+VIEW_RANK_RTOL = 1e-13
+VIEW_RANGE_RTOL = 1e-11
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +333,7 @@ class LinearGaussianView:
 
     A: np.ndarray
     B: np.ndarray
-    rtol: float = RANK_RTOL
+    rtol: float = VIEW_RANK_RTOL
     _basis: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def _range(self) -> tuple[np.ndarray, np.ndarray]:
@@ -344,7 +350,7 @@ class LinearGaussianView:
         coef = U.T @ a
         resid = np.linalg.norm(a - U @ coef, axis=0)
         norm = np.linalg.norm(a, axis=0)
-        out = resid > RANGE_RTOL * np.maximum(norm, 1e-300)
+        out = resid > VIEW_RANGE_RTOL * np.maximum(norm, 1e-300)
         out &= norm > 0
         return coef / s[:, None], out
 

@@ -35,7 +35,18 @@ import scipy.sparse as sp
 
 from hushnet.engine.actions import LedgerEntry
 from hushnet.privacy.ledger_math import PrivacyEntry
-from hushnet.privacy.linear_gaussian import LinearGaussianView, projection_weights, rdp_of
+from hushnet.privacy.linear_gaussian import (
+    LinearGaussianView,
+    box_quadratic_max,
+    projection_weights,
+    rdp_of,
+)
+from hushnet.privacy.view_basis import (
+    IMAGE_ATOL,
+    extend_basis,
+    pairwise_view_basis,
+    svd_basis,
+)
 
 __all__ = [
     "VIEWS",
@@ -221,10 +232,16 @@ def averaging_sensitivities(
     """Certified ``S[u, v] = Δ²(u → v)/Δ²`` of one averaging phase (noise once, then the rounds
     ``rounds`` of the recorded schedule; all rounds by default).  Exact: projection of ``e_u`` on
     the observer's view with its own noise removed.  Diagonal 0; columns of observers not asked for
-    are 0.  Observers are processed ``batch`` at a time: the state maps ``P_k`` are propagated once
-    per batch and only the batch's rows are kept, so memory is O(batch·rows·n), not O(T·n²).
-    With ``source`` only row ``source`` of S is wanted: observers whose view never involves it
-    (column ``source`` of their rows is 0, so ``Π e_source = 0``) are skipped — exactly 0."""
+    are 0.
+
+    The view's row space is grown backwards in time from orthonormal bases
+    (:func:`_view_basis`), never from the explicit rows ``P_k[w]``: products of gossip matrices are
+    badly conditioned, and an SVD of the stacked rows misses directions that exist in exact
+    arithmetic — it under-stated ``S`` by up to 0.27 on grid 6×6, T = 40 (tests pin the dimension
+    to exact arithmetic modulo a prime).  ``batch`` is kept for compatibility (observers are done one
+    at a time).  With ``source`` only row ``source`` of S is wanted: observers whose view never
+    involves it (no path of recorded rounds carries its value into a row they see) are skipped —
+    exactly 0."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     n = sched.n
@@ -235,37 +252,140 @@ def averaging_sensitivities(
         for w, v in sched.sent[t]:
             recv[k][v].append(w)
     obs = list(range(n)) if observers is None else [int(v) for v in observers]
+    reach = _source_reach(sched, ts, g, source) if source is not None else None
     S = np.zeros((n, n))
-    for b0 in range(0, len(obs), batch):
-        chunk = obs[b0 : b0 + batch]
-        cols: dict[int, list[np.ndarray]] = {v: [] for v in chunk}
-        if view == "aggregate":
-            for v in chunk:
-                e = np.zeros(n)
-                e[v] = 1.0
-                cols[v].append(e)
-        cur, prev = np.eye(n), None
-        for k, t in enumerate(ts):
-            for v in chunk:
-                if view == "neighbourhood":
-                    cols[v].append(cur[v].copy())
-                    cols[v].extend(cur[w].copy() for w in recv[k][v])
-                else:
-                    cols[v].append(np.asarray(sched.W[t][v] @ cur).ravel())
-            if k + 1 < len(ts):
-                nxt = np.asarray(sched.W[t] @ cur)
-                if k > 0 and g[t] != 1.0:
-                    nxt = g[t] * nxt + (1.0 - g[t]) * prev
-                prev, cur = cur, nxt
-        for v in chunk:
-            M = np.array(cols[v]).T.copy()
-            if source is not None and not np.any(M[source]):
+    W0 = _static_phase(sched, ts)
+    if W0 is not None:
+        # one W, every edge used every round: the public-W block Arnoldi (pinned to exact arithmetic in
+        # tests; acceleration does not change the view's space).  The backward recursion below would also
+        # be safe there, but on symmetric graphs re-imaging a saturated basis amplifies rounding into
+        # spurious directions (ring:16, aggregate view, T = 30: 13 dimensions where there are 8)
+        from hushnet.privacy.muffliato import observer_sensitivities
+
+        for v in obs:
+            if reach is not None and not _involves(reach, v, view, sched, ts):
                 continue
-            M[v, :] = 0.0
-            s = np.clip(projection_weights(M), 0.0, 1.0)
-            s[v] = 0.0
-            S[:, v] = s
+            S[:, v] = observer_sensitivities(W0, v, len(ts), view=view)
+        return S
+    for v in obs:
+        sel = []
+        for k, t in enumerate(ts):
+            if view == "neighbourhood":
+                E = np.zeros((n, 1 + len(recv[k][v])))
+                E[[v] + recv[k][v], np.arange(E.shape[1])] = 1.0
+            else:
+                E = sched.W[t][v].toarray().T  # (W_t P_k)[v, :] = W_t[v, :] P_k
+            sel.append(E)
+        if reach is not None and not any(np.any(E[reach[k]] != 0) for k, E in enumerate(sel)):
+            continue
+        Q = _view_basis(sched, ts, g, sel)
+        Q[v, :] = 0.0  # own noise known: the view is P_v V, and (V + e_v) ∩ e_v^⊥ = P_v V
+        Q = svd_basis(Q, IMAGE_ATOL)
+        s = np.clip(np.einsum("ij,ij->i", Q, Q), 0.0, 1.0)
+        s[v] = 0.0
+        S[:, v] = s
     return S
+
+
+def _view_basis(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, sel: list[np.ndarray]
+) -> np.ndarray:
+    """Orthonormal basis (n×r) of ``V = span_k {s_kᵀ P_k : s_k ∈ columns of sel[k]}``.
+
+    ``P_0 = I``, ``P_{k+1} = a_k W_{t_k} P_k + b_k P_{k−1}`` (``a_k = γ`` except 1 in the phase's first
+    round, ``b_k = 1 − a_k``).  With ``L_k = [P_k; P_{k−1}] = C_{k−1}⋯C_0 L_0``, ``L_0 = [I; 0]``, the
+    view is ``[I 0] U_0`` where ``U_{K−1} = [sel; 0]`` and ``U_k = [sel_k; 0] + C_kᵀ U_{k+1}``,
+    ``C_kᵀ (x; y) = (a_k W_tᵀ x + y; b_k x)``.  Each step maps an orthonormal basis by one matrix
+    (its image keeps every direction the step does not annihilate) and adds the selectors' new
+    directions as block Arnoldi does, so nothing is lost to the conditioning of long products (on
+    dropout schedules the dimension found equals exact arithmetic's, tests; a spurious direction from
+    rounding could only enlarge the subspace, the safe side).  Coordinates outside the structural support of
+    ``U_k`` (the same recursion on sparsity patterns) are exactly 0 in exact arithmetic and are
+    zeroed (a node whose value never reaches the view, e.g. a dead one, keeps weight exactly 0)."""
+    n = sched.n
+    K = len(ts)
+    lifted = any(k > 0 and g[t] != 1.0 for k, t in enumerate(ts))
+    m = 2 * n if lifted else n
+    Q = np.zeros((m, 0))
+    supp = np.zeros(m, bool)
+    for k in range(K - 1, -1, -1):
+        t = ts[k]
+        a = g[t] if (k > 0 and g[t] != 1.0) else 1.0
+        Wt_T = sched.W[t].T.tocsr()
+        top_s = np.asarray(abs(Wt_T) @ supp[:n].astype(float)).ravel() != 0
+        if lifted:
+            top_s |= supp[n:]
+            supp = np.concatenate([top_s, supp[:n] if a != 1.0 else np.zeros(n, bool)])
+        else:
+            supp = top_s
+        if Q.shape[1]:
+            x = Q[:n]
+            top = a * np.asarray(Wt_T @ x)
+            if lifted:
+                top = top + Q[n:]
+                Y = np.concatenate([top, (1.0 - a) * x], axis=0)
+            else:
+                Y = top
+            Y[~supp] = 0.0
+            Q = svd_basis(Y, IMAGE_ATOL)
+        E = sel[k]
+        if lifted:
+            E = np.concatenate([E, np.zeros_like(E)], axis=0)
+        supp[:n] |= np.any(sel[k] != 0, axis=1)
+        Q = extend_basis(Q, E)
+    return svd_basis(Q[:n], IMAGE_ATOL) if lifted else Q
+
+
+def _static_phase(sched: RealisedSchedule, ts: Sequence[int]) -> sp.csr_matrix | None:
+    """The phase's one gossip matrix when every round used the same symmetric W and every edge of W
+    carried a value each round (a public schedule, or a recorded one without dropouts); else None."""
+    if not ts:
+        return None
+    W0 = sched.W[ts[0]].tocsr()
+    if (abs(W0 - W0.T) > 0).nnz:
+        return None
+    coo = W0.tocoo()
+    edges = {(int(i), int(j)) for i, j, x in zip(coo.row, coo.col, coo.data) if i != j and x != 0}
+    for t in ts:
+        Wt = sched.W[t]
+        if Wt is not W0 and (abs(Wt - W0) > 0).nnz:
+            return None
+        if set(sched.sent[t]) != edges or len(sched.sent[t]) != len(edges):
+            return None
+    return W0
+
+
+def _involves(
+    reach: list[np.ndarray], v: int, view: str, sched: RealisedSchedule, ts: Sequence[int]
+) -> bool:
+    """Whether a row observer v sees can depend on the source (``reach`` from :func:`_source_reach`)."""
+    for k, t in enumerate(ts):
+        if view == "neighbourhood":
+            seen = [v] + [w for w, r in sched.sent[t] if r == v]
+            if reach[k][seen].any():
+                return True
+        elif np.any(sched.W[t][v].toarray().ravel()[reach[k]] != 0):
+            return True
+    return False
+
+
+def _source_reach(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, source: int
+) -> list[np.ndarray]:
+    """``reach[k]``: the nodes w whose state ``P_k[w]`` can depend on ``source`` (support of column
+    ``source`` of ``P_k``, propagated with the recursion's sparsity pattern: a superset, so safe)."""
+    n = sched.n
+    cur = np.zeros(n, bool)
+    cur[source] = True
+    prev = np.zeros(n, bool)
+    out = []
+    for k, t in enumerate(ts):
+        out.append(cur.copy())
+        nxt = np.asarray((abs(sched.W[t]) @ cur.astype(float)) != 0).ravel()
+        if k > 0 and g[t] != 1.0:
+            nxt |= prev
+        prev, cur = cur, nxt
+    return out
 
 
 def averaging_thm1(
@@ -367,37 +487,10 @@ def gd_sensitivity(
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     n, R = sched.n, len(phases)
-    recv: dict[int, list[int]] = defaultdict(list)
-    for t in range(sched.rounds):
-        recv[t] = [w for w, v in sched.sent[t] if v == observer]
-    rows: list[np.ndarray] = []
-    S = np.zeros((n, n * R))
-    for r, ph in enumerate(phases):
-        g = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[r], dtype=float)
-        X = S.copy()
-        X[:, r * n : (r + 1) * n] += np.eye(n)
-        prev = None
-        for k, t in enumerate(ph):
-            if view == "neighbourhood":
-                rows.append(X[observer])
-                rows.extend(X[w] for w in recv[t])
-            else:
-                if k == 0:
-                    e = np.zeros(n * R)
-                    e[r * n + observer] = 1.0
-                    rows.append(e)
-                rows.append(np.asarray(sched.W[t][observer] @ X).ravel())
-            nxt = np.asarray(sched.W[t] @ X)
-            if k > 0 and g[t] != 1.0:
-                nxt = g[t] * nxt + (1.0 - g[t]) * prev
-            prev, X = X, nxt
-        S = X
-    A = np.array(rows)
-    B = A.copy()
-    B[:, [r * n + observer for r in range(R)]] = 0.0
-    res = LinearGaussianView(A, B).box_sensitivity_sq(
-        [r * n + source for r in range(R)], exact_limit=0
-    )
+    Q = _gd_view_basis(sched, observer, phases, gammas, view)
+    cols = [r * n + int(source) for r in range(R)]
+    M = Q[cols] @ Q[cols].T  # Gᵀ(BBᵀ)⁺G with G = B's columns of the source: the projector's block
+    res = box_quadratic_max(M, exact_limit=0)
     res.update(
         {
             "source": int(source),
@@ -405,9 +498,79 @@ def gd_sensitivity(
             "view": view,
             "steps": R,
             "bound": "certified",
+            "M": M,
         }
     )
     return res
+
+
+def _phase_selectors(
+    sched: RealisedSchedule, ts: Sequence[int], observer: int, view: str
+) -> list[np.ndarray]:
+    """Per round of ``ts``: the n×m selectors s of the rows ``sᵀ P_k`` the observer sees (its own state
+    and every value sent to it, or, aggregate, the weighted sum ``W_t[v, :] P_k`` it mixes)."""
+    n = sched.n
+    sel = []
+    for t in ts:
+        if view == "neighbourhood":
+            seen = [observer] + [w for w, r in sched.sent[t] if r == observer]
+            E = np.zeros((n, len(seen)))
+            E[seen, np.arange(len(seen))] = 1.0
+        else:
+            E = sched.W[t][observer].toarray().T
+        sel.append(E)
+    return sel
+
+
+def _phase_transpose(
+    sched: RealisedSchedule, ts: Sequence[int], g: np.ndarray, Z: np.ndarray
+) -> np.ndarray:
+    """``P_Kᵀ Z`` for the phase's full map ``P_K`` (K = len(ts) rounds, the recursion of
+    :func:`_view_basis`): ``[I 0] C_0ᵀ ⋯ C_{K−1}ᵀ [Z; 0]`` (coefficients, no orthonormalisation)."""
+    x, y = Z.astype(float, copy=True), np.zeros_like(Z, dtype=float)
+    for k in range(len(ts) - 1, -1, -1):
+        t = ts[k]
+        a = g[t] if (k > 0 and g[t] != 1.0) else 1.0
+        x, y = a * np.asarray(sched.W[t].T @ x) + y, (1.0 - a) * x
+    return x
+
+
+#: singular values of the stacked step functionals (orthonormal diagonal blocks) below this count as
+#: absent after the observer's own coordinates are removed
+GD_ATOL = 1e-10
+
+
+def _gd_view_basis(
+    sched: RealisedSchedule,
+    observer: int,
+    phases: Sequence[Sequence[int]],
+    gammas: Sequence[np.ndarray] | None,
+    view: str,
+) -> np.ndarray:
+    """Orthonormal basis (nR×d) of the row space of the observer's joint Muffliato-GD view, as maps of all
+    steps' inputs, with the observer's own coordinates removed (its noise is known).
+
+    Step r's rows are ``yᵀ(S_r + E_r)`` for y in the phase's view space ``Y_r`` (:func:`_view_basis`,
+    grown stably) and ``S_r = P^{(r−1)}_K (S_{r−1} + E_{r−1})``: the functional has block r equal to y and
+    block r' < r equal to ``P^{(r')ᵀ}_K ⋯ P^{(r−1)ᵀ}_K y``.  Stacked over steps this is block triangular
+    with orthonormal diagonal blocks, so its row space is computed without the conditioning of the
+    explicit rows (which lost 10 of 70 dimensions on grid 6×6, 2 steps × 20 rounds)."""
+    n, R = sched.n, len(phases)
+    blocks = []
+    for r, ph in enumerate(phases):
+        g = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[r], dtype=float)
+        Y = _view_basis(sched, list(ph), g, _phase_selectors(sched, ph, observer, view))
+        F = np.zeros((n * R, Y.shape[1]))
+        F[r * n : (r + 1) * n] = Y
+        Z = Y
+        for rp in range(r - 1, -1, -1):
+            gp = np.ones(sched.rounds) if gammas is None else np.asarray(gammas[rp], dtype=float)
+            Z = _phase_transpose(sched, list(phases[rp]), gp, Z)
+            F[rp * n : (rp + 1) * n] = Z
+        blocks.append(F)
+    F = np.concatenate(blocks, axis=1) if blocks else np.zeros((n * R, 0))
+    F[[r * n + observer for r in range(R)], :] = 0.0
+    return svd_basis(F, GD_ATOL)
 
 
 # ---- Alg. 2: pairwise schedule -----------------------------------------------------------------
@@ -460,7 +623,33 @@ def replay_pairwise(rec, T: int, x0: np.ndarray) -> np.ndarray:
 
 
 def pairwise_sensitivities(rec, T: int, n: int) -> np.ndarray:
-    """Certified ``S[u, v]`` of randomized Muffliato on the recorded activations (own noise known)."""
+    """Certified ``S[u, v]`` of randomized Muffliato on the recorded activations (own noise known).
+
+    Each activation is one step ``P ← A_t P`` (``A_t`` averages rows a and b of the ends that used the
+    value); observer a sees ``P[b]`` if b sent, and b sees ``P[a]``.  The view's row space
+    ``V = span{e_wᵀ P_t}`` is grown backwards, ``U_t = sel_t + A_tᵀ U_{t+1}``, on an orthonormal basis
+    (:func:`_pairwise_view_basis`), not from the explicit rows: products of averaging steps are badly
+    conditioned, and the explicit rows lost directions (grid 8×8, 3000 activations: 26 of the 33 exact
+    dimensions of observer 0's view)."""
+    steps = list(_pairwise_steps(rec, T))
+    S = np.zeros((n, n))
+    for v in range(n):
+        if not any((v == a and sb) or (v == b and sa) for _t, a, b, _ua, _ub, sa, sb in steps):
+            continue
+        Q = pairwise_view_basis(steps, n, v)
+        Q[v, :] = 0.0  # own noise known
+        Q = svd_basis(Q, IMAGE_ATOL)
+        s = np.clip(np.einsum("ij,ij->i", Q, Q), 0.0, 1.0)
+        s[v] = 0.0
+        S[:, v] = s
+    # a direction the backward basis keeps at ρ ≪ 1 carries rounding of order eps/ρ (1e-8 seen): where
+    # the explicit rows are well conditioned they are the more accurate, so take the larger of the two
+    return np.maximum(S, _pairwise_explicit_rows(rec, T, n))
+
+
+def _pairwise_explicit_rows(rec, T: int, n: int) -> np.ndarray:
+    """The same projection from the explicit rows ``P_t[w]`` (accurate while they are well conditioned;
+    loses directions on long schedules)."""
     P = np.eye(n)
     seen: dict[int, list[np.ndarray]] = defaultdict(list)
     for v in range(n):
