@@ -289,6 +289,10 @@ class LedgerState:
         #: a hint for the quick budget check, never a number that is reported
         self._hint = np.zeros(0, dtype=np.int64)
         self._grow(16)
+        #: bumped by every add: a projection made at another version cannot be added as computed
+        self.version = 0
+        #: the rows of the last keys looked up (a walk charges the same targets hop after hop)
+        self._last: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=np.int64))
 
     def targets(self) -> list[str]:
         """Every target something was spent toward, sorted."""
@@ -297,6 +301,9 @@ class LedgerState:
     # ---------------------------------------------------------------- rows
     def _rows(self, keys: list[str], create: bool) -> np.ndarray:
         """Row of each key (-1 for an unknown key unless ``create``, which appends zero rows)."""
+        last_keys, last_rows = self._last
+        if keys is last_keys or keys == last_keys:  # every key known (only those are kept)
+            return last_rows
         get = self._row.get
         rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
         if create and (rows < 0).any():
@@ -308,6 +315,9 @@ class LedgerState:
                 self._row[k] = n0 + j
             self._keys.extend(new)
             rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
+        if rows.size and rows.min() >= 0:
+            rows.flags.writeable = False
+            self._last = (list(keys), rows)
         return rows
 
     def _grow(self, cap: int) -> None:
@@ -338,7 +348,11 @@ class LedgerState:
     def add_costs(self, costs: Costs, bound: str, proj: "Projections | None" = None) -> None:
         """Compose every cost of one validated entry (each target once: RDP adds per order, μ² adds)."""
         rows = self._rows(costs.keys_, create=True)
-        self._rdp[rows] += costs.rdp
+        if proj is not None and proj.version == self.version and proj.costs is costs:
+            self._rdp[_span(rows)] = proj.rdp  # the sum the projection made: stored + cost
+        else:
+            self._rdp[rows] += costs.rdp
+        self.version += 1
         self._n_entries[rows] += 1
         if costs.has_mu.any():
             r = rows[costs.has_mu]
@@ -472,15 +486,16 @@ class LedgerState:
         e, method, _, be, bd, _ = bad[worst]
         return BudgetExceeded(worst, e, be, bd, run_id, method, {t: p[0] for t, p in bad.items()})
 
-    def budget_arrays(self, keys: list[str], index: dict[str, int]) -> tuple[np.ndarray, ...]:
+    def budget_arrays(self, costs: Costs) -> tuple[np.ndarray, ...]:
         """Per key: budget ε, budget δ, and the budget RDP curve's rows (``None``: no curve
         anywhere) with a mask of the keys that have one."""
-        m = len(keys)
+        m = len(costs)
         b = self.budget
         if b is None:
             return np.full(m, math.inf), np.full(m, DEFAULT_DELTA), None, None
         be = np.full(m, float(b.epsilon))
         bd = np.full(m, float(b.delta))
+        index = costs.index() if b.per_target or b.per_target_rdp else {}
         for t, (e, d) in b.per_target.items():
             i = index.get(t)  # as for_target: a budget key matches the target's string key only
             if i is not None:
@@ -559,6 +574,13 @@ class LedgerState:
         return out
 
 
+def _span(rows: np.ndarray) -> slice | np.ndarray:
+    """``rows`` as a slice when they are consecutive (a view instead of a gathered copy)."""
+    if rows.size and rows[-1] - rows[0] == rows.size - 1 and np.all(np.diff(rows) == 1):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 class Projections(Mapping[str, Projection]):
     """What one entry would make of the loss toward each target it touches, computed lazily.
 
@@ -575,19 +597,23 @@ class Projections(Mapping[str, Projection]):
         self.state = state
         self.costs = costs
         keys = costs.keys_
+        self.version = state.version
         rows = state._rows(keys, create=False)
         known = rows >= 0
         r = np.where(known, rows, 0)
         # the composed curve as the scalar path summed it: the stored sum + this cost (0.0 + cost
         # for a new target)
-        self.rdp = np.where(known[:, None], state._rdp[r], 0.0) + costs.rdp
+        if known.all():
+            self.rdp = state._rdp[_span(rows)] + costs.rdp
+        else:
+            self.rdp = np.where(known[:, None], state._rdp[r], 0.0) + costs.rdp
         n_e = np.where(known, state._n_entries[r], 0) + 1
         n_g = np.where(known, state._n_gdp[r], 0) + costs.has_mu
         gsq_prev = np.where(known, state._gdp_sq[r], 0.0)
         self.gdp_sq = gsq_prev + np.where(costs.has_mu, costs.mu * costs.mu, 0.0)
         self.gdp_ok = n_g == n_e
         self.hints = np.where(known, state._hint[r], -1)
-        self.be, self.deltas, curves, has_curve = state.budget_arrays(keys, costs.index())
+        self.be, self.deltas, curves, has_curve = state.budget_arrays(costs)
         if curves is None:
             self.curve_bad = np.zeros(len(keys), dtype=bool)
         else:
