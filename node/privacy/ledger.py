@@ -137,12 +137,14 @@ class Ledger:
         """The composed (ε, δ) loss toward ``target`` (or every target), at ``delta`` (default:
         the budget's δ for that target, else 1e-6)."""
         with self._lock:
-            targets = [as_key(target)] if target is not None else self._state.targets()
-            out = {}
-            for t in targets:
-                d = delta if delta is not None else self._state.default_delta(t)
-                out[t] = self._state.spent(t, d)
-            return out[as_key(target)] if target is not None else out
+            if target is not None:
+                t = as_key(target)
+                return self._state.spent(
+                    t, self._state.default_delta(t) if delta is None else delta
+                )
+            keys = self._state.targets()  # every one has spending: one vectorised conversion
+            d = [self._state.default_delta(t) if delta is None else delta for t in keys]
+            return self._state.spent_many(keys, np.asarray(d, dtype=float))
 
     def rdp(self, target) -> np.ndarray:
         """The composed RDP curve toward ``target`` (zeros if nothing was spent)."""

@@ -196,11 +196,12 @@ class LedgerStore:
             args = (run_id,)
         out = []
         k = len(self.orders() if self.orders() is not None else [])
+        blocks: dict[int, Costs] = {}
         for eid, rid, proto, view, bound, note, created, bid in self._db.execute(
             q + " ORDER BY e.id", args
         ).fetchall():
             if bid is not None:
-                c = self._block(bid, k)
+                c = blocks.get(bid) or blocks.setdefault(bid, self._block(bid, k))
                 rdp = {t: c.rdp[i].copy() for i, t in enumerate(c.keys_)}
                 mus = {t: float(c.mu[i]) for i, t in enumerate(c.keys_) if c.has_mu[i]}
             else:

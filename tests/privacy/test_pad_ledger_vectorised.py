@@ -332,3 +332,30 @@ def test_a_repeated_hop_writes_its_curves_once_and_reopens_exactly(tmp_path: Pat
     assert n == [30, 2]  # one block for hop, one for other: later hops point at them
     with Ledger(path) as again:
         assert {t: again.spent(t) for t in pool} == before
+
+
+def test_a_reports_rows_convert_as_one_at_a_time() -> None:
+    from hushnet.runs.accounting import dp_from_rdp, dp_from_rdp_rows
+
+    rng = np.random.default_rng(2)
+    rows = np.stack([_curve(rng)[0] for _ in range(300)])
+    rows[::7] = 0.0  # nothing toward these nodes
+    for delta in (1e-5, 1e-3):
+        got = dp_from_rdp_rows(O, rows, delta)
+        assert [float(e) for e in got] == [dp_from_rdp(O, r, delta) for r in rows]
+    assert dp_from_rdp_rows(O, np.zeros((0, O.size)), 1e-5).size == 0
+
+
+def test_every_targets_spent_at_once_equals_one_at_a_time(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    pool = [f"n{j}" for j in range(30)]
+    budget = lm.LedgerBudget(50.0, 1e-6, per_target={"n3": (40.0, 1e-3)})
+    with Ledger(tmp_path / "l.sqlite", budget=budget) as led:
+        for i in range(15):
+            e = _entry(rng, i, pool)
+            if e.rdp:
+                led.charge(e, enforce_budget=False)
+        for delta in (None, 1e-4):
+            every = led.spent(delta=delta)
+            assert list(every) == sorted(every)
+            assert all(_same(every[t], led.spent(t, delta)) for t in every)
