@@ -19,7 +19,7 @@ points that ask the protocol's family.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +44,9 @@ class ContributionCost:
     )  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
     alpha_max: float
     bound_name: str
+    _per_sigma: dict[float, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def curves(self, sigma: float) -> np.ndarray:
         """(targets, orders) certified RDP of one contribution with noise multiplier ``sigma``."""
@@ -57,7 +60,14 @@ class ContributionCost:
         return np.minimum(walk, ldp)
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
-        rdp = self.curves(ev.sigma)
+        # every hop of a run charges the same rows (one σ): computed once per σ, read-only
+        rdp = self._per_sigma.get(ev.sigma)
+        if rdp is None:
+            rdp = self.curves(ev.sigma)
+            rdp.flags.writeable = False
+            if len(self._per_sigma) >= 4:
+                self._per_sigma.clear()
+            self._per_sigma[ev.sigma] = rdp
         return PrivacyEntry.from_row(
             run_id,
             ev.protocol,
