@@ -46,6 +46,9 @@ BOUND_LABELS = ("certified", "paper")
 DEFAULT_DELTA = 1e-6
 #: relative slack of every budget comparison (float noise of summing curves in another order)
 _RTOL = 1e-12
+#: how far under its budget a target's quick upper bound must be for its exact conversion to be
+#: skipped (:meth:`Projections.violations`): targets closer than this are converted exactly
+_MARGIN = 1e-9
 
 
 class LedgerError(ValueError):
@@ -587,8 +590,8 @@ class Projections(Mapping[str, Projection]):
     The composed curves and budgets are arrays; :meth:`violations` decides which targets go over
     budget without converting every curve: the improved rule's ε is a minimum over the orders, so
     its value at **any one** order bounds it from above — a target whose value at its last best
-    order is within its budget cannot be over it (the same elementwise arithmetic as the full
-    conversion, compared against the budget without the comparison slack).  Every other target is
+    order is under its budget (by a relative 1e-9, without the comparison slack) cannot be over it
+    — the same elementwise arithmetic as the full conversion.  Every other target is
     converted exactly (:meth:`LedgerState.convert_rows`), so every reported number and every
     decision is the exact conversion's.  Reading an item converts every target exactly.
     """
@@ -651,7 +654,9 @@ class Projections(Mapping[str, Projection]):
                 s = self.deltas[cand] == d
                 r = self.rdp[cand[s], j[s]][:, None]
                 ub[s] = _rule(a[s][:, None], r, float(d), "improved")[0]
-            need[cand[ub <= self.be[cand]]] = False
+            # within budget with room to spare: the exact ε (≤ ub) cannot be over it even if a
+            # math kernel rounded the two evaluations of the same element differently
+            need[cand[ub <= self.be[cand] * (1 - _MARGIN)]] = False
         sel = np.flatnonzero(need)
         if not sel.size:
             return {}
