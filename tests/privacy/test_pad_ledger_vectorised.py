@@ -221,17 +221,24 @@ def test_a_walk_run_up_to_its_budget_decides_as_the_scalar_ledger() -> None:
     per = {"n5": (1.0, 1e-6), "n7": (2.0, 1e-3)}
     budget = lm.LedgerBudget(3.0, 1e-5, per)
     new, ref = lm.LedgerState(O, "me", budget), _ScalarState(O, "me", budget)
+    converted: list[int] = []  # rows converted exactly per budget check
+    exact = new.convert_rows
+    new.convert_rows = lambda rdp, *a: converted.append(len(rdp)) or exact(rdp, *a)  # type: ignore[method-assign]
     for hop in range(400):
         costs, ref_costs = new.validate(entry), ref.validate(entry)
-        bad = lm.LedgerState.violations(new.projection(costs))
+        proj = new.projection(costs)
+        bad = lm.LedgerState.violations(proj)
         ref_bad = ref.violations(ref.projection(ref_costs))
         assert _same(list(bad.items()), list(ref_bad.items()))
         if bad:
             break
-        new.add_costs(costs, "certified", new.projection(costs))
+        new.add_costs(costs, "certified", proj)
         for t, (v, mu) in ref_costs.items():
             ref.add(t, v, mu, "certified")
     assert bad and hop > 10  # it did run a while, then stopped where the scalar ledger stops
+    # the first hop converts every target (no bound yet); later hops only the few the quick bound
+    # does not clear (a hop that converts none does not call the conversion at all)
+    assert converted[0] == len(pool) and sum(converted[1:]) < hop, (converted, hop)
 
 
 @pytest.mark.parametrize(
