@@ -110,6 +110,9 @@ class PrivacyEntry:
     rdp: Mapping[str, np.ndarray]
     gdp_mu: Mapping[str, float] | None = None
     note: str = ""
+    #: the same curves as one (targets × orders) matrix, rows in ``rdp``'s order — set by
+    #: :meth:`from_row` only, so the ledger takes a hop's n curves without restacking them
+    rows: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_row(
@@ -129,9 +132,9 @@ class PrivacyEntry:
         if arr.ndim != 2 or arr.shape[0] != len(keys):
             raise LedgerError("rdp must have shape (len(targets), len(orders))")
         mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
-        return cls(
-            run_id, protocol, view_model, bound, {k: arr[i] for i, k in enumerate(keys)}, mus, note
-        )
+        curves = {k: arr[i] for i, k in enumerate(keys)}
+        rows = arr if len(curves) == len(keys) else None  # a repeated target: the dict keeps one
+        return cls(run_id, protocol, view_model, bound, curves, mus, note, rows)
 
     @classmethod
     def gaussian(
@@ -422,7 +425,9 @@ class LedgerState:
             raise LedgerError("an entry must cost something toward at least one target")
         keys = [as_key(k) for k in entry.rdp]
         try:
-            mat = np.array(list(entry.rdp.values()), dtype=np.float64)
+            mat = entry.rows
+            if mat is None or mat.dtype != np.float64 or mat.shape != (len(keys), self.orders.size):
+                mat = np.array(list(entry.rdp.values()), dtype=np.float64)
             fast = (
                 mat.shape == (len(keys), self.orders.size)
                 and self.orders.ndim == 1

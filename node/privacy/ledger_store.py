@@ -56,7 +56,16 @@ CREATE TABLE IF NOT EXISTS entry_blocks (
 """
 
 #: how many recent blocks an append compares its costs with before writing a new one
-_RECENT_BLOCKS = 4
+_RECENT_BLOCKS = 2
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Whether no one can write ``a``: it and every array it views are read-only."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
 
 
 def _blob(c) -> bytes | None:
@@ -166,8 +175,10 @@ class LedgerStore:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        if new:  # only once committed: a rolled-back block must never be pointed at
-            self._recent = [(int(bid), costs.keys_, costs.rdp.copy(), mu_blob)] + self._recent[
+        if new and _frozen(costs.rdp):  # only once committed: a rolled-back block must never be
+            # pointed at; and only curves nobody can change (a walk's rows, computed once per σ and
+            # read-only): kept by reference, no copy of n curves per node
+            self._recent = [(int(bid), costs.keys_, costs.rdp, mu_blob)] + self._recent[
                 : _RECENT_BLOCKS - 1
             ]
         return int(eid)

@@ -65,8 +65,7 @@ class ContributionCost:
         if rdp is None:
             rdp = self.curves(ev.sigma)
             rdp.flags.writeable = False
-            if len(self._per_sigma) >= 4:
-                self._per_sigma.clear()
+            self._per_sigma.clear()  # one σ per run: keep one (n × orders) matrix per node
             self._per_sigma[ev.sigma] = rdp
         return PrivacyEntry.from_row(
             run_id,

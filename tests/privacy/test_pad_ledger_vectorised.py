@@ -327,8 +327,11 @@ def test_a_repeated_hop_writes_its_curves_once_and_reopens_exactly(tmp_path: Pat
     rng = np.random.default_rng(5)
     pool = [f"n{j}" for j in range(200)]
     rows = np.where(O <= 30, rng.uniform(1e-4, 0.01, (len(pool), 1)) * O, np.inf)
+    other_rows = rows * 2
+    for r in (rows, other_rows):  # as a walk's per-contribution rows: computed once, read-only
+        r.flags.writeable = False
     hop = lm.PrivacyEntry.from_row("run", "rw", "anonymous", "certified", pool, rows)
-    other = lm.PrivacyEntry.from_row("run", "rw", "anonymous", "certified", pool, rows * 2)
+    other = lm.PrivacyEntry.from_row("run", "rw", "anonymous", "certified", pool, other_rows)
     path = tmp_path / "l.sqlite"
     with Ledger(path, node_id="me") as led:
         for i in range(30):
@@ -339,6 +342,23 @@ def test_a_repeated_hop_writes_its_curves_once_and_reopens_exactly(tmp_path: Pat
     assert n == [30, 2]  # one block for hop, one for other: later hops point at them
     with Ledger(path) as again:
         assert {t: again.spent(t) for t in pool} == before
+
+
+def test_curves_the_caller_may_change_are_never_pointed_at(tmp_path: Path) -> None:
+    pool = ["a", "b", "c"]
+    rows = np.outer([1.0, 2.0, 3.0], O) * 1e-3  # writeable: the caller changes it between charges
+    ref = _ScalarState(O)
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as led:
+        for i in range(4):
+            e = lm.PrivacyEntry.from_row(f"r{i}", "rw", "anonymous", "certified", pool, rows)
+            led.charge(e, report=False)
+            for t, (v, mu) in ref.validate(e).items():
+                ref.add(t, v, mu, "certified")
+            rows *= 1.5 if i % 2 else 1.0  # in place: a block kept by reference would now lie
+    with Ledger(path) as again:
+        for t in pool:
+            np.testing.assert_array_equal(again.rdp(t), ref._rdp[t])
 
 
 def test_a_reports_rows_convert_as_one_at_a_time() -> None:
