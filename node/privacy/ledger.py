@@ -87,11 +87,8 @@ class Ledger:
 
     def _load(self) -> LedgerState:
         state = LedgerState(self.orders, self.node_id)
-        k = len(self.orders)
-        for target, vec, mu, bound in self._store.costs():
-            if vec.size != k:
-                raise LedgerError("stored RDP curve does not match the ledger's orders")
-            state.add(target, vec, mu, bound)
+        for bound, costs in self._store.replay(len(self.orders)):
+            state.add_costs(costs, bound)
         state.budget = self._store.read_budget()
         return state
 
@@ -130,25 +127,24 @@ class Ledger:
             bad = LedgerState.violations(proj)
             if bad and enforce_budget:
                 raise LedgerState.refusal(bad, entry.run_id)
-            self._store.append(
-                entry, costs
-            )  # persisted before it counts: a crash loses nothing spent
-            for t, (v, mu) in costs.items():
-                self._state.add(t, v, mu, entry.bound)
+            self._store.append(entry, costs)  # persisted before it counts: a crash loses nothing
+            self._state.add_costs(costs, entry.bound, proj)
             if not report:
                 return {}
-            return {t: self._state.spent(t, proj[t][4]) for t in costs}
+            return self._state.spent_many(costs.keys_, proj.deltas)
 
     def spent(self, target=None, delta: float | None = None) -> Spent | dict[str, Spent]:
         """The composed (ε, δ) loss toward ``target`` (or every target), at ``delta`` (default:
         the budget's δ for that target, else 1e-6)."""
         with self._lock:
-            targets = [as_key(target)] if target is not None else self._state.targets()
-            out = {}
-            for t in targets:
-                d = delta if delta is not None else self._state.default_delta(t)
-                out[t] = self._state.spent(t, d)
-            return out[as_key(target)] if target is not None else out
+            if target is not None:
+                t = as_key(target)
+                return self._state.spent(
+                    t, self._state.default_delta(t) if delta is None else delta
+                )
+            keys = self._state.targets()  # every one has spending: one vectorised conversion
+            d = [self._state.default_delta(t) if delta is None else delta for t in keys]
+            return self._state.spent_many(keys, np.asarray(d, dtype=float))
 
     def rdp(self, target) -> np.ndarray:
         """The composed RDP curve toward ``target`` (zeros if nothing was spent)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hushnet.privacy.conversions import DEFAULT_ORDERS, gdp_epsilon, rdp_to_dp
+from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
 
 __all__ = [
     "BOUND_LABELS",
@@ -46,6 +46,9 @@ BOUND_LABELS = ("certified", "paper")
 DEFAULT_DELTA = 1e-6
 #: relative slack of every budget comparison (float noise of summing curves in another order)
 _RTOL = 1e-12
+#: how far under its budget a target's quick upper bound must be for its exact conversion to be
+#: skipped (:meth:`Projections.violations`): targets closer than this are converted exactly
+_MARGIN = 1e-9
 
 
 class LedgerError(ValueError):
@@ -107,6 +110,9 @@ class PrivacyEntry:
     rdp: Mapping[str, np.ndarray]
     gdp_mu: Mapping[str, float] | None = None
     note: str = ""
+    #: the same curves as one (targets × orders) matrix, rows in ``rdp``'s order — set by
+    #: :meth:`from_row` only, so the ledger takes a hop's n curves without restacking them
+    rows: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_row(
@@ -126,9 +132,9 @@ class PrivacyEntry:
         if arr.ndim != 2 or arr.shape[0] != len(keys):
             raise LedgerError("rdp must have shape (len(targets), len(orders))")
         mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
-        return cls(
-            run_id, protocol, view_model, bound, {k: arr[i] for i, k in enumerate(keys)}, mus, note
-        )
+        curves = {k: arr[i] for i, k in enumerate(keys)}
+        rows = arr if len(curves) == len(keys) else None  # a repeated target: the dict keeps one
+        return cls(run_id, protocol, view_model, bound, curves, mus, note, rows)
 
     @classmethod
     def gaussian(
@@ -211,11 +217,65 @@ def check_budget(budget: LedgerBudget, orders: np.ndarray) -> None:
 Projection = tuple[float, str, "float | None", float, float, bool]
 
 
+class Costs(Mapping[str, tuple[np.ndarray, "float | None"]]):
+    """A validated entry's costs: target keys in the entry's order, their RDP curves as one
+    (targets × orders) float64 matrix and their μ (``has_mu`` marks which carry one).
+
+    A mapping ``target → (curve, μ or None)`` like the dict it replaces, so callers that iterate it
+    keep working; the ledger itself works on the arrays — a walk hop charges every other node at
+    once, and a Python loop over n targets per hop was most of a node's time (issue 12).
+    """
+
+    __slots__ = ("keys_", "rdp", "mu", "has_mu", "_index")
+
+    def __init__(self, keys: list[str], rdp: np.ndarray, mu: np.ndarray, has_mu: np.ndarray):
+        self.keys_ = keys
+        self.rdp = rdp
+        self.mu = mu
+        self.has_mu = has_mu
+        self._index: dict[str, int] | None = None
+
+    @classmethod
+    def from_mapping(
+        cls, costs: Mapping[str, tuple[np.ndarray, float | None]], orders: np.ndarray
+    ) -> "Costs":
+        """Costs from a ``target → (curve, μ)`` mapping (already validated)."""
+        if isinstance(costs, Costs):
+            return costs
+        keys = list(costs)
+        rdp = np.empty((len(keys), orders.size), dtype=np.float64)
+        mu = np.zeros(len(keys), dtype=np.float64)
+        has = np.zeros(len(keys), dtype=bool)
+        for i, k in enumerate(keys):
+            v, m = costs[k]
+            rdp[i] = v
+            if m is not None:
+                mu[i], has[i] = m, True
+        return cls(keys, rdp, mu, has)
+
+    def index(self) -> dict[str, int]:
+        """Target key → row (built on first use)."""
+        if self._index is None:
+            self._index = {k: i for i, k in enumerate(self.keys_)}
+        return self._index
+
+    def __getitem__(self, t: str) -> tuple[np.ndarray, float | None]:
+        i = self.index()[t]
+        return self.rdp[i], (float(self.mu[i]) if self.has_mu[i] else None)
+
+    def __iter__(self):
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+
 class LedgerState:
     """The composed spending of one node toward every target, and the budget it answers to.
 
-    Holds running sums (RDP curve, μ², entry counts, non-certified counts) per target; every
-    query converts on demand.  Not thread-safe and not persistent: the caller (the node's
+    Holds running sums per target as arrays (one row per target: the RDP curve, μ², entry counts,
+    non-certified counts), so that one charge toward all n targets is a few array operations;
+    every query converts on demand.  Not thread-safe and not persistent: the caller (the node's
     :class:`~hushnet.privacy.ledger.Ledger`) serialises access and stores what it adds.
     """
 
@@ -223,26 +283,96 @@ class LedgerState:
         self.orders = orders
         self.node_id = node_id
         self.budget = budget
-        self._rdp: dict[str, np.ndarray] = {}
-        self._gdp_sq: dict[str, float] = {}
-        self._n_entries: dict[str, int] = {}
-        self._n_gdp: dict[str, int] = {}
-        self._paper: dict[str, int] = {}
+        self._row: dict[str, int] = {}
+        self._keys: list[str] = []
+        k = orders.size
+        self._rdp = np.zeros((0, k), dtype=np.float64)
+        self._gdp_sq = np.zeros(0, dtype=np.float64)
+        self._n_entries = np.zeros(0, dtype=np.int64)
+        self._n_gdp = np.zeros(0, dtype=np.int64)
+        self._paper = np.zeros(0, dtype=np.int64)
+        #: per row, the order index where the last exact conversion was best (-1: none yet) — only
+        #: a hint for the quick budget check, never a number that is reported
+        self._hint = np.zeros(0, dtype=np.int64)
+        self._grow(16)
+        #: bumped by every add: a projection made at another version cannot be added as computed
+        self.version = 0
+        #: the rows of the last keys looked up (a walk charges the same targets hop after hop)
+        self._last: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=np.int64))
 
     def targets(self) -> list[str]:
         """Every target something was spent toward, sorted."""
-        return sorted(self._rdp)
+        return sorted(self._keys)
+
+    # ---------------------------------------------------------------- rows
+    def _rows(self, keys: list[str], create: bool) -> np.ndarray:
+        """Row of each key (-1 for an unknown key unless ``create``, which appends zero rows)."""
+        last_keys, last_rows = self._last
+        if keys is last_keys or keys == last_keys:  # every key known (only those are kept)
+            return last_rows
+        get = self._row.get
+        rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        if create and (rows < 0).any():
+            new = [k for k, r in zip(keys, rows) if r < 0]
+            n0, n1 = len(self._keys), len(self._keys) + len(new)
+            if n1 > self._rdp.shape[0]:
+                self._grow(max(n1, 2 * self._rdp.shape[0], 16))
+            for j, k in enumerate(new):
+                self._row[k] = n0 + j
+            self._keys.extend(new)
+            rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
+        if rows.size and rows.min() >= 0:
+            rows.flags.writeable = False
+            self._last = (list(keys), rows)
+        return rows
+
+    def _grow(self, cap: int) -> None:
+        def grow(a: np.ndarray, fill=0) -> np.ndarray:
+            out = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
+            out[: a.shape[0]] = a
+            return out
+
+        self._rdp = grow(self._rdp)
+        self._gdp_sq = grow(self._gdp_sq)
+        self._n_entries = grow(self._n_entries)
+        self._n_gdp = grow(self._n_gdp)
+        self._paper = grow(self._paper)
+        self._hint = grow(self._hint, -1)
 
     def add(self, target: str, vec: np.ndarray, mu: float | None, bound: str) -> None:
         """Compose one validated cost toward ``target`` (RDP adds per order, μ² adds)."""
-        self._rdp[target] = self._rdp.get(target, 0.0) + vec
-        self._n_entries[target] = self._n_entries.get(target, 0) + 1
-        if mu is not None:
-            self._gdp_sq[target] = self._gdp_sq.get(target, 0.0) + mu * mu
-            self._n_gdp[target] = self._n_gdp.get(target, 0) + 1
-        if bound != "certified":
-            self._paper[target] = self._paper.get(target, 0) + 1
+        self.add_costs(
+            Costs(
+                [target],
+                np.asarray(vec, dtype=np.float64).reshape(1, -1),
+                np.array([0.0 if mu is None else mu]),
+                np.array([mu is not None]),
+            ),
+            bound,
+        )
 
+    def add_costs(self, costs: Costs, bound: str, proj: "Projections | None" = None) -> None:
+        """Compose every cost of one validated entry (each target once: RDP adds per order, μ² adds)."""
+        rows = self._rows(costs.keys_, create=True)
+        if proj is not None and proj.version == self.version and proj.costs is costs:
+            self._rdp[_span(rows)] = proj.rdp  # the sum the projection made: stored + cost
+        else:
+            self._rdp[rows] += costs.rdp
+        self.version += 1
+        self._n_entries[rows] += 1
+        if costs.has_mu.any():
+            r = rows[costs.has_mu]
+            m = costs.mu[costs.has_mu]
+            self._gdp_sq[r] += m * m
+            self._n_gdp[r] += 1
+        if bound != "certified":
+            self._paper[rows] += 1
+        if proj is not None:
+            h = proj.hints
+            known = h >= 0
+            self._hint[rows[known]] = h[known]
+
+    # ---------------------------------------------------------------- conversion
     def convert(
         self, rdp: np.ndarray, gdp_sq: float | None, delta: float
     ) -> tuple[float, str, float | None]:
@@ -255,12 +385,73 @@ class LedgerState:
                 return g, "gdp", None
         return eps, "rdp", order
 
-    def validate(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
-        """The entry's costs keyed by target as float64 curves (and μ), or a :class:`LedgerError`."""
+    def convert_rows(
+        self, rdp: np.ndarray, gdp_sq: np.ndarray, gdp_ok: np.ndarray, delta: np.ndarray
+    ) -> tuple[np.ndarray, list[str], list[float | None], np.ndarray]:
+        """:meth:`convert` for many curves at once — the same numbers, curve for curve.
+
+        ``rdp`` (m × orders), ``gdp_sq``/``gdp_ok`` (μ² and whether every composed entry carried
+        one), ``delta`` per row.  One vectorised RDP conversion per distinct δ; the GDP curve
+        (a root search) once per distinct (μ², δ).  Returns ε, methods, best orders and the best
+        order's index per row (-1 where none or GDP)."""
+        m = rdp.shape[0]
+        eps = np.empty(m)
+        alpha = np.empty(m)
+        for d in np.unique(delta):
+            sel = np.flatnonzero(delta == d)
+            e, a = rdp_epsilon(self.orders, rdp[sel], float(d))
+            eps[sel], alpha[sel] = e, a
+        hint = np.where(
+            np.isnan(alpha), -1, np.argmax(self.orders[None, :] == alpha[:, None], axis=1)
+        )
+        methods = ["rdp"] * m
+        orders: list[float | None] = [float(a) for a in alpha]
+        cache: dict[tuple[float, float], float] = {}
+        for i in np.flatnonzero(gdp_ok):
+            key = (float(gdp_sq[i]), float(delta[i]))
+            g = cache.get(key)
+            if g is None:
+                g = cache[key] = gdp_epsilon(math.sqrt(key[0]), key[1])
+            if g <= eps[i]:
+                eps[i], methods[i], orders[i], hint[i] = g, "gdp", None, -1
+        return eps, methods, orders, hint
+
+    # ---------------------------------------------------------------- validation
+    def validate(self, entry: PrivacyEntry) -> Costs:
+        """The entry's costs (target keys, curves as one float64 matrix, μ), or a :class:`LedgerError`."""
         if entry.bound not in BOUND_LABELS:
             raise LedgerError(f"bound must be one of {BOUND_LABELS}, got {entry.bound!r}")
         if not entry.rdp:
             raise LedgerError("an entry must cost something toward at least one target")
+        keys = [as_key(k) for k in entry.rdp]
+        try:
+            mat = entry.rows
+            if mat is None or mat.dtype != np.float64 or mat.shape != (len(keys), self.orders.size):
+                mat = np.array(list(entry.rdp.values()), dtype=np.float64)
+            fast = (
+                mat.shape == (len(keys), self.orders.size)
+                and self.orders.ndim == 1
+                and len(set(keys)) == len(keys)
+                and not (self.node_id and self.node_id in set(keys))
+                and not np.isnan(mat).any()
+                and not (mat < 0).any()
+            )
+            mu = np.zeros(len(keys))
+            has = np.zeros(len(keys), dtype=bool)
+            if fast and entry.gdp_mu is not None:
+                mus = {as_key(k): m for k, m in entry.gdp_mu.items()}
+                for i, k in enumerate(keys):
+                    if k in mus:
+                        mu[i], has[i] = float(mus[k]), True
+                fast = bool(np.all(mu[has] >= 0))
+        except (ValueError, TypeError):
+            fast = False
+        if not fast:  # find the first bad target in the entry's order, with its one-line error
+            return Costs.from_mapping(self._validate_each(entry), self.orders)
+        return Costs(keys, mat, mu, has)
+
+    def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
+        """Target by target (the path that names the first bad target)."""
         mus = {as_key(k): m for k, m in entry.gdp_mu.items()} if entry.gdp_mu is not None else {}
         out = {}
         for t, vec in entry.rdp.items():
@@ -282,31 +473,17 @@ class LedgerState:
             out[key] = (v, mu)
         return out
 
-    def projection(
-        self, costs: Mapping[str, tuple[np.ndarray, float | None]]
-    ) -> dict[str, Projection]:
-        """Per touched target: the would-be (ε, method, best order, budget ε, budget δ, curve violation)."""
-        res = {}
-        b = self.budget
-        for t, (vec, mu) in costs.items():
-            rdp = self._rdp.get(t, 0.0) + vec
-            n_e = self._n_entries.get(t, 0) + 1
-            n_g = self._n_gdp.get(t, 0) + (mu is not None)
-            gdp_sq = (
-                (self._gdp_sq.get(t, 0.0) + (mu * mu if mu is not None else 0.0))
-                if n_g == n_e
-                else None
-            )
-            be, bd = b.for_target(t) if b is not None else (math.inf, DEFAULT_DELTA)
-            eps, method, order = self.convert(rdp, gdp_sq, bd)
-            curve = b.curve_for(t) if b is not None else None
-            curve_bad = curve is not None and bool(np.any(rdp > curve * (1 + _RTOL)))
-            res[t] = (eps, method, order, be, bd, curve_bad)
-        return res
+    # ---------------------------------------------------------------- budget checks
+    def projection(self, costs: Mapping[str, tuple[np.ndarray, float | None]]) -> "Projections":
+        """Per touched target: the would-be (ε, method, best order, budget ε, budget δ, curve
+        violation), as a lazy mapping (see :class:`Projections`)."""
+        return Projections(self, Costs.from_mapping(costs, self.orders))
 
     @staticmethod
     def violations(proj: Mapping[str, Projection]) -> dict[str, Projection]:
         """The projected targets over their (ε, δ) budget or their RDP curve."""
+        if isinstance(proj, Projections):
+            return proj.violations()
         return {t: p for t, p in proj.items() if p[0] > p[3] * (1 + _RTOL) or p[5]}
 
     @staticmethod
@@ -317,27 +494,80 @@ class LedgerState:
         e, method, _, be, bd, _ = bad[worst]
         return BudgetExceeded(worst, e, be, bd, run_id, method, {t: p[0] for t, p in bad.items()})
 
+    def budget_arrays(self, costs: Costs) -> tuple[np.ndarray, ...]:
+        """Per key: budget ε, budget δ, and the budget RDP curve's rows (``None``: no curve
+        anywhere) with a mask of the keys that have one."""
+        m = len(costs)
+        b = self.budget
+        if b is None:
+            return np.full(m, math.inf), np.full(m, DEFAULT_DELTA), None, None
+        be = np.full(m, float(b.epsilon))
+        bd = np.full(m, float(b.delta))
+        index = costs.index() if b.per_target or b.per_target_rdp else {}
+        for t, (e, d) in b.per_target.items():
+            i = index.get(t)  # as for_target: a budget key matches the target's string key only
+            if i is not None:
+                be[i], bd[i] = e, d
+        curves = None
+        has_curve = None
+        if b.rdp_curve is not None or b.per_target_rdp:
+            curves = np.zeros((m, self.orders.size))
+            has_curve = np.zeros(m, dtype=bool)
+            if b.rdp_curve is not None:
+                curves[:] = np.asarray(b.rdp_curve, dtype=np.float64)
+                has_curve[:] = True
+            for t, c in b.per_target_rdp.items():
+                i = index.get(t)
+                if i is not None:
+                    curves[i] = np.asarray(c, dtype=np.float64)
+                    has_curve[i] = True
+        return be, bd, curves, has_curve
+
+    # ---------------------------------------------------------------- queries
     def default_delta(self, target: str) -> float:
         """The δ a loss toward ``target`` is reported at: its budget's, else :data:`DEFAULT_DELTA`."""
         return self.budget.for_target(target)[1] if self.budget else DEFAULT_DELTA
 
     def spent(self, t: str, delta: float) -> Spent:
         """The composed (ε, δ) loss toward ``t`` at ``delta``."""
-        n_e = self._n_entries.get(t, 0)
-        if n_e == 0:
+        i = self._row.get(t)
+        if i is None or self._n_entries[i] == 0:
             return Spent(t, 0.0, delta, "none", None, "certified", 0)
-        gdp_sq = self._gdp_sq.get(t) if self._n_gdp.get(t, 0) == n_e else None
-        eps, method, order = self.convert(self._rdp[t], gdp_sq, delta)
-        bound = "paper" if self._paper.get(t, 0) else "certified"
+        n_e = int(self._n_entries[i])
+        gdp_sq = float(self._gdp_sq[i]) if self._n_gdp[i] == n_e else None
+        eps, method, order = self.convert(self._rdp[i], gdp_sq, delta)
+        bound = "paper" if self._paper[i] else "certified"
         return Spent(t, eps, delta, method, order, bound, n_e)
+
+    def spent_many(self, keys: list[str], deltas: np.ndarray) -> dict[str, Spent]:
+        """:meth:`spent` for many targets that have spending (one vectorised conversion)."""
+        rows = self._rows(keys, create=False)
+        ne = self._n_entries[rows]
+        eps, methods, orders, _ = self.convert_rows(
+            self._rdp[rows], self._gdp_sq[rows], self._n_gdp[rows] == ne, deltas
+        )
+        paper = self._paper[rows]
+        return {
+            k: Spent(
+                k,
+                float(eps[j]),
+                float(deltas[j]),
+                methods[j],
+                orders[j],
+                "paper" if paper[j] else "certified",
+                int(ne[j]),
+            )
+            for j, k in enumerate(keys)
+        }
 
     def rdp(self, target: str) -> np.ndarray:
         """The composed RDP curve toward ``target`` (a copy; zeros if nothing was spent)."""
-        return np.array(self._rdp.get(target, np.zeros_like(self.orders)), dtype=float)
+        i = self._row.get(target)
+        return np.zeros_like(self.orders, dtype=float) if i is None else self._rdp[i].copy()
 
     def remaining(self, targets: Iterable | None = None) -> dict[str, float]:
         """ε left toward each target (budget ε − spent ε at the budget's δ; ∞ without a budget)."""
-        keys = set(self._rdp)
+        keys = set(self._keys)
         if self.budget is not None:
             keys |= set(self.budget.per_target) | set(self.budget.per_target_rdp)
         if targets is not None:
@@ -350,3 +580,106 @@ class LedgerState:
             be, bd = self.budget.for_target(t)
             out[t] = be - self.spent(t, bd).epsilon
         return out
+
+
+def _span(rows: np.ndarray) -> slice | np.ndarray:
+    """``rows`` as a slice when they are consecutive (a view instead of a gathered copy)."""
+    if rows.size and rows[-1] - rows[0] == rows.size - 1 and np.all(np.diff(rows) == 1):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+class Projections(Mapping[str, Projection]):
+    """What one entry would make of the loss toward each target it touches, computed lazily.
+
+    The composed curves and budgets are arrays; :meth:`violations` decides which targets go over
+    budget without converting every curve: the improved rule's ε is a minimum over the orders, so
+    its value at **any one** order bounds it from above — a target whose value at its last best
+    order is under its budget (by a relative 1e-9, without the comparison slack) cannot be over it
+    — the same elementwise arithmetic as the full conversion.  Every other target is
+    converted exactly (:meth:`LedgerState.convert_rows`), so every reported number and every
+    decision is the exact conversion's.  Reading an item converts every target exactly.
+    """
+
+    def __init__(self, state: LedgerState, costs: Costs):
+        self.state = state
+        self.costs = costs
+        keys = costs.keys_
+        self.version = state.version
+        rows = state._rows(keys, create=False)
+        known = rows >= 0
+        r = np.where(known, rows, 0)
+        # the composed curve as the scalar path summed it: the stored sum + this cost (0.0 + cost
+        # for a new target)
+        if known.all():
+            self.rdp = state._rdp[_span(rows)] + costs.rdp
+        else:
+            self.rdp = np.where(known[:, None], state._rdp[r], 0.0) + costs.rdp
+        n_e = np.where(known, state._n_entries[r], 0) + 1
+        n_g = np.where(known, state._n_gdp[r], 0) + costs.has_mu
+        gsq_prev = np.where(known, state._gdp_sq[r], 0.0)
+        self.gdp_sq = gsq_prev + np.where(costs.has_mu, costs.mu * costs.mu, 0.0)
+        self.gdp_ok = n_g == n_e
+        self.hints = np.where(known, state._hint[r], -1)
+        self.be, self.deltas, curves, has_curve = state.budget_arrays(costs)
+        if curves is None:
+            self.curve_bad = np.zeros(len(keys), dtype=bool)
+        else:
+            self.curve_bad = has_curve & np.any(self.rdp > curves * (1 + _RTOL), axis=1)
+        self._exact: dict[str, Projection] | None = None
+
+    def _convert(self, sel: np.ndarray) -> dict[int, Projection]:
+        eps, methods, orders, hint = self.state.convert_rows(
+            self.rdp[sel], self.gdp_sq[sel], self.gdp_ok[sel], self.deltas[sel]
+        )
+        self.hints[sel] = np.where(hint >= 0, hint, self.hints[sel])
+        return {
+            int(i): (
+                float(eps[j]),
+                methods[j],
+                orders[j],
+                float(self.be[i]),
+                float(self.deltas[i]),
+                bool(self.curve_bad[i]),
+            )
+            for j, i in enumerate(sel)
+        }
+
+    def violations(self) -> dict[str, Projection]:
+        """The targets over their (ε, δ) budget or their RDP curve, with exact projections, in
+        the entry's order."""
+        thr = self.be * (1 + _RTOL)
+        need = np.isfinite(thr) | self.curve_bad
+        cand = np.flatnonzero(need & (self.hints >= 0) & ~self.curve_bad)
+        if cand.size:  # quick check at each target's last best order (an upper bound on ε)
+            j = self.hints[cand]
+            a = self.state.orders[j]
+            ub = np.empty(cand.size)
+            for d in np.unique(self.deltas[cand]):
+                s = self.deltas[cand] == d
+                r = self.rdp[cand[s], j[s]][:, None]
+                ub[s] = _rule(a[s][:, None], r, float(d), "improved")[0]
+            # within budget with room to spare: the exact ε (≤ ub) cannot be over it even if a
+            # math kernel rounded the two evaluations of the same element differently
+            need[cand[ub <= self.be[cand] * (1 - _MARGIN)]] = False
+        sel = np.flatnonzero(need)
+        if not sel.size:
+            return {}
+        exact = self._convert(sel)
+        keys = self.costs.keys_
+        return {keys[i]: p for i, p in sorted(exact.items()) if p[0] > p[3] * (1 + _RTOL) or p[5]}
+
+    def _all(self) -> dict[str, Projection]:
+        if self._exact is None:
+            exact = self._convert(np.arange(len(self.costs)))
+            self._exact = {k: exact[i] for i, k in enumerate(self.costs.keys_)}
+        return self._exact
+
+    def __getitem__(self, t: str) -> Projection:
+        return self._all()[t]
+
+    def __iter__(self):
+        return iter(self.costs.keys_)
+
+    def __len__(self) -> int:
+        return len(self.costs)

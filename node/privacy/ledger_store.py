@@ -4,7 +4,13 @@ One file per node (WAL mode, ``synchronous=NORMAL``: a committed charge survives
 so that a node restarting mid-run still knows what it has spent.  This module only stores and
 reads back; the arithmetic (composition, conversion, budget checks) is in
 :mod:`hushnet.privacy.ledger_math`, and :class:`hushnet.privacy.ledger.Ledger` joins the two under
-one lock.  Curves are stored as raw little-endian float64 blobs on the ledger's orders.
+one lock.  Curves are stored as raw float64 blobs on the ledger's orders.
+
+An entry's costs are one **block**: its targets, their curves as one (targets × orders) matrix and
+their μ.  An entry whose costs are bit for bit those of a recent entry (every hop of a walk charges
+the same row) points at that block instead of writing it again, so a hop toward n targets writes
+two small rows, not n curves (issue 12: 512 rows of 1.4 kB per hop).  Files written before
+blocks (one ``costs`` row per target) still load: their entries replay from those rows.
 """
 
 from __future__ import annotations
@@ -13,12 +19,19 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from hushnet.privacy.ledger_math import DEFAULT_DELTA, LedgerBudget, PrivacyEntry, as_key
+from hushnet.privacy.ledger_math import (
+    DEFAULT_DELTA,
+    Costs,
+    LedgerBudget,
+    LedgerError,
+    PrivacyEntry,
+    as_key,
+)
 
 __all__ = ["LedgerStore"]
 
@@ -35,7 +48,24 @@ CREATE TABLE IF NOT EXISTS costs (
     rdp BLOB NOT NULL, gdp_mu REAL, PRIMARY KEY (entry_id, target));
 CREATE TABLE IF NOT EXISTS budget (
     target TEXT PRIMARY KEY, epsilon REAL, delta REAL, rdp_curve BLOB);
+CREATE TABLE IF NOT EXISTS blocks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, targets TEXT NOT NULL, rdp BLOB NOT NULL, gdp_mu BLOB);
+CREATE TABLE IF NOT EXISTS entry_blocks (
+    entry_id INTEGER PRIMARY KEY REFERENCES entries(id),
+    block_id INTEGER NOT NULL REFERENCES blocks(id));
 """
+
+#: how many recent blocks an append compares its costs with before writing a new one
+_RECENT_BLOCKS = 2
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Whether no one can write ``a``: it and every array it views are read-only."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
 
 
 def _blob(c) -> bytes | None:
@@ -52,6 +82,8 @@ class LedgerStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        #: (block id, targets, curves, μ blob) of the blocks this connection wrote last
+        self._recent: list[tuple[int, list[str], np.ndarray, bytes | None]] = []
 
     # ---------------------------------------------------------------- meta
     def meta(self, key: str) -> str | None:
@@ -71,18 +103,51 @@ class LedgerStore:
         self.set_meta("node_id", node_id)
 
     # ---------------------------------------------------------------- costs
-    def costs(self) -> Iterator[tuple[str, np.ndarray, float | None, str]]:
-        """Every stored cost as (target, RDP curve, μ or None, bound label), oldest first."""
-        rows = self._db.execute(
-            "SELECT c.target, c.rdp, c.gdp_mu, e.bound FROM costs c JOIN entries e ON e.id = c.entry_id"
-        )
-        for target, blob, mu, bound in rows:
-            yield target, np.frombuffer(blob, dtype=np.float64), mu, bound
+    def replay(self, k: int) -> Iterator[tuple[str, Costs]]:
+        """Every stored entry's (bound label, costs), oldest first — the order the sums were
+        built in, so a reopened ledger composes bit for bit the same curves.  ``k``: the number of
+        orders (a stored curve of another length is a :class:`LedgerError`)."""
+        rows: dict[int, list] = {}
+        for eid, target, blob, mu in self._db.execute(  # files written before blocks
+            "SELECT entry_id, target, rdp, gdp_mu FROM costs ORDER BY entry_id, rowid"
+        ):
+            rows.setdefault(eid, []).append((target, blob, mu))
+        blocks: dict[int, Costs] = {}
+        for eid, bound, bid in self._db.execute(
+            "SELECT e.id, e.bound, b.block_id FROM entries e "
+            "LEFT JOIN entry_blocks b ON b.entry_id = e.id ORDER BY e.id"
+        ).fetchall():
+            if bid is not None:
+                if bid not in blocks:
+                    blocks[bid] = self._block(bid, k)
+                yield bound, blocks[bid]
+            elif eid in rows:
+                yield bound, _costs_of_rows(rows[eid], k)
 
-    def append(
-        self, entry: PrivacyEntry, costs: Mapping[str, tuple[np.ndarray, float | None]]
-    ) -> int:
-        """Record one entry and its validated costs in one transaction; returns the entry id."""
+    def _block(self, bid: int, k: int) -> Costs:
+        targets, blob, mu_blob = self._db.execute(
+            "SELECT targets, rdp, gdp_mu FROM blocks WHERE id = ?", (bid,)
+        ).fetchone()
+        keys = json.loads(targets)
+        rdp = np.frombuffer(blob, dtype=np.float64)
+        if rdp.size != len(keys) * k:
+            raise LedgerError("stored RDP curve does not match the ledger's orders")
+        if mu_blob is None:  # no target carries a μ
+            mu, has = np.zeros(len(keys)), np.zeros(len(keys), dtype=bool)
+        else:  # NaN marks a target without one (a stored μ is never NaN: validate refuses it)
+            mu = np.frombuffer(mu_blob, dtype=np.float64)
+            if mu.size != len(keys):
+                raise LedgerError("stored gdp_mu does not match the entry's targets")
+            has = ~np.isnan(mu)
+        return Costs(keys, rdp.reshape(len(keys), k), np.where(has, mu, 0.0), has)
+
+    def append(self, entry: PrivacyEntry, costs: Costs) -> int:
+        """Record one entry and its validated costs in one transaction; returns the entry id.
+
+        The costs go in as one block, or as a reference to a recent block with the very same
+        bytes (targets, curves, μ) — what a walk's hops charge over and over."""
+        mu_blob = np.where(costs.has_mu, costs.mu, np.nan).tobytes() if costs.has_mu.any() else None
+        bid = self._recent_block(costs, mu_blob)
         self._db.execute("BEGIN IMMEDIATE")
         try:
             cur = self._db.execute(
@@ -97,30 +162,65 @@ class LedgerStore:
                 ),
             )
             eid = cur.lastrowid
-            self._db.executemany(
-                "INSERT INTO costs(entry_id, target, rdp, gdp_mu) VALUES (?,?,?,?)",
-                [(eid, t, v.tobytes(), mu) for t, (v, mu) in costs.items()],
+            new = bid is None
+            if new:
+                bid = self._db.execute(
+                    "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,?,?)",
+                    (json.dumps(costs.keys_), costs.rdp.tobytes(), mu_blob),
+                ).lastrowid
+            self._db.execute(
+                "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
             )
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+        if new and _frozen(costs.rdp):  # only once committed: a rolled-back block must never be
+            # pointed at; and only curves nobody can change (a walk's rows, computed once per σ and
+            # read-only): kept by reference, no copy of n curves per node
+            self._recent = [(int(bid), costs.keys_, costs.rdp, mu_blob)] + self._recent[
+                : _RECENT_BLOCKS - 1
+            ]
         return int(eid)
+
+    def _recent_block(self, costs: Costs, mu_blob: bytes | None) -> int | None:
+        """The id of a recent block with exactly these costs (bitwise), else ``None``."""
+        for bid, keys, rdp, mu in self._recent:
+            if (
+                mu == mu_blob
+                and rdp.shape == costs.rdp.shape
+                and np.array_equal(rdp.view(np.uint64), costs.rdp.view(np.uint64))
+                and keys == costs.keys_
+            ):
+                return bid
+        return None
 
     def entries(self, run_id: str | None = None) -> list[dict]:
         """The recorded entries (metadata and per-target costs), oldest first."""
-        q = "SELECT id, run_id, protocol, view_model, bound, note, created FROM entries"
+        q = (
+            "SELECT e.id, e.run_id, e.protocol, e.view_model, e.bound, e.note, e.created, "
+            "b.block_id FROM entries e LEFT JOIN entry_blocks b ON b.entry_id = e.id"
+        )
         args: tuple = ()
         if run_id is not None:
-            q += " WHERE run_id = ?"
+            q += " WHERE e.run_id = ?"
             args = (run_id,)
         out = []
-        for eid, rid, proto, view, bound, note, created in self._db.execute(
-            q + " ORDER BY id", args
+        k = len(self.orders() if self.orders() is not None else [])
+        blocks: dict[int, Costs] = {}
+        for eid, rid, proto, view, bound, note, created, bid in self._db.execute(
+            q + " ORDER BY e.id", args
         ).fetchall():
-            costs = self._db.execute(
-                "SELECT target, rdp, gdp_mu FROM costs WHERE entry_id = ?", (eid,)
-            ).fetchall()
+            if bid is not None:
+                c = blocks.get(bid) or blocks.setdefault(bid, self._block(bid, k))
+                rdp = {t: c.rdp[i].copy() for i, t in enumerate(c.keys_)}
+                mus = {t: float(c.mu[i]) for i, t in enumerate(c.keys_) if c.has_mu[i]}
+            else:
+                rows = self._db.execute(
+                    "SELECT target, rdp, gdp_mu FROM costs WHERE entry_id = ?", (eid,)
+                ).fetchall()
+                rdp = {t: np.frombuffer(b, dtype=np.float64).copy() for t, b, _ in rows}
+                mus = {t: mu for t, _, mu in rows if mu is not None}
             out.append(
                 {
                     "id": eid,
@@ -130,8 +230,8 @@ class LedgerStore:
                     "bound": bound,
                     "note": note,
                     "created": created,
-                    "rdp": {t: np.frombuffer(b, dtype=np.float64).copy() for t, b, _ in costs},
-                    "gdp_mu": {t: mu for t, _, mu in costs if mu is not None},
+                    "rdp": rdp,
+                    "gdp_mu": mus,
                 }
             )
         return out
@@ -173,3 +273,19 @@ class LedgerStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _costs_of_rows(rows: list, k: int) -> Costs:
+    """One entry's costs from its per-target rows (the format before blocks)."""
+    keys = [t for t, _, _ in rows]
+    rdp = np.empty((len(rows), k))
+    mu = np.zeros(len(rows))
+    has = np.zeros(len(rows), dtype=bool)
+    for i, (_, blob, m) in enumerate(rows):
+        v = np.frombuffer(blob, dtype=np.float64)
+        if v.size != k:
+            raise LedgerError("stored RDP curve does not match the ledger's orders")
+        rdp[i] = v
+        if m is not None:
+            mu[i], has[i] = m, True
+    return Costs(keys, rdp, mu, has)

@@ -19,12 +19,12 @@ points that ask the protocol's family.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
-from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon, rdp_to_dp
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.runs.spec import RunSpec
 
@@ -44,6 +44,9 @@ class ContributionCost:
     )  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
     alpha_max: float
     bound_name: str
+    _per_sigma: dict[float, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def curves(self, sigma: float) -> np.ndarray:
         """(targets, orders) certified RDP of one contribution with noise multiplier ``sigma``."""
@@ -57,7 +60,13 @@ class ContributionCost:
         return np.minimum(walk, ldp)
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
-        rdp = self.curves(ev.sigma)
+        # every hop of a run charges the same rows (one σ): computed once per σ, read-only
+        rdp = self._per_sigma.get(ev.sigma)
+        if rdp is None:
+            rdp = self.curves(ev.sigma)
+            rdp.flags.writeable = False
+            self._per_sigma.clear()  # one σ per run: keep one (n × orders) matrix per node
+            self._per_sigma[ev.sigma] = rdp
         return PrivacyEntry.from_row(
             run_id,
             ev.protocol,
@@ -93,6 +102,17 @@ def dp_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
     return float(rdp_to_dp(orders, rdp, delta)[0])
 
 
+def dp_from_rdp_rows(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.ndarray:
+    """:func:`dp_from_rdp` of every row of ``rdp`` in one vectorised conversion (a node's report
+    converts its run's curve toward every other node: n scalar conversions stalled a host of
+    hundreds of nodes past the report call's deadline)."""
+    r = np.asarray(rdp, dtype=float)
+    if r.shape[0] == 0:
+        return np.zeros(0)
+    eps = rdp_epsilon(orders, r, delta)[0]
+    return np.where(np.any(r > 0, axis=-1), eps, 0.0)
+
+
 def paper_bound(
     spec: RunSpec, vertex: int, contributions: float, W=None
 ) -> tuple[np.ndarray, str] | None:
@@ -109,4 +129,5 @@ __all__ = [
     "contribution_cost",
     "local_dp_cost",
     "dp_from_rdp",
+    "dp_from_rdp_rows",
 ]

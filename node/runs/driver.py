@@ -44,7 +44,7 @@ from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.privacy.conversions import CONVERSION_LABEL
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
-from hushnet.runs.accounting import ContributionCost, dp_from_rdp, paper_bound
+from hushnet.runs.accounting import ContributionCost, dp_from_rdp_rows, paper_bound
 from hushnet.runs.spec import RunSpec
 from hushnet.tasks.data import PublicEval
 
@@ -743,12 +743,12 @@ class RunDriver:
         delta = self.spec.budget.delta
         certified: dict[str, float] = {}
         if self.cost is not None:
-            for j, t in enumerate(self.cost.targets):
-                certified[t] = (
-                    0.0
-                    if self.run_rdp is None
-                    else dp_from_rdp(self.cost.orders, self.run_rdp[j], delta)
-                )
+            eps = (
+                np.zeros(len(self.cost.targets))
+                if self.run_rdp is None
+                else dp_from_rdp_rows(self.cost.orders, self.run_rdp, delta)
+            )
+            certified = {t: float(e) for t, e in zip(self.cost.targets, eps)}
         paper, paper_label = None, None
         pb = paper_bound(self.spec, self.vertex, float(self.contributions), self.W)
         if pb is not None:
