@@ -6,8 +6,8 @@
   durable with an fsync per hop, not durable — taking turns walk by walk (the order rotates each
   repeat, so a change in the shared machine's load hits all alike); hops / (finish − start), the
   median of :data:`REPEATS` walks each.  A durable hop adds one SQLite transaction at the receiver
-  (the checkpoint: generator state, the token once, new replay digests) before its ack and its
-  forward leave; the receivers' time writing it is reported per hop.  Goal ≥ 0.8.
+  (the checkpoint: generator state, the token once, new replay digests) before its Deliver answers
+  (the ack) and its forward leaves; the receivers' time writing it is reported per hop.  Goal ≥ 0.8.
 * resume time: the token's holder is SIGKILLed mid-walk and started again on its state directory;
   measured from the restart to (a) the node answering the run's status again (restored), and (b)
   the walk passing the step it was killed at.
@@ -104,7 +104,8 @@ def _walk(c, seed: int) -> dict:
     assert o.state == "finished", o
     r = c.report(run_id)
     per = [x for x in r.per_node.values() if "messages" in x]
-    hops = sum(x["messages"]["out"] for x in per) / 2  # every hop is a token and its ack
+    # every hop is one envelope: the Deliver's answer is the handoff's ack (WalkOptions.link_receipts)
+    hops = sum(x["messages"]["out"] for x in per)
     ck = [x.get("durability") or {} for x in per]
     n_ck = sum(d.get("checkpoints", 0) for d in ck)
     s_ck = sum(d.get("checkpoint_seconds", 0.0) for d in ck)

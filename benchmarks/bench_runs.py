@@ -1,10 +1,14 @@
 """Runs over the real network: token hops per second (16 nodes, models of 10⁴ and 10⁶ float64) against
-the bare envelope hop of the network layer, measured in the same run on the same cluster; and the
-simulator's RW DP-SGD steps per second at n = 2048.
+the bare envelope hop of the network layer, measured in the same run on the same cluster; the same
+hop rate (10⁴ floats) at a large n on hosted nodes against n = 16, measured in the same run
+(``HUSHNET_BENCH_RUNS_LARGE_N``, default 256; 0 skips it); and the simulator's RW DP-SGD steps per
+second at n = 2048.
 
 * token hop: one step of RW DP-SGD that leaves the node — the machine's update (fresh noise of the
-  model's size), encoding, a mutual-TLS Deliver to the next holder, its validation and the
-  acknowledgement back, plus the ledger charge; measured as hops / (finish − start) of a run.
+  model's size), encoding, a mutual-TLS Deliver to the next holder, its validation, plus the ledger
+  charge; the Deliver's answer is the handoff's ack (``WalkOptions.link_receipts``: one RPC per
+  hop, the ack message it replaced was a second one); measured as hops / (finish − start) of a run,
+  hops = the envelopes the nodes sent (one per hop; a retransmission would count too).
   Since issue 4 a networked node draws (and scales) its next noise while the token is away and
   hashes a received token for replay detection only after it has moved on, so neither is on the
   hop's critical path; the charge stays durable before the token leaves (one SQLite transaction
@@ -17,6 +21,7 @@ Ratios are reported, never asserted.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import statistics
 import tempfile
@@ -26,21 +31,60 @@ import numpy as np
 
 N_NODES, GRAPH = 16, "hypercube:4"
 SIZES = (10_000, 1_000_000)
+#: the large network of the hop-rate-at-scale comparison (hosted nodes, ``hushnet up --per-process``)
+LARGE_N = int(os.environ.get("HUSHNET_BENCH_RUNS_LARGE_N", "256"))
+#: its walk: short enough for ``make bench`` while the per-hop ledger charge still grows with n
+LARGE_STEPS = int(os.environ.get("HUSHNET_BENCH_RUNS_LARGE_STEPS", "300"))
+LARGE_SIZE = 10_000
+
+
+def _nodes(state: pathlib.Path, n: int) -> None:
+    """``n`` nodes' folders: a one-row data file and a policy that accepts any benchmark run."""
+    from hushnet.runs.policy import NodePolicy
+
+    for i in range(n):
+        d = state / "nodes" / f"n{i}"
+        d.mkdir(parents=True)
+        np.savez(d / "data.npz", X=np.zeros((1, 1)), y=np.ones(1))
+        NodePolicy.write(d, epsilon=1e9, delta=1e-5, data_path="data.npz")
+
+
+def _walk(c, graph: str, size: int, steps: int, seed: int) -> dict:
+    """One RW DP-SGD run of ``steps`` on ``graph`` with a model of ``size`` floats: hops, seconds, rate."""
+    from hushnet.runs.spec import Budget, RunSpec
+
+    spec = RunSpec(
+        protocol="rw-dpsgd",
+        task="hushnet.runs.synthetic:ZeroGradientTask",
+        graph=graph,
+        steps=steps,
+        seed=seed,
+        budget=Budget(1e9, 1e-5),
+        sigma=1.0,
+        step_size=0.01,
+        task_params={"size": size},
+    )
+    run_id = c.start_run(spec)
+    o = c.watch(run_id, progress=False, timeout=600)
+    rep = c.report(run_id)
+    hops = sum(r["messages"]["out"] for r in rep.per_node.values() if "messages" in r)
+    secs = rep.summary()["run_seconds"]
+    return {
+        "state": o.state,
+        "steps": steps,
+        "hops": hops,
+        "run_seconds": secs,
+        "token_hops_per_s": hops / secs,
+    }
 
 
 def _network(out: dict) -> None:
     from hushnet.client import Client
     from hushnet.net.cluster import LocalCluster
-    from hushnet.runs.policy import NodePolicy
-    from hushnet.runs.spec import Budget, RunSpec
 
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-runs-") as tmp:
         state = pathlib.Path(tmp)
-        for i in range(N_NODES):
-            d = state / "nodes" / f"n{i}"
-            d.mkdir(parents=True)
-            np.savez(d / "data.npz", X=np.zeros((1, 1)), y=np.ones(1))
-            NodePolicy.write(d, epsilon=1e9, delta=1e-5, data_path="data.npz")
+        _nodes(state, N_NODES)
         cluster = LocalCluster(state, N_NODES, GRAPH, restart=False)
         try:
             cluster.start(timeout=120)
@@ -58,39 +102,49 @@ def _network(out: dict) -> None:
                         )
                         rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
                     bare = 1.0 / statistics.mean(rtts)
-                    spec = RunSpec(
-                        protocol="rw-dpsgd",
-                        task="hushnet.runs.synthetic:ZeroGradientTask",
-                        graph=GRAPH,
-                        steps=steps,
-                        seed=size % 97,
-                        budget=Budget(1e9, 1e-5),
-                        sigma=1.0,
-                        step_size=0.01,
-                        task_params={"size": size},
-                    )
-                    run_id = c.start_run(spec)
-                    o = c.watch(run_id, progress=False, timeout=600)
-                    rep = c.report(run_id)
-                    hops = (
-                        sum(r["messages"]["out"] for r in rep.per_node.values() if "messages" in r)
-                        / 2
-                    )
-                    secs = rep.summary()["run_seconds"]
-                    rate = hops / secs
+                    r = _walk(c, GRAPH, size, steps, size % 97)
                     out[f"size_{size}"] = {
-                        "state": o.state,
-                        "steps": steps,
-                        "hops": hops,
-                        "run_seconds": secs,
-                        "token_hops_per_s": rate,
+                        **r,
                         "bare_hops_per_s": bare,
-                        "ratio_token_vs_bare": rate / bare,
+                        "ratio_token_vs_bare": r["token_hops_per_s"] / bare,
                         "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
                         "payload_mb": 8 * size / 1e6,
                     }
         finally:
             cluster.stop(timeout=15)
+
+
+def _network_large(out: dict, n: int) -> None:
+    """The hop rate at ``n`` hosted nodes (``default_per_process(n)`` per OS process, as ``hushnet up``
+    and ``make demo-large`` start them), same model size as the n = 16 row it is compared with."""
+    from hushnet.client import Client
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.net.host import default_per_process
+    from hushnet.runs.demo import graph_for
+
+    graph, per_process = graph_for(n), default_per_process(n)
+    with tempfile.TemporaryDirectory(prefix="hushnet-bench-runs-large-") as tmp:
+        state = pathlib.Path(tmp)
+        _nodes(state, n)
+        cluster = LocalCluster(state, n, graph, restart=False, per_process=per_process)
+        t0 = time.perf_counter()
+        try:
+            cluster.start(timeout=90 + 0.1 * n)
+            cluster.wait_healthy(timeout=120 + 0.5 * n)
+            healthy = time.perf_counter() - t0
+            with Client(state) as c:
+                r = _walk(c, graph, LARGE_SIZE, LARGE_STEPS, n % 97)
+        finally:
+            cluster.stop(timeout=15)
+    small = out[f"size_{LARGE_SIZE}"]["token_hops_per_s"]
+    out[f"large_n{n}"] = {
+        **r,
+        "nodes": n,
+        "graph": graph,
+        "per_process": per_process,
+        "healthy_seconds": healthy,
+        "ratio_vs_n16": r["token_hops_per_s"] / small,
+    }
 
 
 def _simulator(out: dict) -> None:
@@ -129,12 +183,20 @@ def _simulator(out: dict) -> None:
 def main(out_dir: pathlib.Path) -> dict:
     out: dict = {"nodes": N_NODES, "graph": GRAPH}
     _network(out)
+    if LARGE_N:
+        _network_large(out, LARGE_N)
     _simulator(out)
     print(f"{'model':>10} {'token hops/s':>13} {'bare hops/s':>12} {'ratio':>6}")
     for size in SIZES:
         r = out[f"size_{size}"]
         print(
             f"{size:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} {r['ratio_token_vs_bare']:>6.2f}"
+        )
+    if LARGE_N:
+        r = out[f"large_n{LARGE_N}"]
+        print(
+            f"n={LARGE_N} ({r['graph']}, {r['per_process']} nodes/process), {LARGE_SIZE} floats: "
+            f"{r['token_hops_per_s']:.1f} hops/s, {r['ratio_vs_n16']:.2f} of n=16"
         )
     s = out["simulator_n2048"]
     print(f"simulator n=2048, T=20000: {s['steps_per_s']:.0f} steps/s ({s['seconds']:.2f} s)")

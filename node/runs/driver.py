@@ -155,6 +155,8 @@ class RunDriver:
         self.messages_in = 0
         self.messages_out = 0
         self.send_failures = 0
+        #: the last batch could not be checkpointed (nothing of it left): a message it came from is refused
+        self._unsaved = False
         self.last_step = -1
         self.topped_up = False
         self._early: list[tuple[str, bytes]] = []  # (sender, payload) received before run.start
@@ -271,10 +273,15 @@ class RunDriver:
                 f"and {len(self._early)} early envelopes are already waiting",
             )
         self.messages_in += 1
+        self._unsaved = False
         faults = self._execute(self.machine.handle(MessageArrived(src, payload)))
         if faults:
             err = faults[0].error
             raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
+        if (
+            self._unsaved
+        ):  # the answer is a transport receipt (link_receipts): never for what is not on disk
+            raise RunRefused("not-durable", f"run {self.run_id} at {self.node_id}: {self.reason}")
 
     def _serves_finished(self) -> bool:
         """A finished run whose machine still answers peers (a restarted ``secagg-dpsgd`` node catching up
@@ -317,6 +324,7 @@ class RunDriver:
                 self.persist()
             except Exception as exc:  # noqa: BLE001 - not on disk: nothing of this batch may leave
                 self._journal_pending = []
+                self._unsaved = True
                 self._stop(
                     f"cannot write the run's checkpoint ({exc}); nothing of this step was sent"
                 )

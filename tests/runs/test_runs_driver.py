@@ -181,3 +181,33 @@ def test_cancel_and_events(tmp_path):
             d.shutdown()
 
     asyncio.run(go())
+
+
+class _FullDisk:
+    """A run store whose every checkpoint fails (a full disk): the fault is the disk's, not the network's."""
+
+    def checkpoint(self, *args, **kwargs):
+        raise OSError("No space left on device")
+
+
+def test_token_whose_checkpoint_fails_is_refused_so_no_receipt_leaves(tmp_path):
+    """With link receipts the answer to a token's Deliver is its ack, so the driver must not answer
+    "accepted" for a token whose batch it could not write: it stops the run (nothing of the batch is
+    sent, as before) and refuses the message, and the sender keeps the token and retries."""
+
+    async def go():
+        spec = _spec()
+        drivers, outbox = _drivers(tmp_path, spec)
+        for d in drivers:
+            d.start()
+        await asyncio.sleep(0)
+        src, dst, data = next(x for x in outbox if x[2][0] == 1)
+        outbox.clear()
+        holder = {d.node_id: d for d in drivers}[dst]
+        holder.store = _FullDisk()
+        with pytest.raises(RunRefused, match="not-durable.*checkpoint"):
+            holder.on_message(src, data)
+        await asyncio.sleep(0.01)
+        assert holder.state == "stopped" and outbox == []
+
+    asyncio.run(go())

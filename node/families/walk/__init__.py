@@ -77,6 +77,19 @@ class WalkFamily(Family):
         m.name = protocol  # type: ignore[misc]
         return m
 
+    def node_machine(self, node, spec, vertex, ids, task, W, options):
+        """The simulator's machine with link receipts on: the node's ``Deliver`` answers after the
+        receiving machine accepted the token (and its checkpoint is written), so that answer is the
+        handoff's ack and the receiver sends no ack message — one RPC per hop instead of two (see
+        :meth:`hushnet.families.walk.walker.WalkMachine.on_delivered`)."""
+        from dataclasses import replace
+
+        from hushnet.families.walk.walker import WalkOptions
+
+        if isinstance(options, WalkOptions) and options.reliable:
+            options = replace(options, link_receipts=True)
+        return super().node_machine(node, spec, vertex, ids, task, W, options)
+
     def project(self, spec, vertex, local, W):
         if (
             spec.protocol in self.walk_accounted

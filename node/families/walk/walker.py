@@ -67,6 +67,11 @@ class WalkOptions:
     after each handoff; same draws, same models — see :meth:`RWDPSGD.on_timer`).  On for networked
     runs, where it takes the draw off a hop's critical path; off in the simulator, where it would
     only add events.
+    ``link_receipts``: the transport's answer to the token's delivery is the handoff's ack (one RPC
+    per hop instead of two).  Set only by a driver whose transport reports each ``Send(…, receipt)``
+    as :class:`~hushnet.engine.events.Delivered` once the receiver's machine accepted it (the
+    networked node: :meth:`hushnet.families.walk.WalkFamily.node_machine`); the simulator has no
+    receipts and keeps ack messages.  See :meth:`WalkMachine.on_delivered` for why it is sound.
     """
 
     reliable: bool = True
@@ -77,6 +82,7 @@ class WalkOptions:
     progress_every: int = 0
     snapshot_every: int = 0
     prefetch_noise: bool = False
+    link_receipts: bool = False
 
     def __post_init__(self) -> None:
         if self.on_peer_down not in ON_PEER_DOWN:
@@ -190,7 +196,7 @@ class WalkMachine(Protocol):
                 else self._seen[tok.step] in (digest(payload), digest_v0(payload))
             )
             if same:  # a retransmission whose ack was lost: acknowledge again, do nothing
-                return [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
+                return self._ack(src, tok.step)
             raise ReplayedMessage(
                 f"step {tok.step} of run {self.ctx.run_id} already processed here, with other contents"
             )
@@ -202,8 +208,15 @@ class WalkMachine(Protocol):
             raise ReplayedMessage(f"run {self.ctx.run_id} already finished at this node")
         self._settle()
         self._recent = (tok.step, payload)
-        acts: list[Action] = [Send(src, encode_ack(tok.step))] if self.opt.reliable else []
-        return acts + self._advance(tok.step, tok.vector, tok.aux)
+        return self._ack(src, tok.step) + self._advance(tok.step, tok.vector, tok.aux)
+
+    def _ack(self, src: int, step: int) -> list[Action]:
+        """The ack message for an accepted token — none with ``link_receipts``: the transport's answer
+        to this very delivery is the ack (it leaves when the driver ran this batch and, in a durable
+        run, wrote its checkpoint)."""
+        if self.opt.reliable and not self.opt.link_receipts:
+            return [Send(src, encode_ack(step))]
+        return []
 
     def on_timer(self, name: str) -> list[Action]:
         if name != _HANDOFF or self._pending is None:
@@ -212,7 +225,7 @@ class WalkMachine(Protocol):
         attempts += 1
         if attempts <= self.opt.max_retries:
             self._pending = (dst, payload, step, attempts)
-            return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+            return [self._handoff(dst, payload, step), SetTimer(_HANDOFF, self.opt.ack_timeout)]
         if self.opt.on_peer_down == "pause":
             self._pending = (dst, payload, step, attempts)
             acts: list[Action] = []
@@ -225,7 +238,10 @@ class WalkMachine(Protocol):
                         f"neighbour {dst} unreachable after {self.opt.max_retries} retries",
                     )
                 )
-            return acts + [Send(dst, payload), SetTimer(_HANDOFF, self.opt.pause_retry)]
+            return acts + [
+                self._handoff(dst, payload, step),
+                SetTimer(_HANDOFF, self.opt.pause_retry),
+            ]
         # deviate: record it, drop the dead neighbour from the row, re-sample
         self._pending = None
         self._down.add(dst)
@@ -237,7 +253,7 @@ class WalkMachine(Protocol):
                 Paused(
                     self.ctx.node, step, f"no reachable neighbour left (down: {sorted(self._down)})"
                 ),
-                Send(dst, payload),
+                self._handoff(dst, payload, step),
                 SetTimer(_HANDOFF, self.opt.pause_retry),
             ]
         self.hop = new_rule
@@ -278,6 +294,34 @@ class WalkMachine(Protocol):
             for i in range(0, full, _SEEN_CHUNK)
         ]
         self._seen_tail = bytearray(b"".join(_SEEN_REC.pack(*r) for r in items[full:]))
+
+    def on_delivered(self, dst: int, receipt: str) -> list[Action]:
+        """The transport's receipt for a handoff (``link_receipts``): the same as an ack message.
+
+        Why it is sound — the ledger and replay detection are untouched, only who tells the sender
+        changes.  The node's ``Deliver`` answers after the receiving driver ran its machine on the
+        token and, in a durable run, wrote the checkpoint holding it (the same point an ack message
+        would have left).  A token the receiver *refused* (replayed with other contents, stale, from a
+        fenced or impossible sender, wrong run or dimension, a run over there) makes ``Deliver`` fail
+        with the refusal, so no receipt comes and the handoff is retried, then paused or deviated, as
+        when no ack message came.  A retransmission the receiver recognises as one (same step, same
+        bytes) is answered without any side effect there, and its receipt here is one more harmless
+        ack.  A receipt is matched like an ack: only the pending handoff's receiver and step count,
+        so a late receipt from a neighbour this node already deviated away from, or resumed around,
+        does nothing.  One weaker case: a token that reaches a node before the operator started the
+        run there is buffered in memory and answered at once (``RunDriver.on_message``); its receipt
+        means "queued for the start", and if that node dies before the start, or its machine then
+        refuses the token, the sender has already moved on: the walk stalls there until the operator
+        declares that holder lost and resumes from this node's copy (a recorded deviation, as for any
+        lost holder).  With ack messages it would have retried instead.
+        """
+        if not self.opt.link_receipts:
+            return []
+        try:
+            step = int(receipt)
+        except ValueError:
+            return []  # not a handoff's receipt
+        return self._on_ack(dst, step)
 
     def _on_ack(self, src: int, step: int) -> list[Action]:
         self._settle()
@@ -403,8 +447,8 @@ class WalkMachine(Protocol):
                 self.hop = rule
         self._restore_extra(state.get("extra") or {})
         if self._pending is not None and not self.finished:
-            dst, payload, _, _ = self._pending
-            return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+            dst, payload, step, _ = self._pending
+            return [self._handoff(dst, payload, step), SetTimer(_HANDOFF, self.opt.ack_timeout)]
         return []
 
     def _checkpoint_extra(self) -> dict[str, Any]:
@@ -527,7 +571,12 @@ class WalkMachine(Protocol):
             return [Send(dst, payload)]
         self._pending = (dst, payload, step, 0)
         self._held = (step, x, aux)
-        return [Send(dst, payload), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+        return [self._handoff(dst, payload, step), SetTimer(_HANDOFF, self.opt.ack_timeout)]
+
+    def _handoff(self, dst: int, payload: bytes, step: int) -> Send:
+        """The token's (re)transmission; with ``link_receipts`` it asks for the transport's receipt,
+        named by the step (a retransmission asks for the same one)."""
+        return Send(dst, payload, str(step) if self.opt.link_receipts else "")
 
     def ledger(
         self, step: int, kind: str, sensitivity: float, noise_std: float, **detail: Any
