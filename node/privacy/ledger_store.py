@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS entry_blocks (
 _RECENT_BLOCKS = 2
 
 
+#: what ``meta.orders`` holds in a file with blocks: not JSON, so a build from before blocks (which
+#: would miss the block-stored spending and under-count) stops on open instead of reading it
+FORMAT_MARK = "ledger format 2 (cost blocks): needs a hushnet ledger that reads blocks"
+
+
 def _frozen(a: np.ndarray) -> bool:
     """Whether no one can write ``a``: it and every array it views are read-only."""
     while isinstance(a, np.ndarray):
@@ -94,12 +99,32 @@ class LedgerStore:
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def orders(self) -> np.ndarray | None:
-        """The Rényi orders the file was created with (``None``: a new file)."""
-        stored = self.meta("orders")
-        return None if stored is None else np.asarray(json.loads(stored), dtype=float)
+        """The Rényi orders the file was created with (``None``: a new file).
+
+        A file written before blocks keeps them under ``orders``; on open they move to
+        ``orders_v2`` and ``orders`` becomes :data:`FORMAT_MARK`.  A build from before blocks reads
+        only the per-target rows, so it would see none of the spending stored in blocks and
+        under-count; it parses ``orders`` as JSON on open, so the mark makes it fail loudly instead."""
+        stored = self.meta("orders_v2")
+        if stored is None:
+            stored = self.meta("orders")
+            if stored is None:
+                return None
+            self._mark_format(stored)
+        return np.asarray(json.loads(stored), dtype=float)
+
+    def _mark_format(self, orders_json: str) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self.set_meta("orders_v2", orders_json)
+            self.set_meta("orders", FORMAT_MARK)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def init_meta(self, orders: np.ndarray, node_id: str) -> None:
-        self.set_meta("orders", json.dumps(orders.tolist()))
+        self._mark_format(json.dumps(orders.tolist()))
         self.set_meta("node_id", node_id)
 
     # ---------------------------------------------------------------- costs

@@ -386,3 +386,24 @@ def test_every_targets_spent_at_once_equals_one_at_a_time(tmp_path: Path) -> Non
             every = led.spent(delta=delta)
             assert list(every) == sorted(every)
             assert all(_same(every[t], led.spent(t, delta)) for t in every)
+
+
+def test_a_build_before_blocks_cannot_open_a_file_with_blocks(tmp_path) -> None:
+    """Downgrade safety: a ledger build from before cost blocks reads only per-target rows, so it
+    would under-count a file with blocks.  It parses ``meta.orders`` as JSON on open: the file's
+    mark makes that fail, while this build reads the orders from ``orders_v2``."""
+    from hushnet.privacy.ledger import Ledger
+    from hushnet.privacy.ledger_store import FORMAT_MARK
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(path, node_id="n0") as led:
+        orders = led.orders.copy()
+    db = sqlite3.connect(path)
+    (mark,) = db.execute("SELECT value FROM meta WHERE key = 'orders'").fetchone()
+    (v2,) = db.execute("SELECT value FROM meta WHERE key = 'orders_v2'").fetchone()
+    db.close()
+    assert mark == FORMAT_MARK and np.array_equal(json.loads(v2), orders)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(mark)  # what the old build does on open
+    with Ledger(path, node_id="n0") as led:  # this build reopens it
+        assert np.array_equal(led.orders, orders)
