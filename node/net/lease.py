@@ -23,7 +23,7 @@ class LeaseMixin:
         the public halves through the bootstrap when they changed (see :mod:`hushnet.net.onion_keys`)."""
         from hushnet.net.onion_keys import OnionKeyStore, keys_digest
 
-        d = self.directory
+        d = self.directory_settings
         period = float(getattr(d, "onion_epoch_seconds", 0.0) or 0.0) if d is not None else 0.0
         if period <= 0:
             return
@@ -76,7 +76,7 @@ class LeaseMixin:
 
     async def _onion_key_loop(self) -> None:
         while True:
-            period = float(getattr(self.directory, "onion_epoch_seconds", 0.0) or 0.0)
+            period = float(getattr(self.directory_settings, "onion_epoch_seconds", 0.0) or 0.0)
             await asyncio.sleep(
                 min(self.config.heartbeat_s, period / 8) if period > 0 else self.config.heartbeat_s
             )

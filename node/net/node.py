@@ -78,7 +78,6 @@ class Node(
         #: sends to them stall as on a dead link and fail at their deadline, their deliveries are refused
         self.cut: set[str] = set()
         self.identity: Identity | None = None
-        self.directory: bpb.Directory | None = None
         self.onion_keys = (
             None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
         )
@@ -146,7 +145,7 @@ class Node(
             version=VERSION,
             uptime_seconds=time.monotonic() - self._started,
             vertex=self.identity.vertex if self.identity else 0,
-            directory_epoch=self.directory.epoch if self.directory else 0,
+            directory_epoch=self.directory_epoch,
             protocols=self.handlers.protocols(),
             delivered=self.delivered,
             rejected=self.rejected,
