@@ -114,6 +114,12 @@ class BootstrapStore:
         rows = self._db.execute(f"SELECT {self._COLS} FROM members ORDER BY vertex").fetchall()
         return [self._row(r) for r in rows]
 
+    def vertex_taken(self, vertex: int) -> bool:
+        return (
+            self._db.execute("SELECT 1 FROM members WHERE vertex=?", (int(vertex),)).fetchone()
+            is not None
+        )
+
     def used_vertices(self) -> set[int]:
         return {int(r[0]) for r in self._db.execute("SELECT vertex FROM members")}
 

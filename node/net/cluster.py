@@ -425,7 +425,7 @@ class LocalCluster:
                     )  # "wired" was judged against fewer members
                     try:
                         doc = await op.network_status(
-                            timeout=max(3.0, self.n_nodes / 200), only=only
+                            timeout=max(3.0, self.n_nodes / 200), only=only, follow=True
                         )
                         members = doc["members"]
                         for e in doc["nodes"]:

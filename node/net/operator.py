@@ -83,6 +83,7 @@ class Operator:
         self.creds = creds
         self.max_message_bytes = max_message_bytes
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._followed: bpb.Directory | None = None  # see followed_directory
         if max_concurrent is None:
             raw = os.environ.get("HUSHNET_OPERATOR_CONCURRENCY", str(DEFAULT_MAX_CONCURRENT))
             try:
@@ -106,6 +107,43 @@ class Operator:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    async def followed_directory(self, timeout: float = 5.0) -> bpb.Directory:
+        """The directory kept by this operator and moved forward by the changes since its version.
+
+        For callers that ask again and again (``wait_healthy`` during a start-up): the bootstrap sends
+        only the members changed since (not all n of them, with every edge and weight, on each sweep),
+        over one kept channel.  Membership, addresses and keys are current; a member's ``alive`` flag
+        is not (a lease that expires does not move the version): read :meth:`directory` for that.
+        """
+        ch = self._channels.get(("", self.creds.bootstrap))
+        if ch is None:
+            ch = self._channels[("", self.creds.bootstrap)] = grpc.aio.secure_channel(
+                self.creds.bootstrap,
+                pki.channel_credentials(self.creds.ca_pem),
+                options=[
+                    ("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
+                    ("grpc.max_receive_message_length", 64 * MiB),
+                ],
+            )
+        held = self._followed
+        changes = await bpb_grpc.BootstrapStub(ch).WatchDirectory(
+            bpb.DirectoryWatch(since_epoch=held.epoch if held is not None else 0, wait_seconds=0),
+            timeout=timeout,
+        )
+        if changes.snapshot:
+            held = changes.directory
+        elif held is not None and changes.epoch > held.epoch and changes.changed:
+            members = {m.node_id: m for m in held.members}
+            members.update((m.node_id, m) for m in changes.changed)
+            new = bpb.Directory()
+            new.CopyFrom(held)
+            del new.members[:]
+            new.members.extend(sorted(members.values(), key=lambda m: m.vertex))
+            new.epoch = changes.epoch
+            held = new
+        self._followed = held
+        return held
 
     async def directory(self, timeout: float = 5.0) -> bpb.Directory:
         async with grpc.aio.secure_channel(
@@ -157,12 +195,16 @@ class Operator:
         except ValueError:
             return bytes(reply.payload)
 
-    async def network_status(self, timeout: float = 3.0, only: set[str] | None = None) -> dict:
+    async def network_status(
+        self, timeout: float = 3.0, only: set[str] | None = None, follow: bool = False
+    ) -> dict:
         """The ``hushnet status --json`` document: bootstrap view plus each node's own report.
 
         ``only``: ask just these nodes (``nodes`` then lists only them; ``members`` always lists every
-        member id), for callers that re-check only what was not healthy yet."""
-        directory = await self.directory(timeout=timeout)
+        member id), for callers that re-check only what was not healthy yet.  ``follow``: read the
+        directory as changes since the last call (:meth:`followed_directory`; ``alive_in_directory``
+        may then be stale), for callers that sweep repeatedly."""
+        directory = await (self.followed_directory if follow else self.directory)(timeout=timeout)
         by_vertex = {m.vertex: m.node_id for m in directory.members}
         expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
         for e in directory.edges:
