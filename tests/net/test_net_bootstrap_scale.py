@@ -23,6 +23,7 @@ from hushnet.bootstrap.service import BootstrapConfig, BootstrapService  # noqa:
 from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net import pki  # noqa: E402
 from hushnet.net.host import NodeHost, hosted_configs  # noqa: E402
+from hushnet.net.operator import Operator, OperatorCredentials  # noqa: E402
 from hushnet.v1 import bootstrap_pb2 as bpb  # noqa: E402
 from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc  # noqa: E402
 
@@ -256,6 +257,9 @@ def test_hosted_nodes_follow_changes_without_rebuilding_the_directory(
             assert all(x._boot is shared for x in nodes)  # one copy of the directory per process
             await _until(lambda: all(len(x.members) == 6 for x in nodes), 20, "6 members")
             adjacency = shared.view.adjacency
+            op = Operator(OperatorCredentials.from_state_dir(tmp_path / "b"))
+            first = await op.followed_directory()
+            assert len(first.members) == 6
             await late.start()
             await _until(lambda: all(len(x.members) == 8 for x in nodes), 20, "the joins")
             await late.stop()  # n6 and n7 leave: their entries change (no longer alive)
@@ -298,6 +302,13 @@ def test_hosted_nodes_follow_changes_without_rebuilding_the_directory(
                     (m.node_id, m.address, m.vertex, m.alive) for m in truth.members
                 ]
             assert nodes[0].directory is nodes[1].directory  # built once for the process
+            # the operator's followed copy (wait_healthy's sweeps) moved by the changes to the same state
+            followed = await op.followed_directory()
+            await op.close()
+            assert followed.epoch == truth.epoch and list(followed.edges) == list(truth.edges)
+            assert [(m.node_id, m.address, m.vertex, m.cert_sha256) for m in followed.members] == [
+                (m.node_id, m.address, m.vertex, m.cert_sha256) for m in truth.members
+            ]
         finally:
             if moved is not None:
                 await moved.stop()

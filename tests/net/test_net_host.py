@@ -377,6 +377,32 @@ def test_walk_node_process_loads_neither_networkx_nor_scipy_stats() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_node_and_bootstrap_commands_do_not_import_the_privacy_tools() -> None:
+    """``hushnet node serve`` / ``bootstrap serve`` build only the network commands' parser (the privacy
+    tools import numpy and scipy: seconds of CPU per process when ``hushnet up`` starts several at once);
+    an unknown or absent command still gets every area's parser."""
+    code = (
+        "import sys\n"
+        "from hushnet.cli import build_parser\n"
+        "for cmd in ('node', 'bootstrap', 'up', 'status'):\n"
+        "    assert cmd in build_parser(cmd)._subparsers._group_actions[0].choices, cmd\n"
+        "print(sorted(m for m in ('numpy', 'scipy', 'hushnet.privacy.cli') if m in sys.modules))\n"
+        "full = build_parser(None)._subparsers._group_actions[0].choices\n"
+        "print('privacy' in full and 'node' in full, "
+        "'privacy' in build_parser('privacy')._subparsers._group_actions[0].choices)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "True True"], out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "hushnet.cli", "nosuchcommand"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "invalid choice: 'nosuchcommand'" in bad.stderr, bad.stderr
+
+
 def test_records_of_plain_loggers_in_a_hosted_handler_name_their_node(
     tmp_path: pathlib.Path,
 ) -> None:
