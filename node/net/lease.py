@@ -34,9 +34,21 @@ class LeaseMixin:
         ):
             if self.onion_keys is not None:
                 self.onion_keys.close()
-            # its replay cache is a SQLite store: opened in a worker thread (fsyncs), as the node store is
-            self.onion_keys = await asyncio.to_thread(OnionKeyStore, self.state_dir, period, grace)
-        published = self.onion_keys.maintain(now)
+                self.onion_keys = None
+
+            def open_store() -> tuple[OnionKeyStore, list[tuple[int, bytes]]]:
+                store = OnionKeyStore(self.state_dir, period, grace)
+                try:
+                    return store, store.maintain(now)
+                except BaseException:
+                    store.close()
+                    raise
+
+            # its replay cache is a SQLite store (fsyncs) and a first start writes two epochs' keys: in a worker
+            # thread, as the node store is; no relay can use the store before it is assigned here
+            self.onion_keys, published = await asyncio.to_thread(open_store)
+        else:
+            published = self.onion_keys.maintain(now)
         mine = self.members.get(self.node_id)
         listed = (
             sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys)
