@@ -389,11 +389,14 @@ class LocalCluster:
 
         entries: dict[str, dict] = {}  # node id -> its latest status entry
         seen_at: dict[str, float] = {}
-        asked_with: dict[str, int] = {}  # node id -> number of members when it was asked
+        asked_with: dict[
+            str, int
+        ] = {}  # node id -> its neighbours among the members when it was asked
+        degree: dict[str, int] = {}  # node id -> its neighbours among the members now
         n_members = 0
 
         async def go() -> dict:
-            nonlocal last, n_members
+            nonlocal last, n_members, degree
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
                 while time.monotonic() < deadline:
                     if should_stop():
@@ -420,19 +423,21 @@ class LocalCluster:
                             for i, e in entries.items()
                             if not (e["healthy"] and e.get("all_neighbors_connected"))
                             or now - seen_at[i] > 30.0
-                            or asked_with.get(i) != n_members
+                            or asked_with.get(i) != degree.get(i)
                         }
-                    )  # "wired" was judged against fewer members
+                    )  # "wired" was judged against fewer neighbours (not: fewer members anywhere, which
+                    # re-asked every node on every sweep of a join storm: ~2 000 Status calls a sweep)
                     try:
                         doc = await op.network_status(
                             timeout=max(3.0, self.n_nodes / 200), only=only, follow=True
                         )
                         members = doc["members"]
+                        degree = doc.get("expected_degree", {})
                         for e in doc["nodes"]:
                             entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = (
                                 e,
                                 now,
-                                len(members),
+                                degree.get(e["id"]),
                             )
                         n_members = len(members)
                         for i in [i for i in entries if i not in members]:

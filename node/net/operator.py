@@ -277,6 +277,8 @@ class Operator:
             "edges": [[e.u, e.v] for e in directory.edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
             "members": [m.node_id for m in directory.members],
+            # per member, how many of its graph neighbours are members (what "wired" was judged against)
+            "expected_degree": {i: len(v) for i, v in expected.items()},
             # the network is healthy when every node serves AND is connected to all its neighbours: a run
             # started on a network that only serves can be refused for missing links
             "serving": bool(nodes) and all(n["serving"] for n in nodes),
