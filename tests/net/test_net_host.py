@@ -479,3 +479,33 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     }  # small hosts: every probe an RPC
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
+
+
+def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
+    tmp_path: pathlib.Path, monkeypatch
+) -> None:
+    """Real host processes (2 × 8 nodes): with the pacing on from the first node (``REASK_ALL_BELOW = 0``: a node
+    not yet wired is re-asked at most every ``REASK_S``), ``wait_healthy`` still asks every node and returns only
+    once every node serves and is connected to every neighbour."""
+    from hushnet.net import cluster as cluster_mod
+    from hushnet.net.operator import Operator
+
+    monkeypatch.setattr(cluster_mod, "REASK_ALL_BELOW", 0)
+    monkeypatch.setattr(cluster_mod, "REASK_S", 1.0)
+    asked: list[tuple[str, float]] = []
+    real = Operator.status
+
+    async def counted(self, node_id, address, timeout=3.0):
+        asked.append((node_id, time.monotonic()))
+        return await real(self, node_id, address, timeout=timeout)
+
+    monkeypatch.setattr(Operator, "status", counted)
+    c = cluster_mod.LocalCluster(tmp_path, 16, "hypercube:4", restart=False, per_process=8)
+    try:
+        c.start(timeout=60)
+        doc = c.wait_healthy(timeout=120)
+    finally:
+        c.stop()
+    assert len(doc["nodes"]) == 16 and doc["healthy"]
+    assert all(n["all_neighbors_connected"] and len(n["connected"]) == 4 for n in doc["nodes"])
+    assert {node_id for node_id, _ in asked} == {f"n{i}" for i in range(16)}
