@@ -131,5 +131,16 @@ class DirectoryMixin:
         while True:
             self._bootstrap_channel()
             epoch = await self._boot.next_directory(self._dir_epoch)
-            if epoch != self._dir_epoch:
-                self._apply_directory(self._boot, epoch)
+            if epoch == self._dir_epoch:
+                continue
+            if (
+                self._dir_epoch is not None
+                and self._dir_source is self._boot
+                and self.identity is not None
+                and not self._boot.view.changed_since(self._dir_epoch, self.identity.vertex)
+            ):
+                # nothing of ours changed (a join storm is mostly other nodes' neighbourhoods): at 410 nodes a
+                # process, redoing every node's neighbours and links on each change was most of this loop
+                self._dir_epoch = epoch
+                continue
+            self._apply_directory(self._boot, epoch)

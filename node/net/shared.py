@@ -177,12 +177,13 @@ class SharedBootstrap:
             self._base = new
             self._members = {m.node_id: m for m in new.members}
             self.view = DirectoryView(new, adjacency=self.view.adjacency if same_graph else None)
+            self.view.snapshot_epoch = int(changes.epoch)
             self._members = self.view.members
             self._built = new
         else:
             if self.epoch is None or changes.epoch <= self.epoch:
                 return self.epoch
-            self.view.update(changes.changed)
+            self.view.update(changes.changed, int(changes.epoch))
         self.epoch = int(changes.epoch)
         self._updated.set()
         self._updated = asyncio.Event()
@@ -389,7 +390,7 @@ class DirectoryView:
     The nodes read these dictionaries and never write them.
     """
 
-    __slots__ = ("members", "by_vertex", "adjacency")
+    __slots__ = ("members", "by_vertex", "adjacency", "vertex_epoch", "snapshot_epoch")
 
     def __init__(
         self, directory: bpb.Directory, adjacency: dict[int, list[int]] | None = None
@@ -403,12 +404,28 @@ class DirectoryView:
                 sets.setdefault(e.v, set()).add(e.u)
             adjacency = {v: sorted(ns) for v, ns in sets.items()}
         self.adjacency = adjacency
+        #: version at which each vertex's entry last changed, and of the last snapshot: a node whose own and
+        #: neighbours' vertices did not change since it last applied the directory has nothing to redo
+        self.vertex_epoch: dict[int, int] = {}
+        self.snapshot_epoch = 0
 
-    def update(self, changed) -> None:
+    def update(self, changed, epoch: int = 0) -> None:
         """Replace the members named in ``changed`` (a member that moved vertex leaves its old one)."""
         for m in changed:
             old = self.members.get(m.node_id)
-            if old is not None and old.vertex != m.vertex and self.by_vertex.get(old.vertex) is old:
-                del self.by_vertex[old.vertex]
+            if old is not None and old.vertex != m.vertex:
+                self.vertex_epoch[old.vertex] = epoch
+                if self.by_vertex.get(old.vertex) is old:
+                    del self.by_vertex[old.vertex]
             self.members[m.node_id] = m
             self.by_vertex[m.vertex] = m
+            self.vertex_epoch[m.vertex] = epoch
+
+    def changed_since(self, epoch: int, vertex: int) -> bool:
+        """Whether ``vertex``'s entry or one of its neighbours' changed after version ``epoch``."""
+        if self.snapshot_epoch > epoch:
+            return True
+        get = self.vertex_epoch.get
+        return get(vertex, 0) > epoch or any(
+            get(v, 0) > epoch for v in self.adjacency.get(vertex, ())
+        )

@@ -337,3 +337,28 @@ def test_onion_keys_read_for_the_changed_members_only(tmp_path: pathlib.Path) ->
         assert store.onion_keys([]) == {}
     finally:
         store.close()
+
+
+def test_directory_view_says_which_neighbourhoods_a_change_touched() -> None:
+    """A change of one member concerns its own vertex and its neighbours only; a snapshot concerns everyone;
+    a member that moves vertex touches both its old and its new neighbourhood."""
+    from hushnet.net.shared import DirectoryView
+
+    ring = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)]  # ring:6
+    d = bpb.Directory(
+        epoch=3,
+        members=[bpb.Member(node_id=f"n{v}", vertex=v, address=f"a{v}") for v in range(5)],
+        edges=[bpb.Edge(u=u, v=v) for u, v in ring],
+    )
+    view = DirectoryView(d)
+    view.snapshot_epoch = 3
+    assert all(view.changed_since(2, v) for v in range(6))
+    assert not any(view.changed_since(3, v) for v in range(6))
+    view.update([bpb.Member(node_id="n5", vertex=5, address="a5")], 4)  # a join at vertex 5
+    assert [v for v in range(6) if view.changed_since(3, v)] == [0, 4, 5]
+    assert view.members["n5"].address == "a5" and view.by_vertex[5].node_id == "n5"
+    view.update(
+        [bpb.Member(node_id="n1", vertex=2, address="b1")], 5
+    )  # n1 moves from vertex 1 to 2
+    assert [v for v in range(6) if view.changed_since(4, v)] == [0, 1, 2, 3]
+    assert 1 not in view.by_vertex and view.by_vertex[2].node_id == "n1"
