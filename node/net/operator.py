@@ -207,7 +207,10 @@ class Operator:
         directory = await (self.followed_directory if follow else self.directory)(timeout=timeout)
         by_vertex = {m.vertex: m.node_id for m in directory.members}
         expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
+        graph_degree: dict[int, int] = {}
         for e in directory.edges:
+            graph_degree[e.u] = graph_degree.get(e.u, 0) + 1
+            graph_degree[e.v] = graph_degree.get(e.v, 0) + 1
             if e.u in by_vertex and e.v in by_vertex:
                 expected[by_vertex[e.u]].add(by_vertex[e.v])
                 expected[by_vertex[e.v]].add(by_vertex[e.u])
@@ -279,6 +282,8 @@ class Operator:
             "members": [m.node_id for m in directory.members],
             # per member, how many of its graph neighbours are members (what "wired" was judged against)
             "expected_degree": {i: len(v) for i, v in expected.items()},
+            # per member, the degree of its vertex in the graph (all its neighbours joined: equal to the above)
+            "graph_degree": {m.node_id: graph_degree.get(m.vertex, 0) for m in directory.members},
             # the network is healthy when every node serves AND is connected to all its neighbours: a run
             # started on a network that only serves can be refused for missing links
             "serving": bool(nodes) and all(n["serving"] for n in nodes),
