@@ -84,6 +84,9 @@ class Operator:
         self.max_message_bytes = max_message_bytes
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
         self._followed: bpb.Directory | None = None  # see followed_directory
+        self._followed_members: dict[str, bpb.Member] = {}
+        #: (directory, expected neighbours by id, graph degree by vertex, edges) of the last status document
+        self._status_index: tuple | None = None
         if max_concurrent is None:
             raw = os.environ.get("HUSHNET_OPERATOR_CONCURRENCY", str(DEFAULT_MAX_CONCURRENT))
             try:
@@ -133,8 +136,9 @@ class Operator:
         )
         if changes.snapshot:
             held = changes.directory
+            self._followed_members = {m.node_id: m for m in held.members}
         elif held is not None and changes.epoch > held.epoch and changes.changed:
-            members = {m.node_id: m for m in held.members}
+            members = self._followed_members
             members.update((m.node_id, m) for m in changes.changed)
             new = bpb.Directory()
             new.CopyFrom(held)
@@ -205,15 +209,21 @@ class Operator:
         directory as changes since the last call (:meth:`followed_directory`; ``alive_in_directory``
         may then be stale), for callers that sweep repeatedly."""
         directory = await (self.followed_directory if follow else self.directory)(timeout=timeout)
-        by_vertex = {m.vertex: m.node_id for m in directory.members}
-        expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
-        graph_degree: dict[int, int] = {}
-        for e in directory.edges:
-            graph_degree[e.u] = graph_degree.get(e.u, 0) + 1
-            graph_degree[e.v] = graph_degree.get(e.v, 0) + 1
-            if e.u in by_vertex and e.v in by_vertex:
-                expected[by_vertex[e.u]].add(by_vertex[e.v])
-                expected[by_vertex[e.v]].add(by_vertex[e.u])
+        if self._status_index is not None and self._status_index[0] is directory:
+            # the followed directory did not move since the last sweep: its indexes are still right
+            _, expected, graph_degree, edges = self._status_index
+        else:
+            by_vertex = {m.vertex: m.node_id for m in directory.members}
+            expected = {m.node_id: set() for m in directory.members}
+            graph_degree = {}
+            for e in directory.edges:
+                graph_degree[e.u] = graph_degree.get(e.u, 0) + 1
+                graph_degree[e.v] = graph_degree.get(e.v, 0) + 1
+                if e.u in by_vertex and e.v in by_vertex:
+                    expected[by_vertex[e.u]].add(by_vertex[e.v])
+                    expected[by_vertex[e.v]].add(by_vertex[e.u])
+            edges = [[e.u, e.v] for e in directory.edges]
+            self._status_index = (directory, expected, graph_degree, edges)
 
         async def one(m: bpb.Member) -> dict:
             entry: dict[str, Any] = {
@@ -277,7 +287,7 @@ class Operator:
             "epoch": directory.epoch,
             "n_vertices": directory.n_vertices,
             "weight_rule": directory.weight_rule,
-            "edges": [[e.u, e.v] for e in directory.edges],
+            "edges": [list(e) for e in edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
             "members": [m.node_id for m in directory.members],
             # per member, how many of its graph neighbours are members (what "wired" was judged against)
