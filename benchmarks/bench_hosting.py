@@ -9,7 +9,10 @@ event loop per core) or smaller where one process's open-file limit does not all
   every neighbour (the same check as ``hushnet up``), including the supervisor's status sweeps;
 * RSS: the host processes' resident memory summed, per node, and the marginal cost of a hosted node
   (slope between the two largest n, so the interpreter and imports shared by a process cancel out);
-* descriptors per host process and per node (from /proc).
+* descriptors per host process and per node (from /proc);
+* CPU seconds (user + system) from spawn to healthy of the host processes, the bootstrap and this
+  supervising process, and of the first host by thread (its event loop, gRPC's event-engine threads):
+  on a shared 2-core machine the wall time depends on the other load, the CPU spent much less.
 
 Reported against the issue's goals (≤ 6 MB marginal per hosted node; 2048 nodes healthy in ≤ 60 s),
 never asserted.
@@ -33,6 +36,34 @@ def _ns() -> tuple[int, ...]:
     return tuple(int(x) for x in raw.split(",")) if raw else DEFAULT_NS
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU time (user + system, seconds) a process has used, from /proc."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_thread(pid: int) -> dict[str, float]:
+    """CPU seconds of one process by thread name (the event loop is the process's own name; gRPC's
+    pollers, executor workers and others are named apart), to tell Python work from the TLS library's."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        for key, value in (
+            (name, int(fields[11]) / tick),
+            (f"{name} (system)", int(fields[12]) / tick),
+        ):
+            out[key] = round(out.get(key, 0.0) + value, 1)
+    return out
+
+
 def _one(n: int, procs: int) -> dict:
     from hushnet.net.cluster import LocalCluster
     from hushnet.net.host import rss_mb
@@ -49,7 +80,7 @@ def _one(n: int, procs: int) -> dict:
         cluster = LocalCluster(
             pathlib.Path(tmp), n, f"hypercube:{d}", restart=False, per_process=per_process
         )
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             cluster.start(timeout=120)
             try:
@@ -69,8 +100,13 @@ def _one(n: int, procs: int) -> dict:
                     "error": str(exc)[:300],
                 }
             healthy_s = time.perf_counter() - t0
-            time.sleep(2.0)  # let connections settle before reading memory
             pids = [p.pid for p in cluster.processes]
+            cpu = [_cpu_s(pid) for pid in pids]  # what start-up cost, before the idle seconds below
+            boot_cpu = _cpu_s(cluster.bootstrap.pid)
+            threads = _cpu_by_thread(pids[0])
+            load = [round(x, 2) for x in os.getloadavg()]
+            sup_cpu = time.process_time() - c0  # this process: spawning and the status sweeps
+            time.sleep(2.0)  # let connections settle before reading memory
             rss = [rss_mb(pid) for pid in pids]
             fds = [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids]
             boot_rss = rss_mb(cluster.bootstrap.pid)
@@ -88,6 +124,14 @@ def _one(n: int, procs: int) -> dict:
         "fds_per_process": fds,
         "fds_per_node": round(sum(fds) / n, 2),
         "bootstrap_rss_mb": round(boot_rss, 1),
+        # CPU seconds (user + system) spent from spawn to healthy: on a 2-core machine the start-up is
+        # CPU-bound, so their sum over 2 is the floor of start-to-healthy
+        "cpu_s_per_process": [round(c, 1) for c in cpu],
+        "cpu_s_hosts": round(sum(cpu), 1),
+        "cpu_s_bootstrap": round(boot_cpu, 1),
+        "cpu_s_supervisor": round(sup_cpu, 1),
+        "cpu_s_by_thread_first_process": threads,
+        "load_average_at_healthy": load,
     }
 
 
@@ -106,7 +150,8 @@ def main(out_dir: pathlib.Path) -> dict:
         print(
             f"   n={n:5d}: {row['processes']} processes × {row['per_process']} nodes, healthy in "
             f"{row['start_to_healthy_s']:.1f} s, {row['rss_per_node_mb']:.2f} MB and {row['fds_per_node']:.1f} "
-            "descriptors per node",
+            f"descriptors per node; CPU to healthy: hosts {row['cpu_s_hosts']:.0f} s, bootstrap "
+            f"{row['cpu_s_bootstrap']:.0f} s, supervisor {row['cpu_s_supervisor']:.0f} s (load {row['load_average_at_healthy'][0]:.1f})",
             flush=True,
         )
     out = {

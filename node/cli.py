@@ -19,7 +19,13 @@ _REGISTRARS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every area, or, given ``command``, of the areas up to the one that registers it.
+
+    Why: the privacy tools import numpy and scipy (about 1 s, and several seconds on a loaded machine);
+    a ``node serve`` or ``bootstrap serve`` process (``hushnet up`` starts several at once) needs only
+    the network commands.  An unknown command still gets the full parser (and its error and help).
+    """
     parser = argparse.ArgumentParser(
         prog="hushnet",
         description="hushnet: peer-to-peer learning with pairwise network differential privacy.",
@@ -33,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         getattr(module, func)(sub)
+        if command is not None and command in sub.choices:
+            break
     return parser
 
 
@@ -40,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from hushnet.net.cluster import die_with_parent
 
     die_with_parent()  # a node or bootstrap started by `hushnet up` ends with its supervisor
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser = build_parser(given[0] if given and not given[0].startswith("-") else None)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

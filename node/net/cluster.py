@@ -62,6 +62,12 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+#: ``wait_healthy``: while more than REASK_ALL_BELOW nodes are not yet healthy, a node is re-asked at most
+#: every REASK_S seconds
+REASK_S = 2.0
+REASK_ALL_BELOW = 128
+
+
 def node_ip(i: int) -> str:
     if i >= 253:
         raise ValueError("at most 253 local nodes (127.0.0.2 .. 127.0.0.254)")
@@ -389,11 +395,14 @@ class LocalCluster:
 
         entries: dict[str, dict] = {}  # node id -> its latest status entry
         seen_at: dict[str, float] = {}
-        asked_with: dict[str, int] = {}  # node id -> number of members when it was asked
+        asked_with: dict[
+            str, int
+        ] = {}  # node id -> its neighbours among the members when it was asked
+        degree: dict[str, int] = {}  # node id -> its neighbours among the members now
         n_members = 0
 
         async def go() -> dict:
-            nonlocal last, n_members
+            nonlocal last, n_members, degree
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
                 while time.monotonic() < deadline:
                     if should_stop():
@@ -412,27 +421,38 @@ class LocalCluster:
                     # n = 2048 a full sweep took 15-25 s, so sweeping everyone until the last link was up
                     # added most of a minute to start-up
                     now = time.monotonic()
+                    waiting = {
+                        i
+                        for i, e in entries.items()
+                        if not (e["healthy"] and e.get("all_neighbors_connected"))
+                    }
+                    # while many nodes are still coming up, each is re-asked at most every REASK_S (its
+                    # Status calls compete with the start-up itself for the hosts' CPU); the last few are
+                    # asked on every sweep, so the end of the start-up is seen at once
+                    gap = REASK_S if len(waiting) > REASK_ALL_BELOW else 0.0
                     only = (
                         None
                         if not entries
                         else {
                             i
-                            for i, e in entries.items()
-                            if not (e["healthy"] and e.get("all_neighbors_connected"))
+                            for i in entries
+                            if (i in waiting and now - seen_at[i] >= gap)
                             or now - seen_at[i] > 30.0
-                            or asked_with.get(i) != n_members
+                            or asked_with.get(i) != degree.get(i)
                         }
-                    )  # "wired" was judged against fewer members
+                    )  # "wired" was judged against fewer neighbours (not: fewer members anywhere, which
+                    # re-asked every node on every sweep of a join storm: ~2 000 Status calls a sweep)
                     try:
                         doc = await op.network_status(
-                            timeout=max(3.0, self.n_nodes / 200), only=only
+                            timeout=max(3.0, self.n_nodes / 200), only=only, follow=True
                         )
                         members = doc["members"]
+                        degree = doc.get("expected_degree", {})
                         for e in doc["nodes"]:
                             entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = (
                                 e,
                                 now,
-                                len(members),
+                                degree.get(e["id"]),
                             )
                         n_members = len(members)
                         for i in [i for i in entries if i not in members]:

@@ -15,7 +15,37 @@ from hushnet.v1 import bootstrap_pb2 as bpb
 
 
 class DirectoryMixin:
-    """Membership and neighbours (state on :class:`~hushnet.net.node.Node`)."""
+    """Membership and neighbours (state on :class:`~hushnet.net.node.Node`).
+
+    The node follows its process's copy of the directory (:class:`hushnet.net.shared.SharedBootstrap`):
+    ``directory_epoch`` is the version it last applied, :attr:`directory` the process's message.
+    """
+
+    _dir_epoch: int | None = None
+    _dir_source: _shared.SharedBootstrap | None = (
+        None  # kept after stop, for reading what was known
+    )
+
+    @property
+    def directory(self) -> bpb.Directory | None:
+        """The directory as one message (members, topology, edges, weights, CA), or None before joining."""
+        if self._dir_epoch is None or self._dir_source is None:
+            return None
+        return self._dir_source.current
+
+    @property
+    def directory_settings(self) -> bpb.Directory | None:
+        """The directory's network-wide fields (topology, edges, weights, CA, onion periods), which never
+        change within one bootstrap state; its members may be stale (read :attr:`members` for those).
+        Cheap: no message is built (nodes read the onion period every few seconds)."""
+        if self._dir_epoch is None or self._dir_source is None:
+            return None
+        return self._dir_source.settings
+
+    @property
+    def directory_epoch(self) -> int:
+        """Version of the directory this node applied last (0 before the first)."""
+        return self._dir_epoch or 0
 
     async def _refresh_directory(
         self,
@@ -42,7 +72,7 @@ class DirectoryMixin:
         try:
             self._bootstrap_channel()
             # a read begun after we asked (or at most max_age before), shared with this process's other nodes
-            directory = await self._boot.directory(since=now - max_age, timeout=5.0)
+            epoch = await self._boot.directory(since=now - max_age, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
             if self._bootstrap_ok:
                 self.log.warning(
@@ -52,7 +82,7 @@ class DirectoryMixin:
                     extra={"event": "bootstrap_unreachable"},
                 )
             self._bootstrap_ok = False
-            if self.directory is None and force:
+            if self._dir_epoch is None and force:
                 raise NodeError(
                     f"cannot read the directory from {self.config.bootstrap}: {exc.code().name}"
                 ) from None
@@ -64,13 +94,14 @@ class DirectoryMixin:
                 extra={"event": "bootstrap_back"},
             )
         self._bootstrap_ok = True
-        if self.directory is not None and directory.epoch == self.directory.epoch and not force:
+        if epoch is None or (epoch == self._dir_epoch and not force):
             return
-        self._apply_directory(directory)
+        self._apply_directory(self._boot, epoch)
 
-    def _apply_directory(self, directory: bpb.Directory) -> None:
-        self.directory = directory
-        view = _shared.view_of(directory)  # built once per directory for all nodes of this process
+    def _apply_directory(self, source: _shared.SharedBootstrap, epoch: int) -> None:
+        """Take the process's directory at ``epoch``: neighbours, and links opened, moved or closed."""
+        self._dir_source, self._dir_epoch = source, epoch
+        view = source.view  # kept up to date for all nodes of this process
         self.members = view.members  # shared by this process's nodes: read-only
         by_vertex = view.by_vertex
         nbr_vertices = view.adjacency.get(self.identity.vertex, [])
@@ -79,7 +110,7 @@ class DirectoryMixin:
             self.log.info(
                 "neighbours: %s",
                 ", ".join(neighbors) or "(none)",
-                extra={"event": "neighbors", "neighbors": neighbors, "epoch": directory.epoch},
+                extra={"event": "neighbors", "neighbors": neighbors, "epoch": epoch},
             )
         self.neighbors = neighbors
         for peer_id in list(self.links):
@@ -99,8 +130,17 @@ class DirectoryMixin:
         shared by the process's nodes, see :mod:`hushnet.net.shared`), instead of polling."""
         while True:
             self._bootstrap_channel()
-            directory = await self._boot.next_directory(
-                self.directory.epoch if self.directory is not None else None
-            )
-            if self.directory is None or directory.epoch != self.directory.epoch:
-                self._apply_directory(directory)
+            epoch = await self._boot.next_directory(self._dir_epoch)
+            if epoch == self._dir_epoch:
+                continue
+            if (
+                self._dir_epoch is not None
+                and self._dir_source is self._boot
+                and self.identity is not None
+                and not self._boot.view.changed_since(self._dir_epoch, self.identity.vertex)
+            ):
+                # nothing of ours changed (a join storm is mostly other nodes' neighbourhoods): at 410 nodes a
+                # process, redoing every node's neighbours and links on each change was most of this loop
+                self._dir_epoch = epoch
+                continue
+            self._apply_directory(self._boot, epoch)

@@ -78,6 +78,20 @@ class IdentityMixin:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
+    def _open_state(self):
+        """The node's store, keys and CA from its state directory (created on first start); blocking,
+        called in a worker thread."""
+        from hushnet.net.store import NodeStore
+
+        store = NodeStore(self.state_dir / "node.sqlite")
+        try:
+            key, x_key = self._load_keys()
+            ca_pem = self._load_ca()
+        except BaseException:
+            store.close()
+            raise
+        return store, key, x_key, ca_pem
+
     def _load_keys(self):
         key_path, x_path = self.state_dir / "node.key", self.state_dir / "x25519.key"
         if key_path.exists():
@@ -177,26 +191,22 @@ class IdentityMixin:
         cert_pem = bytes(reply.cert_pem)
         if reply.lease_seconds > 0:
             self.lease_seconds = reply.lease_seconds
-        pki.write_public(self.state_dir / "node.pem", cert_pem)
         if reply.ca_pem and bytes(reply.ca_pem) != ca_pem:
+            pki.write_public(self.state_dir / "node.pem", cert_pem)
             raise NodeError("the bootstrap presented a different CA than the one configured")
-        pki.write_public(
-            self.state_dir / "identity.json",
-            json.dumps(
-                {
-                    "node_id": reply.node_id,
-                    "vertex": reply.vertex,
-                    "bootstrap": self.config.bootstrap,
-                    "address": self.address,
-                    "cert_sha256": pki.cert_sha256(cert_pem),
-                    "key_sha256": pki.key_sha256(key.public_key()),
-                    "x25519_public": pki.x25519_public_bytes(x_key).hex(),
-                },
-                indent=2,
-            ).encode(),
-        )
-        if self.config.token:
-            pki.write_secret(self.state_dir / "join_token", self.config.token.encode())
+        identity = json.dumps(
+            {
+                "node_id": reply.node_id,
+                "vertex": reply.vertex,
+                "bootstrap": self.config.bootstrap,
+                "address": self.address,
+                "cert_sha256": pki.cert_sha256(cert_pem),
+                "key_sha256": pki.key_sha256(key.public_key()),
+                "x25519_public": pki.x25519_public_bytes(x_key).hex(),
+            },
+            indent=2,
+        ).encode()
+        await asyncio.to_thread(self._save_identity, cert_pem, identity)
         self.log.info(
             "%s as %s (vertex %d)",
             "re-joined" if reply.rejoined else "joined",
@@ -207,6 +217,14 @@ class IdentityMixin:
         return Identity(
             reply.node_id, reply.vertex, key, pki.key_to_pem(key), cert_pem, ca_pem, x_key
         )
+
+    def _save_identity(self, cert_pem: bytes, identity: bytes) -> None:
+        """Write what the join gave (certificate, identity record, the token for restarts); blocking, called
+        in a worker thread (three file writes a node, for hundreds of nodes a host starts)."""
+        pki.write_public(self.state_dir / "node.pem", cert_pem)
+        pki.write_public(self.state_dir / "identity.json", identity)
+        if self.config.token:
+            pki.write_secret(self.state_dir / "join_token", self.config.token.encode())
 
     def _signed(self, method: str) -> bpb.SignedRequest:
         ms = int(time.time() * 1000)

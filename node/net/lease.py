@@ -23,7 +23,7 @@ class LeaseMixin:
         the public halves through the bootstrap when they changed (see :mod:`hushnet.net.onion_keys`)."""
         from hushnet.net.onion_keys import OnionKeyStore, keys_digest
 
-        d = self.directory
+        d = self.directory_settings
         period = float(getattr(d, "onion_epoch_seconds", 0.0) or 0.0) if d is not None else 0.0
         if period <= 0:
             return
@@ -34,9 +34,21 @@ class LeaseMixin:
         ):
             if self.onion_keys is not None:
                 self.onion_keys.close()
-            # its replay cache is a SQLite store: opened in a worker thread (fsyncs), as the node store is
-            self.onion_keys = await asyncio.to_thread(OnionKeyStore, self.state_dir, period, grace)
-        published = self.onion_keys.maintain(now)
+                self.onion_keys = None
+
+            def open_store() -> tuple[OnionKeyStore, list[tuple[int, bytes]]]:
+                store = OnionKeyStore(self.state_dir, period, grace)
+                try:
+                    return store, store.maintain(now)
+                except BaseException:
+                    store.close()
+                    raise
+
+            # its replay cache is a SQLite store (fsyncs) and a first start writes two epochs' keys: in a worker
+            # thread, as the node store is; no relay can use the store before it is assigned here
+            self.onion_keys, published = await asyncio.to_thread(open_store)
+        else:
+            published = self.onion_keys.maintain(now)
         mine = self.members.get(self.node_id)
         listed = (
             sorted((int(k.epoch), bytes(k.public_key)) for k in mine.onion_keys)
@@ -76,7 +88,7 @@ class LeaseMixin:
 
     async def _onion_key_loop(self) -> None:
         while True:
-            period = float(getattr(self.directory, "onion_epoch_seconds", 0.0) or 0.0)
+            period = float(getattr(self.directory_settings, "onion_epoch_seconds", 0.0) or 0.0)
             await asyncio.sleep(
                 min(self.config.heartbeat_s, period / 8) if period > 0 else self.config.heartbeat_s
             )

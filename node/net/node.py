@@ -78,7 +78,6 @@ class Node(
         #: sends to them stall as on a dead link and fail at their deadline, their deliveries are refused
         self.cut: set[str] = set()
         self.identity: Identity | None = None
-        self.directory: bpb.Directory | None = None
         self.onion_keys = (
             None  # hushnet.net.onion_keys.OnionKeyStore once the directory says the network rotates
         )
@@ -146,7 +145,7 @@ class Node(
             version=VERSION,
             uptime_seconds=time.monotonic() - self._started,
             vertex=self.identity.vertex if self.identity else 0,
-            directory_epoch=self.directory.epoch if self.directory else 0,
+            directory_epoch=self.directory_epoch,
             protocols=self.handlers.protocols(),
             delivered=self.delivered,
             rejected=self.rejected,
@@ -167,12 +166,11 @@ class Node(
             raise
 
     async def _start(self) -> None:
-        # Opening (creating) a SQLite store in WAL mode waits for fsyncs (~10–20 ms on this disk): in a worker
-        # thread, so that a host starting hundreds of nodes does not block every node's event loop on them
-        self.store = await asyncio.to_thread(NodeStore, self.state_dir / "node.sqlite")
+        # Opening (creating) a SQLite store in WAL mode waits for fsyncs (~10–20 ms on this disk), and a first
+        # start creates and writes the keys: all in one worker-thread call, so that a host starting hundreds of
+        # nodes does not block every node's event loop on them (and hops to a thread once, not per file)
+        self.store, key, x_key, ca_pem = await asyncio.to_thread(self._open_state)
         self.incarnation = self.store.next_incarnation()
-        key, x_key = self._load_keys()
-        ca_pem = self._load_ca()
         host, port = pki.split_address(self.config.listen)
         # The certificate must exist before the TLS server can start, and the directory entry
         # needs our address before that: resolve port 0 to a concrete free port up front.

@@ -83,6 +83,10 @@ class Operator:
         self.creds = creds
         self.max_message_bytes = max_message_bytes
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._followed: bpb.Directory | None = None  # see followed_directory
+        self._followed_members: dict[str, bpb.Member] = {}
+        #: (directory, expected neighbours by id, graph degree by vertex, edges) of the last status document
+        self._status_index: tuple | None = None
         if max_concurrent is None:
             raw = os.environ.get("HUSHNET_OPERATOR_CONCURRENCY", str(DEFAULT_MAX_CONCURRENT))
             try:
@@ -106,6 +110,44 @@ class Operator:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    async def followed_directory(self, timeout: float = 5.0) -> bpb.Directory:
+        """The directory kept by this operator and moved forward by the changes since its version.
+
+        For callers that ask again and again (``wait_healthy`` during a start-up): the bootstrap sends
+        only the members changed since (not all n of them, with every edge and weight, on each sweep),
+        over one kept channel.  Membership, addresses and keys are current; a member's ``alive`` flag
+        is not (a lease that expires does not move the version): read :meth:`directory` for that.
+        """
+        ch = self._channels.get(("", self.creds.bootstrap))
+        if ch is None:
+            ch = self._channels[("", self.creds.bootstrap)] = grpc.aio.secure_channel(
+                self.creds.bootstrap,
+                pki.channel_credentials(self.creds.ca_pem),
+                options=[
+                    ("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS),
+                    ("grpc.max_receive_message_length", 64 * MiB),
+                ],
+            )
+        held = self._followed
+        changes = await bpb_grpc.BootstrapStub(ch).WatchDirectory(
+            bpb.DirectoryWatch(since_epoch=held.epoch if held is not None else 0, wait_seconds=0),
+            timeout=timeout,
+        )
+        if changes.snapshot:
+            held = changes.directory
+            self._followed_members = {m.node_id: m for m in held.members}
+        elif held is not None and changes.epoch > held.epoch and changes.changed:
+            members = self._followed_members
+            members.update((m.node_id, m) for m in changes.changed)
+            new = bpb.Directory()
+            new.CopyFrom(held)
+            del new.members[:]
+            new.members.extend(sorted(members.values(), key=lambda m: m.vertex))
+            new.epoch = changes.epoch
+            held = new
+        self._followed = held
+        return held
 
     async def directory(self, timeout: float = 5.0) -> bpb.Directory:
         async with grpc.aio.secure_channel(
@@ -157,18 +199,31 @@ class Operator:
         except ValueError:
             return bytes(reply.payload)
 
-    async def network_status(self, timeout: float = 3.0, only: set[str] | None = None) -> dict:
+    async def network_status(
+        self, timeout: float = 3.0, only: set[str] | None = None, follow: bool = False
+    ) -> dict:
         """The ``hushnet status --json`` document: bootstrap view plus each node's own report.
 
         ``only``: ask just these nodes (``nodes`` then lists only them; ``members`` always lists every
-        member id), for callers that re-check only what was not healthy yet."""
-        directory = await self.directory(timeout=timeout)
-        by_vertex = {m.vertex: m.node_id for m in directory.members}
-        expected: dict[str, set[str]] = {m.node_id: set() for m in directory.members}
-        for e in directory.edges:
-            if e.u in by_vertex and e.v in by_vertex:
-                expected[by_vertex[e.u]].add(by_vertex[e.v])
-                expected[by_vertex[e.v]].add(by_vertex[e.u])
+        member id), for callers that re-check only what was not healthy yet.  ``follow``: read the
+        directory as changes since the last call (:meth:`followed_directory`; ``alive_in_directory``
+        may then be stale), for callers that sweep repeatedly."""
+        directory = await (self.followed_directory if follow else self.directory)(timeout=timeout)
+        if self._status_index is not None and self._status_index[0] is directory:
+            # the followed directory did not move since the last sweep: its indexes are still right
+            _, expected, graph_degree, edges = self._status_index
+        else:
+            by_vertex = {m.vertex: m.node_id for m in directory.members}
+            expected = {m.node_id: set() for m in directory.members}
+            graph_degree = {}
+            for e in directory.edges:
+                graph_degree[e.u] = graph_degree.get(e.u, 0) + 1
+                graph_degree[e.v] = graph_degree.get(e.v, 0) + 1
+                if e.u in by_vertex and e.v in by_vertex:
+                    expected[by_vertex[e.u]].add(by_vertex[e.v])
+                    expected[by_vertex[e.v]].add(by_vertex[e.u])
+            edges = [[e.u, e.v] for e in directory.edges]
+            self._status_index = (directory, expected, graph_degree, edges)
 
         async def one(m: bpb.Member) -> dict:
             entry: dict[str, Any] = {
@@ -232,9 +287,13 @@ class Operator:
             "epoch": directory.epoch,
             "n_vertices": directory.n_vertices,
             "weight_rule": directory.weight_rule,
-            "edges": [[e.u, e.v] for e in directory.edges],
+            "edges": [list(e) for e in edges],
             "nodes": sorted(nodes, key=lambda e: e["vertex"]),
             "members": [m.node_id for m in directory.members],
+            # per member, how many of its graph neighbours are members (what "wired" was judged against)
+            "expected_degree": {i: len(v) for i, v in expected.items()},
+            # per member, the degree of its vertex in the graph (all its neighbours joined: equal to the above)
+            "graph_degree": {m.node_id: graph_degree.get(m.vertex, 0) for m in directory.members},
             # the network is healthy when every node serves AND is connected to all its neighbours: a run
             # started on a network that only serves can be refused for missing links
             "serving": bool(nodes) and all(n["serving"] for n in nodes),

@@ -23,6 +23,7 @@ from hushnet.bootstrap.service import BootstrapConfig, BootstrapService  # noqa:
 from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net import pki  # noqa: E402
 from hushnet.net.host import NodeHost, hosted_configs  # noqa: E402
+from hushnet.net.operator import Operator, OperatorCredentials  # noqa: E402
 from hushnet.v1 import bootstrap_pb2 as bpb  # noqa: E402
 from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc  # noqa: E402
 
@@ -236,3 +237,128 @@ def test_host_heartbeat_refuses_forgeries(tmp_path: pathlib.Path) -> None:
             await btask
 
     uvloop.run(go())
+
+
+def test_hosted_nodes_follow_changes_without_rebuilding_the_directory(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A process applies each directory change in place (issue 12): the graph's adjacency is built once, and
+    after joins, a leave and a move every node's neighbours, links and full directory match the bootstrap's."""
+
+    async def go():
+        addr, stop, btask = await _bootstrap(tmp_path, "hypercube:3")
+        host = NodeHost(_configs(tmp_path, addr, [f"n{i}" for i in range(6)]))
+        await host.start()
+        late = NodeHost(_configs(tmp_path, addr, ["n6", "n7"]))
+        moved = None
+        try:
+            nodes = host.running
+            shared = nodes[0]._boot
+            assert all(x._boot is shared for x in nodes)  # one copy of the directory per process
+            await _until(lambda: all(len(x.members) == 6 for x in nodes), 20, "6 members")
+            adjacency = shared.view.adjacency
+            op = Operator(OperatorCredentials.from_state_dir(tmp_path / "b"))
+            first = await op.followed_directory()
+            assert len(first.members) == 6
+            await late.start()
+            await _until(lambda: all(len(x.members) == 8 for x in nodes), 20, "the joins")
+            await late.stop()  # n6 and n7 leave: their entries change (no longer alive)
+            await _until(
+                lambda: not any(x.members["n7"].alive for x in nodes), 20, "n7 to have left"
+            )
+            # n7 comes back on another port with its stored identity: its neighbours must re-link there
+            moved = NodeHost(_configs(tmp_path, addr, ["n7"]))
+            await moved.start()
+            new_address = moved.running[0].address
+            await _until(
+                lambda: nodes[0].members["n7"].address == new_address, 20, "n7's new address"
+            )
+            assert shared.view.adjacency is adjacency  # the topology's index was not rebuilt
+
+            async with grpc.aio.secure_channel(
+                addr,
+                pki.channel_credentials((tmp_path / "b" / "ca.pem").read_bytes()),
+                options=[("grpc.ssl_target_name_override", pki.BOOTSTRAP_DNS)],
+            ) as ch:
+                truth = await bpb_grpc.BootstrapStub(ch).GetDirectory(
+                    bpb.DirectoryRequest(), timeout=5
+                )
+            await _until(
+                lambda: all(x.directory_epoch == truth.epoch for x in nodes), 20, "every node"
+            )
+            by_vertex = {m.vertex: m for m in truth.members}
+            nbrs: dict[int, set[int]] = collections.defaultdict(set)
+            for e in truth.edges:
+                nbrs[e.u].add(e.v)
+                nbrs[e.v].add(e.u)
+            for x in nodes:
+                want = {by_vertex[v].node_id for v in nbrs[x.identity.vertex]}
+                assert set(x.neighbors) == set(x.links) == want, x.node_id
+                for peer, link in x.links.items():
+                    assert link.address == by_vertex[x.members[peer].vertex].address
+                got = x.directory  # the full message, built on demand from the process's copy
+                assert got.epoch == truth.epoch and list(got.edges) == list(truth.edges)
+                assert [(m.node_id, m.address, m.vertex, m.alive) for m in got.members] == [
+                    (m.node_id, m.address, m.vertex, m.alive) for m in truth.members
+                ]
+            assert nodes[0].directory is nodes[1].directory  # built once for the process
+            # the operator's followed copy (wait_healthy's sweeps) moved by the changes to the same state
+            followed = await op.followed_directory()
+            await op.close()
+            assert followed.epoch == truth.epoch and list(followed.edges) == list(truth.edges)
+            assert [(m.node_id, m.address, m.vertex, m.cert_sha256) for m in followed.members] == [
+                (m.node_id, m.address, m.vertex, m.cert_sha256) for m in truth.members
+            ]
+        finally:
+            if moved is not None:
+                await moved.stop()
+            await host.stop()
+            stop.set()
+            await btask
+
+    uvloop.run(go())
+
+
+def test_onion_keys_read_for_the_changed_members_only(tmp_path: pathlib.Path) -> None:
+    """A directory change reads the onion keys of the members it names, from the lowest epoch still listed,
+    not every node's keys (a quarter of the bootstrap's time in a 2048-node join storm)."""
+    from hushnet.bootstrap.store import BootstrapStore
+
+    store = BootstrapStore(tmp_path / "b.sqlite")
+    try:
+        for i in range(600):  # more than one SQLite parameter batch
+            store.put_onion_keys(f"n{i}", [(5, b"a%d" % i), (3, b"b%d" % i), (4, b"c%d" % i)])
+        everyone = store.onion_keys()
+        assert len(everyone) == 600 and everyone["n7"] == [(3, b"b7"), (4, b"c7"), (5, b"a7")]
+        ids = [f"n{i}" for i in range(0, 600, 2)] + ["ghost"]
+        some = store.onion_keys(ids, min_epoch=4)
+        assert set(some) == {f"n{i}" for i in range(0, 600, 2)}
+        assert all(some[i] == [e for e in everyone[i] if e[0] >= 4] for i in some)
+        assert store.onion_keys([]) == {}
+    finally:
+        store.close()
+
+
+def test_directory_view_says_which_neighbourhoods_a_change_touched() -> None:
+    """A change of one member concerns its own vertex and its neighbours only; a snapshot concerns everyone;
+    a member that moves vertex touches both its old and its new neighbourhood."""
+    from hushnet.net.shared import DirectoryView
+
+    ring = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)]  # ring:6
+    d = bpb.Directory(
+        epoch=3,
+        members=[bpb.Member(node_id=f"n{v}", vertex=v, address=f"a{v}") for v in range(5)],
+        edges=[bpb.Edge(u=u, v=v) for u, v in ring],
+    )
+    view = DirectoryView(d)
+    view.snapshot_epoch = 3
+    assert all(view.changed_since(2, v) for v in range(6))
+    assert not any(view.changed_since(3, v) for v in range(6))
+    view.update([bpb.Member(node_id="n5", vertex=5, address="a5")], 4)  # a join at vertex 5
+    assert [v for v in range(6) if view.changed_since(3, v)] == [0, 4, 5]
+    assert view.members["n5"].address == "a5" and view.by_vertex[5].node_id == "n5"
+    view.update(
+        [bpb.Member(node_id="n1", vertex=2, address="b1")], 5
+    )  # n1 moves from vertex 1 to 2
+    assert [v for v in range(6) if view.changed_since(4, v)] == [0, 1, 2, 3]
+    assert 1 not in view.by_vertex and view.by_vertex[2].node_id == "n1"

@@ -401,6 +401,32 @@ def test_walk_node_process_loads_neither_networkx_nor_scipy_stats() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_node_and_bootstrap_commands_do_not_import_the_privacy_tools() -> None:
+    """``hushnet node serve`` / ``bootstrap serve`` build only the network commands' parser (the privacy
+    tools import numpy and scipy: seconds of CPU per process when ``hushnet up`` starts several at once);
+    an unknown or absent command still gets every area's parser."""
+    code = (
+        "import sys\n"
+        "from hushnet.cli import build_parser\n"
+        "for cmd in ('node', 'bootstrap', 'up', 'status'):\n"
+        "    assert cmd in build_parser(cmd)._subparsers._group_actions[0].choices, cmd\n"
+        "print(sorted(m for m in ('numpy', 'scipy', 'hushnet.privacy.cli') if m in sys.modules))\n"
+        "full = build_parser(None)._subparsers._group_actions[0].choices\n"
+        "print('privacy' in full and 'node' in full, "
+        "'privacy' in build_parser('privacy')._subparsers._group_actions[0].choices)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "True True"], out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "hushnet.cli", "nosuchcommand"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "invalid choice: 'nosuchcommand'" in bad.stderr, bad.stderr
+
+
 def test_records_of_plain_loggers_in_a_hosted_handler_name_their_node(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -477,3 +503,33 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     }  # small hosts: every probe an RPC
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
+
+
+def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
+    tmp_path: pathlib.Path, monkeypatch
+) -> None:
+    """Real host processes (2 × 8 nodes): with the pacing on from the first node (``REASK_ALL_BELOW = 0``: a node
+    not yet wired is re-asked at most every ``REASK_S``), ``wait_healthy`` still asks every node and returns only
+    once every node serves and is connected to every neighbour."""
+    from hushnet.net import cluster as cluster_mod
+    from hushnet.net.operator import Operator
+
+    monkeypatch.setattr(cluster_mod, "REASK_ALL_BELOW", 0)
+    monkeypatch.setattr(cluster_mod, "REASK_S", 1.0)
+    asked: list[tuple[str, float]] = []
+    real = Operator.status
+
+    async def counted(self, node_id, address, timeout=3.0):
+        asked.append((node_id, time.monotonic()))
+        return await real(self, node_id, address, timeout=timeout)
+
+    monkeypatch.setattr(Operator, "status", counted)
+    c = cluster_mod.LocalCluster(tmp_path, 16, "hypercube:4", restart=False, per_process=8)
+    try:
+        c.start(timeout=60)
+        doc = c.wait_healthy(timeout=120)
+    finally:
+        c.stop()
+    assert len(doc["nodes"]) == 16 and doc["healthy"]
+    assert all(n["all_neighbors_connected"] and len(n["connected"]) == 4 for n in doc["nodes"])
+    assert {node_id for node_id, _ in asked} == {f"n{i}" for i in range(16)}
