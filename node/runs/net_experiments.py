@@ -94,11 +94,12 @@ CONFIGS: dict[str, ExperimentConfig] = {
     # (noise std 2 per step, sensitivity 2·clip) and K = 3 rounds per step keep the projection and
     # the rounds affordable at the sizes the accountant allows (steps·n ≤ 4096)
     MUFFLIATO_GD: ExperimentConfig(
-        spec=dict(protocol=MUFFLIATO_GD, task="logreg", seed=7, sigma=1.0, clip=1.0, step_size=0.7),
+        spec=dict(protocol=MUFFLIATO_GD, task="logreg", seed=7, sigma=1.0, step_size=0.7),
         per_node=8,
         node_budget=1000.0,
         steps=4,
         protocol_params={"K": 3, "timeout": 10.0},
+        task_params={"clip": 1.0},  # a gossip task's clip is a task parameter (docs/runs.md)
     ),
 }
 
@@ -280,6 +281,43 @@ def run_network(
         timings,
         per_process,
         outcome.state,
+    )
+
+
+def save_network(net: NetworkRun, spec, path: pathlib.Path) -> None:
+    """Write what the network run returned (models, every node's report, timings) as JSON, so the
+    simulator side can be redone without the network (``--from-network``): the heavy part is the network."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "run_id": spec.run_id,
+        "models": {str(v): m.tolist() for v, m in net.models.items()},
+        "per_node": net.report.per_node,
+        "id_of": {str(v): i for v, i in net.id_of.items()},
+        "shard_of": {str(v): i for v, i in net.shard_of.items()},
+        "timings": net.timings,
+        "per_process": net.per_process,
+        "state": net.state,
+    }
+    path.write_text(json.dumps(doc, default=float))
+
+
+def load_network(spec, path: pathlib.Path) -> NetworkRun:
+    """The network run saved by :func:`save_network`; refused if it was another spec's run."""
+    from hushnet.client.report import RunReport
+
+    doc = json.loads(path.read_text())
+    if doc["run_id"] != spec.run_id:
+        raise SystemExit(
+            f"net_experiments: error: {path} holds run {doc['run_id']}, these arguments give run {spec.run_id}"
+        )
+    return NetworkRun(
+        {int(v): np.asarray(m, dtype=float) for v, m in doc["models"].items()},
+        RunReport(doc["run_id"], doc["per_node"], None),
+        {int(v): i for v, i in doc["id_of"].items()},
+        {int(v): int(i) for v, i in doc["shard_of"].items()},
+        dict(doc["timings"]),
+        int(doc["per_process"]),
+        str(doc["state"]),
     )
 
 
@@ -495,7 +533,16 @@ def experiment(args, t0: float) -> dict[str, Any]:
         f"{spec.protocol} on houses, n={n}, {spec.graph}, T={spec.steps}, σ={spec.sigma}, clip={spec.clip}, "
         f"step={spec.step_size}, noise {spec.noise}; {P.shards[0][0].shape[0]} training rows per node",
     )
-    net = run_network(spec, P, per_process=args.per_process, t0=t0, state_dir=args.state_dir)
+    if args.from_network is not None:
+        net = load_network(spec, args.from_network)
+        log(t0, f"network run {spec.run_id} read from {args.from_network}")
+    else:
+        net = run_network(spec, P, per_process=args.per_process, t0=t0, state_dir=args.state_dir)
+        if args.save_network is not None:
+            save_network(net, spec, args.save_network)
+            log(t0, f"network run saved to {args.save_network}")
+        if args.network_only:
+            return {}
     tasks = make_tasks(spec, [P.shards[net.shard_of[v]] for v in range(n)])
     engine = args.engine or ("event" if n <= 256 or spec.protocol != MUFFLIATO_GD else "batch")
     log(t0, f"the same spec in the simulator ({engine}) ...")
@@ -615,6 +662,7 @@ def experiment(args, t0: float) -> dict[str, Any]:
         "accuracy": accuracy,
         "timings": timings,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "blas_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -726,6 +774,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-png", action="store_true")
     ap.add_argument(
+        "--save-network",
+        type=pathlib.Path,
+        help="also write what the network run returned here (JSON), for --from-network",
+    )
+    ap.add_argument(
+        "--network-only",
+        action="store_true",
+        help="stop after the network run (with --save-network: the heavy part alone, e.g. under a lock)",
+    )
+    ap.add_argument(
+        "--from-network",
+        type=pathlib.Path,
+        help="skip the network: take its run from --save-network's file, redo the simulator side",
+    )
+    ap.add_argument(
         "--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)"
     )
     args = ap.parse_args(argv)
@@ -740,7 +803,11 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    if args.network_only and args.save_network is None:
+        raise SystemExit("net_experiments: error: --network-only needs --save-network")
     result = experiment(args, t0)
+    if not result:
+        return 0
     path = write_outputs(result, args.out, png=not args.no_png)
     log(t0, f"wrote {path}")
     print(
