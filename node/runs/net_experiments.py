@@ -799,6 +799,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.ledger_check is not None and args.ledger_check < 1:
         raise SystemExit("net_experiments: error: --ledger-check must be at least 1")
+    # the node processes (started below, they inherit the environment) run one BLAS thread each unless
+    # told otherwise: hosted nodes are already one process per core, and a Muffliato-GD projection row
+    # at n = 64 took 39 s with the default threads on this loaded 2-core machine, 0.47 s with one
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     t0 = time.perf_counter()
     import logging
 
