@@ -268,6 +268,7 @@ def run_network(
             tr = time.perf_counter()
             outcome = client.watch(run_id, progress=progress, timeout=3600.0)
             timings["run_seconds"] = time.perf_counter() - tr
+            timings["load_average_1min_at_run_end"] = os.getloadavg()[0]
             if outcome.state != "finished":
                 raise RuntimeError(f"network run {outcome.state}: {outcome.reason}")
             log(
@@ -664,7 +665,7 @@ def experiment(args, t0: float) -> dict[str, Any]:
         timings["hops_per_second"] = round(spec.steps / net.timings["run_seconds"], 2)
     return {
         "experiment": f"{spec.protocol} on houses over the network, n={n}, with simulator parity (issue 12)",
-        "command": "python -m hushnet.runs.net_experiments " + " ".join(args.argv),
+        "command": "python -m hushnet.runs.net_experiments " + " ".join(public_argv(args.argv)),
         "protocol": spec.protocol,
         "n": n,
         "graph": spec.graph,
@@ -688,6 +689,23 @@ def experiment(args, t0: float) -> dict[str, Any]:
         "blas_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+#: options whose value is a path of this machine: the JSON keeps only the file name
+PATH_OPTIONS = ("--out", "--save-network", "--from-network", "--state-dir")
+
+
+def public_argv(argv: Sequence[str]) -> list[str]:
+    """The command line as the JSON records it: path values reduced to their file name (a committed
+    result must not carry this machine's directories)."""
+    out: list[str] = []
+    for a in argv:
+        if out and out[-1] in PATH_OPTIONS:
+            a = pathlib.Path(a).name
+        elif "=" in a and a.split("=", 1)[0] in PATH_OPTIONS:
+            a = a.split("=", 1)[0] + "=" + pathlib.Path(a.split("=", 1)[1]).name
+        out.append(a)
+    return out
 
 
 def write_outputs(result: dict[str, Any], out: pathlib.Path, png: bool = True) -> pathlib.Path:

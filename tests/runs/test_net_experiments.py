@@ -127,3 +127,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         nx.prepare("muffliato-gd", 32, steps=0)
     with pytest.raises(SystemExit, match="--network-only needs --save-network"):
         nx.main(["--protocol", "rw-dpsgd", "--nodes", "32", "--network-only"])
+
+
+def test_recorded_command_keeps_no_directory_of_this_machine(tmp_path: pathlib.Path) -> None:
+    argv = ["--nodes", "64", "--out", str(tmp_path / "o"), f"--from-network={tmp_path / 'n.json'}"]
+    assert nx.public_argv(argv) == ["--nodes", "64", "--out", "o", "--from-network=n.json"]
