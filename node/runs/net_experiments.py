@@ -275,7 +275,20 @@ def run_network(
                 t0,
                 f"run finished after {timings['run_seconds']:.1f} s; collecting models and reports",
             )
+            # watch returns when the run has finished somewhere; a gossip node still in its last round
+            # has no model yet (at n = 128, 2 of 128 nodes answered without one): wait until every
+            # node that should hold a model holds it (gossip: all; a walk: the holder)
+            want = n if spec.protocol == MUFFLIATO_GD else 1
+            deadline = time.monotonic() + rpc_timeout
             models_by_id = client.models(run_id)
+            while len(models_by_id) < want and time.monotonic() < deadline:
+                time.sleep(1.0)
+                models_by_id = client.models(run_id)
+            if len(models_by_id) < want:
+                log(
+                    t0,
+                    f"only {len(models_by_id)} of {want} nodes hold a model after {rpc_timeout:.0f} s",
+                )
             report = client.report(run_id)
     finally:
         cluster.stop(timeout=15)
@@ -469,6 +482,7 @@ def check_parity(
             d = abs(float(got[t]) - e) / max(1.0, abs(e))
             ledger_diff = max(ledger_diff, d)
     out = {
+        "models_missing_network": sorted(set(sim.models) - set(net.models)),
         "model_holders_network": len(net.models),
         "model_holders_simulator": len(sim.models),
         "models_compared": len(common),
