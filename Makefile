@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo demo-large demo-ddp net-demo bench figures clean coverage
+.PHONY: venv test demo demo-large demo-ddp net-demo bench figures net-experiments clean coverage
 
 $(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: $(STAMP)
 
 figures: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m benchmarks.figures
+
+# The papers' houses experiments over a hosted network, checked against the simulator (issue 12):
+# ARGS="--protocol muffliato-gd --nodes 64" (or rw-dpsgd); writes benchmarks/figures/out/net_<protocol>_<n>.json/.png
+net-experiments: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m hushnet.runs.net_experiments $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .coverage-data

@@ -742,6 +742,18 @@ class AsyncClient:
         """The final model or released result (a sum, a histogram) of the run; see :meth:`result`."""
         return (await self.result(run_id, node=node)).values
 
+    async def models(self, run_id: str) -> dict[str, np.ndarray]:
+        """Every node's own final model of the run, by node id (gossip: each node holds one; a walk: the
+        holder only).  Nodes without a model (not finished, unreachable) are left out; :meth:`result`
+        says why one node has none."""
+        await self.refresh()
+        res = await self._all("run.model", {"run_id": run_id}, timeout=max(self.timeout, 60.0))
+        return {
+            i: np.frombuffer(base64.b64decode(r["model_b64"]), dtype="<f8").copy()
+            for i, r in res.items()
+            if isinstance(r, dict) and r.get("model_b64")
+        }
+
     async def result(self, run_id: str, *, node: str | None = None) -> RunResult:
         """What the run released to the operator, with where it came from (:class:`RunResult`).
 

@@ -96,6 +96,9 @@ class Client:
     def model(self, run_id: str, *, node: str | None = None):
         return self._call(self._async.model(run_id, node=node))
 
+    def models(self, run_id: str):
+        return self._call(self._async.models(run_id))
+
     def result(self, run_id: str, *, node: str | None = None):
         return self._call(self._async.result(run_id, node=node))
 
