@@ -399,10 +399,11 @@ class LocalCluster:
             str, int
         ] = {}  # node id -> its neighbours among the members when it was asked
         degree: dict[str, int] = {}  # node id -> its neighbours among the members now
+        full: dict[str, int] = {}  # node id -> its neighbours in the graph
         n_members = 0
 
         async def go() -> dict:
-            nonlocal last, n_members, degree
+            nonlocal last, n_members, degree, full
             async with Operator(OperatorCredentials.from_state_dir(self.state_dir)) as op:
                 while time.monotonic() < deadline:
                     if should_stop():
@@ -430,15 +431,22 @@ class LocalCluster:
                     # Status calls compete with the start-up itself for the hosts' CPU); the last few are
                     # asked on every sweep, so the end of the start-up is seen at once
                     gap = REASK_S if len(waiting) > REASK_ALL_BELOW else 0.0
+                    # a node some of whose neighbours have not joined yet cannot be wired: it is asked once
+                    # they all have (or once every node has joined, for a graph with vertices left empty)
+                    all_joined = n_members >= self.n_nodes
                     only = (
                         None
                         if not entries
                         else {
                             i
                             for i in entries
-                            if (i in waiting and now - seen_at[i] >= gap)
+                            if (
+                                i in waiting
+                                and now - seen_at[i] >= gap
+                                and (all_joined or degree.get(i) == full.get(i))
+                            )
                             or now - seen_at[i] > 30.0
-                            or asked_with.get(i) != degree.get(i)
+                            or (i not in waiting and asked_with.get(i) != degree.get(i))
                         }
                     )  # "wired" was judged against fewer neighbours (not: fewer members anywhere, which
                     # re-asked every node on every sweep of a join storm: ~2 000 Status calls a sweep)
@@ -448,6 +456,7 @@ class LocalCluster:
                         )
                         members = doc["members"]
                         degree = doc.get("expected_degree", {})
+                        full = doc.get("graph_degree", {})
                         for e in doc["nodes"]:
                             entries[e["id"]], seen_at[e["id"]], asked_with[e["id"]] = (
                                 e,
