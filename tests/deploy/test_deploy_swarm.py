@@ -68,6 +68,16 @@ def swarm(docker_engine):
         docker("swarm", "leave", "--force", timeout=60, check=False)
 
 
+def _stack_deploy(stack: str, env: dict[str, str], *overrides: str) -> None:
+    """``docker stack deploy`` of the top-level compose file (plus ``overrides`` under the repo),
+    with the images already loaded (never resolved from a registry)."""
+    files = ["docker-compose.yml", *overrides]
+    cmd = [docker_bin(), "stack", "deploy", "--resolve-image", "never"]
+    for f in files:
+        cmd += ["-c", str(REPO / f)]
+    run([*cmd, stack], env=env, timeout=120)
+
+
 def _deploy_env(image: str, **extra: str) -> dict[str, str]:
     env = dict(
         os.environ,
@@ -194,21 +204,11 @@ def test_single_node_swarm_stack_deploy(swarm, hushnet_image, tmp_path):
     data_dir = make_data_dir(3)
     t0 = time.monotonic()
     try:
-        run(
-            [
-                docker_bin(),
-                "stack",
-                "deploy",
-                "--resolve-image",
-                "never",
-                "-c",
-                str(REPO / "docker-compose.yml"),
-                stack,
-            ],
-            env=_deploy_env(
+        _stack_deploy(
+            stack,
+            _deploy_env(
                 hushnet_image, HUSHNET_DATA_DIR=str(data_dir), HUSHNET_BUDGET_EPSILON="100"
             ),
-            timeout=120,
         )
         boot, _ = _wait_ring(stack)
         TIMINGS["swarm_deploy_to_healthy_s"] = time.monotonic() - t0
@@ -275,23 +275,12 @@ def test_multihost_recipe_with_secrets(swarm, hushnet_image):
             )
             assert proc.returncode == 0, proc.stderr
         # 2. deploy with the override
-        run(
-            [
-                docker_bin(),
-                "stack",
-                "deploy",
-                "--resolve-image",
-                "never",
-                "-c",
-                str(REPO / "docker-compose.yml"),
-                "-c",
-                str(REPO / "deploy" / "swarm-multihost.yml"),
-                stack,
-            ],
-            env=_deploy_env(
+        _stack_deploy(
+            stack,
+            _deploy_env(
                 hushnet_image, HUSHNET_CA_SECRET=ca_secret, HUSHNET_TOKEN_SECRET=token_secret
             ),
-            timeout=120,
+            "deploy/swarm-multihost.yml",
         )
         boot, doc = _wait_ring(stack)
         # the nodes joined with the secrets, and the CA is the one created in step 1
@@ -322,18 +311,9 @@ def test_swarm_replicas_each_host_k_nodes(swarm, hushnet_image, tmp_path):
     data_dir = make_data_dir(n)
     t0 = time.monotonic()
     try:
-        run(
-            [
-                docker_bin(),
-                "stack",
-                "deploy",
-                "--resolve-image",
-                "never",
-                "-c",
-                str(REPO / "docker-compose.yml"),
-                stack,
-            ],
-            env=_deploy_env(
+        _stack_deploy(
+            stack,
+            _deploy_env(
                 hushnet_image,
                 HUSHNET_NODES=str(replicas),
                 HUSHNET_NODES_PER_CONTAINER=str(k),
@@ -341,7 +321,6 @@ def test_swarm_replicas_each_host_k_nodes(swarm, hushnet_image, tmp_path):
                 HUSHNET_DATA_DIR=str(data_dir),
                 HUSHNET_BUDGET_EPSILON="100",
             ),
-            timeout=120,
         )
         boot, doc = _wait_network(stack, n, topology, replicas=replicas)
         TIMINGS["swarm_node_hosts_healthy_s"] = time.monotonic() - t0
