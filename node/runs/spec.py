@@ -614,6 +614,21 @@ class PolicyDecision:
     details: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
+    def delta_refusal(cls, spec_delta: float, node_delta: float) -> "PolicyDecision | None":
+        """The refusal when the spec's δ is larger than the node's own δ (None: δ is acceptable).
+        Every family checks this before projecting: a row at a larger δ than the node allows is
+        not within its budget whatever its ε."""
+        if node_delta < spec_delta:
+            return cls(
+                False,
+                f"spec δ={spec_delta:g} exceeds this node's δ={node_delta:g}",
+                None,
+                spec_delta,
+                "certified",
+            )
+        return None
+
+    @classmethod
     def certified(
         cls,
         row: np.ndarray,

@@ -76,3 +76,34 @@ def test_family_list_is_cheap_to_import() -> None:
     """Every node process imports the family list; heavy libraries load only when a family needs them."""
     code = "import sys, hushnet.families; bad = [m for m in ('scipy', 'networkx', 'hushnet.privacy') if m in sys.modules]; assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "proto,task",
+    [
+        ("rw-dpsgd", "logreg"),
+        ("pad-complete-sum", "sum"),
+        ("central-dpsgd", "logreg"),
+        ("anon-walk-sgd", "logreg"),
+        ("muffliato", "mean"),
+        ("secagg-sum", "sum"),
+    ],
+)
+def test_every_family_refuses_a_spec_delta_above_the_nodes(proto: str, task: str) -> None:
+    """One refusal for a δ the node does not allow (PolicyDecision.delta_refusal), before any
+    projection: a row at a larger δ is not within the node's budget whatever its ε."""
+    from hushnet.runs.spec import Budget, RunSpec
+
+    spec = RunSpec(
+        protocol=proto,
+        task=task,
+        graph="complete:8",
+        steps=20,
+        seed=1,
+        budget=Budget(50.0, 1e-5),
+        sigma=3.0,
+        cap=10,
+    ).with_run_id()
+    d = family_of(proto).project(spec, 0, Budget(50.0, 1e-7), None)
+    assert not d.accept and d.reason == "spec δ=1e-05 exceeds this node's δ=1e-07", d.reason
+    assert d.epsilon_row is None and d.delta == 1e-5 and d.bound == "certified"

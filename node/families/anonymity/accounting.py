@@ -111,14 +111,9 @@ def ldp_decision(
     from hushnet.runs.spec import _best_order_dp
 
     budget = local or spec.budget
-    if budget.delta < spec.budget.delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            spec.budget.delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(spec.budget.delta, budget.delta)
+    if refused is not None:
+        return refused
     if not (sigma > 0 and math.isfinite(sigma)):
         return refuse(
             spec,

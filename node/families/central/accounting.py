@@ -79,14 +79,9 @@ def central_projector(
     """Certified row toward the other nodes (central model); the aggregator is trusted, not in the row."""
     budget = local_budget or spec.budget
     delta = spec.budget.delta
-    if budget.delta < delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(delta, budget.delta)
+    if refused is not None:
+        return refused
     n = spec.n if W is None else int(W.shape[0])
     bound, method = contributions_bound(int(spec.steps), float(n), delta)
     n_u = float(min(math.ceil(bound), spec.steps))

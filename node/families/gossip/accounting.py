@@ -277,14 +277,9 @@ def project_gossip(
     from hushnet.protocols.registry import transition_matrix
 
     budget = local or spec.budget
-    if budget.delta < spec.budget.delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            spec.budget.delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(spec.budget.delta, budget.delta)
+    if refused is not None:
+        return refused
     why = check_network_spec(spec)
     if why:
         return _refuse(spec, why)

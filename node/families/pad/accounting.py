@@ -228,14 +228,9 @@ def pad_projector(
     """The node's certified row for the run from public parameters, and its accept/refuse decision."""
     budget = local_budget or spec.budget
     delta = spec.budget.delta
-    if budget.delta < delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(delta, budget.delta)
+    if refused is not None:
+        return refused
     n = spec.n if W is None else int(W.shape[0])
     if spec.protocol == RING_SUM and spec.on_peer_down == "deviate":
         return PolicyDecision(

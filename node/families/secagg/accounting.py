@@ -161,14 +161,9 @@ def _decision(
 ) -> PolicyDecision:
     budget = local or spec.budget
     delta = spec.budget.delta
-    if budget.delta < delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(delta, budget.delta)
+    if refused is not None:
+        return refused
     n = spec.n
     row = (
         _best_order_dp(np.full(n, rounds / (2.0 * sigma**2)), math.inf, math.log(1.0 / delta))

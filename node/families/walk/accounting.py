@@ -233,14 +233,9 @@ def evaluate_policy(
 ) -> PolicyDecision:
     """Accept iff the projected certified row stays within the node's own budget (default: the spec's)."""
     budget = local_budget or spec.budget
-    if budget.delta != spec.budget.delta and budget.delta < spec.budget.delta:
-        return PolicyDecision(
-            False,
-            f"spec δ={spec.budget.delta:g} exceeds this node's δ={budget.delta:g}",
-            None,
-            spec.budget.delta,
-            "certified",
-        )
+    refused = PolicyDecision.delta_refusal(spec.budget.delta, budget.delta)
+    if refused is not None:
+        return refused
     try:
         row, det = projected_row(spec, node, W)
     except (SpecError, ValueError) as exc:
