@@ -49,6 +49,7 @@ import numpy as np
 
 from hushnet.families.gossip.params import MUFFLIATO_GD
 from hushnet.families.walk.params import RW_DPSGD
+from hushnet.runs.demo import LARGE_CONFIGS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DELTA = 1e-5
@@ -72,23 +73,14 @@ class ExperimentConfig:
 
 
 CONFIGS: dict[str, ExperimentConfig] = {
-    # make demo-large's walk (node/runs/demo.py LARGE_CONFIGS: why these numbers), reproducible noise
+    # make demo-large's walk, taken from it (node/runs/demo.py LARGE_CONFIGS: why these numbers);
+    # the length (steps_per_node · n) and the node budget are this runner's, the noise is seeded
     RW_DPSGD: ExperimentConfig(
-        spec=dict(
-            protocol=RW_DPSGD,
-            task="logreg",
-            seed=7,
-            sigma=8.0,
-            clip=0.1,
-            step_size=0.01,
-            cap=50,
-            view_model="sender-known",
-            on_peer_down="deviate",
-        ),
+        spec={k: v for k, v in LARGE_CONFIGS["houses"].spec.items() if k != "steps"},
         per_node=None,
         node_budget=100.0,
         steps_per_node=2,
-        task_params={"intercept": False},
+        task_params=dict(LARGE_CONFIGS["houses"].task_params),
     ),
     # [M] Alg. 3 with the papers' model and [M] Fig. 1c's step size, clip and rows per node; σ = 1
     # (noise std 2 per step, sensitivity 2·clip) and K = 3 rounds per step keep the projection and
