@@ -528,6 +528,16 @@ def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
     try:
         c.start(timeout=60)
         doc = c.wait_healthy(timeout=120)
+        # the host processes run numpy's BLAS with one thread per core between them, not one per core each
+        want = str(cluster_mod.blas_threads_for(2))
+        for proc in c.processes:
+            env = dict(
+                kv.split("=", 1)
+                for kv in pathlib.Path(f"/proc/{proc.pid}/environ").read_text().split("\0")
+                if "=" in kv
+            )
+            for var in cluster_mod.BLAS_THREAD_VARS:
+                assert env.get(var) == os.environ.get(var, want), var
     finally:
         c.stop()
     assert len(doc["nodes"]) == 16 and doc["healthy"]
