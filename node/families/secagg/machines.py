@@ -131,7 +131,7 @@ import numpy as np
 
 from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.crypto.masks import add_masks, pairwise_seed
+from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
 from hushnet.crypto.shamir import (
     SHARE_LEN,
@@ -212,6 +212,15 @@ def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int
                 nb[i].add(k)
                 nb[k].add(i)
     return {ids[i]: frozenset(ids[j] for j in nb[i] if j != i) for i in range(m)}
+
+
+def encode_input(
+    fp: FixedPoint, x: np.ndarray, noise: np.ndarray | None, n_terms: int
+) -> np.ndarray:
+    """The member's fixed-point words of its input ``x`` plus its noise share (range-checked, fresh array)."""
+    v = x if noise is None else x + noise
+    # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
+    return fp.encode(v, n_terms).astype(fp.dtype, copy=False)
 
 
 class SecAggMachine(Protocol):
@@ -356,11 +365,13 @@ class SecAggMachine(Protocol):
 
     def _mask(self) -> list[Action]:
         """Draw the noise, encode, mask and send the input with its shares (the member's first message)."""
-        if self.p.noise_std > 0:
-            self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
+        noise = (
+            self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
+            if self.p.noise_std > 0
+            else None
+        )
         try:
-            # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
-            enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
+            enc = encode_input(self.fp, self.x, noise, len(self.p.members))
         except ValueError as exc:
             self.phase = "out"
             return [
