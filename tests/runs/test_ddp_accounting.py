@@ -160,6 +160,19 @@ def test_projector_refuses_bad_parameters_with_the_reason() -> None:
     assert not dec.accept and "threshold" in dec.reason
 
 
+def test_a_clip_beyond_the_fixed_point_range_is_refused() -> None:
+    """A member whose gradient is out of range drops out — a dropout that would depend on its data — so the
+    public clip must keep every entry in range: bits 16, frac_bits 12, 6 members → ±1.33 < clip 1.5."""
+    from dataclasses import replace
+
+    from hushnet.families.secagg.accounting import project_ddp
+
+    spec = replace(_spec(bits=16, frac_bits=12, sample=6, threshold=5), clip=1.5, run_id="")
+    dec = project_ddp(spec.with_run_id(), 0)
+    assert not dec.accept and "fixed-point range" in dec.reason and "\n" not in dec.reason
+    assert project_ddp(replace(spec, clip=1.0).with_run_id(), 0).accept
+
+
 def test_plain_aggregation_is_charged_as_local_dp_of_the_share() -> None:
     from hushnet.families.secagg.accounting import project_ddp
 

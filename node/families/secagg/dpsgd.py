@@ -172,7 +172,14 @@ def calibrate(p: DDPParams, n: int, sensitivity: float, dim: int | None = None) 
         round_timeout=p.round_timeout,
         mask_degree=p.mask_degree,
     )
-    probe.fixed_point  # noqa: B018 - validates frac_bits/bits
+    fp = probe.fixed_point  # validates frac_bits/bits
+    # a member whose data part is out of range drops out: a dropout that depends on its data unless the
+    # public clip (entries of a clipped gradient are ≤ Δ/2 = clip) keeps every gradient in range
+    if p.aggregation == "secure" and float(sensitivity) / 2.0 > fp.max_abs(m):
+        raise ValueError(
+            f"clipped gradient entries up to Δ/2 = {float(sensitivity) / 2.0:g} exceed the fixed-point range "
+            f"±{fp.max_abs(m):.3g} of a sum of {m} members (bits={p.bits}, frac_bits={p.frac_bits})"
+        )
     if p.leader_timeout is not None and not float(p.leader_timeout) > 0:
         raise ValueError(f"leader_timeout must be > 0 seconds, got {p.leader_timeout!r}")
     # the rounds run the consistency check, so the tolerance is the one against a malicious (equivocating) leader
