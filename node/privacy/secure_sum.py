@@ -23,8 +23,10 @@ the noise ``A`` does not know has variance at least ``(t − c)·s²`` per coord
 makes it at least ``(σΔ)²``: changing ``x_u`` moves the mean by at most Δ, and the view is a Gaussian
 mechanism with noise multiplier ≥ σ — RDP ``α/(2σ²)`` at every order and ``1/σ``-GDP, *exact* for
 vector inputs too (the Rényi divergence of two isotropic Gaussians depends only on the L2 distance of
-the means, and the other honest inputs are treated as known: worst case).  Rounds compose adaptively
-(the next round's inputs depend on earlier sums): RDP adds, μ² adds.
+the means, and the other honest inputs are treated as known: worst case) — in exact arithmetic.  The
+members hand in fixed-point words, so Δ is read as ``Δ_eff ≥ Δ`` and ``s² = (σΔ_eff)²/(t − c)`` (*Fixed
+point* below).  Rounds compose adaptively (the next round's inputs depend on earlier sums): RDP adds,
+μ² adds.
 
 What is *not* credited: amplification by sampling members (the sampling, if any, is public), any
 hiding by survivors beyond ``t − c``, and a coalition larger than ``c`` (for ``|A| = c' > c`` the view is
@@ -233,10 +235,11 @@ class SecureSumView:
         grid = (
             ""
             if self.frac_bits is None
-            else f"; fixed point 2^-{self.frac_bits}: data and noise rounded apart, Δ read as Δ_eff"
+            else f"; fixed point 2^-{self.frac_bits}: data and noise rounded apart, Δ_eff covers the rounding"
         )
+        delta = "Δ" if self.frac_bits is None else "Δ_eff"
         return (
-            f"secure-sum Gaussian view (distributed DP): each member adds N(0, (σΔ)²/(t−c)), any coalition of "
+            f"secure-sum Gaussian view (distributed DP): each member adds N(0, (σ{delta})²/(t−c)), any coalition of "
             f"≤ c={self.collusion} members sees ≥ t−c={self.honest_survivors} honest survivors' noise ≥ σΔ "
             f"(t={self.threshold}, σ={self.sigma:g}{grid}): RDP α/(2σ²), exact"
         )

@@ -321,7 +321,7 @@ def project_secagg(
             "certified",
             {"N_u": 0.0},
         )
-    try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
+    try:  # protocol_params.collusion: noise calibrated σΔ_eff/√(t−c) per member, charged as the sum's Gaussian view
         view = secagg_sum_calibration(spec)
     except ValueError as exc:
         return refuse(spec, f"secure-sum calibration: {exc}")
