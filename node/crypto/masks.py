@@ -93,9 +93,8 @@ class FixedPoint:
             raise ValueError("cannot encode NaN or infinity")
         v = np.rint(x * 2.0**self.frac_bits)  # an exact integer (float64 scaling by 2^f is exact)
         top = float(np.max(np.abs(v))) if v.size else 0.0
-        if (
-            top < 2.0**62
-        ):  # every draw of a sane noise std: int64 holds it (two's complement = mod 2^64)
+        # every draw of a sane noise std: int64 holds it (two's complement = mod 2^64)
+        if top < 2.0**62:
             out = v.astype(np.int64).view(np.uint64)
             return out & self.modulus_mask if self.bits < 64 else out
         if not np.isfinite(top):

@@ -240,8 +240,9 @@ class SecureSumView:
         delta = "Δ" if self.frac_bits is None else "Δ_eff"
         return (
             f"secure-sum Gaussian view (distributed DP): each member adds N(0, (σ{delta})²/(t−c)), any coalition of "
-            f"≤ c={self.collusion} members sees ≥ t−c={self.honest_survivors} honest survivors' noise ≥ σΔ "
-            f"(t={self.threshold}, σ={self.sigma:g}{grid}): RDP α/(2σ²), exact"
+            f"≤ c={self.collusion} members sees ≥ t−c={self.honest_survivors} honest survivors' noise ≥ σ{delta} "
+            f"(t={self.threshold}, σ={self.sigma:g}{grid}): RDP α/(2σ²), "
+            + ("exact" if self.frac_bits is None else "a bound (exact in real arithmetic)")
         )
 
     def as_dict(self) -> dict[str, Any]:

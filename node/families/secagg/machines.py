@@ -391,9 +391,8 @@ class SecAggMachine(Protocol):
                     self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)}
                 )
             ]
-        if (
-            noise is not None
-        ):  # what the member handed in, before rounding (tests and attacks read it)
+        # what the member handed in, before rounding (tests and attacks read it)
+        if noise is not None:
             self.x = self.x + noise
         msg = self._trip_one(enc)
         self.phase = "masked"

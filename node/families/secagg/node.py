@@ -56,7 +56,6 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
     params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
     if task is not None:
         from hushnet.families.secagg.accounting import secagg_sum_calibration, sum_frac_bits
-        from hushnet.privacy.secure_sum import effective_sensitivity
 
         view = secagg_sum_calibration(spec, float(task.sensitivity()), int(task.dim))
         # distributed calibration (protocol_params.collusion): σΔ_eff/√(t−c) per member; else σ(Δ + q√d)
