@@ -85,6 +85,26 @@ class FixedPoint:
         v = np.rint(x * 2.0**self.frac_bits).astype(np.int64).view(np.uint64)
         return v & self.modulus_mask if self.bits < 64 else v
 
+    def encode_wrapping(self, x: np.ndarray) -> np.ndarray:
+        """``R(x) mod 2^bits`` as uint64 words, exact for any finite entry and never refused for its size:
+        for a DP noise share, whose range check would be a release that depends on the noise."""
+        x = np.asarray(x, dtype=np.float64)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("cannot encode NaN or infinity")
+        v = np.rint(x * 2.0**self.frac_bits)  # an exact integer (float64 scaling by 2^f is exact)
+        top = float(np.max(np.abs(v))) if v.size else 0.0
+        # every draw of a sane noise std: int64 holds it (two's complement = mod 2^64)
+        if top < 2.0**62:
+            out = v.astype(np.int64).view(np.uint64)
+            return out & self.modulus_mask if self.bits < 64 else out
+        if not np.isfinite(top):
+            raise ValueError("cannot encode NaN or infinity")
+        w = np.fmod(v, 2.0**self.bits)  # exact, |w| < 2^bits
+        hi = np.floor(w / 2.0**32)  # exact: w = hi·2^32 + lo, 0 ≤ lo < 2^32
+        lo = w - hi * 2.0**32
+        out = (hi.astype(np.int64).view(np.uint64) << np.uint64(32)) + lo.astype(np.uint64)
+        return out & self.modulus_mask if self.bits < 64 else out
+
     def decode(self, v: np.ndarray) -> np.ndarray:
         v = np.asarray(v, dtype=np.uint64)
         if self.bits < 64:

@@ -15,7 +15,7 @@ the mean over ``--seeds`` simulator runs (the machines the nodes run):
   clipped gradients plus N(0, (σΔ)²), the same rounds and step as ``secagg-dpsgd`` (numpy reference, no
   protocol: what a trusted server summing everything would get);
 * ``secagg-dpsgd`` — no trusted party: the same sums under secure aggregation, each node adding
-  N(0, (σΔ)²/(t − c)) (t = 14 of 16, c = 1: any single node's view, dropouts of up to 2 members).
+  N(0, (σΔ_eff)²/(t − c)) (Δ_eff: Δ plus the fixed-point rounding's charge; t = 14 of 16, c = 1: any single node's view, dropouts of up to 2 members).
 
 ``--network`` also runs ``secagg-dpsgd`` on a real 16-process network (mutual TLS on 127.0.0.x) and
 reports its accuracy and the worst-pair ε from the nodes' ledgers.  ``--figure DIR`` writes

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_anonlayer_secagg_malicious import EVERYONE, LEADER, N_MEM, VICTIM, _round
+from test_anonlayer_secagg_malicious import DIM, EVERYONE, LEADER, N_MEM, VICTIM, _round
 
 from hushnet.crypto.signing import simulation_signers
 from hushnet.engine.actions import Fault, Send
@@ -44,7 +44,7 @@ def test_secagg_sum_credit_without_the_consistency_check_is_not_granted_against_
     the victim's noisy input, whose view has multiplier s/Δ = σ/√3 — 3× the certified RDP α/(2σ²).
     Without the check the malicious tolerance is 2t − n − 1 = 0 (``malicious_collusion_tolerance``)."""
     t, c = 5, 2
-    s = share_std(SIGMA, 1.0, t, c)
+    s = share_std(SIGMA, 1.0, t, c, dim=DIM, frac_bits=24)
     atk, vecs = _round(t, consistency_check=False, noise_std=s)
     got = atk.attack(A=(1, 2), B=(3, 4, 5), colluders=(7, 8))
     # the attack is real: the victim's noisy input comes out exactly, its noise only the victim's own share s
@@ -68,7 +68,7 @@ def test_with_the_check_the_same_collusion_gets_no_credit_either_and_a_high_thre
 
     with pytest.raises(SecureSumError):
         secagg_sum_calibration(_secagg_sum_spec(threshold=5, collusion=2), 1.0)
-    view = secagg_sum_calibration(_secagg_sum_spec(threshold=8, collusion=2), 1.0)
+    view = secagg_sum_calibration(_secagg_sum_spec(threshold=8, collusion=2), 1.0, DIM)
     assert view.tolerance == 6
     atk, _ = _round(8, noise_std=view.share_std)
     assert atk.attack(A=(1, 2, 3, 4, 5), B=(6,), colluders=(7, 8)) is None

@@ -107,7 +107,7 @@ def test_restarted_node_rejoins_and_every_contribution_is_charged_once(
             survivors[r] = list(u or [])
     for r in range(ROUNDS):
         assert set(survivors[r]) <= {v for v in range(N) if r in charged[v]}, r
-    s = share_std(SIGMA, 2 * CLIP, T, 1)
+    s = share_std(SIGMA, 2 * CLIP, T, 1, dim=out["tasks"][0].dim, frac_bits=24)
     ref = reference_model(
         out["tasks"],
         17,
@@ -118,7 +118,9 @@ def test_restarted_node_rejoins_and_every_contribution_is_charged_once(
         drew=[sorted(v for v in range(N) if r in charged[v]) for r in range(ROUNDS)],
     )
     released = sum(1 for u in survivors if u)
-    assert np.max(np.abs(models[0] - ref)) <= released * STEP * FixedPoint().error_bound(N) + 1e-12
+    assert (
+        np.max(np.abs(models[0] - ref)) <= released * STEP * FixedPoint().error_bound(2 * N) + 1e-12
+    )
 
 
 def test_a_node_too_far_behind_ends_out_of_sync_with_its_reason() -> None:

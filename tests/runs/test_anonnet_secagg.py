@@ -9,7 +9,7 @@
    survivors' inputs are removed with shares of those seeds) and one is really stopped after its
    masked input left (its self-mask seed and its seeds with the two are rebuilt from the others'
    shares).  The sum over the 14 members whose masked input arrived equals the plain sum of their
-   (noisy) inputs to the fixed-point bound ``n·2^-(f+1)``; every node holds exactly one
+   (noisy) inputs to the fixed-point bound ``2n·2^-(f+1)`` (data and noise rounded apart); every node holds exactly one
    ``aggregate`` charge (the two early ones: theirs was charged before the send failed).
 """
 
@@ -26,6 +26,7 @@ from helpers.anonnet import network
 from hushnet.crypto.masks import FixedPoint
 from hushnet.engine.rng import node_generator
 from hushnet.families.secagg.wire import MASKED, UNMASK_REQ
+from hushnet.privacy.secure_sum import effective_sensitivity
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 
@@ -124,12 +125,13 @@ def test_secure_sum_16_nodes_dropouts_and_threshold(tmp_path: pathlib.Path) -> N
             survivors = sorted(set(range(N)) - set(early))
             assert res["survivors"] == survivors and res["dropped"] == list(early)
             sens = np.sqrt(D)  # SumTask on [0, 1]: (hi − lo)·√d
+            # local-DP calibration of a share R(x) + R(z) seen alone: σ(Δ + q√d) (docs/design/spec/secagg.md)
+            std = SIGMA * effective_sensitivity(sens, 1, dim=D, frac_bits=FixedPoint().frac_bits)
             plain = np.zeros(D)
             for u in survivors:  # each member's input + its own Gaussian noise (its run generator)
-                plain += (
-                    values[u] + node_generator(spec.seed, N, u).standard_normal(D) * SIGMA * sens
-                )
-            bound = FixedPoint().error_bound(len(survivors))
+                plain += values[u] + node_generator(spec.seed, N, u).standard_normal(D) * std
+            # data and noise rounded apart: two roundings per member
+            bound = FixedPoint().error_bound(2 * len(survivors))
             assert res["error_bound"] == pytest.approx(bound)
             assert np.max(np.abs(lead.model - plain)) <= bound + 1e-9 * np.max(np.abs(plain))
             alive = [v for v in range(N) if v not in (*early, late)]

@@ -32,6 +32,7 @@ from hushnet.crypto.shamir import PRIME, SHARE_LEN
 from hushnet.engine.rng import node_generator
 from hushnet.families.secagg import wire as sa
 from hushnet.net.node import DeliveryError
+from hushnet.privacy.secure_sum import effective_sensitivity
 from hushnet.runs.service import RUN_PROTOCOL
 from hushnet.runs.spec import Budget, RunSpec
 
@@ -155,11 +156,13 @@ def test_bad_inputs_over_the_network_rejected_counted_and_accounted(tmp_path: pa
                 and res["offenders"] == [LIAR]
             )
             sens = np.sqrt(D)  # SumTask on [0, 1]
+            # local-DP calibration of a share R(x) + R(z) seen alone: σ(Δ + q√d) (docs/design/spec/secagg.md)
+            std = SIGMA * effective_sensitivity(sens, 1, dim=D, frac_bits=FixedPoint().frac_bits)
             plain = sum(
-                values[u] + node_generator(spec.seed, N, u).standard_normal(D) * SIGMA * sens
+                values[u] + node_generator(spec.seed, N, u).standard_normal(D) * std
                 for u in survivors
             )
-            bound = FixedPoint().error_bound(len(survivors))
+            bound = FixedPoint().error_bound(2 * len(survivors))  # data and noise rounded apart
             assert np.max(np.abs(lead.model - plain)) <= bound + 1e-9 * np.max(np.abs(plain))
 
             # ledgers: exactly what left, nothing released unaccounted

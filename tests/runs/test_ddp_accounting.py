@@ -15,6 +15,7 @@ from hushnet.privacy.secure_sum import (
     SecureSumError,
     SecureSumView,
     check_collusion,
+    effective_sensitivity,
     share_std,
     view_sigma,
 )
@@ -22,12 +23,23 @@ from hushnet.runs.spec import Budget, RunSpec
 
 
 def test_share_std_makes_any_t_minus_c_honest_survivors_meet_the_target() -> None:
-    s = share_std(2.0, 0.5, 10, 3)
+    exact = {"dim": None, "frac_bits": None}  # exact arithmetic: Δ_eff = Δ
+    s = share_std(2.0, 0.5, 10, 3, **exact)
     assert s == pytest.approx(2.0 * 0.5 / math.sqrt(7))
     assert 7 * s * s == pytest.approx((2.0 * 0.5) ** 2)
-    assert view_sigma(s, 0.5, 10, 3) == pytest.approx(2.0)
+    assert view_sigma(s, 0.5, 10, 3, **exact) == pytest.approx(2.0)
     # a bigger coalition than certified sees less unknown noise: the view is weaker, never stronger
-    assert view_sigma(s, 0.5, 10, 5) < 2.0
+    assert view_sigma(s, 0.5, 10, 5, **exact) < 2.0
+    # on the fixed-point grid the noise covers Δ_eff > Δ (tests/privacy/test_secagg_rounding.py)
+    grid = {"dim": 30, "frac_bits": 8}
+    sg = share_std(2.0, 0.5, 10, 3, **grid)
+    assert (
+        sg == pytest.approx(2.0 * effective_sensitivity(0.5, 7, **grid) / math.sqrt(7)) and sg > s
+    )
+    assert view_sigma(sg, 0.5, 10, 3, **grid) == pytest.approx(2.0)
+    assert (
+        view_sigma(s, 0.5, 10, 3, **grid) < 2.0
+    )  # the old calibration is no longer certified at σ
 
 
 @pytest.mark.parametrize(
@@ -50,7 +62,7 @@ def test_every_coalition_and_dropout_pattern_sees_at_least_sigma_delta() -> None
     included), every honest target u ∈ U∖A: the noise A does not know has variance ≥ (σΔ)², and the Rényi
     divergence of A's view (vector input, shift of norm Δ in a random direction) is ≤ the charge α/(2σ²)."""
     n, t, c, sigma, delta_l2 = 7, 5, 2, 1.3, 0.7
-    view = SecureSumView(sigma, delta_l2, t, c, tolerance=t - 1)
+    view = SecureSumView(sigma, delta_l2, t, c, tolerance=t - 1, frac_bits=None)
     s = view.share_std
     worst = math.inf
     for k in range(t, n + 1):
@@ -105,19 +117,21 @@ def test_projector_and_cost_match_an_independent_gaussian_view() -> None:
     assert av["collusion"] == 2 and av["threshold"] == 6 and av["view_model"] == "aggregate"
     ids = [f"n{i}" for i in range(8)]
     cost = ddp_cost(spec, 2, ids)
-    s = share_std(1.5, 1.0, 6, 2)  # Δ = 2·clip
+    d = 7
+    s = share_std(1.5, 1.0, 6, 2, dim=d, frac_bits=24)  # Δ = 2·clip
     ev = LedgerEntry(
-        2, 0, "gradient", "aggregate", 1.0, s, 99.0, "secagg-dpsgd", spec.run_id
+        2, 0, "gradient", "aggregate", 1.0, s, 99.0, "secagg-dpsgd", spec.run_id, {"dim": d}
     )  # σ field ignored
     entry = cost.entry(ev, spec.run_id, "n2")
     assert sorted(entry.rdp) == [i for i in ids if i != "n2"]
     o = np.asarray(DEFAULT_ORDERS, dtype=float)
-    # independent: the coalition's view has unknown-noise std √(t−c)·s on a shift of Δ = 1 — by quadrature
+    # independent: the coalition's view has unknown-noise std √(t−c)·s on a shift of Δ_eff — by quadrature
     std = math.sqrt(6 - 2) * s
+    eff = effective_sensitivity(1.0, 6 - 2, dim=d, frac_bits=24)
     for j in (0, len(o) // 2, len(o) - 1):
         if o[j] <= 64:
             assert entry.rdp["n0"][j] == pytest.approx(
-                renyi_gaussian_numeric(float(o[j]), 1.0, std), rel=1e-6
+                renyi_gaussian_numeric(float(o[j]), eff, std), rel=1e-6
             )
     assert entry.gdp_mu["n5"] == pytest.approx(1.0 / 1.5)
     # the projected row composes the rounds; exact GDP is never above it
@@ -127,7 +141,9 @@ def test_projector_and_cost_match_an_independent_gaussian_view() -> None:
     # more noise than declared in the entry is never under-charged; a sensitivity above the public Δ is refused
     with pytest.raises(ValueError, match="exceeds the public"):
         cost.entry(
-            LedgerEntry(2, 0, "gradient", "aggregate", 1.5, s, 1.5, "secagg-dpsgd", spec.run_id),
+            LedgerEntry(
+                2, 0, "gradient", "aggregate", 1.5, s, 1.5, "secagg-dpsgd", spec.run_id, {"dim": d}
+            ),
             spec.run_id,
             "n2",
         )
@@ -142,6 +158,19 @@ def test_projector_refuses_bad_parameters_with_the_reason() -> None:
     assert not dec.accept and "knows its own noise" in dec.reason
     dec = project_ddp(_spec(threshold=9), 0)
     assert not dec.accept and "threshold" in dec.reason
+
+
+def test_a_clip_beyond_the_fixed_point_range_is_refused() -> None:
+    """A member whose gradient is out of range drops out — a dropout that would depend on its data — so the
+    public clip must keep every entry in range: bits 16, frac_bits 12, 6 members → ±1.33 < clip 1.5."""
+    from dataclasses import replace
+
+    from hushnet.families.secagg.accounting import project_ddp
+
+    spec = replace(_spec(bits=16, frac_bits=12, sample=6, threshold=5), clip=1.5, run_id="")
+    dec = project_ddp(spec.with_run_id(), 0)
+    assert not dec.accept and "fixed-point range" in dec.reason and "\n" not in dec.reason
+    assert project_ddp(replace(spec, clip=1.0).with_run_id(), 0).accept
 
 
 def test_plain_aggregation_is_charged_as_local_dp_of_the_share() -> None:
@@ -195,8 +224,9 @@ def test_secagg_sum_gets_the_credit_only_when_its_spec_calibrates_for_it() -> No
     ids = [f"n{i}" for i in range(10)]
     assert secagg_sum_calibration(old) is None
     assert secagg_sum_cost(old, 0, ids).bound_name.startswith("local-DP Gaussian bound")
-    view = secagg_sum_calibration(new, sensitivity=4.0)
-    assert view.share_std == pytest.approx(2.0 * 4.0 / math.sqrt(5))
+    view = secagg_sum_calibration(new, sensitivity=4.0, dim=1)
+    eff = effective_sensitivity(4.0, 5, dim=1, frac_bits=24)  # the default grid's charge
+    assert view.share_std == pytest.approx(2.0 * eff / math.sqrt(5)) and 0 < eff - 4.0 < 1e-6
     cost = secagg_sum_cost(new, 0, ids)
     ev = LedgerEntry(
         0,
@@ -208,6 +238,7 @@ def test_secagg_sum_gets_the_credit_only_when_its_spec_calibrates_for_it() -> No
         view.share_std / 4.0,
         "secagg-sum",
         new.run_id,
+        {"dim": 1},
     )
     e = cost.entry(ev, new.run_id, "n0")
     assert e.rdp["n1"] == pytest.approx(np.asarray(DEFAULT_ORDERS) / (2 * 2.0**2))

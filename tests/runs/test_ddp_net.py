@@ -77,7 +77,7 @@ def test_secagg_dpsgd_network_parity_dropout_and_ledgers(tmp_path: pathlib.Path)
     tasks = [LogisticRegressionTask(X, y, **spec.task_kwargs()) for X, y in sh]
     sim = Simulator(build_from_spec(spec, tasks)).run()
     assert sim.status == "finished"
-    s = share_std(SIGMA, 2 * CLIP, T, C)
+    s = share_std(SIGMA, 2 * CLIP, T, C, dim=tasks[0].dim, frac_bits=24)
 
     async def go():
         async with network(tmp_path, f"complete:{N}", N, shards=sh, base_ip=120) as net:
@@ -142,7 +142,7 @@ def test_secagg_dpsgd_network_parity_dropout_and_ledgers(tmp_path: pathlib.Path)
             )
             assert (
                 np.max(np.abs(models[0] - ref))
-                <= ROUNDS * spec2.step_size * FixedPoint().error_bound(N) + 1e-12
+                <= ROUNDS * spec2.step_size * FixedPoint().error_bound(2 * N) + 1e-12
             )
             assert res["survivors"] == [N, N - 1, N]
             assert (

@@ -27,15 +27,15 @@ def _machines(tasks, **kw):
 
 
 def _bound(rounds: int) -> float:
-    # fixed point: ≤ n·2^-(f+1) per entry of each round's sum, times η/|U| per round
-    return rounds * STEP * FixedPoint().error_bound(N) + 1e-12
+    # fixed point: ≤ 2n·2^-(f+1) per entry of each round's sum (data and noise rounded apart), times η/|U|
+    return rounds * STEP * FixedPoint().error_bound(2 * N) + 1e-12
 
 
 def test_update_rule_matches_an_independent_reimplementation() -> None:
     tasks = tasks_of(shards(N))
     res = Simulator(_machines(tasks)).run()
     assert res.status == "finished" and not res.faults
-    s = share_std(SIGMA, tasks[0].sensitivity(), T, C)
+    s = share_std(SIGMA, tasks[0].sensitivity(), T, C, dim=tasks[0].dim, frac_bits=24)
     ref = reference_model(tasks, SEED, ROUNDS, STEP, s, [list(range(N))] * ROUNDS)
     assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
     assert res.finish.result["survivors"] == [N] * ROUNDS
@@ -77,7 +77,7 @@ def test_dropouts_before_and_after_the_masked_input_left() -> None:
     res = sim.run()
     assert res.status == "finished", res.status
     assert res.finish.result["survivors"] == [8, 7, 7, 7]
-    s = share_std(SIGMA, tasks[0].sensitivity(), T, C)
+    s = share_std(SIGMA, tasks[0].sensitivity(), T, C, dim=tasks[0].dim, frac_bits=24)
     alive = [v for v in range(N) if v != 5]
     ref = reference_model(tasks, SEED, ROUNDS, STEP, s, [list(range(N))] + [alive] * 3)
     assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
@@ -103,7 +103,7 @@ def test_sampled_members_and_plain_aggregation() -> None:
     res = Simulator(_machines(tasks, sample=6, threshold=5, collusion=2)).run()
     assert res.status == "finished" and res.finish.result["survivors"] == [6] * ROUNDS
     mem = [round_members(N, 6, SEED, r) for r in range(ROUNDS)]
-    s = share_std(SIGMA, tasks[0].sensitivity(), 5, 2)
+    s = share_std(SIGMA, tasks[0].sensitivity(), 5, 2, dim=tasks[0].dim, frac_bits=24)
     ref = reference_model(tasks, SEED, ROUNDS, STEP, s, mem)
     assert np.max(np.abs(res.model - ref)) <= _bound(ROUNDS)
     for v in range(N):
@@ -114,7 +114,9 @@ def test_sampled_members_and_plain_aggregation() -> None:
         SEED,
         ROUNDS,
         STEP,
-        share_std(SIGMA, tasks[0].sensitivity(), T, C),
+        share_std(
+            SIGMA, tasks[0].sensitivity(), T, C, dim=tasks[0].dim, frac_bits=None
+        ),  # float shares
         [list(range(N))] * ROUNDS,
     )
     assert plain.status == "finished" and np.max(np.abs(plain.model - ref)) <= 1e-12

@@ -40,6 +40,15 @@ are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
 a stochastic ``W_t`` the errors do not amplify, so a node's final value is within
 ``T·max_k·2^-(f+1)`` of the plain run on the same schedule.
 
+**Open: the rounding and the certified aggregate view.**  The member's term ``R(W_t[i,j]·m_j(t))`` is
+rounded as one value, and ``m_j(t)`` already mixes data and noise.  So the released sum is not a function
+of the exact ``Σ_j W_t[i,j] m_j`` alone, while the aggregate accountant treats it as exact.  This is the
+pattern that ``secagg-sum`` / ``secagg-dpsgd`` fixed by rounding data and noise apart
+(``docs/design/spec/secagg.md``).  That fix does not carry over here: neither the term nor its noise lives
+on the grid (the weights are not dyadic).  Per-term noise far above ``q = 2^-f`` makes the effect small,
+but no bound is proven for it.  The neighbourhood view's bound does hold: every sum is a function of the
+messages that view shows.
+
 **Cost.**  Per round and node: one SecAgg round led (2 leader round trips: masked inputs with sealed
 shares, unmask) and ``|H_i|`` joined as a member; each member agrees ``|M|−1`` pairwise seeds from the
 long-term share-transport keys, seals ``|M|−1`` share envelopes (X25519 + AEAD) and expands ``|M|−1``

@@ -10,11 +10,14 @@ for ``secagg-dpsgd`` and ``secagg-sum`` (the maths: :mod:`hushnet.privacy.secure
   names ``c``.
 * ``secagg-sum`` (:func:`project_secagg`): one contribution, the local-DP Gaussian bound of the input
   seen in the sum — unless ``protocol_params.collusion`` is set: then the members' noise is
-  calibrated as ``σΔ/√(t − c)`` and the charge is the same Gaussian view
+  calibrated as ``σΔ_eff/√(t − c)`` and the charge is the same Gaussian view
   (:func:`secagg_sum_calibration`, which :mod:`hushnet.families.secagg.node` also asks for the noise).
 
 The cost recomputes the certified multiplier from what the node's machine reports it added (its
-share's std) and the public ``t``, ``c`` — never from a σ field the machine chose.
+share's std), the input's dimension it reports and the public ``t``, ``c``, ``frac_bits`` — never from a
+σ field the machine chose.  Under secure aggregation Δ is read as Δ_eff ≥ Δ, which covers the
+fixed-point rounding of the data and of the noise (rounded apart: :mod:`hushnet.privacy.secure_sum`,
+*Fixed point*); the calibration adds it to the noise, so the projection's σ is unchanged.
 """
 
 from __future__ import annotations
@@ -61,6 +64,16 @@ def member_rounds(spec: RunSpec, vertex: int) -> int:
     return sum(
         vertex in round_members(spec.n, sample, spec.seed, r) for r in range(int(spec.steps))
     )
+
+
+def entry_dim(ev: EngineEntry) -> int:
+    """The input's dimension a secure-sum entry reports: the fixed-point rounding's Δ_eff depends on it."""
+    d = (ev.detail or {}).get("dim")
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(
+            f"a secure-sum entry must report its input's dimension (the fixed-point charge needs it), got {d!r}"
+        )
+    return int(d)
 
 
 class SecureSumCost(ContributionCost):
@@ -113,7 +126,14 @@ class SecureSumCost(ContributionCost):
             )
         sens = self.max_sensitivity
         if self.secure:
-            return view_sigma(ev.noise_std, sens, self.view.threshold, self.view.collusion)
+            return view_sigma(
+                ev.noise_std,
+                sens,
+                self.view.threshold,
+                self.view.collusion,
+                dim=entry_dim(ev),
+                frac_bits=self.view.frac_bits,
+            )
         return ev.noise_std / sens
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
@@ -221,10 +241,18 @@ def ddp_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) ->
     )
 
 
-def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> SecureSumView | None:
+def sum_frac_bits(spec: RunSpec) -> int:
+    """The fixed-point fraction bits of a ``secagg-sum`` spec (its ``frac_bits`` or the default)."""
+    return SecAggParams(dim=1, **sum_params(spec)).frac_bits
+
+
+def secagg_sum_calibration(
+    spec: RunSpec, sensitivity: float | None = None, dim: int | None = None
+) -> SecureSumView | None:
     """The certified view of a ``secagg-sum`` spec that asks for the distributed calibration
     (``protocol_params.collusion``), None for the old one (noise σΔ per member, local-DP bound).
-    ``sensitivity``: the task's Δ (the node's own task, or the spec's declared one for the projection)."""
+    ``sensitivity``: the task's Δ (the node's own task, or the spec's declared one for the projection);
+    ``dim``: the task's dimension (the share's std needs it: fixed-point rounding), None for a projection."""
     pp = spec.protocol_params
     if "collusion" not in pp:
         return None
@@ -238,14 +266,23 @@ def secagg_sum_calibration(spec: RunSpec, sensitivity: float | None = None) -> S
     sens = (
         float(sensitivity) if sensitivity is not None else 1.0
     )  # σ is a multiplier: the charge does not depend on Δ
-    return SecureSumView(float(spec.sigma), sens, t, int(pp["collusion"]), tol)
+    return SecureSumView(
+        float(spec.sigma), sens, t, int(pp["collusion"]), tol, frac_bits=sp_.frac_bits, dim=dim
+    )
 
 
 class SecAggSumCost(SecureSumCost):
     """``secagg-sum`` with the distributed calibration: the Δ is the task's (value tasks), checked per entry."""
 
     def certified_sigma(self, ev: EngineEntry) -> float:
-        return view_sigma(ev.noise_std, ev.sensitivity, self.view.threshold, self.view.collusion)
+        return view_sigma(
+            ev.noise_std,
+            ev.sensitivity,
+            self.view.threshold,
+            self.view.collusion,
+            dim=entry_dim(ev),
+            frac_bits=self.view.frac_bits,
+        )
 
 
 def secagg_sum_cost(
@@ -284,7 +321,7 @@ def project_secagg(
             "certified",
             {"N_u": 0.0},
         )
-    try:  # protocol_params.collusion: noise calibrated σΔ/√(t−c) per member, charged as the sum's Gaussian view
+    try:  # protocol_params.collusion: noise calibrated σΔ_eff/√(t−c) per member, charged as the sum's Gaussian view
         view = secagg_sum_calibration(spec)
     except ValueError as exc:
         return refuse(spec, f"secure-sum calibration: {exc}")
@@ -323,9 +360,11 @@ __all__ = [
     "spec_sensitivity",
     "member_rounds",
     "SecureSumCost",
+    "entry_dim",
     "project_ddp",
     "project_secagg",
     "ddp_cost",
     "secagg_sum_calibration",
+    "sum_frac_bits",
     "secagg_sum_cost",
 ]

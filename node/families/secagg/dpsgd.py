@@ -3,8 +3,9 @@
 Rounds ``r = 0 … R−1`` on the complete graph.  In round ``r`` the members ``M_r`` (every node, or a
 subset of ``sample`` nodes drawn from a *public* generator of the run seed: every node computes the
 same set, no amplification is claimed) compute their clipped gradient ``g_u`` at the common model
-``x_r``, add their share of the noise ``z_u ~ N(0, s² I)`` with ``s² = (σΔ)²/(t − c)``
-(:mod:`hushnet.privacy.secure_sum`), and run one secure-summation round
+``x_r``, add their share of the noise ``z_u ~ N(0, s² I)`` with ``s² = (σΔ_eff)²/(t − c)``
+(:mod:`hushnet.privacy.secure_sum`: ``Δ_eff`` ≥ Δ covers the fixed-point rounding of the gradient and of
+the noise, rounded apart; plain aggregation sends float64 shares, ``Δ_eff = Δ``), and run one secure-summation round
 (:class:`hushnet.families.secagg.machines.SecAggMachine`, unchanged: pairwise masks, Shamir dropout recovery,
 threshold ``t``) led by ``L_r = r mod n`` — the leader rotates over the peers and may or may not be
 a member.  The leader learns ``S_r = Σ_{u∈U_r} (g_u + z_u)`` over the survivors ``U_r`` and sends it,
@@ -102,7 +103,7 @@ from hushnet.families.secagg.wire import (
     ROUND,
     SYNC,
 )
-from hushnet.privacy.secure_sum import SecureSumView, share_std
+from hushnet.privacy.secure_sum import SecureSumView
 
 WINDOW = 4  # rounds ahead a message may be buffered
 #: outcomes a leader keeps for restarted nodes catching up (its last HISTORY led rounds) ...
@@ -148,8 +149,12 @@ def leader_timeout(p: DDPParams) -> float:
     return max(30.0, 10.0 * float(p.round_timeout))
 
 
-def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
-    """Validate the run's secure-sum parameters and return the certified view (one-line errors)."""
+def calibrate(p: DDPParams, n: int, sensitivity: float, dim: int | None = None) -> SecureSumView:
+    """Validate the run's secure-sum parameters and return the certified view (one-line errors).
+
+    ``dim``: the model's dimension, which the share's std needs under secure aggregation (the fixed-point
+    rounding's Δ_eff); None for a projection from the spec, which needs only σ.  Plain aggregation sends
+    float64 shares: no grid, ``frac_bits = None``."""
     if p.aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {p.aggregation!r}")
     if not (isinstance(p.rounds, int) and p.rounds >= 1) or not p.step_size > 0:
@@ -167,7 +172,14 @@ def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
         round_timeout=p.round_timeout,
         mask_degree=p.mask_degree,
     )
-    probe.fixed_point  # noqa: B018 - validates frac_bits/bits
+    fp = probe.fixed_point  # validates frac_bits/bits
+    # a member whose data part is out of range drops out: a dropout that depends on its data unless the
+    # public clip (entries of a clipped gradient are ≤ Δ/2 = clip) keeps every gradient in range
+    if p.aggregation == "secure" and float(sensitivity) / 2.0 > fp.max_abs(m):
+        raise ValueError(
+            f"clipped gradient entries up to Δ/2 = {float(sensitivity) / 2.0:g} exceed the fixed-point range "
+            f"±{fp.max_abs(m):.3g} of a sum of {m} members (bits={p.bits}, frac_bits={p.frac_bits})"
+        )
     if p.leader_timeout is not None and not float(p.leader_timeout) > 0:
         raise ValueError(f"leader_timeout must be > 0 seconds, got {p.leader_timeout!r}")
     # the rounds run the consistency check, so the tolerance is the one against a malicious (equivocating) leader
@@ -177,6 +189,8 @@ def calibrate(p: DDPParams, n: int, sensitivity: float) -> SecureSumView:
         p.t(n),
         int(p.collusion),
         probe.malicious_collusion_tolerance(),
+        frac_bits=p.frac_bits if p.aggregation == "secure" else None,
+        dim=dim,
     )
 
 
@@ -208,8 +222,8 @@ class SecAggDPSGD(Protocol):
         self.n = ctx.n
         self.dim = int(task.dim)
         self.sens = float(task.sensitivity())
-        self.view = calibrate(params, self.n, self.sens)
-        self.s = share_std(self.view.sigma, self.sens, self.view.threshold, self.view.collusion)
+        self.view = calibrate(params, self.n, self.sens, self.dim)
+        self.s = self.view.share_std  # σΔ_eff/√(t − c): Δ_eff covers the fixed-point rounding
         self.key, self.directory = share_key, directory
         # the secure sum's consistency round (members sign the survivor set) and its nonce replay cache
         self.signer, self.signers, self.nonce_cache = signer, signers, nonce_cache
@@ -338,6 +352,7 @@ class SecAggDPSGD(Protocol):
             self.name,
             self.ctx.run_id,
             {
+                "dim": self.dim,  # the ledger's Δ_eff (fixed-point rounding) depends on it
                 "mechanism": "secure-summation" if view == "aggregate" else "plain-sum",
                 "collusion": self.view.collusion,
                 "threshold": self.view.threshold,

@@ -21,7 +21,7 @@ learn only the sum if it is broadcast.  After the leader's announcement, three l
    seeds and signatures of members with different contexts do not match), as a leader that
    equivocates on its ANNOUNCE could already.
 1. **masked input with its shares** (member → leader, one message, sent once the nonce is announced):
-   ``y_u = enc(x_u + noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
+   ``y_u = R(x_u) + R(noise) + PRG(b_u) + Σ_{v∈N(u)} ±PRG(s_uv)`` mod 2^k (:mod:`hushnet.crypto.masks`;
    + if u < v), N(u) = u's neighbours in the *masking graph* on the members (complete by default).
    The pairwise seed comes from the members' **long-term** share-transport X25519 keys of the
    bootstrap directory: ``s_uv = HKDF(X25519(sk_u, pk_v), info = run_id ‖ round_id ‖ leader ‖ nonce ‖ (u, v))``
@@ -95,7 +95,8 @@ to the members, and no release.  On release the leader writes one ledger entry p
 Bad input — a masked input of the wrong length, a message from a non-member or out of phase, a
 duplicate, shares that do not open or are inconsistent — is a typed, counted Fault; the offender
 is treated as dropped where that keeps the sum exact, otherwise the round aborts.
-Fixed-point error bound: see :mod:`hushnet.crypto.masks` (``n·2^-(f+1)`` per entry).
+Fixed-point error bound: see :mod:`hushnet.crypto.masks` (``n·2^-(f+1)`` per entry; with noise a member
+rounds its data and its noise apart, :func:`encode_input`, so ``n·2^-f``).
 
 Sparse masking (``mask_degree = k``, the SecAgg+ idea of Bell et al. CCS 2020): each member masks
 with only its k neighbours in the Harary graph ``H_{k,n}`` on the members in id order (public,
@@ -131,7 +132,7 @@ import numpy as np
 
 from hushnet.crypto.errors import CryptoError, InconsistentShares, IntegrityError
 from hushnet.crypto.keys import KeyDirectory, KeyPair
-from hushnet.crypto.masks import add_masks, pairwise_seed
+from hushnet.crypto.masks import FixedPoint, add_masks, pairwise_seed
 from hushnet.crypto.sealed import open_static, seal_static
 from hushnet.crypto.shamir import (
     SHARE_LEN,
@@ -180,6 +181,7 @@ from hushnet.families.secagg.wire import (
     pack_ids,
 )
 from hushnet.families.views import VIEWS
+from hushnet.privacy.secure_sum import effective_sensitivity
 
 ACCOUNTING_VIEW = VIEWS["secure-summation"]
 _CHECK_LABEL = b"hushnet-secagg-consistency-v1|"
@@ -212,6 +214,25 @@ def mask_graph(ids: list[int] | tuple[int, ...], degree: int | None) -> dict[int
                 nb[i].add(k)
                 nb[k].add(i)
     return {ids[i]: frozenset(ids[j] for j in nb[i] if j != i) for i in range(m)}
+
+
+def encode_input(
+    fp: FixedPoint, x: np.ndarray, noise: np.ndarray | None, n_terms: int
+) -> np.ndarray:
+    """The member's words ``R(x) + R(noise) mod 2^bits``: the data and the noise rounded *apart*.
+
+    Rounding the noisy share ``R(x + noise)`` would make the sum of the words depend on each share
+    (shares of std below the grid step round almost deterministically and show ``x``); with the data on
+    the grid first, the sum is ``Σ R(x) + Σ R(z)`` and a neighbouring input shifts it by a grid vector,
+    which the honest shares' rounded noise hides (:mod:`hushnet.privacy.secure_sum`, *Fixed point*: the
+    charge's Δ_eff).  Only the data part is range-checked (a refusal is then a function of ``x``, not of
+    the noise); the noise words wrap mod ``2^bits``, a function of the exact integer sum after decoding.
+    """
+    words = fp.encode(x, n_terms)  # a fresh array: masked in place later
+    if noise is not None:
+        words += fp.encode_wrapping(noise)  # uint64 addition wraps mod 2^64, then mod 2^bits
+        words = fp.reduce(words)
+    return words.astype(fp.dtype, copy=False)
 
 
 class SecAggMachine(Protocol):
@@ -356,18 +377,23 @@ class SecAggMachine(Protocol):
 
     def _mask(self) -> list[Action]:
         """Draw the noise, encode, mask and send the input with its shares (the member's first message)."""
-        if self.p.noise_std > 0:
-            self.x = self.x + self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
+        noise = (
+            self.ctx.rng.standard_normal(self.p.dim) * self.p.noise_std
+            if self.p.noise_std > 0
+            else None
+        )
         try:
-            # range-checked once; encode() returns a fresh array, so no copy when the words are uint64
-            enc = self.fp.encode(self.x, len(self.p.members)).astype(self.fp.dtype, copy=False)
-        except ValueError as exc:
+            enc = encode_input(self.fp, self.x, noise, len(self.p.members))
+        except ValueError as exc:  # the data part out of range (a function of x alone)
             self.phase = "out"
             return [
                 Deviation(
                     self.ctx.node, self.p.round_id, "secagg-input-out-of-range", {"error": str(exc)}
                 )
             ]
+        # what the member handed in, before rounding (tests and attacks read it)
+        if noise is not None:
+            self.x = self.x + noise
         msg = self._trip_one(enc)
         self.phase = "masked"
         self.input_sent = True
@@ -866,7 +892,9 @@ class SecAggMachine(Protocol):
         self.finished = True
         acts.append(CancelTimer(_TIMER))
         sens = float(self.p.sensitivity)
-        sigma = self.p.noise_std / sens if sens > 0 else float("inf")
+        # one share R(x) + R(z) seen alone: Δ + q√d (hushnet.privacy.secure_sum, *Fixed point*)
+        eff = effective_sensitivity(sens, 1, dim=self.p.dim, frac_bits=self.p.frac_bits)
+        sigma = self.p.noise_std / eff if sens > 0 else float("inf")
         for u in self.lU3:
             acts.append(
                 LedgerEntry(
@@ -883,6 +911,7 @@ class SecAggMachine(Protocol):
                         "released_to": self.ctx.node,
                         "contributors": len(self.lU3),
                         "mechanism": ACCOUNTING_VIEW.mechanism,
+                        "dim": d,
                     },
                 )
             )
@@ -900,7 +929,9 @@ class SecAggMachine(Protocol):
             "survivors": list(self.lU3),
             "dropped": list(self.lD),
             "offenders": sorted(self.offenders),
-            "error_bound": self.fp.error_bound(len(self.lU3)),
+            "error_bound": self.fp.error_bound(  # data and noise rounded apart: two terms a member
+                len(self.lU3) * (2 if self.p.noise_std > 0 else 1)
+            ),
             "view": ACCOUNTING_VIEW.as_dict(),
         }
         acts.append(Finish(self.ctx.node, self.p.round_id, result, info))

@@ -26,6 +26,7 @@ from typing import Any
 
 from hushnet.engine.actions import Action, Deviation, Finish, LedgerEntry, Metric
 from hushnet.engine.protocol import Protocol
+from hushnet.privacy.secure_sum import effective_sensitivity
 from hushnet.runs.node_keys import node_keys, node_replay_cache, node_signer, node_signer_directory
 from hushnet.runs.spec import RunSpec
 
@@ -54,12 +55,18 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
 
     params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
     if task is not None:
-        from hushnet.families.secagg.accounting import secagg_sum_calibration
+        from hushnet.families.secagg.accounting import secagg_sum_calibration, sum_frac_bits
 
-        view = secagg_sum_calibration(spec, float(task.sensitivity()))
-        # distributed calibration (protocol_params.collusion): σΔ/√(t−c) per member; else σΔ (local DP)
+        view = secagg_sum_calibration(spec, float(task.sensitivity()), int(task.dim))
+        # distributed calibration (protocol_params.collusion): σΔ_eff/√(t−c) per member; else σ(Δ + q√d)
+        # (local DP of the share R(x) + R(z) seen alone): Δ_eff covers the fixed-point rounding
         params["noise_std"] = (
-            view.share_std if view is not None else float(spec.sigma) * float(task.sensitivity())
+            view.share_std
+            if view is not None
+            else float(spec.sigma)
+            * effective_sensitivity(
+                float(task.sensitivity()), 1, dim=int(task.dim), frac_bits=sum_frac_bits(spec)
+            )
         )
     inner = make_machine(
         spec.protocol,
@@ -120,7 +127,10 @@ class NetworkSecAgg(Protocol):
         if not self.charged and getattr(self.inner, "input_sent", False):
             self.charged = True
             sens = float(p.sensitivity)
-            sigma = p.noise_std / sens if sens > 0 else math.inf
+            # the share R(x) + R(z) seen alone (local DP: Δ + q√d); the distributed calibration's cost
+            # recomputes its own multiplier from noise_std and dim
+            eff = effective_sensitivity(sens, 1, dim=p.dim, frac_bits=p.frac_bits)
+            sigma = p.noise_std / eff if sens > 0 else math.inf
             entry = LedgerEntry(
                 self.ctx.node,
                 p.round_id,
@@ -131,7 +141,11 @@ class NetworkSecAgg(Protocol):
                 sigma,
                 self.name,
                 self.ctx.run_id,
-                {"mechanism": "secure-summation", "charged_at": "masked input leaves"},
+                {
+                    "mechanism": "secure-summation",
+                    "charged_at": "masked input leaves",
+                    "dim": int(p.dim),  # the fixed-point charge (Δ_eff) depends on it
+                },
             )
             out.insert(0, entry)
         for a in out:
