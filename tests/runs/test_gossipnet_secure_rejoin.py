@@ -10,7 +10,7 @@ flight (a sum it led is aborted, the members told), is never invited twice to a 
 masked input) — moves to its neighbours' round and finishes with them: every node ends
 ``finished``, the restarted node's schedule records cover every round exactly once, its own sums
 are released again after the restart, the value was charged once, and the settled ledgers hold at
-least the certified loss of the realised schedule with the aggregate view.
+least the certified loss of the realised schedule (the neighbourhood view, as for every secure run).
 """
 
 from __future__ import annotations

@@ -40,11 +40,16 @@ value travels in the clear over the node's TLS links, so an observer sees every 
 closed neighbourhood) or ``"aggregate"``: the rounds then run **secure neighbourhood summation**
 (:mod:`hushnet.families.gossip.secure`: each node leads one SecAgg sum per round over the neighbours
 it heard, keyed with the nodes' long-term X25519 keys from the directory, and learns only
-``Σ_j W_t[i,j] m_j``), and — only then — the exact accountant uses the aggregate view ``S = e_iᵀ``
-(the observer's own messages and the weighted sums it mixed).  The view is one switch: it turns the
-mechanism on *and* selects the accountant's view, so a run can never be accounted with the
-aggregate view while its values travel in the clear.  The decision and the run report carry
-``accounting_view`` (``label`` = ``"aggregate (secure neighbourhood summation)"`` or
+``Σ_j W_t[i,j] m_j``).  The view is one switch: it turns the mechanism on, and a run can never be
+accounted with less than the neighbourhood view while its values travel in the clear.  The *certified*
+values of a secure-summation run (projection, ledger cost, settlement) still use the **neighbourhood
+view**: each member hands in its fixed-point rounded term ``R(W_t[i,j]·m_j)`` (data and noise mixed,
+weights not dyadic), so a released sum is a function of the individual messages, not of the exact sum
+the aggregate view ``S = e_iᵀ`` assumes (:mod:`hushnet.families.gossip.secure`, "The rounding and the
+certified view").  The aggregate view's value is reported only as the decision's uncertified
+``aggregate_real_arithmetic`` figure.  The decision and the run report carry ``accounting_view``
+(``gossip_view`` = the mechanism, ``certified_view`` = ``"neighbourhood"``, ``label`` =
+``"secure neighbourhood summation, certified with the neighbourhood view"`` or
 ``"neighbourhood (plain gossip)"``).  A neighbourhood sum that falls below SecAgg's threshold
 releases nothing: that node keeps its own value for the round and its schedule record says
 ``secure.status = "aborted"``; the settlement replays the recorded rows like any dropout.

@@ -59,10 +59,41 @@ def pairwise_row(spec: RunSpec, vertex: int, W, rec=None) -> np.ndarray:
     return row[None, :]
 
 
+#: the view every certified gossip value is computed with (see :func:`certified_view`)
+CERTIFIED_VIEW = "neighbourhood"
+
+#: the label of the aggregate view's value in a secure-summation run: shown, never charged
+REAL_ARITHMETIC_LABEL = (
+    "real arithmetic: aggregate view (S = e_i^T) as if each secure sum were the exact Σ_j W_ij m_j — NOT "
+    "certified: every member rounds its term W_ij·m_j (data and noise mixed, weights not dyadic) to the "
+    "fixed-point grid on its own, so the released sum is not a function of the exact sum "
+    "(docs/design/spec/secagg.md §6)"
+)
+
+#: the run's note saying why a secure-summation run is charged with the neighbourhood view
+SECURE_NOTE = (
+    "secure neighbourhood summation is on, but certified with the neighbourhood view: each member's "
+    "fixed-point rounded term R(W_ij·m_j) makes the released sum a function of the individual messages "
+    "(which that view shows), not of the exact sum the aggregate view assumes; the aggregate value is "
+    "shown uncertified (real arithmetic)"
+)
+
+
+def certified_view(spec: RunSpec) -> str:
+    """The view the certified accountant uses for ``spec``: always the neighbourhood view.
+
+    ``protocol_params.view = "aggregate"`` turns secure neighbourhood summation on (its only switch), but
+    the aggregate view's value is not certified for it: the members' sums are over fixed-point rounded
+    terms, a function of every message the neighbourhood view shows (so that view's bound holds, the
+    rounding being post-processing), not of the exact weighted sum (docs/design/spec/secagg.md §6)."""
+    return CERTIFIED_VIEW
+
+
 def certified_sensitivities(
     spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None = None
 ) -> np.ndarray:
-    """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public).
+    """(phases, n): certified ``Δ²(vertex → v)/Δ²`` of each noise phase on ``sched`` (default: public),
+    with :func:`certified_view` (the neighbourhood view, also for secure-summation runs).
 
     Averaging: exact projection of the observer's view (its own noise removed), [M] Alg. 1, one phase.
     Muffliato-GD and streaming gossip: the whole run as one linear-Gaussian view (the state carries
@@ -72,9 +103,22 @@ def certified_sensitivities(
     the same, on each round's step graph.  Randomized Muffliato: :func:`pairwise_row` (``sched`` is then
     the activation records ``rec[t][node]``).
     """
+    return _view_sensitivities(spec, vertex, W, sched, certified_view(spec))
+
+
+def real_arithmetic_sensitivities(
+    spec: RunSpec, vertex: int, W, sched: RealisedSchedule | None = None
+) -> np.ndarray:
+    """(phases, n): the aggregate view's ``Δ²(vertex → v)/Δ²`` as if every secure sum were exact — the
+    uncertified figure :data:`REAL_ARITHMETIC_LABEL` describes; never charged nor used to accept."""
+    return _view_sensitivities(spec, vertex, W, sched, "aggregate")
+
+
+def _view_sensitivities(
+    spec: RunSpec, vertex: int, W, sched: RealisedSchedule | dict | None, view: str
+) -> np.ndarray:
     if spec.protocol == PAIRWISE:
         return pairwise_row(spec, vertex, W, sched)
-    view = view_of(spec)
     phases, gammas = round_plan(spec, W)
     T = max(max(ph) for ph in phases) + 1
     if sched is None:
@@ -204,14 +248,32 @@ def _refuse(spec: RunSpec, reason: str) -> PolicyDecision:
 
 
 def accounting_view(spec: RunSpec) -> dict[str, Any]:
+    """What the report says about the view: the mechanism (``gossip_view``) and the certified view.
+
+    With secure summation on, the mechanism is the secure sum but the view model the bound certifies is
+    the neighbourhood one (:func:`certified_view`)."""
+    from hushnet.families.gossip.secure import ACCOUNTING_LABEL
+
     view = view_of(spec)
-    v = ANON_VIEWS["secure-summation" if view == "aggregate" else "neighbourhood"].as_dict()
-    label = (
-        "aggregate (secure neighbourhood summation)"
-        if view == "aggregate"
-        else "neighbourhood (plain gossip)"
-    )
-    return {**v, "gossip_view": view, "label": label, "bound": "certified"}
+    if view != "aggregate":
+        v = ANON_VIEWS["neighbourhood"].as_dict()
+        label = "neighbourhood (plain gossip)"
+    else:
+        v = {
+            **ANON_VIEWS["secure-summation"].as_dict(),
+            "view_model": certified_view(spec),
+            "accountant": "Muffliato certified exact loss, view='neighbourhood' (the aggregate view "
+            "is shown uncertified: the members' fixed-point rounding, docs/design/spec/secagg.md §6)",
+            "reason": ANON_VIEWS["secure-summation"].reason + "; " + SECURE_NOTE,
+        }
+        label = ACCOUNTING_LABEL
+    return {
+        **v,
+        "gossip_view": view,
+        "certified_view": certified_view(spec),
+        "label": label,
+        "bound": "certified",
+    }
 
 
 def check_network_spec(spec: RunSpec) -> str | None:
@@ -313,8 +375,24 @@ def project_gossip(
             "(top-up, never refund)"
         ],
     }
+    if view_of(spec) == "aggregate":
+        det["notes"].append(SECURE_NOTE)
+        try:
+            agg = real_arithmetic_sensitivities(spec, vertex, W).sum(axis=0)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            ra: dict[str, Any] = {"error": str(exc)}
+        else:
+            ra_row = _best_order_dp(
+                agg / (2.0 * spec.sigma**2), math.inf, math.log(1.0 / spec.budget.delta)
+            )
+            ra_row[vertex] = 0.0
+            ra_row[agg <= 0] = 0.0
+            ra = {"sensitivity_sq": agg.tolist(), "epsilon": ra_row.tolist()}
+        real = {"bound": "uncertified", "label": REAL_ARITHMETIC_LABEL, **ra}
+        det["aggregate_real_arithmetic"] = real
+        det["accounting_view"]["aggregate_real_arithmetic"] = real
     return PolicyDecision.certified(
-        row, spec.budget.delta, budget.epsilon, det, f"{view_of(spec)} view"
+        row, spec.budget.delta, budget.epsilon, det, f"{certified_view(spec)} view"
     )
 
 
@@ -365,14 +443,15 @@ class GossipCost:
                 f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}"
             )
         self.charged = rdp.copy() if self.charged is None else self.charged + rdp
+        view = certified_view(self.spec)
         return PrivacyEntry.from_row(
             run_id,
             ev.protocol,
-            view_of(self.spec),
+            view,
             "certified",
             self.targets,
             rdp,
-            note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view_of(self.spec)} view)",
+            note=f"{ev.kind} at round {ev.step} ({self.bound_name}, {view} view)",
         )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.families.gossip.accounting import (
     GossipCost,
+    certified_view,
     check_network_spec,
     realised_curves,
     settled_schedule,
@@ -152,7 +153,7 @@ def _settle_ledger(
         entry = PrivacyEntry.from_row(
             run_id,
             spec.protocol,
-            view_of(spec),
+            certified_view(spec),
             "certified",
             targets,
             top,
@@ -170,7 +171,8 @@ def _settle_ledger(
     doc = {
         "run_id": run_id,
         "node": node_id,
-        "view": view_of(spec),
+        "view": certified_view(spec),  # the certified view (secure sums too: the rounding)
+        "gossip_view": view_of(spec),
         "records_from": sorted(int(v) for v in recs),
         "completed": {str(v): c for v, c in completed.items()},
         "realised": {t: dp_from_rdp(orders, real[j], delta) for j, t in enumerate(targets)},
