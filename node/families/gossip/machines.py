@@ -39,7 +39,8 @@ from *sender-side* records: a value a receiver refused as late is still in its v
 without the value — and a third phase runs one SecAgg sum per node over the neighbours that joined;
 the round closes when the node's own sum is released (its row = the survivors) or aborted (row
 empty: the node keeps its own value).  A plain VALUE is then refused, never mixed in, and the
-observer's view is the aggregate one (``S = e_iᵀ``).  The node heartbeats while its sum runs, and
+observer learns only its sums (``S = e_iᵀ``; still certified with the neighbourhood view because of
+the members' fixed-point rounding, see :mod:`hushnet.families.gossip.secure`).  The node heartbeats while its sum runs, and
 after the last round it stays until its memberships in its neighbours' last sums are done.
 """
 

@@ -27,13 +27,14 @@ buffering and the schedule ledger records.
 **Below threshold** (threshold ``max(2, ⌊|M_i|/2⌋ + 1)``, SecAgg's honest-majority rule): the sum
 aborts with no release, and node ``i`` keeps its own message for that round (row empty, self weight
 1); its schedule record says ``secure.status = "aborted"``.  What ``i`` observed is then only its own
-value — the accountant's aggregate view of that round is exactly the recorded row, so nothing is
+value — the accountant's replay of that round is exactly the recorded row, so nothing is
 released that the accountant did not account.
 
 **What is recorded.**  The schedule record of round t holds the realised row (survivors only), the
 member set, survivors, dropped members and the status of the sum.  Rows may be asymmetric (``i``
-used ``j`` but ``j``'s sum dropped ``i``); the exact accountant works on the recorded rows, which
-are what every observer's aggregate view is made of (``W_t[i,:]·m_t``).
+used ``j`` but ``j``'s sum dropped ``i``); the exact accountant works on the recorded rows (the
+messages the certified neighbourhood view shows, and the sums ``W_t[i,:]·m_t`` of the uncertified
+aggregate figure).
 
 **Fixed-point error** (:mod:`hushnet.crypto.masks`): each sum of ``k`` survivors is off by at most
 ``k·2^-(f+1)`` per entry (default ``f = 24``: 16 members → 4.8e-7); over T rounds of averaging with
