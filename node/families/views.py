@@ -56,6 +56,17 @@ VIEWS: dict[str, AccountingView] = {
         "closed neighbourhood (threshold-bounded; a round below threshold releases nothing)",
         True,
     ),
+    "secure-gossip": AccountingView(
+        "secure-summation",
+        "neighbourhood",
+        "Muffliato certified exact loss, view='neighbourhood' (the aggregate view S = e_i^T is shown "
+        "uncertified, as real arithmetic)",
+        "pairwise-masked secure summation is on: the aggregating node learns only the sum of its closed "
+        "neighbourhood, but each member's term W_ij·m_j (data and noise mixed) is rounded to the "
+        "fixed-point grid on its own, so the sum is a function of the individual messages, which the "
+        "neighbourhood view shows (docs/design/spec/secagg.md §6)",
+        True,
+    ),
     "source-anonymous-walk": AccountingView(
         "source-anonymous-walk",
         "sender-known",
@@ -74,21 +85,20 @@ def accounting_view(
     secure_summation: bool = False,
     relay_independent: bool = True,
 ) -> AccountingView:
-    """The view the accountant must use for a run (and why): aggregate only with secure summation; onion
+    """The view the accountant must use for a run (and why): aggregate only for a secure sum of noisy
+    inputs (gossip over secure sums stays on the neighbourhood view: its members' rounding); onion
     relaying is charged at local DP (its relays observe the walk's trajectory, see ``VIEWS["onion-relay"]``),
     whatever its relay plan; no anonymity credit for the source-anonymous walk."""
     from hushnet.families.anonymity.params import ANON_WALK_SGD
-    from hushnet.families.gossip.params import MUFFLIATO
+    from hushnet.families.gossip.params import LABELS as GOSSIP_PROTOCOLS
     from hushnet.families.secagg.params import SECAGG_SUM
 
     if protocol == ANON_WALK_SGD:
         return VIEWS["source-anonymous-walk"]
-    if protocol in (SECAGG_SUM, MUFFLIATO, "gossip") or secure_summation:
-        return (
-            VIEWS["secure-summation"]
-            if secure_summation or protocol == SECAGG_SUM
-            else VIEWS["neighbourhood"]
-        )
+    if protocol in GOSSIP_PROTOCOLS or protocol == "gossip":
+        return VIEWS["secure-gossip"] if secure_summation else VIEWS["neighbourhood"]
+    if protocol == SECAGG_SUM or secure_summation:
+        return VIEWS["secure-summation"]
     if onion_hops < 1:
         return VIEWS["plain-links"]
     return VIEWS["onion-relay"]  # local DP whatever the plan: relays see the walk's trajectory

@@ -203,7 +203,9 @@ def test_accounting_views_follow_mechanisms():
     onion = accounting_view("rw-dpsgd", onion_hops=3)
     assert onion.view_model == "local" and onion.dp_credit is False and "trajectory" in onion.reason
     assert accounting_view("muffliato").view_model == "neighbourhood"
-    assert accounting_view("muffliato", secure_summation=True).view_model == "aggregate"
+    # gossip over secure sums: certified with the neighbourhood view (the members' fixed-point rounding)
+    sec = accounting_view("muffliato", secure_summation=True)
+    assert sec.view_model == "neighbourhood" and sec.mechanism == "secure-summation"
     assert accounting_view("secagg-sum").view_model == "aggregate"
     v = accounting_view("anon-walk-sgd")
     assert v.dp_credit is False and "no amplification" in v.accountant

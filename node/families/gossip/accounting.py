@@ -259,13 +259,7 @@ def accounting_view(spec: RunSpec) -> dict[str, Any]:
         v = ANON_VIEWS["neighbourhood"].as_dict()
         label = "neighbourhood (plain gossip)"
     else:
-        v = {
-            **ANON_VIEWS["secure-summation"].as_dict(),
-            "view_model": certified_view(spec),
-            "accountant": "Muffliato certified exact loss, view='neighbourhood' (the aggregate view "
-            "is shown uncertified: the members' fixed-point rounding, docs/design/spec/secagg.md §6)",
-            "reason": ANON_VIEWS["secure-summation"].reason + "; " + SECURE_NOTE,
-        }
+        v = ANON_VIEWS["secure-gossip"].as_dict()
         label = ACCOUNTING_LABEL
     return {
         **v,
