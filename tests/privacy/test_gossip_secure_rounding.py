@@ -4,7 +4,7 @@ In secure-summation gossip (``view = "aggregate"``) member j hands observer i th
 ``R(W_t[i,j]·m_j(t))``, and ``m_j(t)`` already mixes data and noise.  The released sum is therefore a
 function of the individual messages, not of the exact ``Σ_j W_t[i,j] m_j`` the aggregate-view
 accountant would certify.  Here, exactly (the release's law computed with the helpers of
-:mod:`tests.privacy.test_secagg_rounding`, on the real SecAgg encoder with the spec's coarsest grid,
+``tests/privacy/test_secagg_rounding.py``, on the real SecAgg encoder with the spec's coarsest grid,
 ``frac_bits = 8``): on ``complete:5`` after one round the aggregate-view value of ``u → i`` is far
 below the divergence of what ``i`` really receives, while the neighbourhood view (every release is a
 function of the messages that view shows, so it is post-processing) covers it.  The family therefore
