@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -70,9 +71,10 @@ class ContributionCost:
             rdp = self.curves(sigma)
             rdp.flags.writeable = False
             # the entry's target → curve map, built once: a hop at n = 2048 rebuilt 2047 keys and rows
+            # (read-only, so the ledger may take it as validated when the same map comes again)
             ref = PrivacyEntry.from_row("", "", "", "certified", self.targets, rdp)
             self._per_sigma.clear()  # one σ per run: keep one (n × orders) matrix per node
-            hit = self._per_sigma[sigma] = (rdp, ref.rdp, ref.rows)
+            hit = self._per_sigma[sigma] = (rdp, MappingProxyType(dict(ref.rdp)), ref.rows)
         return hit[0], hit[1]
 
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
