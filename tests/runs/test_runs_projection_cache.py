@@ -199,3 +199,33 @@ def test_row_conversion_by_distinct_values_equals_the_full_conversion() -> None:
         np.testing.assert_array_equal(
             walk_acc._best_order_dp_distinct(s, a, li), _best_order_dp(s, a, li)
         )
+
+
+def test_report_paper_rows_equal_an_uncached_computation(monkeypatch) -> None:
+    """The report's (labelled, uncertified) Theorem 3 row reads the shared ln T matrix: same values."""
+    from hushnet.privacy.paper.randomwalk import theorem3_printed_row
+
+    spec = _spec()
+    W = transition_matrix(spec.graph, spec.weights)
+    walk_acc._SINGLE.clear()
+    calls: list = []
+    real = rw.rw_single_loss_matrix
+
+    def counting(*a, **kw):
+        calls.append(kw.get("horizon"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", counting)
+    rows = {
+        (u, k): walk_acc.paper_row(spec, u, 7.0, W, sender_known=k)
+        for u in range(N)
+        for k in (True, False)
+    }
+    assert calls == ["lnT", "lnT"]  # one matrix per view for all nodes
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", real)
+    for (u, k), row in rows.items():
+        fresh = theorem3_printed_row(
+            W, spec.steps, spec.sigma, u, 7.0, spec.budget.delta, sender_known=k
+        )
+        np.testing.assert_array_equal(row, fresh)
+    walk_acc._SINGLE.clear()

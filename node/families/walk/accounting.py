@@ -87,6 +87,8 @@ def paper_row(
         contributions,
         spec.budget.delta,
         sender_known=known,
+        # every node's report reads its row of the same all-pairs matrix (0.15 s per node at n = 1024)
+        S=_single_loss(W, int(spec.steps), known, sigma=float(spec.sigma), horizon="lnT"),
     )
 
 
@@ -244,26 +246,29 @@ def _walk_slopes(
 
 #: the per-contribution single-loss matrix of the ledger charge, per public parameters (see _single_loss)
 _SINGLE: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
-#: two entries: an n = 2048 matrix is 32 MB, and a process hosts one run's nodes at a time in practice
-_SINGLE_MAX = 2
+#: four entries (a run's cost and paper matrices, for two runs): an n = 2048 matrix is 32 MB
+_SINGLE_MAX = 4
 
 
-def _single_loss(W: Any, steps: int, sender_known: bool) -> np.ndarray:
-    """``rw_single_loss_matrix(W, steps, 1, 1, exact horizon, sender_known)``, read-only, once per process.
+def _single_loss(
+    W: Any, steps: int, sender_known: bool, *, sigma: float = 1.0, horizon: str = "exact"
+) -> np.ndarray:
+    """``rw_single_loss_matrix(W, steps, 1, sigma, horizon, sender_known)``, read-only, once per process.
 
-    Why cached: every node's ledger cost (:func:`walk_cost`) takes its row from this all-pairs matrix
-    (``Φ diag(g) Φᵀ``, O(n³): 0.16 s at n = 1024 here), and a process hosting K nodes of a run built
-    it K times while they accepted the run — most of the 4.5 minutes 1024 nodes took to accept.  The
-    key is every input of the call (the walk length, the view, and the matrix W itself by its
-    SHA-256), so a hit returns the very array an uncached call would compute."""
+    Why cached: every node's ledger cost (:func:`walk_cost`, exact horizon, σ = 1) and its report's
+    paper column (:func:`paper_row`, ln T horizon) take their row from an all-pairs matrix
+    (``Φ diag(g) Φᵀ``, O(n³): 0.14–0.16 s at n = 1024 here), and a process hosting K nodes of a run
+    built it K times — most of the 4.5 minutes 1024 nodes took to accept a run.  The key is every
+    input of the call (walk length, σ, horizon, view, and the matrix W itself by its SHA-256), so a
+    hit returns the very array an uncached call would compute."""
     from hushnet.privacy.randomwalk import rw_single_loss_matrix
 
-    key = (int(steps), bool(sender_known), _w_fingerprint(W))
+    key = (int(steps), bool(sender_known), float(sigma), horizon, _w_fingerprint(W))
     hit = _SINGLE.get(key)
     if hit is not None:
         _SINGLE.move_to_end(key)
         return hit
-    S = rw_single_loss_matrix(W, steps, 1.0, 1.0, horizon="exact", sender_known=sender_known)
+    S = rw_single_loss_matrix(W, steps, 1.0, sigma, horizon=horizon, sender_known=sender_known)
     S.setflags(write=False)  # shared by every node of the process: nobody may change it
     _SINGLE[key] = S
     while len(_SINGLE) > _SINGLE_MAX:
