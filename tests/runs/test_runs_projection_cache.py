@@ -229,3 +229,42 @@ def test_report_paper_rows_equal_an_uncached_computation(monkeypatch) -> None:
         )
         np.testing.assert_array_equal(row, fresh)
     walk_acc._SINGLE.clear()
+
+
+def test_hosted_nodes_accepting_at_once_compute_each_matrix_once(counted, monkeypatch) -> None:
+    """A host's nodes accept in the executor's threads at the same moment: one computes, the rest wait."""
+    import threading
+
+    spec = _spec()
+    ids = [f"n{i}" for i in range(N)]
+    walk_acc._SINGLE.clear()
+    single: list = []
+    real = rw.rw_single_loss_matrix
+
+    def counting(*a, **kw):
+        single.append(kw.get("horizon"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", counting)
+    go = threading.Barrier(8)
+    out: dict = {}
+
+    def accept(u: int) -> None:
+        W = transition_matrix(spec.graph, spec.weights)  # each node builds its own W
+        go.wait()
+        out[u] = (
+            evaluate_policy(spec, u, None, W).epsilon_row,
+            walk_acc.walk_cost(spec, u, ids, W),
+        )
+
+    threads = [threading.Thread(target=accept, args=(u,)) for u in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(counted) == 1  # the projection's all-pairs slopes
+    assert single.count("exact") == 2  # one inside that computation, one for the ledger cost
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", real)
+    for u in range(8):
+        np.testing.assert_array_equal(out[u][0], _uncached_row(spec, u))
+    walk_acc._SINGLE.clear()

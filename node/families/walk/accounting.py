@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import math
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -174,6 +175,11 @@ def _best_order_dp_distinct(slope: np.ndarray, amax: float, log_inv_delta: float
     return _best_order_dp(vals, amax, log_inv_delta)[inv.reshape(s.shape)]
 
 
+#: held while a shared all-pairs matrix is looked up or computed.  A host's nodes accept a run in the
+#: default executor's threads at once: without it each of them missed the empty cache and computed
+#: the same O(n³) matrices side by side (and the spectrum under them), the first wave several times
+_COMPUTE = threading.RLock()
+
 #: the all-pairs walk accountant's result per public parameters, shared by the nodes of a process
 _SLOPES: collections.OrderedDict[tuple, tuple[np.ndarray, tuple[str, ...]]] = (
     collections.OrderedDict()
@@ -222,26 +228,27 @@ def _walk_slopes(
         spec.view_model,
         _w_fingerprint(W),
     )
-    hit = cache.get(key)
-    if hit is not None:
-        cache.move_to_end(key)
+    with _COMPUTE:  # the hosted nodes' acceptance threads: one computes, the others wait for it
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        pm = rw_pndp_matrix(
+            W,
+            spec.steps,
+            a0,
+            spec.sigma,
+            bound="certified",
+            contributions=N_u,
+            sender_known=spec.view_model == "sender-known",
+            constraint=spec.constraint,
+        )
+        slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
+        slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
+        hit = cache[key] = (slopes, tuple(pm.notes))
+        while len(cache) > _SLOPES_MAX:
+            cache.popitem(last=False)
         return hit
-    pm = rw_pndp_matrix(
-        W,
-        spec.steps,
-        a0,
-        spec.sigma,
-        bound="certified",
-        contributions=N_u,
-        sender_known=spec.view_model == "sender-known",
-        constraint=spec.constraint,
-    )
-    slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
-    slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
-    hit = cache[key] = (slopes, tuple(pm.notes))
-    while len(cache) > _SLOPES_MAX:
-        cache.popitem(last=False)
-    return hit
 
 
 #: the per-contribution single-loss matrix of the ledger charge, per public parameters (see _single_loss)
@@ -264,16 +271,17 @@ def _single_loss(
     from hushnet.privacy.randomwalk import rw_single_loss_matrix
 
     key = (int(steps), bool(sender_known), float(sigma), horizon, _w_fingerprint(W))
-    hit = _SINGLE.get(key)
-    if hit is not None:
-        _SINGLE.move_to_end(key)
-        return hit
-    S = rw_single_loss_matrix(W, steps, 1.0, sigma, horizon=horizon, sender_known=sender_known)
-    S.setflags(write=False)  # shared by every node of the process: nobody may change it
-    _SINGLE[key] = S
-    while len(_SINGLE) > _SINGLE_MAX:
-        _SINGLE.popitem(last=False)
-    return S
+    with _COMPUTE:
+        hit = _SINGLE.get(key)
+        if hit is not None:
+            _SINGLE.move_to_end(key)
+            return hit
+        S = rw_single_loss_matrix(W, steps, 1.0, sigma, horizon=horizon, sender_known=sender_known)
+        S.setflags(write=False)  # shared by every node of the process: nobody may change it
+        _SINGLE[key] = S
+        while len(_SINGLE) > _SINGLE_MAX:
+            _SINGLE.popitem(last=False)
+        return S
 
 
 def evaluate_policy(
