@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -299,6 +301,8 @@ class LedgerState:
         self.version = 0
         #: the rows of the last keys looked up (a walk charges the same targets hop after hop)
         self._last: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=np.int64))
+        #: (curve map, rows, Costs) of the last immutable entry validated (see :meth:`validate`)
+        self._valid: tuple[Any, np.ndarray, Costs] | None = None
 
     def targets(self) -> list[str]:
         """Every target something was spent toward, sorted."""
@@ -423,6 +427,17 @@ class LedgerState:
             raise LedgerError(f"bound must be one of {BOUND_LABELS}, got {entry.bound!r}")
         if not entry.rdp:
             raise LedgerError("an entry must cost something toward at least one target")
+        memo = self._valid
+        if (
+            memo is not None
+            and entry.rdp is memo[0]
+            and entry.rows is memo[1]
+            and entry.gdp_mu is None
+        ):
+            # the very curves validated last time, and neither can have changed (a read-only map over
+            # read-only rows): a walk charges the same n curves every hop, and re-checking n keys
+            # and an (n × orders) matrix was most of a hop's charge at n = 2048
+            return memo[2]
         keys = [as_key(k) for k in entry.rdp]
         try:
             mat = entry.rows
@@ -448,7 +463,15 @@ class LedgerState:
             fast = False
         if not fast:  # find the first bad target in the entry's order, with its one-line error
             return Costs.from_mapping(self._validate_each(entry), self.orders)
-        return Costs(keys, mat, mu, has)
+        costs = Costs(keys, mat, mu, has)
+        if (
+            type(entry.rdp) is MappingProxyType
+            and mat is entry.rows
+            and not mat.flags.writeable
+            and entry.gdp_mu is None
+        ):
+            self._valid = (entry.rdp, mat, costs)
+        return costs
 
     def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
         """Target by target (the path that names the first bad target)."""

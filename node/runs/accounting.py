@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -44,7 +45,7 @@ class ContributionCost:
     )  # s_{u,v}: RDP per unit α at σ = 1 (None: local-DP accounting only)
     alpha_max: float
     bound_name: str
-    _per_sigma: dict[float, np.ndarray] = field(
+    _per_sigma: dict[float, tuple] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -59,22 +60,36 @@ class ContributionCost:
         walk = np.where(self.orders[None, :] <= self.alpha_max, walk, np.inf)
         return np.minimum(walk, ldp)
 
-    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
-        # every hop of a run charges the same rows (one σ): computed once per σ, read-only
-        rdp = self._per_sigma.get(ev.sigma)
-        if rdp is None:
-            rdp = self.curves(ev.sigma)
+    def rows(self, sigma: float) -> np.ndarray:
+        """:meth:`curves` of ``sigma``, read-only and computed once per σ: what every contribution with
+        that noise multiplier charges (the driver replays its run's sum from these on a restart)."""
+        return self._rows_and_map(sigma)[0]
+
+    def _rows_and_map(self, sigma: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        hit = self._per_sigma.get(sigma)
+        if hit is None:
+            rdp = self.curves(sigma)
             rdp.flags.writeable = False
+            # the entry's target → curve map, built once: a hop at n = 2048 rebuilt 2047 keys and rows
+            # (read-only, so the ledger may take it as validated when the same map comes again)
+            ref = PrivacyEntry.from_row("", "", "", "certified", self.targets, rdp)
             self._per_sigma.clear()  # one σ per run: keep one (n × orders) matrix per node
-            self._per_sigma[ev.sigma] = rdp
-        return PrivacyEntry.from_row(
+            hit = self._per_sigma[sigma] = (rdp, MappingProxyType(dict(ref.rdp)), ref.rows)
+        return hit[0], hit[1]
+
+    def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
+        # every hop of a run charges the same rows (one σ): built once per σ (as from_row would), read-only
+        _, curves = self._rows_and_map(ev.sigma)
+        rows = self._per_sigma[ev.sigma][2]
+        return PrivacyEntry(
             run_id,
             ev.protocol,
             ev.view_model,
             "certified",
-            self.targets,
-            rdp,
-            note=f"{ev.kind} contribution at step {ev.step} ({self.bound_name})",
+            curves,
+            None,
+            f"{ev.kind} contribution at step {ev.step} ({self.bound_name})",
+            rows,
         )
 
 

@@ -120,3 +120,151 @@ def test_shared_slopes_are_read_only(counted) -> None:
     row, _ = projected_row(spec, 2, W)
     row[:] = 0.0  # a node's own row is its own copy
     assert projected_row(spec, 2, W)[0].max() > 0
+
+
+# ---- the ledger cost's all-pairs matrix and the row's conversion (issue 12, acceptance at n = 1024) ----
+
+
+def _fresh_cost_slope(spec: RunSpec, vertex: int, W) -> np.ndarray:
+    """What :func:`walk_cost` charged before its matrix was shared: a fresh all-pairs computation."""
+    S = rw.rw_single_loss_matrix(
+        W, spec.steps, 1.0, 1.0, horizon="exact", sender_known=spec.view_model == "sender-known"
+    )
+    return np.delete(S[vertex], vertex)
+
+
+@pytest.mark.parametrize("graph", [GRAPH, "ring:16", "regular:16:4:3"])
+def test_ledger_cost_rows_equal_an_uncached_computation(graph, monkeypatch) -> None:
+    spec = _spec(graph=graph)
+    W = transition_matrix(spec.graph, spec.weights)
+    ids = [f"n{i}" for i in range(N)]
+    walk_acc._SINGLE.clear()
+    calls: list = []
+    real = rw.rw_single_loss_matrix
+
+    def counting(*a, **kw):
+        calls.append(a[1:])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", counting)
+    costs = [walk_acc.walk_cost(spec, u, ids, W) for u in range(N)]
+    assert len(calls) == 1  # one all-pairs matrix for every hosted node
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", real)
+    for u in range(N):
+        np.testing.assert_array_equal(costs[u].walk_slope, _fresh_cost_slope(spec, u, W))
+        assert costs[u].targets == [ids[v] for v in range(N) if v != u]
+    # the cost's row is its own array: changing it changes neither the cache nor another node's
+    costs[0].walk_slope[:] = -1.0
+    np.testing.assert_array_equal(
+        walk_acc.walk_cost(spec, 0, ids, W).walk_slope, _fresh_cost_slope(spec, 0, W)
+    )
+    walk_acc._SINGLE.clear()
+
+
+@pytest.mark.parametrize("change", [dict(steps=500), dict(view_model="anonymous-sender")])
+def test_ledger_cost_cache_misses_on_a_public_change(change) -> None:
+    spec = _spec()
+    other = dataclasses.replace(spec, **change)
+    W = transition_matrix(spec.graph, spec.weights)
+    ids = [f"n{i}" for i in range(N)]
+    walk_acc._SINGLE.clear()
+    walk_acc.walk_cost(spec, 1, ids, W)
+    np.testing.assert_array_equal(
+        walk_acc.walk_cost(other, 1, ids, W).walk_slope, _fresh_cost_slope(other, 1, W)
+    )
+    assert len(walk_acc._SINGLE) == 2
+    with pytest.raises(ValueError):
+        next(iter(walk_acc._SINGLE.values()))[0, 1] = 0.0  # shared: read-only
+    walk_acc._SINGLE.clear()
+
+
+def test_row_conversion_by_distinct_values_equals_the_full_conversion() -> None:
+    """Every projected entry equals the one-by-one-vector conversion bit for bit (hypercube rows repeat
+    values; random slopes with repeats, zeros and extremes do too)."""
+    from hushnet.runs.spec import _best_order_dp
+
+    spec = _spec(graph="hypercube:8", steps=2048, cap=50)
+    W = transition_matrix(spec.graph, spec.weights)
+    amax = rw.alpha_max(spec.sigma, spec.constraint)
+    slopes, _ = walk_acc._walk_slopes(spec, W, amax, 50.0)
+    li = float(np.log(1e5))
+    for u in range(0, 256, 17):
+        np.testing.assert_array_equal(
+            walk_acc._best_order_dp_distinct(slopes[u], amax, li),
+            _best_order_dp(slopes[u], amax, li),
+        )
+    rng = np.random.default_rng(3)
+    s = rng.choice(np.concatenate([rng.exponential(0.01, 40), [0.0, 1e-300, 5.0, 1e3]]), 997)
+    for a in (1.5, amax, np.inf):
+        np.testing.assert_array_equal(
+            walk_acc._best_order_dp_distinct(s, a, li), _best_order_dp(s, a, li)
+        )
+
+
+def test_report_paper_rows_equal_an_uncached_computation(monkeypatch) -> None:
+    """The report's (labelled, uncertified) Theorem 3 row reads the shared ln T matrix: same values."""
+    from hushnet.privacy.paper.randomwalk import theorem3_printed_row
+
+    spec = _spec()
+    W = transition_matrix(spec.graph, spec.weights)
+    walk_acc._SINGLE.clear()
+    calls: list = []
+    real = rw.rw_single_loss_matrix
+
+    def counting(*a, **kw):
+        calls.append(kw.get("horizon"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", counting)
+    rows = {
+        (u, k): walk_acc.paper_row(spec, u, 7.0, W, sender_known=k)
+        for u in range(N)
+        for k in (True, False)
+    }
+    assert calls == ["lnT", "lnT"]  # one matrix per view for all nodes
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", real)
+    for (u, k), row in rows.items():
+        fresh = theorem3_printed_row(
+            W, spec.steps, spec.sigma, u, 7.0, spec.budget.delta, sender_known=k
+        )
+        np.testing.assert_array_equal(row, fresh)
+    walk_acc._SINGLE.clear()
+
+
+def test_hosted_nodes_accepting_at_once_compute_each_matrix_once(counted, monkeypatch) -> None:
+    """A host's nodes accept in the executor's threads at the same moment: one computes, the rest wait."""
+    import threading
+
+    spec = _spec()
+    ids = [f"n{i}" for i in range(N)]
+    walk_acc._SINGLE.clear()
+    single: list = []
+    real = rw.rw_single_loss_matrix
+
+    def counting(*a, **kw):
+        single.append(kw.get("horizon"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", counting)
+    go = threading.Barrier(8)
+    out: dict = {}
+
+    def accept(u: int) -> None:
+        W = transition_matrix(spec.graph, spec.weights)  # each node builds its own W
+        go.wait()
+        out[u] = (
+            evaluate_policy(spec, u, None, W).epsilon_row,
+            walk_acc.walk_cost(spec, u, ids, W),
+        )
+
+    threads = [threading.Thread(target=accept, args=(u,)) for u in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(counted) == 1  # the projection's all-pairs slopes
+    assert single.count("exact") == 2  # one inside that computation, one for the ledger cost
+    monkeypatch.setattr(rw, "rw_single_loss_matrix", real)
+    for u in range(8):
+        np.testing.assert_array_equal(out[u][0], _uncached_row(spec, u))
+    walk_acc._SINGLE.clear()

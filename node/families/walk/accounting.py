@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import math
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -48,7 +49,7 @@ def project_walk(
 
 def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -> ContributionCost:
     """Random-walk bound (exact horizon, the spec's view model and noise condition) ∧ local DP, per contribution."""
-    from hushnet.privacy.randomwalk import alpha_max, rw_single_loss_matrix
+    from hushnet.privacy.randomwalk import alpha_max
     from hushnet.protocols.registry import transition_matrix
 
     o = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
@@ -56,7 +57,7 @@ def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -
     if W is None:
         W = transition_matrix(spec.graph, spec.weights)
     known = spec.view_model == "sender-known"  # plain links: the receiver knows the sender
-    S = rw_single_loss_matrix(W, spec.steps, 1.0, 1.0, horizon="exact", sender_known=known)
+    S = _single_loss(W, int(spec.steps), known)
     row = np.delete(S[vertex], vertex)
     amax = alpha_max(spec.sigma, spec.constraint)
     view = "sender-known" if known else spec.view_model
@@ -87,6 +88,8 @@ def paper_row(
         contributions,
         spec.budget.delta,
         sender_known=known,
+        # every node's report reads its row of the same all-pairs matrix (0.15 s per node at n = 1024)
+        S=_single_loss(W, int(spec.steps), known, sigma=float(spec.sigma), horizon="lnT"),
     )
 
 
@@ -135,13 +138,15 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
         slopes, pm_notes = _walk_slopes(spec, W, amax, N_u)
         slope = slopes[node]  # the walk bound's RDP per unit α (ε_{u→v} ∝ α)
         notes = list(pm_notes)
-    eps = _best_order_dp(slope, amax, log_inv_delta)
+    eps = _best_order_dp_distinct(slope, amax, log_inv_delta)
     certified_by = np.full(n, LOCAL_DP if spec.protocol == LOCAL_DP_SGD else WALK, dtype=object)
     if spec.protocol != LOCAL_DP_SGD:
         # the one rule of every entry point (hushnet.privacy.randomwalk.with_local_dp): every view is a
         # post-processing of the noisy contributions, so the local-DP bound (Gaussian RDP α/(2σ²) per
         # contribution, any order) is also valid; keep the smaller per target, and say which won
-        ldp = _best_order_dp(np.full(n, N_u / (2.0 * spec.sigma**2)), math.inf, log_inv_delta)
+        ldp = _best_order_dp_distinct(
+            np.full(n, N_u / (2.0 * spec.sigma**2)), math.inf, log_inv_delta
+        )
         if np.any(ldp < eps):
             notes.append("per target: min(random-walk bound, local-DP bound) — both certified")
         certified_by[ldp < eps] = LOCAL_DP
@@ -157,6 +162,23 @@ def projected_row(spec: RunSpec, node: int, W: Any = None) -> tuple[np.ndarray, 
         "certified_by": certified_by.tolist(),
     }
 
+
+def _best_order_dp_distinct(slope: np.ndarray, amax: float, log_inv_delta: float) -> np.ndarray:
+    """:func:`~hushnet.runs.spec._best_order_dp` of each entry, computed once per distinct value.
+
+    The conversion is elementwise (a fixed-length vectorised search per entry), and a row of a
+    structured graph repeats values (a hypercube:10 row has 57–242 distinct slopes among 1024), so the
+    distinct values give every entry exactly its own result at a fraction of the cost — the two
+    conversions were most of a node's acceptance once the all-pairs matrices are shared."""
+    s = np.asarray(slope, dtype=float)
+    vals, inv = np.unique(s, return_inverse=True)
+    return _best_order_dp(vals, amax, log_inv_delta)[inv.reshape(s.shape)]
+
+
+#: held while a shared all-pairs matrix is looked up or computed.  A host's nodes accept a run in the
+#: default executor's threads at once: without it each of them missed the empty cache and computed
+#: the same O(n³) matrices side by side (and the spectrum under them), the first wave several times
+_COMPUTE = threading.RLock()
 
 #: the all-pairs walk accountant's result per public parameters, shared by the nodes of a process
 _SLOPES: collections.OrderedDict[tuple, tuple[np.ndarray, tuple[str, ...]]] = (
@@ -206,26 +228,60 @@ def _walk_slopes(
         spec.view_model,
         _w_fingerprint(W),
     )
-    hit = cache.get(key)
-    if hit is not None:
-        cache.move_to_end(key)
+    with _COMPUTE:  # the hosted nodes' acceptance threads: one computes, the others wait for it
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        pm = rw_pndp_matrix(
+            W,
+            spec.steps,
+            a0,
+            spec.sigma,
+            bound="certified",
+            contributions=N_u,
+            sender_known=spec.view_model == "sender-known",
+            constraint=spec.constraint,
+        )
+        slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
+        slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
+        hit = cache[key] = (slopes, tuple(pm.notes))
+        while len(cache) > _SLOPES_MAX:
+            cache.popitem(last=False)
         return hit
-    pm = rw_pndp_matrix(
-        W,
-        spec.steps,
-        a0,
-        spec.sigma,
-        bound="certified",
-        contributions=N_u,
-        sender_known=spec.view_model == "sender-known",
-        constraint=spec.constraint,
-    )
-    slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
-    slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
-    hit = cache[key] = (slopes, tuple(pm.notes))
-    while len(cache) > _SLOPES_MAX:
-        cache.popitem(last=False)
-    return hit
+
+
+#: the per-contribution single-loss matrix of the ledger charge, per public parameters (see _single_loss)
+_SINGLE: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
+#: four entries (a run's cost and paper matrices, for two runs): an n = 2048 matrix is 32 MB
+_SINGLE_MAX = 4
+
+
+def _single_loss(
+    W: Any, steps: int, sender_known: bool, *, sigma: float = 1.0, horizon: str = "exact"
+) -> np.ndarray:
+    """``rw_single_loss_matrix(W, steps, 1, sigma, horizon, sender_known)``, read-only, once per process.
+
+    Why cached: every node's ledger cost (:func:`walk_cost`, exact horizon, σ = 1) and its report's
+    paper column (:func:`paper_row`, ln T horizon) take their row from an all-pairs matrix
+    (``Φ diag(g) Φᵀ``, O(n³): 0.14–0.16 s at n = 1024 here), and a process hosting K nodes of a run
+    built it K times — most of the 4.5 minutes 1024 nodes took to accept a run.  The key is every
+    input of the call (walk length, σ, horizon, view, and the matrix W itself by its SHA-256), so a
+    hit returns the very array an uncached call would compute."""
+    from hushnet.privacy.randomwalk import rw_single_loss_matrix
+
+    key = (int(steps), bool(sender_known), float(sigma), horizon, _w_fingerprint(W))
+    with _COMPUTE:
+        hit = _SINGLE.get(key)
+        if hit is not None:
+            _SINGLE.move_to_end(key)
+            return hit
+        S = rw_single_loss_matrix(W, steps, 1.0, sigma, horizon=horizon, sender_known=sender_known)
+        S.setflags(write=False)  # shared by every node of the process: nobody may change it
+        _SINGLE[key] = S
+        while len(_SINGLE) > _SINGLE_MAX:
+            _SINGLE.popitem(last=False)
+        return S
 
 
 def evaluate_policy(

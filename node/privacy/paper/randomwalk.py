@@ -38,13 +38,17 @@ def theorem3_printed_row(
     delta: float,
     *,
     sender_known: bool = False,
+    S: np.ndarray | None = None,
 ) -> np.ndarray:
     """Theorem 3 as printed for one contributor: (ε, δ) toward every node at the best real order.
 
     Per-contribution slope from the ln T horizon with no noise condition, times the contributions,
     converted with Mironov's rule at ``α* = 1 + sqrt(ln(1/δ)/s)`` (no cap on α: the printed theorem
-    omits the condition that bounds it).  0 toward the vertex itself."""
-    S = rw_single_loss_matrix(W, T, 1.0, sigma, horizon="lnT", sender_known=sender_known)
+    omits the condition that bounds it).  0 toward the vertex itself.  ``S``: the all-pairs
+    ``rw_single_loss_matrix(W, T, 1, sigma, horizon="lnT", sender_known=…)`` if the caller already has
+    it (a process hosting many nodes computes it once; only the contributor's row is read)."""
+    if S is None:
+        S = rw_single_loss_matrix(W, T, 1.0, sigma, horizon="lnT", sender_known=sender_known)
     slope = np.maximum(S[vertex] * contributions, 0.0)
     eps = classic_linear_best_order_epsilon(slope, math.log(1.0 / delta))
     eps[vertex] = 0.0

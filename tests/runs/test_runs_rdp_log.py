@@ -1,0 +1,133 @@
+"""The run's charged row in a durable walk's checkpoint: a replay log, not a (targets × orders) array.
+
+A hop used to write the whole row (1 MB at n = 2048) into the checkpoint; it now writes
+``[[σ, count], …]`` and a restart replays the same additions.  The sum must be the one the driver
+held — bit for bit — through a restart, a deviation top-up, and a checkpoint written before the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from hushnet.protocols.registry import make_machine, transition_matrix
+from hushnet.runs.driver import RunDriver
+from hushnet.runs.run_store import RunStore, pack, unpack
+from hushnet.runs.service import network_walk_options
+from tests.runs.test_runs_driver import N, _drivers, _pump, _spec
+
+
+def _stacked_sum(d: RunDriver) -> np.ndarray | None:
+    """The row as the driver summed it before the log: every data entry's curves, stacked, in order."""
+    r = None
+    for ev in d.engine_entries:
+        if not ev.uses_data:
+            continue
+        e = d.cost.entry(ev, d.run_id, d.node_id)
+        c = np.stack([e.rdp[t] for t in d.cost.targets])
+        r = c if r is None else r + c
+    return r
+
+
+def _durable(drivers, tmp_path) -> list[RunStore]:
+    stores = []
+    for d in drivers:
+        s = RunStore(tmp_path / f"{d.node_id}.runs.sqlite")
+        s.accept(d.run_id, b"signed", d.vertex, {})
+        d.store = s
+        stores.append(s)
+    return stores
+
+
+def _restarted(d: RunDriver, store: RunStore) -> RunDriver:
+    """A fresh driver and machine for ``d``'s vertex, restored from what ``store`` holds."""
+    spec, W = d.spec, transition_matrix(d.spec.graph)
+    m = make_machine(
+        spec.protocol,
+        d.vertex,
+        N,
+        d.machine.task,
+        run_seed=spec.seed,
+        run_id=spec.run_id,
+        params=spec.machine_params(),
+        W=W,
+        options=network_walk_options(spec, progress_every=1),
+    )
+
+    async def send(dst, data):
+        return None
+
+    again = RunDriver(
+        spec, d.vertex, d.ids, m, send, ledger=d.ledger, cost=d.cost, W=W, store=store
+    )
+    (row,) = [r for r in store.runs() if r["run_id"] == d.run_id]
+    charged = len([e for e in d.ledger.entries(d.run_id)])
+    again.restore(row["driver"], row["machine"], row["state"], row["reason"], charged)
+    return again
+
+
+def test_the_checkpoint_logs_the_row_and_a_restart_replays_it_bit_for_bit(tmp_path):
+    async def go():
+        spec = _spec(steps=60, cap=None)
+        drivers, outbox = _drivers(tmp_path, spec)
+        stores = _durable(drivers, tmp_path)
+        for d in drivers:
+            d.start()
+        await _pump(drivers, outbox, until_step=30)
+        for d, s in zip(drivers, stores):
+            if d.contributions == 0:
+                continue
+            np.testing.assert_array_equal(d.run_rdp, _stacked_sum(d))
+            d.persist()
+            (row,) = s.runs()
+            assert row["driver"]["run_rdp"] is None  # not the (targets × orders) array
+            assert row["driver"]["run_rdp_log"]["ops"] == [[spec.sigma, d.contributions]]
+            again = _restarted(d, s)
+            np.testing.assert_array_equal(again.run_rdp, d.run_rdp)
+            assert again.report()["certified"] == d.report()["certified"]
+            for dd in (d, again):
+                dd.shutdown()
+
+    asyncio.run(go())
+
+
+def test_a_top_up_then_charges_and_an_older_checkpoint_restore_exactly(tmp_path):
+    async def go():
+        spec = _spec(steps=60, cap=None)
+        drivers, outbox = _drivers(tmp_path, spec)
+        stores = _durable(drivers, tmp_path)
+        for d in drivers:
+            d.start()
+        await _pump(drivers, outbox, until_step=20)
+        d, s = max(zip(drivers, stores), key=lambda p: p[0].contributions)
+        assert d.contributions >= 2
+        # changed outside the log (as a deviation top-up or a family's settlement does): the next
+        # charge starts a new log from that array, which the checkpoint keeps as the log's base
+        extra = np.full_like(d.run_rdp, 0.125)
+        d.run_rdp = d.run_rdp + extra
+        base = d.run_rdp
+        d._charge(next(ev for ev in d.engine_entries if ev.uses_data))  # noqa: SLF001
+        want = base + d.cost.rows(spec.sigma)
+        np.testing.assert_array_equal(d.run_rdp, want)
+        d.persist()
+        (row,) = s.runs()
+        np.testing.assert_array_equal(row["driver"]["run_rdp_log"]["base"], base)
+        assert row["driver"]["run_rdp_log"]["ops"] == [[spec.sigma, 1]]
+        again = _restarted(d, s)
+        np.testing.assert_array_equal(again.run_rdp, d.run_rdp)
+        # a checkpoint written before the log (the array itself) restores as it was, and charges go on
+        old = dict(row["driver"], run_rdp=d.run_rdp.copy())
+        del old["run_rdp_log"]
+        s.checkpoint(d.run_id, row["state"], row["reason"], unpack(pack(old)), row["machine"])
+        again = _restarted(d, s)
+        np.testing.assert_array_equal(again.run_rdp, d.run_rdp)
+        ev = next(ev for ev in d.engine_entries if ev.uses_data)
+        again._charge(ev)  # noqa: SLF001
+        again.persist()
+        later = _restarted(again, s)
+        np.testing.assert_array_equal(later.run_rdp, d.run_rdp + d.cost.rows(1.0))
+        for dd in drivers + [again, later]:
+            dd.shutdown()
+
+    asyncio.run(go())
