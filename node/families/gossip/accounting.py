@@ -77,11 +77,18 @@ def certified_sensitivities(
     view = view_of(spec)
     phases, gammas = round_plan(spec, W)
     T = max(max(ph) for ph in phases) + 1
+    public = sched is None
     if sched is None:
         sched = public_schedule(round_matrices(spec, W), T)
     if sched.rounds != T:
         raise ValueError(f"the schedule has {sched.rounds} rounds, the run has {T}")
     n = sched.n
+    if spec.protocol == MUFFLIATO_GD and public:
+        # the public schedule is the same for every node: all pairs once per process, shared by the
+        # nodes it hosts and by each node's decision and cost (symmetry used only where verified)
+        from hushnet.families.gossip.allpairs import public_gd
+
+        return public_gd(sched, phases, gammas, view).row(vertex)[None, :]
     if spec.protocol in (GOSSIP_STREAM, MUFFLIATO_GD):
         row = np.zeros(n)
         for v in range(n):
