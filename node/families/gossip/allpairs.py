@@ -171,15 +171,13 @@ class PublicGD:
 
     def row(self, u: int) -> np.ndarray:
         """(n,) certified ``Δ²(u → v)/Δ²`` for every observer v (0 toward u itself)."""
-        out = np.zeros(self.n)
         with self._lock:
-            for v in range(self.n):
-                if v == u:
-                    continue
-                if self.perm is None:
-                    out[v] = self._value(v, u)
-                else:  # Δ²(u → v) = Δ²(π_v(u) → 0), π_v an exact automorphism with π_v(v) = 0
-                    out[v] = self._value(0, int(self.perm[v][u])) * (1.0 + SYMMETRY_RTOL)
+            if self.perm is None:
+                out = np.array([self._value(v, u) for v in range(self.n)])
+            else:  # Δ²(u → v) = Δ²(π_v(u) → 0), π_v an exact automorphism with π_v(v) = 0
+                col = np.array([self._value(0, s) for s in range(self.n)])  # memoised after once
+                out = col[self.perm[:, u]] * (1.0 + SYMMETRY_RTOL)
+        out[u] = 0.0
         return out
 
 
@@ -200,6 +198,7 @@ def schedule_key(
     h.update(np.ascontiguousarray(sched.up).tobytes())
     h.update(np.ascontiguousarray(sched.recorded).tobytes())
     done: dict[int, str] = {}
+    sent_done: dict[int, str] = {}
     for t, Wt in enumerate(sched.W):
         if id(Wt) not in done:
             C = sp.csr_matrix(Wt, dtype=float, copy=True)
@@ -210,7 +209,11 @@ def schedule_key(
                 d.update(np.ascontiguousarray(a).tobytes())
             done[id(Wt)] = d.hexdigest()
         h.update(done[id(Wt)].encode())
-        h.update(np.asarray(sorted(sched.sent[t]), dtype=np.int64).tobytes())
+        if id(sched.sent[t]) not in sent_done:  # a public schedule shares one list across rounds
+            pairs = np.asarray(sched.sent[t], dtype=np.int64).reshape(-1, 2)
+            pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+            sent_done[id(sched.sent[t])] = hashlib.sha256(pairs.tobytes()).hexdigest()
+        h.update(sent_done[id(sched.sent[t])].encode())
     return h.hexdigest()
 
 
