@@ -181,6 +181,17 @@ class PublicGD:
         return out
 
 
+def matrix_digest(W) -> str:
+    """SHA-256 of a sparse matrix's shape and exact entries (canonical CSR: summed duplicates, sorted)."""
+    C = sp.csr_matrix(W, dtype=float, copy=True)
+    C.sum_duplicates()
+    C.sort_indices()
+    d = hashlib.sha256(repr(C.shape).encode())
+    for a in (C.indptr, C.indices, C.data):
+        d.update(np.ascontiguousarray(a).tobytes())
+    return d.hexdigest()
+
+
 def schedule_key(
     sched: RealisedSchedule,
     phases: Sequence[Sequence[int]],
@@ -201,13 +212,7 @@ def schedule_key(
     sent_done: dict[int, str] = {}
     for t, Wt in enumerate(sched.W):
         if id(Wt) not in done:
-            C = sp.csr_matrix(Wt, dtype=float, copy=True)
-            C.sum_duplicates()
-            C.sort_indices()
-            d = hashlib.sha256()
-            for a in (C.indptr, C.indices, C.data):
-                d.update(np.ascontiguousarray(a).tobytes())
-            done[id(Wt)] = d.hexdigest()
+            done[id(Wt)] = matrix_digest(Wt)
         h.update(done[id(Wt)].encode())
         if id(sched.sent[t]) not in sent_done:  # a public schedule shares one list across rounds
             pairs = np.asarray(sched.sent[t], dtype=np.int64).reshape(-1, 2)
