@@ -280,6 +280,8 @@ def run_network(
             deadline = time.monotonic() + rpc_timeout
             models_by_id = client.models(run_id)
             while len(models_by_id) < want and time.monotonic() < deadline:
+                if _ended_without_model(client.statuses(run_id), models_by_id):
+                    break  # a node that has ended without a model will never hold one: do not wait
                 time.sleep(1.0)
                 models_by_id = client.models(run_id)
             if len(models_by_id) < want:
@@ -307,6 +309,18 @@ def run_network(
         timings,
         per_process,
         outcome.state,
+    )
+
+
+def _ended_without_model(statuses: dict[str, Any], models: dict[str, Any]) -> list[str]:
+    """Nodes whose run has ended (closed, stopped, cancelled) without a model: waiting cannot help them."""
+    return sorted(
+        i
+        for i, st in statuses.items()
+        if isinstance(st, dict)
+        and i not in models
+        and st.get("state") in ("closed", "stopped", "cancelled")
+        and not st.get("holds_model")
     )
 
 
