@@ -176,3 +176,21 @@ def test_the_cache_is_bounded():
         public_gd(public_schedule(W, T), phases, gammas, "neighbourhood")
     assert len(allpairs._CACHE) == allpairs.CACHE_MAX_ENTRIES
     allpairs.clear_cache()
+
+
+def test_the_larger_cap_needs_verified_symmetry(monkeypatch):
+    """Over the dense cap (steps × n), Muffliato-GD is projected only when one observer's view serves all
+    pairs (verified translations); a graph without them is refused with the cap's reason."""
+    from hushnet.families.gossip import accounting
+
+    monkeypatch.setattr(accounting, "STREAM_MAX_CELLS", 32)
+    monkeypatch.setattr(accounting, "GD_SYMMETRIC_MAX_CELLS", 128)
+    cube = spec("muffliato-gd", "hypercube:4", 3, 1, sigma=1.0, task="logreg", K=2)  # 48 cells
+    dec = project_gossip(cube, 5, None, transition_matrix("hypercube:4"))
+    assert dec.accept, dec.reason
+    grid = spec("muffliato-gd", "grid:4x4", 3, 1, sigma=1.0, task="logreg", K=2)
+    dec = project_gossip(grid, 5, None, transition_matrix("grid:4x4"))
+    assert not dec.accept and "dense in steps×nodes (3×16 > 32)" in dec.reason
+    long = spec("muffliato-gd", "hypercube:4", 9, 1, sigma=1.0, task="logreg", K=2)  # 144 cells
+    dec = project_gossip(long, 5, None, transition_matrix("hypercube:4"))
+    assert not dec.accept and "9×16" in dec.reason

@@ -306,6 +306,22 @@ def check_network_spec(spec: RunSpec) -> str | None:
     return None
 
 
+#: Muffliato-GD on a schedule with verified translations computes ONE observer's joint view (not n), so a
+#: larger steps×nodes fits: n = 2048 with 4 steps is 8192 cells (one basis of 8192 rows)
+GD_SYMMETRIC_MAX_CELLS = 4 * STREAM_MAX_CELLS
+
+
+def _symmetric_gd(spec: RunSpec, W, steps: int) -> bool:
+    """Whether Muffliato-GD's public schedule has verified translations and fits the larger cap."""
+    if spec.protocol != MUFFLIATO_GD or steps * W.shape[0] > GD_SYMMETRIC_MAX_CELLS:
+        return False
+    from hushnet.families.gossip.allpairs import verified_translations
+
+    phases, _ = round_plan(spec, W)
+    T = max(max(ph) for ph in phases) + 1
+    return verified_translations(public_schedule(round_matrices(spec, W), T)) is not None
+
+
 def project_gossip(
     spec: RunSpec, vertex: int, local: Budget | None = None, W: Any = None
 ) -> PolicyDecision:
@@ -324,7 +340,7 @@ def project_gossip(
         T = int(resolved(spec, W)["rounds"]) if spec.protocol != MUFFLIATO_GD else int(spec.steps)
         if spec.protocol == PAIRWISE:
             T //= 8  # the pairwise replay is (activations × n), a few rows per activation
-        if T * W.shape[0] > STREAM_MAX_CELLS:
+        if T * W.shape[0] > STREAM_MAX_CELLS and not _symmetric_gd(spec, W, T):
             return _refuse(
                 spec,
                 f"{spec.protocol} accounting is dense in {'rounds' if spec.protocol == GOSSIP_STREAM else 'steps'}"

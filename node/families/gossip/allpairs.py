@@ -53,7 +53,10 @@ __all__ = [
     "PublicGD",
     "public_gd",
     "translations",
+    "verified_translations",
     "schedule_key",
+    "schedule_digest",
+    "matrix_digest",
     "SYMMETRY_RTOL",
     "CACHE_MAX_ENTRIES",
     "CACHE_MAX_BYTES",
@@ -66,6 +69,30 @@ SYMMETRY_RTOL = 1e-10
 CACHE_MAX_ENTRIES = 4
 #: … and their total size: the newest entry is always kept, older ones go first past this
 CACHE_MAX_BYTES = 256 * 2**20
+
+
+_TRANSLATIONS: collections.OrderedDict[str, tuple[str, np.ndarray] | None] = (
+    collections.OrderedDict()
+)
+_TRANSLATIONS_LOCK = threading.Lock()
+
+
+def verified_translations(sched: RealisedSchedule) -> tuple[str, np.ndarray] | None:
+    """:func:`translations`, remembered per schedule (its digest) for the nodes of a process: the check
+    is cheap but not free (0.4 s at n = 2048), and every hosted node's projection asks it."""
+    key = schedule_digest(sched)
+    with _TRANSLATIONS_LOCK:
+        if key in _TRANSLATIONS:
+            _TRANSLATIONS.move_to_end(key)
+            return _TRANSLATIONS[key]
+    out = translations(sched)
+    if out is not None:
+        out[1].setflags(write=False)
+    with _TRANSLATIONS_LOCK:
+        _TRANSLATIONS[key] = out
+        while len(_TRANSLATIONS) > CACHE_MAX_ENTRIES:
+            _TRANSLATIONS.popitem(last=False)
+    return out
 
 
 def translations(sched: RealisedSchedule) -> tuple[str, np.ndarray] | None:
@@ -93,7 +120,9 @@ def translations(sched: RealisedSchedule) -> tuple[str, np.ndarray] | None:
 
 
 def _is_automorphism(sched: RealisedSchedule, g: np.ndarray) -> bool:
+    n = sched.n
     seen_W: set[int] = set()
+    seen_sent: set[int] = set()
     for t, Wt in enumerate(sched.W):
         if id(Wt) not in seen_W:
             seen_W.add(id(Wt))
@@ -101,12 +130,16 @@ def _is_automorphism(sched: RealisedSchedule, g: np.ndarray) -> bool:
             B = A[g][:, g]
             if (B != A).nnz:  # exact entrywise comparison
                 return False
-        if t and sched.sent[t] is sched.sent[t - 1]:
+        if id(sched.sent[t]) in seen_sent:  # a public schedule shares one list across rounds
             continue
-        sent = set(sched.sent[t])
-        if len(sent) != len(sched.sent[t]):
+        seen_sent.add(id(sched.sent[t]))
+        P = np.asarray(sched.sent[t], dtype=np.int64).reshape(-1, 2)
+        codes = np.sort(P[:, 0] * n + P[:, 1])
+        if codes.size and np.any(codes[1:] == codes[:-1]):  # a pair sent twice in a round
             return False
-        if {(int(g[i]), int(g[j])) for i, j in sent} != sent:
+        if not np.array_equal(
+            np.sort(g[P[:, 0]] * n + g[P[:, 1]]), codes
+        ):  # g maps the set onto itself
             return False
     return True
 
@@ -129,7 +162,7 @@ class PublicGD:
     ) -> None:
         self.n = sched.n
         self.R = len(phases)
-        sym = translations(sched) if symmetry else None
+        sym = verified_translations(sched) if symmetry else None
         self.kind = sym[0] if sym else None
         self.perm = sym[1] if sym else None
         observers = [0] if sym else range(self.n)
@@ -206,6 +239,13 @@ def schedule_key(
     if gammas is not None:
         for g in gammas:
             h.update(np.ascontiguousarray(np.asarray(g, dtype=float)).tobytes())
+    h.update(schedule_digest(sched).encode())
+    return h.hexdigest()
+
+
+def schedule_digest(sched: RealisedSchedule) -> str:
+    """SHA-256 of the schedule alone: n, every round's matrix and message pairs, who was up and recorded."""
+    h = hashlib.sha256(repr((sched.n, sched.rounds)).encode())
     h.update(np.ascontiguousarray(sched.up).tobytes())
     h.update(np.ascontiguousarray(sched.recorded).tobytes())
     done: dict[int, str] = {}
@@ -264,3 +304,5 @@ def clear_cache() -> None:
     """Forget every public computation (tests; a long-lived process never needs it)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+    with _TRANSLATIONS_LOCK:
+        _TRANSLATIONS.clear()
