@@ -6,7 +6,9 @@ The package: :mod:`.params` (names, network defaults, spec → machine parameter
 (randomized Muffliato), :mod:`.secure` (secure neighbourhood summation inside the rounds), :mod:`.wire`
 (round and secure-summation messages), :mod:`.build` (machines by name, simulator runs),
 :mod:`.batch` (a whole run as array operations, for the papers' sizes), :mod:`.schedule` (public
-schedules), :mod:`.realised` (exact accounting of a recorded schedule), :mod:`.accounting`
+schedules), :mod:`.realised` (exact accounting of a recorded schedule), :mod:`.allpairs` (Muffliato-GD's
+certified rows on the public schedule, computed once per process and shared by the nodes it hosts),
+:mod:`.accounting`
 (projection, ledger cost, the papers' values), :mod:`.store` (durable schedule records), :mod:`.node`
 (machine builder, journal, settlement on the node) and :mod:`.operator` (the operator's settlement
 call).  This module stays light: the family list is imported by every node process, so the parts are
