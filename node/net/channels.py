@@ -39,6 +39,9 @@ class PeerLink:
     missed: int = 0  # consecutive probes that timed out on a connected channel (see Node._probe)
     last_rpc: float = 0.0  # time.monotonic() of the last Health RPC on this link
     deliver: Any = None  # Deliver with pre-encoded request bytes (see hushnet.net.wire)
+    probing: asyncio.Task | None = (
+        None  # the probe in flight on this link (at most one, see Node._probe_loop)
+    )
 
     def __post_init__(self) -> None:
         if self.deliver is None:
@@ -224,19 +227,31 @@ class ChannelsMixin:
         Why per link: re-probing *all* links every 0.5 s while any one was down multiplied the probe load
         (up to probe_s / 0.5 times: 16× at a 342-node host's 8 s) exactly when the processes were too busy
         to answer in time — at n = 2048 on a loaded machine links kept flapping for minutes.
+
+        Why each probe in its own task: a probe of a link that is still connecting waits (``wait_for_ready``)
+        up to its deadline; when a round waited for all its probes, a link that came up meanwhile was
+        confirmed only after the slowest probe of the round (at n = 2048 every node had neighbours not yet
+        serving).  A link has at most one probe in flight, so the rate per link is what it was.
         """
         while True:
             now = time.monotonic()
-            due = [l for l in list(self.links.values()) if not l.healthy or l.next_probe <= now]
-            if due:
-                await asyncio.gather(*(self._probe(l) for l in due), return_exceptions=True)
-                for l in due:
-                    l.next_probe = time.monotonic() + self.config.probe_s * (
-                        0.9 + 0.2 * random.random()
-                    )
+            for link in list(self.links.values()):
+                if link.probing is None and (not link.healthy or link.next_probe <= now):
+                    link.probing = asyncio.get_running_loop().create_task(self._probe_once(link))
             links = list(self.links.values())
             if not links or any(not l.healthy for l in links):
                 delay = 0.5
             else:
                 delay = min(l.next_probe for l in links) - time.monotonic()
             await asyncio.sleep(min(max(delay, 0.05), self.config.probe_s))
+
+    async def _probe_once(self, link: PeerLink) -> None:
+        try:
+            await self._probe(link)
+        except (
+            Exception
+        ) as exc:  # a closed channel (link replaced or node stopping): the link is gone
+            self.log.debug("probe of %s failed: %r", link.peer_id, exc)
+        finally:
+            link.next_probe = time.monotonic() + self.config.probe_s * (0.9 + 0.2 * random.random())
+            link.probing = None

@@ -118,6 +118,8 @@ class DirectoryMixin:
             member = self.members.get(peer_id)
             if peer_id not in neighbors or member is None or member.address != link.address:
                 del self.links[peer_id]
+                if link.probing is not None:
+                    link.probing.cancel()
                 task = asyncio.get_running_loop().create_task(link.channel.close())
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
