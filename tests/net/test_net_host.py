@@ -493,8 +493,10 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     host = NodeHost(configs, limits=HostLimits(probe_rounds_per_s=50.0))
     assert {(e.config.probe_s, e.config.heartbeat_s) for e in host.entries} == {(6.0, 6.0)}
     assert {e.config.health_rpc_s for e in host.entries} == {
-        24.0
-    }  # Health RPC every 4 probe periods
+        96.0
+    }  # Health RPC every 16 probe periods on a connected link
+    fewer = NodeHost(configs, limits=HostLimits(health_rpc_every=4))
+    assert {e.config.health_rpc_s for e in fewer.entries} == {24.0}
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
     small = NodeHost(configs[:8])
     assert {e.config.probe_s for e in small.entries} == {2.0}
@@ -503,6 +505,8 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     }  # small hosts: every probe an RPC
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
+    with pytest.raises(ValueError, match="health_rpc_every must be at least 1"):
+        HostLimits(health_rpc_every=0.5)
 
 
 def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
