@@ -153,7 +153,7 @@ class ChannelsMixin:
             ("grpc.ssl_target_name_override", pki.node_dns(member.node_id)),
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_time_ms", int(self.config.keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),

@@ -331,8 +331,15 @@ class NodeHost:
         # dropped connection still shows at the next probe, a live one costs no RPC (at n = 2048, K = 410 the
         # probe RPCs, ~1 100 a second per process in and out, were most of an idle host's CPU)
         health_rpc_s = max(config.health_rpc_s, self.limits.health_rpc_every * probe_s)
+        # keepalive pings stretched the same way (4 probe periods: 33 s at K = 410): each costs ~0.1 ms of CPU
+        # at both ends, and a 2048-node network has 22 528 connections
+        keepalive_s = max(config.keepalive_s, 4 * probe_s)
         return dataclasses.replace(
-            config, probe_s=probe_s, heartbeat_s=heartbeat_s, health_rpc_s=health_rpc_s
+            config,
+            probe_s=probe_s,
+            heartbeat_s=heartbeat_s,
+            health_rpc_s=health_rpc_s,
+            keepalive_s=keepalive_s,
         )
 
     async def add(self, config: NodeConfig) -> Node:
