@@ -4,6 +4,7 @@ over them with retries.  A mixin of :class:`hushnet.net.node.Node`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -203,13 +204,24 @@ class ChannelsMixin:
         if ok:
             link.last_ok = time.time()
             if not link.healthy:
-                self.log.info(
+                # a first connection is a debug line, a reconnection an info line; the node says once when
+                # all its links are up (one line per link was 22 528 lines for a 2048-node start)
+                self.log.log(
+                    logging.INFO if link.ever_healthy else logging.DEBUG,
                     "%s neighbour %s at %s",
                     "reconnected to" if link.ever_healthy else "connected to",
                     link.peer_id,
                     link.address,
                     extra={"event": "link_up", "peer_id": link.peer_id},
                 )
+                if len(self.links) == len(self.neighbors) and all(
+                    l.healthy for l in self.links.values() if l is not link
+                ):
+                    self.log.info(
+                        "connected to all %d neighbours",
+                        len(self.links),
+                        extra={"event": "wired", "neighbors": len(self.links)},
+                    )
             link.ever_healthy = True
         elif link.healthy:
             self.log.warning(
