@@ -10,6 +10,7 @@ event loop per core) or smaller where one process's open-file limit does not all
 * RSS: the host processes' resident memory summed, per node, and the marginal cost of a hosted node
   (slope between the two largest n, so the interpreter and imports shared by a process cancel out);
 * descriptors per host process and per node (from /proc);
+* the Status calls the supervisor made until healthy (each served by a host);
 * CPU seconds (user + system) from spawn to healthy of the host processes, the bootstrap and this
   supervising process, of all hosts split into event loops / gRPC event-engine threads / the rest, and
   of the first host by thread:
@@ -86,8 +87,6 @@ def _cpu_split(pid: int) -> dict[str, float]:
 
 
 def _one(n: int, procs: int) -> dict:
-    from hushnet.net.cluster import LocalCluster
-    from hushnet.net.host import rss_mb
 
     d = int(math.log2(n))
     assert 2**d == n, "n must be a power of two (hypercube)"
@@ -97,6 +96,26 @@ def _one(n: int, procs: int) -> dict:
     per_process = default_per_process(n)
     if per_process == 1:
         per_process = math.ceil(n / procs)
+    from hushnet.net.operator import Operator
+
+    asked = [0]  # Status calls the supervisor made until healthy (each is served by a host)
+    real_status = Operator.status
+
+    async def counted(self, *args, **kwargs):
+        asked[0] += 1
+        return await real_status(self, *args, **kwargs)
+
+    Operator.status = counted
+    try:
+        return _run(n, per_process, d, asked)
+    finally:
+        Operator.status = real_status
+
+
+def _run(n: int, per_process: int, d: int, asked: list[int]) -> dict:
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.net.host import rss_mb
+
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-host-") as tmp:
         cluster = LocalCluster(
             pathlib.Path(tmp), n, f"hypercube:{d}", restart=False, per_process=per_process
@@ -121,6 +140,7 @@ def _one(n: int, procs: int) -> dict:
                     "error": str(exc)[:300],
                 }
             healthy_s = time.perf_counter() - t0
+            status_calls = asked[0]
             pids = [p.pid for p in cluster.processes]
             cpu = [_cpu_s(pid) for pid in pids]  # what start-up cost, before the idle seconds below
             boot_cpu = _cpu_s(cluster.bootstrap.pid)
@@ -152,6 +172,7 @@ def _one(n: int, procs: int) -> dict:
         "cpu_s_hosts": round(sum(cpu), 1),
         "cpu_s_bootstrap": round(boot_cpu, 1),
         "cpu_s_supervisor": round(sup_cpu, 1),
+        "status_calls": status_calls,
         "cpu_s_by_thread_first_process": threads,
         # all hosts: event loops (Python) / gRPC event-engine threads / the rest
         "cpu_s_hosts_split": {k: round(sum(x[k] for x in split), 1) for k in split[0]},
