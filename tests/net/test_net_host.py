@@ -539,3 +539,19 @@ def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
     assert len(doc["nodes"]) == 16 and doc["healthy"]
     assert all(n["all_neighbors_connected"] and len(n["connected"]) == 4 for n in doc["nodes"])
     assert {node_id for node_id, _ in asked} == {f"n{i}" for i in range(16)}
+
+
+def test_tune_gc_raises_the_young_threshold_and_freezes_the_imports() -> None:
+    """A host process collects cycles every 10 000 allocations, not 700, and leaves the imports' objects out."""
+    import gc
+
+    from hushnet.net.host import tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (10_000, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
