@@ -10,8 +10,10 @@ event loop per core) or smaller where one process's open-file limit does not all
 * RSS: the host processes' resident memory summed, per node, and the marginal cost of a hosted node
   (slope between the two largest n, so the interpreter and imports shared by a process cancel out);
 * descriptors per host process and per node (from /proc);
+* the Status calls the supervisor made until healthy (each served by a host);
 * CPU seconds (user + system) from spawn to healthy of the host processes, the bootstrap and this
-  supervising process, and of the first host by thread (its event loop, gRPC's event-engine threads):
+  supervising process, of all hosts split into event loops / gRPC event-engine threads / the rest, and
+  of the first host by thread:
   on a shared 2-core machine the wall time depends on the other load, the CPU spent much less.
 
 Reported against the issue's goals (≤ 6 MB marginal per hosted node; 2048 nodes healthy in ≤ 60 s),
@@ -64,9 +66,27 @@ def _cpu_by_thread(pid: int) -> dict[str, float]:
     return out
 
 
+def _cpu_split(pid: int) -> dict[str, float]:
+    """CPU seconds of one process split into its event loop (the main thread: Python, the nodes' code),
+    gRPC's event-engine threads (TLS handshakes, HTTP/2, the transport) and the rest (worker threads for
+    files and SQLite, gRPC's completion-queue poller)."""
+    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
+        out[kind] += cpu
+    return out
+
+
 def _one(n: int, procs: int) -> dict:
-    from hushnet.net.cluster import LocalCluster
-    from hushnet.net.host import rss_mb
 
     d = int(math.log2(n))
     assert 2**d == n, "n must be a power of two (hypercube)"
@@ -76,6 +96,26 @@ def _one(n: int, procs: int) -> dict:
     per_process = default_per_process(n)
     if per_process == 1:
         per_process = math.ceil(n / procs)
+    from hushnet.net.operator import Operator
+
+    asked = [0]  # Status calls the supervisor made until healthy (each is served by a host)
+    real_status = Operator.status
+
+    async def counted(self, *args, **kwargs):
+        asked[0] += 1
+        return await real_status(self, *args, **kwargs)
+
+    Operator.status = counted
+    try:
+        return _run(n, per_process, d, asked)
+    finally:
+        Operator.status = real_status
+
+
+def _run(n: int, per_process: int, d: int, asked: list[int]) -> dict:
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.net.host import rss_mb
+
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-host-") as tmp:
         cluster = LocalCluster(
             pathlib.Path(tmp), n, f"hypercube:{d}", restart=False, per_process=per_process
@@ -100,10 +140,12 @@ def _one(n: int, procs: int) -> dict:
                     "error": str(exc)[:300],
                 }
             healthy_s = time.perf_counter() - t0
+            status_calls = asked[0]
             pids = [p.pid for p in cluster.processes]
             cpu = [_cpu_s(pid) for pid in pids]  # what start-up cost, before the idle seconds below
             boot_cpu = _cpu_s(cluster.bootstrap.pid)
             threads = _cpu_by_thread(pids[0])
+            split = [_cpu_split(pid) for pid in pids]
             load = [round(x, 2) for x in os.getloadavg()]
             sup_cpu = time.process_time() - c0  # this process: spawning and the status sweeps
             time.sleep(2.0)  # let connections settle before reading memory
@@ -130,7 +172,10 @@ def _one(n: int, procs: int) -> dict:
         "cpu_s_hosts": round(sum(cpu), 1),
         "cpu_s_bootstrap": round(boot_cpu, 1),
         "cpu_s_supervisor": round(sup_cpu, 1),
+        "status_calls": status_calls,
         "cpu_s_by_thread_first_process": threads,
+        # all hosts: event loops (Python) / gRPC event-engine threads / the rest
+        "cpu_s_hosts_split": {k: round(sum(x[k] for x in split), 1) for k in split[0]},
         "load_average_at_healthy": load,
     }
 
@@ -151,7 +196,8 @@ def main(out_dir: pathlib.Path) -> dict:
             f"   n={n:5d}: {row['processes']} processes × {row['per_process']} nodes, healthy in "
             f"{row['start_to_healthy_s']:.1f} s, {row['rss_per_node_mb']:.2f} MB and {row['fds_per_node']:.1f} "
             f"descriptors per node; CPU to healthy: hosts {row['cpu_s_hosts']:.0f} s, bootstrap "
-            f"{row['cpu_s_bootstrap']:.0f} s, supervisor {row['cpu_s_supervisor']:.0f} s (load {row['load_average_at_healthy'][0]:.1f})",
+            f"{row['cpu_s_bootstrap']:.0f} s, supervisor {row['cpu_s_supervisor']:.0f} s (load {row['load_average_at_healthy'][0]:.1f}); "
+            f"hosts' CPU by thread: {row['cpu_s_hosts_split']}",
             flush=True,
         )
     out = {

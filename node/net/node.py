@@ -229,6 +229,8 @@ class Node(
         if self._server is not None:
             await self._server.stop(grace)
         for link in list(self.links.values()):
+            if link.probing is not None:
+                link.probing.cancel()
             await link.channel.close()
         self.links.clear()
         for task in list(self._pending):

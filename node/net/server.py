@@ -11,7 +11,7 @@ from google.protobuf.message import DecodeError
 
 from hushnet.net import pki
 from hushnet.net.admission import _Rejected
-from hushnet.net.config import ENVELOPE_SLACK, PEER_SERVICE
+from hushnet.net.config import ENVELOPE_SLACK, PEER_SERVICE, SERVER_KEEPALIVE_S
 from hushnet.net.errors import NodeError
 from hushnet.net.handlers import OutgoingEnvelope, UnknownCommand, UnknownProtocol
 from hushnet.v1 import envelope_pb2 as epb
@@ -26,7 +26,7 @@ class ServerMixin:
         options = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_time_ms", int(SERVER_KEEPALIVE_S * 1000)),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),

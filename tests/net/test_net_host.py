@@ -493,16 +493,22 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
     host = NodeHost(configs, limits=HostLimits(probe_rounds_per_s=50.0))
     assert {(e.config.probe_s, e.config.heartbeat_s) for e in host.entries} == {(6.0, 6.0)}
     assert {e.config.health_rpc_s for e in host.entries} == {
-        24.0
-    }  # Health RPC every 4 probe periods
+        96.0
+    }  # Health RPC every 16 probe periods on a connected link
+    assert {e.config.keepalive_s for e in host.entries} == {24.0}  # keepalive: 4 probe periods
+    fewer = NodeHost(configs, limits=HostLimits(health_rpc_every=4))
+    assert {e.config.health_rpc_s for e in fewer.entries} == {24.0}
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
     small = NodeHost(configs[:8])
     assert {e.config.probe_s for e in small.entries} == {2.0}
     assert {e.config.health_rpc_s for e in small.entries} == {
         0.0
     }  # small hosts: every probe an RPC
+    assert {e.config.keepalive_s for e in small.entries} == {20.0}
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
+    with pytest.raises(ValueError, match="health_rpc_every must be at least 1"):
+        HostLimits(health_rpc_every=0.5)
 
 
 def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
@@ -543,3 +549,19 @@ def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
     assert len(doc["nodes"]) == 16 and doc["healthy"]
     assert all(n["all_neighbors_connected"] and len(n["connected"]) == 4 for n in doc["nodes"])
     assert {node_id for node_id, _ in asked} == {f"n{i}" for i in range(16)}
+
+
+def test_tune_gc_raises_the_young_threshold_and_freezes_the_imports() -> None:
+    """A host process collects cycles every 10 000 allocations, not 700, and leaves the imports' objects out."""
+    import gc
+
+    from hushnet.net.host import tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (10_000, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
