@@ -53,6 +53,27 @@ _RTOL = 1e-12
 _MARGIN = 1e-9
 
 
+def sealed(a: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``a`` backed by immutable ``bytes``.
+
+    ``flags.writeable = False`` alone can be undone by anyone holding an array that owns its memory; a
+    cached certified matrix shared by every node of a process, or a cost row the ledger takes as
+    validated when it comes again, must not change under it, so those are sealed instead.
+    """
+    a = np.ascontiguousarray(a)
+    return np.frombuffer(a.tobytes(), dtype=a.dtype).reshape(a.shape)
+
+
+def is_sealed(a: np.ndarray) -> bool:
+    """True when no holder of ``a`` (or of an array it views) can make its memory writeable again."""
+    b: object = a
+    while isinstance(b, np.ndarray):
+        if b.flags.writeable:
+            return False
+        b = b.base
+    return isinstance(b, bytes)
+
+
 class LedgerError(ValueError):
     """An entry or budget the ledger cannot accept (wrong orders, bad values, unknown label)."""
 
@@ -467,7 +488,7 @@ class LedgerState:
         if (
             type(entry.rdp) is MappingProxyType
             and mat is entry.rows
-            and not mat.flags.writeable
+            and is_sealed(mat)
             and entry.gdp_mu is None
         ):
             self._valid = (entry.rdp, mat, costs)

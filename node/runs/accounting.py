@@ -27,6 +27,7 @@ import numpy as np
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon, rdp_to_dp
 from hushnet.privacy.ledger import PrivacyEntry
+from hushnet.privacy.ledger_math import sealed
 from hushnet.runs.spec import RunSpec
 
 
@@ -68,8 +69,9 @@ class ContributionCost:
     def _rows_and_map(self, sigma: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         hit = self._per_sigma.get(sigma)
         if hit is None:
-            rdp = self.curves(sigma)
-            rdp.flags.writeable = False
+            rdp = sealed(
+                self.curves(sigma)
+            )  # read-only for good: shared, and memoised by the ledger
             # the entry's target → curve map, built once: a hop at n = 2048 rebuilt 2047 keys and rows
             # (read-only, so the ledger may take it as validated when the same map comes again)
             ref = PrivacyEntry.from_row("", "", "", "certified", self.targets, rdp)

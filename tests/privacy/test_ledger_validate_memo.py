@@ -94,3 +94,36 @@ def test_curves_a_caller_could_change_are_checked_every_time(tmp_path) -> None:
     # the map of a ContributionCost entry is read-only
     with pytest.raises(TypeError):
         cost.entry(_ev(1), spec.run_id, "n0").rdp["n1"] = np.zeros(3)  # type: ignore[index]
+
+
+def test_memoised_rows_cannot_be_made_writeable_again(tmp_path) -> None:
+    """``flags.writeable = False`` alone can be undone by the array's owner; a cost's per-σ rows (shared,
+    and taken as validated when the same entry comes again) are sealed: backed by immutable bytes, so no
+    holder can change them under the ledger's memo. A read-only array that could be made writeable
+    again behind a read-only map is checked every time."""
+    from types import MappingProxyType
+
+    from hushnet.privacy.ledger_math import is_sealed
+
+    spec, ids, cost = _cost()
+    rows = cost.rows(8.0)
+    assert is_sealed(rows) and is_sealed(rows[3])
+    with pytest.raises(ValueError):
+        rows.flags.writeable = True
+    # an owned read-only array behind a read-only map: not trusted
+    led = Ledger(tmp_path / "l.sqlite", node_id="n0")
+    owned = np.array(rows)
+    owned.flags.writeable = False
+    assert not is_sealed(owned)
+    e = PrivacyEntry.from_row(
+        spec.run_id, "rw-dpsgd", "sender-known", "certified", cost.targets, owned
+    )
+    e = PrivacyEntry(
+        e.run_id, e.protocol, e.view_model, e.bound, MappingProxyType(dict(e.rdp)), None, "", owned
+    )
+    led.charge(e, report=False)
+    assert led._state._valid is None  # noqa: SLF001
+    owned.flags.writeable = True
+    owned[3, 2] = np.nan  # changed after its first charge: refused, not taken from the memo
+    with pytest.raises(Exception, match="non-negative"):
+        led.charge(e, report=False)

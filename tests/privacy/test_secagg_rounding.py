@@ -216,9 +216,13 @@ def test_encode_input_rounds_data_and_noise_apart_and_wraps_the_noise():
     w = encode_input(fp, np.zeros(3), big, 2)
     exact = [int(np.rint(v * 16)) % 2**16 for v in big]
     assert [int(v) for v in w] == exact
-    # the data part is still range-checked (a function of x alone)
-    with pytest.raises(ValueError, match="range"):
-        encode_input(fp, np.array([fp.max_abs(2) * 2]), np.zeros(1), 2)
+    # the data part is clipped into the range (public and 1-Lipschitz), never refused: a refusal would
+    # make the member drop out because of its data, in view of the leader and every survivor
+    lim = fp.max_abs(2)
+    w = encode_input(fp, np.array([lim * 2, -lim * 3]), np.zeros(2), 2)
+    assert np.array_equal(fp.decode(w), fp.decode(fp.encode(np.array([lim, -lim]), 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        encode_input(fp, np.array([np.nan]), np.zeros(1), 2)
 
 
 def test_encode_wrapping_is_exact_mod_2_to_the_64():

@@ -363,3 +363,46 @@ def test_seal_many_boxes_open_only_for_their_recipient():
             open_sealed(k, boxes[i], b"other")
     with pytest.raises(ValueError, match="distinct"):
         seal_many([keys[0].public, keys[0].public], [b"a", b"b"])
+
+
+def test_a_member_with_out_of_range_data_is_clipped_not_dropped():
+    """A member whose data exceeds the fixed-point range of the sum still takes part, with its data
+    clipped into the range (a public 1-Lipschitz map, inside the charged Δ): refusing it made it drop out
+    *because of its data*, and the dropout set reaches the leader and every survivor (ε = ∞ on the event
+    "x above the range", nothing charged)."""
+    p = _params(bits=32, frac_bits=16)
+    lim = p.fixed_point.max_abs(M)
+    vecs = _vectors()
+    vecs = {v: np.clip(x, -lim / 2, lim / 2) for v, x in vecs.items()}
+    vecs[5] = vecs[5].copy()
+    vecs[5][:3] = [4 * lim, -4 * lim, 1e12]
+    res, ms, _ = _run(p, vecs=vecs)
+    assert res.status == "finished" and not res.faults
+    info = res.finish.result
+    assert info["dropped"] == [] and info["survivors"] == list(range(M))
+    plain = sum(np.clip(vecs[v], -lim, lim) for v in range(M))
+    assert np.abs(res.model - plain).max() <= info["error_bound"] + 1e-9 * np.abs(plain).max()
+    assert sorted(e.node for led in res.ledgers.values() for e in led) == list(range(M))
+
+
+def test_secagg_sum_refuses_a_task_whose_range_does_not_fit_the_fixed_point():
+    """The node's own task declares values in [lo, hi]: a range beyond what a sum of the members' words
+    can hold is refused when the node builds its member (one clear reason), not clipped silently."""
+    from hushnet.families.secagg.accounting import check_task_range
+    from hushnet.runs.spec import Budget, RunSpec
+    from hushnet.tasks.values import SumTask
+
+    spec = RunSpec(
+        protocol="secagg-sum",
+        task="sum",
+        graph="complete:16",
+        steps=1,
+        seed=1,
+        budget=Budget(10.0, 1e-5),
+        sigma=2.0,
+        protocol_params={"threshold": 12, "bits": 32, "frac_bits": 24, "collusion": 1},
+    )
+    fits = SumTask(np.zeros(3), lo=-4.0, hi=4.0)
+    check_task_range(spec, fits, 16)  # max_abs(16) = 8 at 32 bits with 24 fraction bits
+    with pytest.raises(ValueError, match=r"exceed the fixed-point range ±8 of a sum of 16 members"):
+        check_task_range(spec, SumTask(np.zeros(3), lo=0.0, hi=10.0), 16)

@@ -46,6 +46,7 @@ from hushnet.families.gossip.schedule import (
 from hushnet.families.views import VIEWS as ANON_VIEWS
 from hushnet.privacy.conversions import DEFAULT_ORDERS
 from hushnet.privacy.ledger import PrivacyEntry
+from hushnet.privacy.ledger_math import sealed
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, _best_order_dp
 
 
@@ -202,8 +203,7 @@ def _public_eigh(Wc: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
             _EIGH.move_to_end(key)
             return hit
         lam, Q = np.linalg.eigh(Wc.toarray())
-        lam.setflags(write=False)
-        Q.setflags(write=False)
+        lam, Q = sealed(lam), sealed(Q)  # shared by every node of the process
         _EIGH[key] = (lam, Q)
         while len(_EIGH) > _EIGH_MAX:
             _EIGH.popitem(last=False)

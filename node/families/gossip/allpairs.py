@@ -47,6 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hushnet.families.gossip.realised import RealisedSchedule, _gd_view_basis
+from hushnet.privacy.ledger_math import sealed
 from hushnet.privacy.linear_gaussian import box_quadratic_max
 
 __all__ = [
@@ -87,7 +88,7 @@ def verified_translations(sched: RealisedSchedule) -> tuple[str, np.ndarray] | N
             return _TRANSLATIONS[key]
     out = translations(sched)
     if out is not None:
-        out[1].setflags(write=False)
+        out = (out[0], sealed(out[1]))  # shared by every node of the process
     with _TRANSLATIONS_LOCK:
         _TRANSLATIONS[key] = out
         while len(_TRANSLATIONS) > CACHE_MAX_ENTRIES:

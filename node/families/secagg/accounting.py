@@ -271,6 +271,23 @@ def secagg_sum_calibration(
     )
 
 
+def check_task_range(spec: RunSpec, task, members: int) -> None:
+    """Refuse (ValueError) a value task whose declared range ``[lo, hi]`` does not fit the fixed-point
+    range of a sum of ``members`` words: its out-of-range values would be clipped (the member's words
+    never leave out of range, see :func:`~hushnet.families.secagg.machines.encode_input`), so the sum
+    would be wrong for data the node declared valid.  Tasks without a declared range are not checked."""
+    lo, hi = getattr(task, "lo", None), getattr(task, "hi", None)
+    if lo is None or hi is None:
+        return
+    fp = SecAggParams(dim=1, **sum_params(spec)).fixed_point
+    top = max(abs(float(lo)), abs(float(hi)))
+    if top > fp.max_abs(members):
+        raise ValueError(
+            f"the task's values up to |{top:g}| exceed the fixed-point range ±{fp.max_abs(members):.3g} of a "
+            f"sum of {members} members (bits={fp.bits}, frac_bits={fp.frac_bits})"
+        )
+
+
 class SecAggSumCost(SecureSumCost):
     """``secagg-sum`` with the distributed calibration: the Δ is the task's (value tasks), checked per entry."""
 
@@ -366,5 +383,6 @@ __all__ = [
     "ddp_cost",
     "secagg_sum_calibration",
     "sum_frac_bits",
+    "check_task_range",
     "secagg_sum_cost",
 ]

@@ -227,8 +227,15 @@ def encode_input(
     which the honest shares' rounded noise hides (:mod:`hushnet.privacy.secure_sum`, *Fixed point*: the
     charge's Δ_eff).  Only the data part is range-checked (a refusal is then a function of ``x``, not of
     the noise); the noise words wrap mod ``2^bits``, a function of the exact integer sum after decoding.
+
+    The data part is first clipped into the range a sum of ``n_terms`` words decodes without wrap-around
+    (a public, 1-Lipschitz map: the sensitivity Δ still bounds it).  Refusing an out-of-range ``x``
+    instead would make the member drop out *because of its data*, and the dropout set is shown to the
+    leader and every survivor; node builders refuse a task whose declared range does not fit, so the
+    clip only acts on data (gossip's noisy messages) far outside a sane spec.
     """
-    words = fp.encode(x, n_terms)  # a fresh array: masked in place later
+    lim = fp.max_abs(n_terms)
+    words = fp.encode(np.clip(x, -lim, lim), n_terms)  # a fresh array: masked in place later
     if noise is not None:
         words += fp.encode_wrapping(noise)  # uint64 addition wraps mod 2^64, then mod 2^bits
         words = fp.reduce(words)
@@ -384,7 +391,7 @@ class SecAggMachine(Protocol):
         )
         try:
             enc = encode_input(self.fp, self.x, noise, len(self.p.members))
-        except ValueError as exc:  # the data part out of range (a function of x alone)
+        except ValueError as exc:  # NaN or infinity in the data part (a function of x alone)
             self.phase = "out"
             return [
                 Deviation(

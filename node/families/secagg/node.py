@@ -55,9 +55,15 @@ def build_secagg(node, spec: RunSpec, vertex: int, ids: list[str], task, W, opti
 
     params = {**spec.machine_params(), **secure_sum_material(node, ids, vertex)}
     if task is not None:
-        from hushnet.families.secagg.accounting import secagg_sum_calibration, sum_frac_bits
+        from hushnet.families.secagg.accounting import (
+            check_task_range,
+            secagg_sum_calibration,
+            sum_frac_bits,
+        )
+        from hushnet.families.secagg.params import sum_params
 
         view = secagg_sum_calibration(spec, float(task.sensitivity()), int(task.dim))
+        check_task_range(spec, task, len(sum_params(spec)["members"]))
         # distributed calibration (protocol_params.collusion): σΔ_eff/√(t−c) per member; else σ(Δ + q√d)
         # (local DP of the share R(x) + R(z) seen alone): Δ_eff covers the fixed-point rounding
         params["noise_std"] = (

@@ -22,6 +22,7 @@ import numpy as np
 
 from hushnet.families.walk.params import LOCAL_DP_SGD, PAD_COMPLETE_SGD, RW_DPSGD
 from hushnet.privacy.conversions import DEFAULT_ORDERS
+from hushnet.privacy.ledger_math import sealed
 from hushnet.runs.accounting import ContributionCost
 from hushnet.runs.spec import Budget, PolicyDecision, RunSpec, SpecError, _best_order_dp
 
@@ -243,8 +244,8 @@ def _walk_slopes(
             sender_known=spec.view_model == "sender-known",
             constraint=spec.constraint,
         )
-        slopes = np.array(pm.components[WALK], dtype=float) / pm.alpha
-        slopes.setflags(write=False)  # shared by every node of the process: nobody may change it
+        # shared by every node of the process: nobody may change it
+        slopes = sealed(np.array(pm.components[WALK], dtype=float) / pm.alpha)
         hit = cache[key] = (slopes, tuple(pm.notes))
         while len(cache) > _SLOPES_MAX:
             cache.popitem(last=False)
@@ -277,7 +278,7 @@ def _single_loss(
             _SINGLE.move_to_end(key)
             return hit
         S = rw_single_loss_matrix(W, steps, 1.0, sigma, horizon=horizon, sender_known=sender_known)
-        S.setflags(write=False)  # shared by every node of the process: nobody may change it
+        S = sealed(S)  # shared by every node of the process: nobody may change it
         _SINGLE[key] = S
         while len(_SINGLE) > _SINGLE_MAX:
             _SINGLE.popitem(last=False)
