@@ -28,6 +28,7 @@ import os
 import pathlib
 import tempfile
 import time
+from collections.abc import Iterator
 
 DEFAULT_NS = (16, 256, 1024)
 GOAL_MB = 6.0
@@ -45,23 +46,26 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_by_thread(pid: int) -> dict[str, float]:
-    """CPU seconds of one process by thread name (the event loop is the process's own name; gRPC's
-    pollers, executor workers and others are named apart), to tell Python work from the TLS library's."""
-    out: dict[str, float] = {}
+def _threads(pid: int) -> Iterator[tuple[int, str, float, float]]:
+    """(thread id, thread name, user CPU-s, system CPU-s) of each thread of one process."""
+    tick = os.sysconf("SC_CLK_TCK")
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as fh:
                 raw = fh.read()
         except OSError:
             continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
         fields = raw.rsplit(")", 1)[1].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        for key, value in (
-            (name, int(fields[11]) / tick),
-            (f"{name} (system)", int(fields[12]) / tick),
-        ):
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        yield int(tid), name, int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _cpu_by_thread(pid: int) -> dict[str, float]:
+    """CPU seconds of one process by thread name (the event loop is the process's own name; gRPC's
+    pollers, executor workers and others are named apart), to tell Python work from the TLS library's."""
+    out: dict[str, float] = {}
+    for _, name, user, system in _threads(pid):
+        for key, value in ((name, user), (f"{name} (system)", system)):
             out[key] = round(out.get(key, 0.0) + value, 1)
     return out
 
@@ -71,18 +75,9 @@ def _cpu_split(pid: int) -> dict[str, float]:
     gRPC's event-engine threads (TLS handshakes, HTTP/2, the transport) and the rest (worker threads for
     files and SQLite, gRPC's completion-queue poller)."""
     out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
-    tick = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / tick
-        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
-        out[kind] += cpu
+    for tid, name, user, system in _threads(pid):
+        kind = "loop" if tid == pid else "grpc" if name.startswith("event_engine") else "other"
+        out[kind] += user + system
     return out
 
 
