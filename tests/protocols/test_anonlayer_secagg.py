@@ -259,6 +259,22 @@ def test_sparse_uint32_round_three_dropouts_exact():
     assert all(len(a) == 8 for a in mask_graph(range(M), 8).values())
 
 
+def _sum_spec(pp: dict, sigma: float = 1.0):
+    """A ``secagg-sum`` spec over complete:16 with these protocol parameters."""
+    from hushnet.runs.spec import Budget, RunSpec
+
+    return RunSpec(
+        protocol="secagg-sum",
+        task="sum",
+        graph="complete:16",
+        steps=1,
+        seed=1,
+        budget=Budget(10.0, 1e-5),
+        sigma=sigma,
+        protocol_params=pp,
+    )
+
+
 @pytest.mark.parametrize(
     "pp,why",
     [
@@ -269,30 +285,11 @@ def test_sparse_uint32_round_three_dropouts_exact():
 )
 def test_run_with_bad_secagg_parameters_is_refused_with_the_reason(pp, why):
     from hushnet.families.secagg.accounting import project_secagg
-    from hushnet.runs.spec import Budget, RunSpec
 
-    spec = RunSpec(
-        protocol="secagg-sum",
-        task="sum",
-        graph="complete:16",
-        steps=1,
-        seed=1,
-        budget=Budget(10.0, 1e-5),
-        sigma=1.0,
-        protocol_params=pp,
-    )
+    spec = _sum_spec(pp)
     d = project_secagg(spec, 0)
     assert not d.accept and "secure-summation parameters" in d.reason and why in d.reason
-    ok = RunSpec(
-        protocol="secagg-sum",
-        task="sum",
-        graph="complete:16",
-        steps=1,
-        seed=1,
-        budget=Budget(10.0, 1e-5),
-        sigma=1.0,
-        protocol_params={"threshold": 10, "mask_degree": 8, "bits": 32, "frac_bits": 16},
-    )
+    ok = _sum_spec({"threshold": 10, "mask_degree": 8, "bits": 32, "frac_bits": 16})
     assert project_secagg(ok, 0).accept
 
 
@@ -389,19 +386,9 @@ def test_secagg_sum_refuses_a_task_whose_range_does_not_fit_the_fixed_point():
     """The node's own task declares values in [lo, hi]: a range beyond what a sum of the members' words
     can hold is refused when the node builds its member (one clear reason), not clipped silently."""
     from hushnet.families.secagg.accounting import check_task_range
-    from hushnet.runs.spec import Budget, RunSpec
     from hushnet.tasks.values import SumTask
 
-    spec = RunSpec(
-        protocol="secagg-sum",
-        task="sum",
-        graph="complete:16",
-        steps=1,
-        seed=1,
-        budget=Budget(10.0, 1e-5),
-        sigma=2.0,
-        protocol_params={"threshold": 12, "bits": 32, "frac_bits": 24, "collusion": 1},
-    )
+    spec = _sum_spec({"threshold": 12, "bits": 32, "frac_bits": 24, "collusion": 1}, sigma=2.0)
     fits = SumTask(np.zeros(3), lo=-4.0, hi=4.0)
     check_task_range(spec, fits, 16)  # max_abs(16) = 8 at 32 bits with 24 fraction bits
     with pytest.raises(ValueError, match=r"exceed the fixed-point range ±8 of a sum of 16 members"):
