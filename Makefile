@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py
 venv: $(STAMP)
 
 test: lint
-	MPLBACKEND=Agg $(BIN)/python -m pytest -q
+	MPLBACKEND=Agg $(BIN)/python -m pytest -q --durations=25
 
 # ruff (configured in pyproject.toml): lint and formatting are part of the suite
 lint: $(STAMP)
