@@ -113,6 +113,11 @@ class Node(
     def node_id(self) -> str:
         return self.identity.node_id if self.identity else ""
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has begun (a handler still running may finish; nothing new is accepted)."""
+        return self._stopping
+
     def register_handler(self, handler: Handler, *, replace: bool = False) -> None:
         """Plug a protocol in (see :mod:`hushnet.net.handlers`); allowed while running."""
         self.handlers.register(handler, replace=replace)
