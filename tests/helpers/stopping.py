@@ -19,13 +19,15 @@ import sys
 SLOW_PROTOCOL = "test.slow"
 DB_FILE = "slow.sqlite"
 HELD_MARK = "held"
+RELEASE_MARK = "release"
 
 
 class SlowStore:
     """``test.slow``: commits each envelope's payload to ``slow.sqlite`` in the node's state directory.
 
     A payload starting with ``hold`` is held (the file ``held`` is written so the test knows it is in
-    flight) until the node is stopping, then committed like the others."""
+    flight) until the node is stopping and the test wrote the file ``release`` (it does once a Deliver
+    sent during the stop was answered), then committed like the others."""
 
     protocol = SLOW_PROTOCOL
 
@@ -45,7 +47,7 @@ class SlowStore:
         payload = bytes(envelope.payload)
         if payload.startswith(b"hold"):
             (self.node.state_dir / HELD_MARK).write_text("in flight")
-            while not self.node.stopping:
+            while not (self.node.stopping and (self.node.state_dir / RELEASE_MARK).exists()):
                 await asyncio.sleep(0.01)
         db.execute("INSERT OR IGNORE INTO got VALUES (?)", (payload,))
         db.commit()
@@ -78,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-dir", type=pathlib.Path, action="append", required=True)
     p.add_argument("--node-id", action="append", required=True)
     args = p.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from hushnet.net.host import hosted_configs, run_host
     from hushnet.net.node import NodeConfig, run
 
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         probe_s=0.3,
         directory_refresh_s=0.3,
         plugins=(plugin,),
+        stop_grace_s=60.0,  # the held handler waits for the test, whatever the machine's load
     )
     if len(args.state_dir) == 1:
         return run(NodeConfig(args.state_dir[0], "127.0.0.1:0", node_id=args.node_id[0], **common))
