@@ -171,9 +171,6 @@ def test_bad_arguments_are_clear_errors(capsys, argv):
     assert "error" in str(exc.value)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="muffliato-aggregate is not labelled as the exact-sum mechanism"
-)
 @pytest.mark.parametrize("command", ["matrix", "pair"])
 def test_muffliato_aggregate_is_labelled_as_the_exact_sum_not_hushnets_secure_gossip(
     capsys, command
