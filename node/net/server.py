@@ -71,13 +71,17 @@ class ServerMixin:
         await server.start()
         self._server = server
 
-    def _stopping_refusal(self, what: str, **fields) -> _Rejected:
+    def _stopping_refusal(self, what: str, exc: BaseException | None = None, **fields) -> _Rejected:
         """The answer to an RPC that reaches (or is still running in) a node that began to stop: its
-        services and stores may be closed, so it is not served — UNAVAILABLE, as a node that is down."""
+        services and stores may be closed, so it is not served — UNAVAILABLE, as a node that is down.
+
+        ``exc``: what a handler raised meanwhile; anything but :class:`NodeStopping` (a service that
+        said it is closed) may be a bug, so its traceback stays in the node's log — never in the answer."""
         return _Rejected(
             grpc.StatusCode.UNAVAILABLE,
             f"node {self.node_id} stopping: {what} not served",
             kind="rejected:stopping",
+            exc_info=None if exc is None or isinstance(exc, NodeStopping) else exc,
             **fields,
         )
 
@@ -176,9 +180,10 @@ class ServerMixin:
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
                 if self._stopping or isinstance(exc, NodeStopping):
-                    # its service or store closed under it: not a bug of the handler, and not delivered
+                    # not delivered, and the node or its service is going: the caller sees a node that
+                    # is down (UNAVAILABLE), not a failure of the handler it should report (INTERNAL)
                     raise self._stopping_refusal(
-                        f"{env.protocol!r} envelope", caller=who.name, protocol=env.protocol
+                        f"{env.protocol!r} envelope", exc, caller=who.name, protocol=env.protocol
                     ) from None
                 # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
                 # bad input: one rate-limited line per code; anything else is a bug: its traceback is logged
@@ -290,8 +295,10 @@ class ServerMixin:
                 )
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {msg}")
             except Exception as exc:
-                if self._stopping:  # a service or store closed under it: no traceback, no bug
-                    raise self._stopping_refusal(f"command {req.command!r}") from None
+                if (
+                    self._stopping
+                ):  # the traceback (a bug, or a store closed under it) in the log only
+                    raise self._stopping_refusal(f"command {req.command!r}", exc) from None
                 self.log.exception(
                     "control command %s failed", req.command, extra={"event": "control_error"}
                 )
