@@ -251,6 +251,7 @@ class Node(
             # running handlers finish; only then the server stops (gRPC cancels what reaches it after that)
             deadline = time.monotonic() + grace
             running = {t for t in self._inflight if not t.done()}
+            running.discard(asyncio.current_task())  # a handler that stops its own node: not itself
             if running and grace > 0:
                 await asyncio.wait(running, timeout=grace)
             await self._server.stop(max(deadline - time.monotonic(), 0.0))
