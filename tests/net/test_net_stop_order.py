@@ -25,6 +25,7 @@ from helpers.stopping import HELD_MARK, RELEASE_MARK, SLOW_PROTOCOL, committed
 
 from hushnet.net.node import Node, NodeConfig
 from hushnet.net.wire import encode_envelope
+from hushnet.v1 import peer_pb2 as ppb
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
@@ -115,8 +116,12 @@ def test_deliver_racing_sigterm_succeeds_durably_or_is_unavailable(
                     ok.append(payload)
                 except grpc.aio.AioRpcError as exc:
                     answers.append((exc.code(), exc.details() or ""))
-                    if "stopping" in (exc.details() or ""):
-                        # refused by the stopping node while the held handler still runs: let it finish
+                    if "stopping" in (exc.details() or "") and answers is draining:
+                        # refused by the stopping node while the held handler still runs; so is any other
+                        # RPC (a neighbour's probe sees the link go) — then let the handler finish
+                        with pytest.raises(grpc.aio.AioRpcError) as probe:
+                            await link.stub.Health(ppb.HealthRequest(), timeout=5.0)
+                        draining.append((probe.value.code(), probe.value.details() or ""))
                         (tmp_path / "n1" / RELEASE_MARK).write_text("go")
                     await asyncio.sleep(0.005)
             try:
@@ -140,6 +145,7 @@ def test_deliver_racing_sigterm_succeeds_durably_or_is_unavailable(
         refused = [(c.name, d) for c, d in draining if c != grpc.StatusCode.OK]
         assert refused, draining
         assert all(c == "UNAVAILABLE" and "node n1 stopping" in d for c, d in refused), refused
+        assert any("Health not served" in d for _, d in refused), refused
         late = {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
         assert not [(c.name, d) for c, d in after if c not in late], after
         assert rc == 0, out[-3000:]
