@@ -25,8 +25,9 @@ from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 #: answers :meth:`ChannelsMixin.send` retries until its deadline.  CANCELLED too: this node's own
 #: cancellations surface as ``asyncio.CancelledError``, so a CANCELLED status is the peer's server
 #: cancelling a stream that reached it after its shutdown began (gRPC core does so for streams it had
-#: not dispatched yet: 165 of 4 708 RPCs racing 30 stops of a bare grpc.aio server, 8 concurrent callers)
-#: — the envelope was not delivered, as for UNAVAILABLE.
+#: not dispatched yet: 165 of 4 708 RPCs racing 30 stops of a bare grpc.aio server, 8 concurrent callers,
+#: or a handler still running at the end of its grace) — not acknowledged, so sent again as after
+#: UNAVAILABLE; the receiver drops a duplicate by its sequence number.
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 

@@ -295,9 +295,8 @@ class ServerMixin:
                 )
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {msg}")
             except Exception as exc:
-                if (
-                    self._stopping
-                ):  # the traceback (a bug, or a store closed under it) in the log only
+                # stopping: the traceback (a bug, or a store closed under it) in the log only
+                if self._stopping:
                     raise self._stopping_refusal(f"command {req.command!r}", exc) from None
                 self.log.exception(
                     "control command %s failed", req.command, extra={"event": "control_error"}

@@ -261,9 +261,8 @@ class RunService:
     protocol = RUN_PROTOCOL
 
     def handle(self, envelope) -> None:
-        self._open(
-            "run service"
-        )  # its runs' stores and ledger are closed: UNAVAILABLE to the sender
+        # closed: its runs' stores and ledger are too — UNAVAILABLE "node stopping" to the sender
+        self._open("run service")
         run = self.runs.get(envelope.run_id)
         if run is None:
             raise RunRefused("unknown-run", f"no run {envelope.run_id!r} at {self.node.node_id}")
