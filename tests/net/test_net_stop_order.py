@@ -206,3 +206,46 @@ def test_a_closed_run_service_answers_unavailable_and_reopens_nothing(
         assert not (tmp_path / "n1" / STORE_FILE).exists()
 
     uvloop.run(go())
+
+
+def test_a_host_stopped_while_starting_closes_the_nodes_it_was_starting(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SIGTERM while a host still starts: every node it had begun (store open, maybe its server) is
+    stopped too — before, only nodes whose start had finished were, and the others' stores and servers
+    outlived the host's event loop ("Server.__del__ … Event loop is closed")."""
+    import socket
+
+    from hushnet.net.host import hosted_configs, serve_host
+
+    async def go():
+        addr, bstop, btask = await _bootstrap(tmp_path, "complete:2")
+        with socket.socket() as s:  # a bootstrap address nobody answers: n1's join retries forever
+            s.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{s.getsockname()[1]}"
+        common = dict(token="tok", ca_file=tmp_path / "b" / "ca.pem", probe_s=0.3)
+        configs = hosted_configs([tmp_path / "n0"], "127.0.0.1:0", ["n0"], bootstrap=addr, **common)
+        configs += hosted_configs(
+            [tmp_path / "n1"], "127.0.0.1:0", ["n1"], bootstrap=dead, **common
+        )
+        stop = asyncio.Event()
+        hosting = asyncio.create_task(serve_host(configs, stop=stop))
+        try:
+            # n1 has opened its store and is joining (and stays so); n0 may or may not have started
+            await _until(lambda: (tmp_path / "n1" / "node.sqlite").exists(), 30, "n1's store")
+            stop.set()
+            host = await hosting
+        finally:
+            bstop.set()
+            await btask
+        for e in host.entries:
+            assert e.node.stopping and e.node.store is None, e.config.state_dir
+            assert e.node._lock_fd is None, e.config.state_dir  # noqa: SLF001 - the state dir is free
+
+    # serve_host installs SIGINT/SIGTERM handlers on its loop (a host process's): give this process its own back
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvloop.run(go())
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
