@@ -47,3 +47,6 @@ class NodeConfig:
     log_interval_s: float = 10.0
     #: callables ``fn(node) -> object | None`` run before start (see :mod:`hushnet.net.plugins`)
     plugins: tuple = ()
+    #: seconds a stopping node gives the Deliver/Control handlers already running to finish before its
+    #: server cancels them (see :meth:`hushnet.net.node.Node.stop`); a run's handler commits in milliseconds
+    stop_grace_s: float = 1.0

@@ -17,6 +17,12 @@ class PayloadTooLarge(NodeError):
     pass
 
 
+class NodeStopping(NodeError):
+    """Raised by a handler or service asked to work after its node began to stop (its stores may be
+    closed); the peer server answers it UNAVAILABLE "node stopping", so the caller retries elsewhere
+    or later, as for a node that is down."""
+
+
 class DeliveryError(NodeError):
     """The neighbour refused or could not receive an envelope."""
 

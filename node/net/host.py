@@ -368,6 +368,8 @@ class NodeHost:
                 )
                 entry.admitted = True
             entry.installed = [plugin(entry.node) for plugin in entry.config.plugins]
+            for obj in entry.installed:  # closed by node.stop, after its server stopped accepting
+                entry.node.attach(obj)
             await entry.node.start()
             entry.started = True
         except asyncio.CancelledError:
@@ -389,16 +391,8 @@ class NodeHost:
             await self._close_entry(entry, leave=False)
 
     async def _close_entry(self, entry: HostedNode, leave: bool = True) -> None:
-        for obj in entry.installed:
-            close = getattr(obj, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:
-                    log.exception(
-                        "closing a plugin of %s failed",
-                        entry.node.node_id or entry.config.state_dir,
-                    )
+        """Stop one hosted node; its plugins close inside :meth:`Node.stop`, after its server stopped
+        accepting (see :meth:`Node.attach`)."""
         entry.installed = []
         try:
             await entry.node.stop(leave=leave)
@@ -413,8 +407,14 @@ class NodeHost:
             except (asyncio.CancelledError, Exception):
                 pass
             self._watchdog = None
+        # started nodes, and nodes whose start a stop cancelled half-way (admitted: their store, lock and
+        # maybe their server are open — left so, the server outlived the host's loop)
         await asyncio.gather(
-            *(self._close_entry(e) for e in self.entries if e.started and not e.error)
+            *(
+                self._close_entry(e)
+                for e in self.entries
+                if (e.started or e.admitted) and not e.error
+            )
         )
 
     # ------------------------------------------------------------------ watchdog

@@ -27,6 +27,7 @@ import logging
 import pathlib
 import signal
 import time
+from typing import Any
 
 import grpc
 
@@ -37,7 +38,13 @@ from hushnet.net.builtin import BuiltinControlsMixin, DiscardProtocol, PingProto
 from hushnet.net.channels import ChannelsMixin, PeerLink  # noqa: F401
 from hushnet.net.config import DEFAULT_MAX_MESSAGE, ENVELOPE_SLACK, PEER_SERVICE, MiB, NodeConfig  # noqa: F401
 from hushnet.net.directory import DirectoryMixin
-from hushnet.net.errors import DeliveryError, NodeError, NotANeighbour, PayloadTooLarge  # noqa: F401
+from hushnet.net.errors import (  # noqa: F401
+    DeliveryError,
+    NodeError,
+    NodeStopping,
+    NotANeighbour,
+    PayloadTooLarge,
+)
 from hushnet.net.handlers import ControlRegistry, Handler, HandlerRegistry
 from hushnet.net.identity import Identity, IdentityMixin, _read_json  # noqa: F401
 from hushnet.net.lease import LeaseMixin
@@ -92,12 +99,15 @@ class Node(
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
         self._pending: set[asyncio.Task] = set()
+        self._inflight: set[asyncio.Task] = set()  # Deliver and Control handlers running now
         self._seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
         self._seq: dict[tuple[str, str, str], int] = {}
         self._cert_cache: dict[bytes, tuple[pki.PeerIdentity | None, str]] = {}
         self._bootstrap_ok = True
         self._last_dir_fetch = 0.0
         self._stopping = False
+        #: objects whose ``close()`` runs when the node stops (plugins: the run service …), see :meth:`attach`
+        self._attached: list[Any] = []
         self.store: NodeStore | None = None
         self._lock_fd: int | None = None
         self.incarnation = 0
@@ -112,6 +122,22 @@ class Node(
     @property
     def node_id(self) -> str:
         return self.identity.node_id if self.identity else ""
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has begun (a handler still running may finish; nothing new is accepted)."""
+        return self._stopping
+
+    def attach(self, obj: Any) -> None:
+        """Close ``obj`` (its ``close()``, if it has one) when the node stops: after the server stopped
+        accepting and its in-flight handlers finished, before the node's own stores close.
+
+        Why here and not by the caller after :meth:`stop`: a plugin closed before the server stops leaves
+        a window where a Deliver reaches a handler whose store is closed (INTERNAL "Cannot operate on a
+        closed database" to the sender); closed after the node's stores, it could still write into them.
+        """
+        if callable(getattr(obj, "close", None)):
+            self._attached.append(obj)
 
     def register_handler(self, handler: Handler, *, replace: bool = False) -> None:
         """Plug a protocol in (see :mod:`hushnet.net.handlers`); allowed while running."""
@@ -206,10 +232,29 @@ class Node(
             extra={"event": "serving", "address": self.address, "neighbors": self.neighbors},
         )
 
-    async def stop(self, grace: float = 1.0, leave: bool = True) -> None:
+    async def stop(self, grace: float | None = None, leave: bool = True) -> None:
+        """Stop in the order that loses nothing a neighbour was told it has.
+
+        1. stop accepting: new RPCs are refused (UNAVAILABLE "node stopping"); handlers already running get
+           ``grace`` seconds (default ``config.stop_grace_s``) to finish, so what they commit before
+           answering is committed before anything closes — and their callers get their answer;
+        2. the background tasks, the Leave, the links and the sends still pending;
+        3. what :meth:`attach` registered (plugins: the run service with its run store and ledger);
+        4. the node's own stores, then the state directory's lock.
+        """
         if self._stopping:
             return
         self._stopping = True
+        grace = self.config.stop_grace_s if grace is None else grace
+        if self._server is not None:
+            # from here every new RPC is answered UNAVAILABLE "node stopping" by the node itself while the
+            # running handlers finish; only then the server stops (gRPC cancels what reaches it after that)
+            deadline = time.monotonic() + grace
+            running = {t for t in self._inflight if not t.done()}
+            running.discard(asyncio.current_task())  # a handler that stops its own node: not itself
+            if running and grace > 0:
+                await asyncio.wait(running, timeout=grace)
+            await self._server.stop(max(deadline - time.monotonic(), 0.0))
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -226,8 +271,6 @@ class Node(
         if self._boot is not None:
             await _shared.release(self._boot)
             self._boot = None
-        if self._server is not None:
-            await self._server.stop(grace)
         for link in list(self.links.values()):
             if link.probing is not None:
                 link.probing.cancel()
@@ -235,6 +278,14 @@ class Node(
         self.links.clear()
         for task in list(self._pending):
             task.cancel()
+        attached, self._attached = self._attached, []
+        for obj in attached:
+            try:
+                obj.close()
+            except Exception:  # one plugin's failure must not keep the node's stores open
+                self.log.exception(
+                    "closing %s failed", type(obj).__name__, extra={"event": "close_error"}
+                )
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -271,7 +322,8 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     node = Node(config)
-    installed = [plugin(node) for plugin in config.plugins]
+    for plugin in config.plugins:  # closed by node.stop, after its server stopped accepting
+        node.attach(plugin(node))
     start = loop.create_task(node.start())
     waiter = loop.create_task(stop.wait())
     done, _ = await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -281,6 +333,7 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
             await start
         except (asyncio.CancelledError, NodeError):
             pass
+        await node.stop()  # what the start had opened (store, lock, server, plugins)
         return
     waiter.cancel()
     start.result()  # raise NodeError if start failed
@@ -290,10 +343,6 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
         node.node_id
     )  # a process of one node: every record of the process is its own
     await stop.wait()
-    for obj in installed:
-        close = getattr(obj, "close", None)
-        if callable(close):
-            close()
     await node.stop()
 
 

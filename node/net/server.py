@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 from hushnet.net import pki
 from hushnet.net.admission import _Rejected
 from hushnet.net.config import ENVELOPE_SLACK, PEER_SERVICE, SERVER_KEEPALIVE_S
-from hushnet.net.errors import NodeError
+from hushnet.net.errors import NodeError, NodeStopping
 from hushnet.net.handlers import OutgoingEnvelope, UnknownCommand, UnknownProtocol
 from hushnet.v1 import envelope_pb2 as epb
 from hushnet.v1 import peer_pb2 as ppb
@@ -71,7 +71,31 @@ class ServerMixin:
         await server.start()
         self._server = server
 
+    def _stopping_refusal(self, what: str, exc: BaseException | None = None, **fields) -> _Rejected:
+        """The answer to an RPC that reaches (or is still running in) a node that began to stop: its
+        services and stores may be closed, so it is not served — UNAVAILABLE, as a node that is down.
+
+        ``exc``: what a handler raised meanwhile; anything but :class:`NodeStopping` (a service that
+        said it is closed) may be a bug, so its traceback stays in the node's log — never in the answer."""
+        return _Rejected(
+            grpc.StatusCode.UNAVAILABLE,
+            f"node {self.node_id} stopping: {what} not served",
+            kind="rejected:stopping",
+            exc_info=None if exc is None or isinstance(exc, NodeStopping) else exc,
+            **fields,
+        )
+
     async def _rpc_deliver(self, raw: bytes, context) -> epb.DeliveryAck:
+        if self._stopping:
+            await self._reject(context, self._stopping_refusal("Deliver"))
+        task = asyncio.current_task()
+        self._inflight.add(task)  # Node.stop lets it finish before anything closes
+        try:
+            return await self._deliver(raw, context)
+        finally:
+            self._inflight.discard(task)
+
+    async def _deliver(self, raw: bytes, context) -> epb.DeliveryAck:
         try:
             who, key_sha = self._caller(context)
             if who is None or not who.is_node:
@@ -155,6 +179,12 @@ class ServerMixin:
                 ) from None
             except Exception as exc:  # a protocol bug must not take the node down
                 self._seen.pop(key, None)
+                if self._stopping or isinstance(exc, NodeStopping):
+                    # not delivered, and the node or its service is going: the caller sees a node that
+                    # is down (UNAVAILABLE), not a failure of the handler it should report (INTERNAL)
+                    raise self._stopping_refusal(
+                        f"{env.protocol!r} envelope", exc, caller=who.name, protocol=env.protocol
+                    ) from None
                 # a refusal the handler names (``exc.code``, e.g. a run's RunRefused) is an expected answer to
                 # bad input: one rate-limited line per code; anything else is a bug: its traceback is logged
                 # with the first line of its kind per interval, never once per message
@@ -190,9 +220,13 @@ class ServerMixin:
                 )
 
     async def _rpc_health(self, request, context) -> ppb.HealthReply:
+        if self._stopping:  # neighbours' probes see the link go before the connection does
+            await self._reject(context, self._stopping_refusal("Health"))
         return ppb.HealthReply(ok=True, node_id=self.node_id)
 
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
+        if self._stopping:
+            await self._reject(context, self._stopping_refusal("Status"))
         who, key_sha = self._caller(context)
         if who is None:
             await self._reject(
@@ -213,6 +247,16 @@ class ServerMixin:
         return self.status()
 
     async def _rpc_control(self, raw: bytes, context) -> ppb.ControlReply:
+        if self._stopping:
+            await self._reject(context, self._stopping_refusal("Control"))
+        task = asyncio.current_task()
+        self._inflight.add(task)  # Node.stop lets it finish before anything closes
+        try:
+            return await self._control(raw, context)
+        finally:
+            self._inflight.discard(task)
+
+    async def _control(self, raw: bytes, context) -> ppb.ControlReply:
         try:
             who, _ = self._caller(context)
             if who is None or not who.is_operator:
@@ -232,6 +276,8 @@ class ServerMixin:
                 ) from None
             try:
                 out = await self.controls.run(req.command, bytes(req.payload))
+            except NodeStopping:
+                raise self._stopping_refusal(f"command {req.command!r}") from None
             except UnknownCommand:
                 raise _Rejected(
                     grpc.StatusCode.UNIMPLEMENTED,
@@ -249,6 +295,9 @@ class ServerMixin:
                 )
                 return ppb.ControlReply(ok=False, error=f"{type(exc).__name__}: {msg}")
             except Exception as exc:
+                # stopping: the traceback (a bug, or a store closed under it) in the log only
+                if self._stopping:
+                    raise self._stopping_refusal(f"command {req.command!r}", exc) from None
                 self.log.exception(
                     "control command %s failed", req.command, extra={"event": "control_error"}
                 )

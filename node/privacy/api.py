@@ -10,6 +10,7 @@ same certified value.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,6 +19,25 @@ from hushnet.privacy.matrix import PrivacyMatrix
 from hushnet.privacy.options import build
 
 PROTOCOLS = ("rw", "rw-sender-known", "muffliato", "muffliato-aggregate", "gossip-stream")
+
+#: what ``muffliato-aggregate`` computes, said wherever its value is shown.  Why: it is the exact-sum
+#: mechanism (each round the observer sees only Σ_j W_ij m_j, in real arithmetic).  hushnet's secure gossip
+#: rounds every member's term W_ij·m_j to fixed point on its own, so its released sums are functions of the
+#: individual messages, and it is certified with the neighbourhood view (``muffliato``) —
+#: docs/design/spec/secagg.md §6.  Read as hushnet's value, this one would be too small: a privacy breach.
+AGGREGATE_LABEL = (
+    "exact real-arithmetic aggregate (reproduction, not the certified value of hushnet's secure gossip): "
+    "the observer sees only the exact sum of its neighbourhood each round; hushnet's secure gossip rounds "
+    "each member's term to fixed point and is certified with the neighbourhood view (--protocol "
+    "muffliato), see docs/design/spec/secagg.md section 6"
+)
+
+
+def protocol_labels(protocol: str) -> dict[str, str]:
+    """What every output of ``protocol``'s value must carry besides its bound and view (empty: nothing)."""
+    if protocol == "muffliato-aggregate":
+        return {"label": AGGREGATE_LABEL, "hushnet_certified_protocol": "muffliato"}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -56,16 +76,22 @@ def matrix_fn(q: Query) -> Callable[[], Any]:
         from hushnet.privacy import muffliato
 
         view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
-        return lambda: muffliato.muffliato_loss_matrix(
-            q.W,
-            q.steps,
-            q.alpha,
-            q.sigma,
-            bound=q.bound,
-            view=view,
-            chebyshev=q.chebyshev,
-            graph=q.graph,
-        )
+
+        def gossip() -> PrivacyMatrix:
+            pm = muffliato.muffliato_loss_matrix(
+                q.W,
+                q.steps,
+                q.alpha,
+                q.sigma,
+                bound=q.bound,
+                view=view,
+                chebyshev=q.chebyshev,
+                graph=q.graph,
+            )
+            label = protocol_labels(q.protocol).get("label")
+            return pm if label is None else dataclasses.replace(pm, notes=[label, *pm.notes])
+
+        return gossip
     if q.protocol == "gossip-stream":
         from hushnet.privacy import koskela
 
@@ -166,7 +192,10 @@ def pair(q: Query, u: int, v: int) -> dict[str, Any]:
 
         view = "aggregate" if q.protocol == "muffliato-aggregate" else "neighbourhood"
         opts = muffliato.MuffliatoOptions(bound=q.bound, view=view, chebyshev=q.chebyshev)
-        return dict(muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, opts))
+        return {
+            **muffliato.muffliato_pair(q.W, u, v, q.steps, q.alpha, q.sigma, opts),
+            **protocol_labels(q.protocol),
+        }
     if q.protocol == "gossip-stream":
         from hushnet.privacy import koskela
 

@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from hushnet.privacy.api import PROTOCOLS, Query, QueryOptions, make_query, matrix_fn, pair
+from hushnet.privacy.api import (
+    PROTOCOLS,
+    Query,
+    QueryOptions,
+    make_query,
+    matrix_fn,
+    pair,
+    protocol_labels,
+)
 from hushnet.privacy.graphs import GraphSpecError
 from hushnet.privacy.matrix import PrivacyMatrix, json_number
 
@@ -54,6 +62,7 @@ def _describe(q: Query, labels: dict[str, Any]) -> dict[str, Any]:
         "weights": q.weights,
         "chebyshev": q.chebyshev,
         "quantity": "Renyi DP of order alpha, eps[u->v]: row u = contributor, column v = observer",
+        **protocol_labels(q.protocol),
     }
     out.update(labels)
     return out
@@ -80,6 +89,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     else:
         s = report["summary"]
         print(f"{q.protocol} on {q.graph.spec} (n={q.graph.n}), bound={pm.bound}, view={pm.view}")
+        if "label" in report:
+            print(f"label: {report['label']}")
         print(
             f"RDP(alpha={q.alpha}) over {s['pairs']} pairs: min {s['min']}  mean {s['mean']}  max {s['max']}"
         )
@@ -91,7 +102,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             )
         )
         for note in report["notes"]:
-            print(f"note: {note}")
+            if note != report.get("label"):  # printed above
+                print(f"note: {note}")
     return 0
 
 
@@ -141,6 +153,8 @@ def cmd_pair(args: argparse.Namespace) -> int:
         if "epsilon" in out:
             line += f"; (eps, delta) = ({out['epsilon']}, {args.delta})"
         print(line)
+        if "label" in out:
+            print(f"label: {out['label']}")
     return 0
 
 
@@ -151,7 +165,14 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="graph spec: complete:N ring:N hypercube:D grid:RxC er:N:P:SEED "
         "regular:N:K:SEED geometric:N:R:SEED sbm:S1,S2:PIN:POUT:SEED edgelist:PATH",
     )
-    p.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    p.add_argument(
+        "--protocol",
+        required=True,
+        choices=PROTOCOLS,
+        help="rw (anonymous sender), rw-sender-known, muffliato (observer sees its closed neighbourhood; "
+        "what hushnet certifies its gossip with, secure or not), muffliato-aggregate (the exact "
+        "real-arithmetic neighbourhood sum: a reproduction, not hushnet's secure gossip), gossip-stream",
+    )
     p.add_argument("--alpha", type=float, required=True, help="Rényi order (> 1)")
     p.add_argument(
         "--sigma", type=float, required=True, help="noise (multiplier for rw; std for gossip)"

@@ -146,9 +146,12 @@ class RunDriver:
         self.engine_entries: list[LedgerEntry] = []
         self.run_rdp: np.ndarray | None = None  # (targets, orders) charged for this run
         # run_rdp as a replayable log for the checkpoint (see _add_run_rdp): the array the logged
-        # additions start from, the additions [[σ, count], …], and the array they sum to
+        # additions start from, the additions [[σ, count], …] with the rows each adds (and their immutable
+        # bytes, what the checkpoint holds), and the array they sum to
         self._rdp_base: np.ndarray | None = None
         self._rdp_log: list[list] = []
+        self._rdp_rows: list[np.ndarray] = []
+        self._rdp_bufs: list[bytes] = []
         self._rdp_tracked: np.ndarray | None = None
         self.contributions = 0
         self.noise_visits = 0
@@ -353,7 +356,12 @@ class RunDriver:
             "topped_up": self.topped_up,
             "run_rdp": None if self._rdp_logged() else self.run_rdp,
             "run_rdp_log": (
-                {"base": self._rdp_base, "ops": [list(op) for op in self._rdp_log]}
+                {
+                    "base": self._rdp_base,
+                    "ops": [list(op) for op in self._rdp_log],
+                    # the same bytes objects every hop: the store writes each once (blobs by identity)
+                    "rows": list(self._rdp_bufs),
+                }
                 if self._rdp_logged()
                 else None
             ),
@@ -403,7 +411,7 @@ class RunDriver:
             self.topped_up = bool(driver["topped_up"])
             log = driver.get("run_rdp_log")
             if log is not None:
-                self.run_rdp = self._replay_run_rdp(log)
+                self.run_rdp, self._rdp_rows, self._rdp_bufs = self._replay_run_rdp(log)
                 self._rdp_base = log.get("base")
                 self._rdp_log = [[float(sg), int(c)] for sg, c in log["ops"]]
                 self._rdp_tracked = self.run_rdp
@@ -589,7 +597,14 @@ class RunDriver:
         durable walk wrote a new megabyte into its checkpoint per hop (22 ms of a 33 ms hop measured
         here).  The checkpoint holds ``[[σ, count], …]`` instead (plus the array the additions started
         from, if anything changed ``run_rdp`` outside them: a top-up, a restored older checkpoint), and
-        :meth:`restore` replays the same additions in the same order — bit for bit the same sum."""
+        :meth:`restore` replays the same additions in the same order — bit for bit the same sum.
+
+        The log also keeps the very rows each entry added (their immutable bytes: written to the store
+        once, referred to by identity at every later hop).  Why not recompute them on a restart: the walk's
+        rows come from an all-pairs eigendecomposition whose rounding depends on the BLAS thread count, so a
+        restarted process could replay a sum up to ~1e-14 relative below the one the run had reported — a
+        certified number must not shrink through a restart.  An entry is continued only by the same rows
+        object; a restarted process's own rows start a new entry (its later charges are its ledger's)."""
         prev = self.run_rdp
         if prev is None:
             self.run_rdp = curves.copy()
@@ -600,32 +615,60 @@ class RunDriver:
         else:
             self.run_rdp = prev + curves
         if sigma is None:  # not replayable: the checkpoint keeps the array
-            self._rdp_log, self._rdp_tracked = [], None
+            self._rdp_log, self._rdp_rows, self._rdp_bufs, self._rdp_tracked = [], [], [], None
             return
         if prev is not self._rdp_tracked:
-            self._rdp_base, self._rdp_log = prev, []  # changed outside the log: the log starts here
-        if self._rdp_log and self._rdp_log[-1][0] == sigma:
+            # changed outside the log: the log starts here
+            self._rdp_base, self._rdp_log, self._rdp_rows, self._rdp_bufs = prev, [], [], []
+        if self._rdp_log and self._rdp_log[-1][0] == sigma and self._rdp_rows[-1] is curves:
             self._rdp_log[-1][1] += 1
         else:
             self._rdp_log.append([sigma, 1])
+            self._rdp_rows.append(curves)
+            self._rdp_bufs.append(_immutable_bytes(curves))
         self._rdp_tracked = self.run_rdp
 
     def _rdp_logged(self) -> bool:
         """Whether ``run_rdp`` is exactly ``_rdp_base`` plus the logged additions."""
         return bool(self._rdp_log) and self.run_rdp is self._rdp_tracked
 
-    def _replay_run_rdp(self, log: dict[str, Any]) -> np.ndarray | None:
-        """The run's row from a checkpoint's replay log (see :meth:`_add_run_rdp`)."""
+    def _replay_run_rdp(
+        self, log: dict[str, Any]
+    ) -> tuple[np.ndarray | None, list[np.ndarray], list[bytes]]:
+        """The run's row from a checkpoint's replay log (see :meth:`_add_run_rdp`), with the rows of its
+        entries and their bytes.  The rows are the ones the log kept; a log written before it kept them
+        (``[[σ, count]]`` only) is replayed from this process's ``cost.rows(σ)``, as it was then."""
         if type(self.cost) is not ContributionCost:
             raise ValueError(
                 "damaged run checkpoint: a replay log of the run's charges, but no per-σ cost"
             )
+        kept = log.get("rows")
+        ops = log["ops"]
+        if kept is not None and len(kept) != len(ops):
+            raise ValueError(
+                f"damaged run checkpoint: {len(ops)} replay-log entries but {len(kept)} rows"
+            )
+        shape = (len(self.cost.targets), self.cost.orders.size)
         r = log.get("base")
-        for sigma, count in log["ops"]:
-            c = self.cost.rows(float(sigma))
+        rows: list[np.ndarray] = []
+        bufs: list[bytes] = []
+        for i, (sigma, count) in enumerate(ops):
+            if kept is None:
+                c = self.cost.rows(float(sigma))
+                buf = _immutable_bytes(c)
+            else:
+                buf = bytes(kept[i])
+                if len(buf) != 8 * shape[0] * shape[1]:
+                    raise ValueError(
+                        f"damaged run checkpoint: replay-log rows of {len(buf)} bytes for "
+                        f"{shape[0]} targets × {shape[1]} orders"
+                    )
+                c = np.frombuffer(buf, dtype=np.float64).reshape(shape)  # read-only, on the bytes
+            rows.append(c)
+            bufs.append(buf)
             for _ in range(int(count)):
                 r = c.copy() if r is None else r + c
-        return r
+        return r, rows, bufs
 
     def _enqueue(self, dst: str, payload: bytes, receipt: str = "") -> None:
         q = self._queues.get(dst)
@@ -974,3 +1017,21 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return x
+
+
+def _immutable_bytes(a: np.ndarray) -> bytes:
+    """The ``bytes`` a sealed float64 array is a view of (no copy), else a copy of its data as bytes.
+
+    Why: the replay log hands the same rows to every checkpoint of a run; the store writes a buffer it has
+    seen by identity only once, so the checkpoint of a hop costs no megabyte copy and no hash."""
+    b: object = a
+    while isinstance(b, np.ndarray) and not b.flags.writeable:
+        b = b.base
+    if (
+        isinstance(b, bytes)
+        and a.dtype == np.float64
+        and a.flags.c_contiguous
+        and len(b) == a.nbytes
+    ):
+        return b
+    return np.ascontiguousarray(a, dtype=np.float64).tobytes()

@@ -162,11 +162,13 @@ async def network(
     finally:
         if client is not None:
             await client.close()
-        for s in services:
-            s.close()
         await asyncio.gather(
             *(nd.stop(grace=0.2) for nd in nodes if nd.identity is not None), return_exceptions=True
         )
+        for s in (
+            services
+        ):  # after the servers stopped accepting (see Node.stop); a test that stops a node
+            s.close()  # mid-run keeps its service (its machine's clock) until here
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(btask, 10)

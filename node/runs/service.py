@@ -41,6 +41,7 @@ from hushnet.engine.errors import ProtocolError
 from hushnet.families import FAMILIES, family_of
 from hushnet.families.walk.walker import WalkOptions
 from hushnet.net import pki
+from hushnet.net.errors import NodeStopping
 from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost
@@ -111,6 +112,7 @@ class RunService:
         self._store: RunStore | None = None
         self._restore_task: asyncio.Task | None = None
         self._close_tasks: list[asyncio.Task] = []
+        self._closed = False
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> "RunService":
@@ -149,14 +151,21 @@ class RunService:
             },
         }
 
+    def _open(self, what: str) -> None:
+        """Refuse work once closed: the node is stopping, and a store opened now would outlive it."""
+        if self._closed:
+            raise NodeStopping(f"node {self.node.node_id} stopping: its {what} is closed")
+
     @property
     def ledger(self) -> Ledger:
+        self._open("privacy ledger")
         if self._ledger is None:
             self._ledger = Ledger(self.state_dir / LEDGER_FILE, node_id=self.node.node_id)
         return self._ledger
 
     @property
     def store(self) -> RunStore:
+        self._open("run store")
         if self._store is None:
             self._store = RunStore(self.state_dir / RUN_STORE_FILE)
         return self._store
@@ -252,6 +261,8 @@ class RunService:
     protocol = RUN_PROTOCOL
 
     def handle(self, envelope) -> None:
+        # closed: its runs' stores and ledger are too — UNAVAILABLE "node stopping" to the sender
+        self._open("run service")
         run = self.runs.get(envelope.run_id)
         if run is None:
             raise RunRefused("unknown-run", f"no run {envelope.run_id!r} at {self.node.node_id}")
@@ -668,6 +679,14 @@ class RunService:
         )
 
     def close(self) -> None:
+        """Stop the runs' timers and senders, then close the ledger and the run store (once).
+
+        A node closes it after its server stopped accepting (:meth:`hushnet.net.node.Node.attach`); a
+        handler or command that still reaches the service afterwards gets :class:`NodeStopping`
+        (UNAVAILABLE "node stopping" to its caller), and nothing reopens the stores."""
+        if self._closed:
+            return
+        self._closed = True
         if self._restore_task is not None:
             self._restore_task.cancel()
         for t in self._close_tasks:

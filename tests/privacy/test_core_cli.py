@@ -169,3 +169,26 @@ def test_bad_arguments_are_clear_errors(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert "error" in str(exc.value)
+
+
+@pytest.mark.parametrize("command", ["matrix", "pair"])
+def test_muffliato_aggregate_is_labelled_as_the_exact_sum_not_hushnets_secure_gossip(
+    capsys, command
+):
+    """``muffliato-aggregate`` is the exact-sum mechanism (the observer sees Σ_j W_ij m_j in real
+    arithmetic).  hushnet's secure gossip rounds each member's term to fixed point and is certified with
+    the neighbourhood view (docs/design/spec/secagg.md §6): a reader must not take this value for it."""
+    argv = ["privacy", command, "--graph", "hypercube:3", "--alpha", "2", "--sigma", "2"]
+    argv += ["--steps", "8"] + (["--source", "0", "--observer", "7"] if command == "pair" else [])
+    code, text = run(capsys, *argv, "--protocol", "muffliato-aggregate", "--json")
+    rep = json.loads(text)
+    assert code == 0
+    label = rep["label"]
+    assert "exact real-arithmetic aggregate" in label
+    assert "not the certified value of hushnet's secure gossip" in label
+    assert rep["hushnet_certified_protocol"] == "muffliato"  # where hushnet's certified value is
+    code, text = run(capsys, *argv, "--protocol", "muffliato-aggregate")
+    assert code == 0 and "not the certified value of hushnet's secure gossip" in text
+    # the neighbourhood view (what hushnet certifies its gossip with) carries no such warning
+    code, text = run(capsys, *argv, "--protocol", "muffliato", "--json")
+    assert "hushnet_certified_protocol" not in json.loads(text)

@@ -11,7 +11,9 @@ import asyncio
 
 import numpy as np
 
+from hushnet.privacy.ledger_math import sealed
 from hushnet.protocols.registry import make_machine, transition_matrix
+from hushnet.runs.accounting import ContributionCost
 from hushnet.runs.driver import RunDriver
 from hushnet.runs.run_store import RunStore, pack, unpack
 from hushnet.runs.service import network_walk_options
@@ -40,8 +42,9 @@ def _durable(drivers, tmp_path) -> list[RunStore]:
     return stores
 
 
-def _restarted(d: RunDriver, store: RunStore) -> RunDriver:
-    """A fresh driver and machine for ``d``'s vertex, restored from what ``store`` holds."""
+def _restarted(d: RunDriver, store: RunStore, cost=None) -> RunDriver:
+    """A fresh driver and machine for ``d``'s vertex, restored from what ``store`` holds (``cost``: the
+    cost as the restarted process computed it; default ``d``'s own)."""
     spec, W = d.spec, transition_matrix(d.spec.graph)
     m = make_machine(
         spec.protocol,
@@ -59,7 +62,7 @@ def _restarted(d: RunDriver, store: RunStore) -> RunDriver:
         return None
 
     again = RunDriver(
-        spec, d.vertex, d.ids, m, send, ledger=d.ledger, cost=d.cost, W=W, store=store
+        spec, d.vertex, d.ids, m, send, ledger=d.ledger, cost=cost or d.cost, W=W, store=store
     )
     (row,) = [r for r in store.runs() if r["run_id"] == d.run_id]
     charged = len([e for e in d.ledger.entries(d.run_id)])
@@ -86,7 +89,14 @@ def test_the_checkpoint_logs_the_row_and_a_restart_replays_it_bit_for_bit(tmp_pa
             again = _restarted(d, s)
             np.testing.assert_array_equal(again.run_rdp, d.run_rdp)
             assert again.report()["certified"] == d.report()["certified"]
-            for dd in (d, again):
+            # a log written before it kept its rows ([[σ, count]] only) replays from the cost's rows
+            log = row["driver"]["run_rdp_log"]
+            assert len(log["rows"]) == 1 and len(log["rows"][0]) == d.run_rdp.nbytes
+            old = dict(row["driver"], run_rdp_log={k: v for k, v in log.items() if k != "rows"})
+            s.checkpoint(d.run_id, row["state"], row["reason"], old, row["machine"])
+            legacy = _restarted(d, s)
+            np.testing.assert_array_equal(legacy.run_rdp, d.run_rdp)
+            for dd in (d, again, legacy):
                 dd.shutdown()
 
     asyncio.run(go())
@@ -127,6 +137,52 @@ def test_a_top_up_then_charges_and_an_older_checkpoint_restore_exactly(tmp_path)
         again.persist()
         later = _restarted(again, s)
         np.testing.assert_array_equal(later.run_rdp, d.run_rdp + d.cost.rows(1.0))
+        for dd in drivers + [again, later]:
+            dd.shutdown()
+
+    asyncio.run(go())
+
+
+def test_a_restart_whose_recomputed_rows_come_out_lower_reports_no_less(tmp_path):
+    """The restarted process computes the per-σ rows again (the walk's all-pairs matrix: an
+    eigendecomposition and products whose rounding depends on the BLAS thread count — measured ≤ 1.7e-14
+    relative).  A replay from those rows could report a certified sum a few ulps below the one the run
+    had before the restart; the reported value must never shrink through a restart."""
+
+    async def go():
+        spec = _spec(steps=60, cap=None)
+        drivers, outbox = _drivers(tmp_path, spec)
+        stores = _durable(drivers, tmp_path)
+        for d in drivers:
+            # on a 4-node ring the walk bound is above local DP (the row is α/2σ², exact arithmetic):
+            # a tenth of its slope makes the rows the walk's, as at the network sizes it pays off
+            c = d.cost
+            d.cost = ContributionCost(
+                c.targets, c.orders, sealed(c.walk_slope / 10), c.alpha_max, c.bound_name
+            )
+            d.start()
+        await _pump(drivers, outbox, until_step=30)
+        d, s = max(zip(drivers, stores), key=lambda p: p[0].contributions)
+        assert d.contributions >= 2
+        d.persist()
+        c = d.cost
+        # the same cost, its walk slopes rounded 1e-14 relative lower (as another BLAS thread count did)
+        lower = ContributionCost(
+            c.targets, c.orders, c.walk_slope * (1 - 1e-14), c.alpha_max, c.bound_name
+        )
+        assert (lower.rows(spec.sigma) < c.rows(spec.sigma)).any()  # the premise: rows that differ
+        again = _restarted(d, s, cost=lower)
+        assert (again.run_rdp >= d.run_rdp).all()
+        np.testing.assert_array_equal(again.run_rdp, d.run_rdp)  # the very sum, bit for bit
+        before, after = d.report()["certified"], again.report()["certified"]
+        assert all(after[t] >= before[t] for t in before), (before, after)
+        # charges after the restart add the restarted process's rows, as its ledger entries hold them
+        ev = next(ev for ev in d.engine_entries if ev.uses_data)
+        again._charge(ev)  # noqa: SLF001
+        np.testing.assert_array_equal(again.run_rdp, d.run_rdp + lower.rows(spec.sigma))
+        again.persist()
+        later = _restarted(again, s, cost=c)  # and back on the first process's rounding
+        np.testing.assert_array_equal(later.run_rdp, again.run_rdp)
         for dd in drivers + [again, later]:
             dd.shutdown()
 
