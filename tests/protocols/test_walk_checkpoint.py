@@ -203,3 +203,28 @@ def test_missing_blob_is_refused(tmp_path):
     assert np.array_equal(unpack(blob, kept)["x"], big)
     with pytest.raises(ValueError, match="missing blob"):
         unpack(blob, {})
+
+
+def test_new_store_files_take_large_pages_and_old_files_keep_theirs(tmp_path, monkeypatch):
+    """A new store is created with :data:`PAGE_SIZE` pages (a token is fewer WAL frames to write and
+    free per hop); a store file written with SQLite's 4 kB default keeps its pages and its runs when
+    a newer node opens it again, and goes on checkpointing (nothing to migrate)."""
+    from hushnet.runs import run_store
+
+    token = np.arange(4 * BLOB_MIN, dtype=np.float64).tobytes()
+    monkeypatch.setattr(run_store, "PAGE_SIZE", 4096)
+    old = RunStore(tmp_path / "old.sqlite")
+    old.accept("r", b"signed", 0, {})
+    old.checkpoint("r", "running", "", {"n": 1}, {"pending": (1, token, 7, 0)})
+    old._db.close()
+    monkeypatch.undo()
+    assert run_store.PAGE_SIZE == 16384
+    new = RunStore(tmp_path / "new.sqlite")
+    again = RunStore(tmp_path / "old.sqlite")
+    assert new._db.execute("PRAGMA page_size").fetchone() == (run_store.PAGE_SIZE,)
+    assert again._db.execute("PRAGMA page_size").fetchone() == (4096,)
+    (row,) = again.runs()
+    assert row["driver"] == {"n": 1} and row["machine"]["pending"] == (1, token, 7, 0)
+    again.checkpoint("r", "running", "", {"n": 2}, {"pending": (1, token[::-1], 8, 0)})
+    (row,) = again.runs()
+    assert row["driver"] == {"n": 2} and row["machine"]["pending"][1] == token[::-1]
