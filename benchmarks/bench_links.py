@@ -14,7 +14,7 @@ host process, on uvloop with the hosts' allocator setting), comparing in one run
 * ``mtls-edge``: the same mutual TLS with ONE connection per pair of directed links: the dialing end
   opens a bidirectional stream, the dialed end answers on it and sends its own message back, which the
   dialer acknowledges (what one connection per edge would cost; hushnet does not do this, see
-  docs/network.md "the per-link cost").
+  docs/network.md "Fourth pass: where a link's CPU goes").
 
 Each mode builds ``servers`` servers (a node identity each) and dials each from ``per`` other nodes'
 channels; measured from the first channel to the last confirmed link: CPU seconds of the whole process
