@@ -14,7 +14,11 @@ host process, on uvloop with the hosts' allocator setting), comparing in one run
 * ``mtls-edge``: the same mutual TLS with ONE connection per pair of directed links: the dialing end
   opens a bidirectional stream, the dialed end answers on it and sends its own message back, which the
   dialer acknowledges (what one connection per edge would cost; hushnet does not do this, see
-  docs/network.md "Fourth pass: where a link's CPU goes").
+  docs/network.md "Fourth pass: where a link's CPU goes");
+* ``mtls-edge-proof``: the same, and the dialed end proves its directory key in-band (gRPC's Python client
+  cannot read the server's certificate): it reads the dialer's identity from its TLS certificate (as
+  ``Deliver`` does), signs ``(dialer, itself, the dialer's nonce)`` with its node key, and the dialer
+  verifies the signature with the key it expects for that node.
 
 Each mode builds ``servers`` servers (a node identity each) and dials each from ``per`` other nodes'
 channels; measured from the first channel to the last confirmed link: CPU seconds of the whole process
@@ -32,7 +36,7 @@ import pathlib
 import statistics
 import time
 
-MODES = ("insecure", "tls", "mtls", "mtls-edge")
+MODES = ("insecure", "tls", "mtls", "mtls-edge", "mtls-edge-proof")
 SERVICE = "bench.links.Peer"
 
 
@@ -89,13 +93,31 @@ async def _health(request: bytes, context) -> bytes:
     return b"ok"
 
 
-async def _link(requests, context):
-    """The dialed end of a one-connection edge: answer the dialer, then send our own message on its stream."""
-    async for message in requests:
-        if message != b"hello":
-            return
-        yield b"ok"
-        yield b"from-the-dialed-end"
+def _proof_message(dialer: str, dialed: str, nonce: bytes) -> bytes:
+    return b"|".join((b"hushnet-link-proof", dialer.encode(), dialed.encode(), nonce))
+
+
+def _link_handler(node_id: str, key_pem: bytes | None):
+    """The dialed end of a one-connection edge: answer the dialer (with a proof of our key when we have
+    one), then send our own message on its stream."""
+    from hushnet.net import pki
+
+    key = pki.load_key(key_pem) if key_pem is not None else None
+
+    async def link(requests, context):
+        async for message in requests:
+            if not message.startswith(b"hello"):
+                return
+            if key is None:
+                yield b"ok"
+            else:
+                dialer = pki.peer_identity(context)
+                if dialer is None:
+                    return
+                yield pki.sign(key, _proof_message(dialer.name, node_id, message[5:]))
+            yield b"from-the-dialed-end"
+
+    return link
 
 
 async def _trial(
@@ -105,12 +127,14 @@ async def _trial(
 
     from hushnet.net import pki
 
-    handlers = {
-        "Health": grpc.unary_unary_rpc_method_handler(_health),
-        "Link": grpc.stream_stream_rpc_method_handler(_link),
-    }
+    proof = mode == "mtls-edge-proof"
     running, ports = [], []
     for i in range(servers):
+        link = _link_handler(f"n{i}", ids[i][0] if proof else None)
+        handlers = {
+            "Health": grpc.unary_unary_rpc_method_handler(_health),
+            "Link": grpc.stream_stream_rpc_method_handler(link),
+        }
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         if mode == "insecure":
@@ -131,15 +155,18 @@ async def _trial(
         else pki.channel_credentials(ca, *ids[i])
         for i in range(servers)
     ]
-    edge = mode == "mtls-edge"
+    edge = mode.startswith("mtls-edge")
+    # the keys the dialers expect (a node holds the directory's entries, parsed once)
+    expected = [pki.load_cert(cert).public_key() for _, cert in ids] if proof else []
     await asyncio.sleep(0.2)
     c0, t0 = time.process_time(), _cpu_split()
-    channels = []
+    channels, targets = [], []
     for i in range(servers):
         for j in range(per):
             if edge and j % 2:
                 continue  # this pair's other direction rides the connection of the one before
             target = (i + j + 1) % servers
+            targets.append((i, target))
             options = [("grpc.use_local_subchannel_pool", 1)]
             address = f"127.0.0.1:{ports[target]}"
             if mode == "insecure":
@@ -148,19 +175,27 @@ async def _trial(
                 options.append(("grpc.ssl_target_name_override", pki.node_dns(f"n{target}")))
                 channels.append(grpc.aio.secure_channel(address, creds[i], options=options))
 
-    async def confirm(channel) -> None:
+    async def confirm(channel, ends: tuple[int, int]) -> None:
         if not edge:
             await channel.unary_unary(f"/{SERVICE}/Health")(b"?", timeout=120, wait_for_ready=True)
             return
         call = channel.stream_stream(f"/{SERVICE}/Link")(timeout=120, wait_for_ready=True)
-        await call.write(b"hello")
-        if await call.read() != b"ok" or await call.read() != b"from-the-dialed-end":
+        nonce = os.urandom(16) if proof else b""
+        await call.write(b"hello" + nonce)
+        answer = await call.read()
+        if proof:
+            message = _proof_message(f"n{ends[0]}", f"n{ends[1]}", nonce)
+            if not pki.verify_key(expected[ends[1]], message, answer):
+                raise RuntimeError("the dialed end did not prove its key")
+        elif answer != b"ok":
+            raise RuntimeError("unexpected reply on a link stream")
+        if await call.read() != b"from-the-dialed-end":
             raise RuntimeError("unexpected reply on a link stream")
         await call.write(b"ack")
         await call.done_writing()
         await call.code()
 
-    await asyncio.gather(*(confirm(c) for c in channels))
+    await asyncio.gather(*(confirm(c, e) for c, e in zip(channels, targets)))
     c1, t1 = time.process_time(), _cpu_split()
     await asyncio.gather(
         *(c.unary_unary(f"/{SERVICE}/Health")(b"?", timeout=120) for c in channels)
@@ -211,8 +246,10 @@ def main(out_dir: pathlib.Path) -> dict:
             flush=True,
         )
     edge_vs = round(rows["mtls-edge"]["ms_per_link"] / rows["mtls"]["ms_per_link"], 2)
+    proof_vs = round(rows["mtls-edge-proof"]["ms_per_link"] / rows["mtls"]["ms_per_link"], 2)
     print(
-        f"   one connection per edge / one per directed link (mutual TLS): {edge_vs:.2f}",
+        f"   one connection per edge / one per directed link (mutual TLS): {edge_vs:.2f}, "
+        f"with the in-band key proof: {proof_vs:.2f}",
         flush=True,
     )
     return {
@@ -223,6 +260,7 @@ def main(out_dir: pathlib.Path) -> dict:
         "rounds": rounds,
         "modes": rows,
         "edge_vs_mtls": edge_vs,
+        "edge_proof_vs_mtls": proof_vs,
         "load_average_start": load0,
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
     }
