@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hushnet.net import load as _load
 from hushnet.net.node import Node, NodeConfig, NodeError
 
 log = logging.getLogger("hushnet.host")
@@ -94,6 +95,30 @@ class HostLimits:
 
 
 # ------------------------------------------------------------------------ machine probes
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds this process used, by thread kind: its event loop (the main thread: the nodes' Python
+    code), gRPC's event-engine threads (TLS, HTTP/2) and the rest (file and SQLite workers, gRPC's poller);
+    empty where /proc is not available."""
+    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
+    pid = os.getpid()
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        fields = raw.rsplit(")", 1)[1].split()
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def fd_limit() -> int:
@@ -263,9 +288,20 @@ class NodeHost:
         limits: HostLimits = HostLimits(),
         concurrency: int = 16,
         watchdog_s: float = 1.0,
+        load_log_s: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if load_log_s is None:
+            raw = os.environ.get("HUSHNET_HOST_LOAD_S", "")
+            try:
+                load_log_s = float(raw) if raw else 60.0
+            except ValueError:
+                raise ValueError(
+                    f"HUSHNET_HOST_LOAD_S must be a number of seconds, got {raw!r}"
+                ) from None
+        #: seconds between ``host_load`` log lines (0: none); default ``HUSHNET_HOST_LOAD_S`` or 60
+        self.load_log_s = load_log_s
         self.limits = limits
         self.concurrency = concurrency
         self.watchdog_s = watchdog_s
@@ -418,11 +454,53 @@ class NodeHost:
         )
 
     # ------------------------------------------------------------------ watchdog
+    def _log_load(
+        self, load: _load.LoopLoad, mark: tuple[float, dict[str, int], dict[str, float]]
+    ) -> tuple[float, dict[str, int], dict[str, float]]:
+        """One ``host_load`` line: the loop's lag (max/mean), the CPU the process used per second by
+        thread kind, and the RPCs per second by kind since ``mark``; returns the new mark.
+
+        Why: at n = 1024 a host's loop stalled under load and nobody could say on what; this line is the
+        measurement (``benchmarks/bench_host_load.py`` reads it) and the evidence in a run's logs."""
+        now = time.monotonic()
+        span = max(now - mark[0], 1e-9)
+        counts, cpu = dict(load.counts), _thread_cpu()
+        lag_max, lag_mean = load.lag_stats(mark[0])
+        rates = {
+            k: round((v - mark[1].get(k, 0)) / span, 2)
+            for k, v in sorted(counts.items())
+            if v != mark[1].get(k, 0)
+        }
+        cpu_rate = {k: round((v - mark[2].get(k, 0.0)) / span, 3) for k, v in cpu.items()}
+        log.info(
+            "host load over %.0f s: loop lag max %.2f s mean %.3f s; CPU/s %s; per second %s",
+            span,
+            lag_max,
+            lag_mean,
+            cpu_rate,
+            rates,
+            extra={
+                "event": "host_load",
+                "span_s": round(span, 1),
+                "lag_max_s": round(lag_max, 3),
+                "lag_mean_s": round(lag_mean, 4),
+                "cpu_per_s": cpu_rate,
+                "rates": rates,
+                "nodes": len(self.running),
+            },
+        )
+        return now, counts, cpu
+
     async def _watch(self) -> None:
-        """Stop nodes whose background tasks died; log event-loop stalls (a blocking hosted node)."""
+        """Stop nodes whose background tasks died; log event-loop stalls (a blocking hosted node) and, every
+        ``load_log_s``, what the loop is busy with (:meth:`_log_load`)."""
         period = self.watchdog_s
+        load = _load.of_loop()
+        mark = (time.monotonic(), dict(load.counts), _thread_cpu())
         while True:
             t0 = time.monotonic()
+            if self.load_log_s > 0 and t0 - mark[0] >= self.load_log_s:
+                mark = self._log_load(load, mark)
             await asyncio.sleep(period)
             stall = time.monotonic() - t0 - period
             if stall > 0.5:
