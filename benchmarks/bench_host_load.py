@@ -17,42 +17,20 @@ Reported, never asserted (a shared 2-core machine: quote the load average beside
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import os
 import pathlib
-import re
 import tempfile
 import time
 
 from benchmarks.bench_hosting import _cpu_s, _cpu_split
-
-_LINE = re.compile(
-    r"host load over (?P<span>[\d.]+) s: loop lag max (?P<max>[\d.]+) s mean (?P<mean>[\d.]+) s; "
-    r"CPU/s (?P<cpu>\{[^}]*\}); per second (?P<rates>\{[^}]*\})"
-)
+from hushnet.net.load import host_load_lines
 
 
 def _ns() -> tuple[int, ...]:
     raw = os.environ.get("HUSHNET_BENCH_HOST_LOAD_N")
     return tuple(int(x) for x in raw.split(",")) if raw else (256,)
-
-
-def host_load_lines(text: str) -> list[dict]:
-    """The ``host_load`` lines of a host's log as dicts (span, lag max/mean, CPU/s, rates)."""
-    out = []
-    for m in _LINE.finditer(text):
-        out.append(
-            {
-                "span_s": float(m["span"]),
-                "lag_max_s": float(m["max"]),
-                "lag_mean_s": float(m["mean"]),
-                "cpu_per_s": ast.literal_eval(m["cpu"]),
-                "rates": ast.literal_eval(m["rates"]),
-            }
-        )
-    return out
 
 
 def _one(n: int, idle_s: float, period_s: float) -> dict:

@@ -13,8 +13,10 @@ neighbour is gone.  One :class:`LoopLoad` per event loop (shared by the nodes a 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import collections
+import re
 import time
 import weakref
 
@@ -75,3 +77,24 @@ def of_loop(loop: asyncio.AbstractEventLoop | None = None) -> LoopLoad:
         load = _LOADS[loop] = LoopLoad()
     load.start(loop)
     return load
+
+
+#: the message of a host's ``host_load`` line (:meth:`hushnet.net.host.NodeHost._log_load` writes it)
+HOST_LOAD_LINE = re.compile(
+    r"host load over (?P<span>[\d.]+) s: loop lag max (?P<max>[\d.]+) s mean (?P<mean>[\d.]+) s; "
+    r"CPU/s (?P<cpu>\{[^}]*\}); per second (?P<rates>\{[^}]*\})"
+)
+
+
+def host_load_lines(text: str) -> list[dict]:
+    """The ``host_load`` lines of a host's log (text or JSON lines) as dicts: span, lag max/mean, CPU/s, rates."""
+    return [
+        {
+            "span_s": float(m["span"]),
+            "lag_max_s": float(m["max"]),
+            "lag_mean_s": float(m["mean"]),
+            "cpu_per_s": ast.literal_eval(m["cpu"]),
+            "rates": ast.literal_eval(m["rates"]),
+        }
+        for m in HOST_LOAD_LINE.finditer(text)
+    ]
