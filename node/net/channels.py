@@ -24,7 +24,7 @@ from hushnet.v1 import peer_pb2_grpc as ppb_grpc
 
 #: a probe timeout is not counted as a miss when this process's event loop ran later than this fraction
 #: of the probe's deadline during the probe (see ``ChannelsMixin._probe``)
-LATE_LOOP = 0.1
+LATE_LOOP = 0.25
 
 
 @dataclass
@@ -42,6 +42,7 @@ class PeerLink:
     ever_healthy: bool = False
     next_probe: float = 0.0  # time.monotonic() when a healthy link is probed next
     missed: int = 0  # consecutive probes that timed out on a connected channel (see Node._probe)
+    excused: int = 0  # consecutive timeouts not counted as misses because this loop ran late
     last_rpc: float = 0.0  # time.monotonic() of the last Health RPC on this link
     #: time.monotonic() of the last proof of life from this neighbour other than a probe: an envelope it
     #: acknowledged on this channel, or one it delivered to us (both over its own mutual-TLS identity)
@@ -127,7 +128,7 @@ class ChannelsMixin:
                 ack = await link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
                 link.sent += 1
                 link.last_heard = time.monotonic()
-                link.missed = 0
+                link.missed = link.excused = 0
                 return ack
             except grpc.aio.AioRpcError as exc:
                 link.failures += 1
@@ -220,7 +221,17 @@ class ChannelsMixin:
                 and link.healthy
                 and link.state() == "READY"
             ):
-                if link.last_heard >= started or load.lag_since(started) > LATE_LOOP * timeout:
+                if link.last_heard >= started:
+                    load.count("probe_timeout_heard")
+                    link.missed = link.excused = 0
+                    return  # heard from meanwhile: alive
+                if (
+                    load.lag_since(started) > LATE_LOOP * timeout
+                    and link.excused < self.config.probe_misses
+                ):
+                    # our own loop was late: no evidence either way (but never more than probe_misses
+                    # times in a row, so a neighbour that is really gone is still called down on a busy host)
+                    link.excused += 1
                     load.count("probe_timeout_excused")
                     return
                 link.missed += 1
@@ -228,7 +239,7 @@ class ChannelsMixin:
                     return
         else:
             detail = "ok"
-        link.missed = 0
+        link.missed = link.excused = 0
         if ok:
             link.last_ok = time.time()
             if not link.healthy:

@@ -139,7 +139,7 @@ class ServerMixin:
             link = self.links.get(who.name)
             if link is not None:  # traffic is proof of life (see ChannelsMixin._probe_loop)
                 link.last_heard = time.monotonic()
-                link.missed = 0
+                link.missed = link.excused = 0
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
