@@ -80,6 +80,9 @@ class HostLimits:
     #: lost connection is still seen at the next probe (the channel leaves READY), a hung neighbour within
     #: this many probe periods.
     health_rpc_every: float = 16.0
+    #: probe timeouts in a row on a connected link before a paced host's node calls it down
+    #: (``NodeConfig.probe_misses``; a lone node's default is 2)
+    probe_misses: int = 3
 
     def __post_init__(self) -> None:
         if self.max_nodes is not None and self.max_nodes < 1:
@@ -92,6 +95,8 @@ class HostLimits:
             raise ValueError(f"probe_rounds_per_s must be positive, got {self.probe_rounds_per_s}")
         if self.health_rpc_every < 1:
             raise ValueError(f"health_rpc_every must be at least 1, got {self.health_rpc_every}")
+        if self.probe_misses < 1:
+            raise ValueError(f"probe_misses must be at least 1, got {self.probe_misses}")
 
 
 # ------------------------------------------------------------------------ machine probes
@@ -370,12 +375,16 @@ class NodeHost:
         # keepalive pings stretched the same way (4 probe periods: 33 s at K = 410): each costs ~0.1 ms of CPU
         # at both ends, and a 2048-node network has 22 528 connections
         keepalive_s = max(config.keepalive_s, 4 * probe_s)
+        # a loop serving hundreds of nodes runs late under load, and so do its neighbours': one more miss
+        # before a connected link is called down (n = 1024: 2 046 live links dropped in two minutes)
+        probe_misses = max(config.probe_misses, self.limits.probe_misses)
         return dataclasses.replace(
             config,
             probe_s=probe_s,
             heartbeat_s=heartbeat_s,
             health_rpc_s=health_rpc_s,
             keepalive_s=keepalive_s,
+            probe_misses=probe_misses,
         )
 
     async def add(self, config: NodeConfig) -> Node:

@@ -496,6 +496,7 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
         96.0
     }  # Health RPC every 16 probe periods on a connected link
     assert {e.config.keepalive_s for e in host.entries} == {24.0}  # keepalive: 4 probe periods
+    assert {e.config.probe_misses for e in host.entries} == {3}  # one more miss than a lone node
     fewer = NodeHost(configs, limits=HostLimits(health_rpc_every=4))
     assert {e.config.health_rpc_s for e in fewer.entries} == {24.0}
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
@@ -505,10 +506,13 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
         0.0
     }  # small hosts: every probe an RPC
     assert {e.config.keepalive_s for e in small.entries} == {20.0}
+    assert {e.config.probe_misses for e in small.entries} == {2}
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
     with pytest.raises(ValueError, match="health_rpc_every must be at least 1"):
         HostLimits(health_rpc_every=0.5)
+    with pytest.raises(ValueError, match="probe_misses must be at least 1"):
+        HostLimits(probe_misses=0)
 
 
 def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(

@@ -84,7 +84,7 @@ def test_timeouts_on_a_connected_link_are_misses_and_probe_misses_in_a_row_drop_
         nodes, stop, task = await _network(tmp_path, "ring:3", 3)
         try:
             n0 = nodes[0]
-            assert n0.config.probe_misses == 3
+            n0.config.probe_misses = 3  # what a host of many nodes sets (a lone node: 2)
             link = n0.links["n1"]
             assert link.healthy and link.state() == "READY"
             real_stub, link.stub = link.stub, _Slow()
