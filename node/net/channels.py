@@ -299,6 +299,17 @@ class ChannelsMixin:
                         link.next_probe = now + self.config.probe_s * (0.9 + 0.2 * random.random())
                         self._load.count("probe_skipped_traffic")
                         continue
+                    if (
+                        link.healthy
+                        and 0 < self.config.health_rpc_s
+                        and now - max(link.last_rpc, link.last_heard) < self.config.health_rpc_s
+                        and link.state() == "READY"
+                    ):
+                        # what _probe would do (read the channel's state, no RPC), without a task: at
+                        # n = 1024 an idle host's loop spent 0.26 CPU-s/s on ~500 such probe tasks a second
+                        link.next_probe = now + self.config.probe_s * (0.9 + 0.2 * random.random())
+                        self._load.count("probe_state_read")
+                        continue
                     link.probing = asyncio.get_running_loop().create_task(self._probe_once(link))
             links = list(self.links.values())
             if not links or any(not l.healthy for l in links):
