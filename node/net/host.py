@@ -481,14 +481,17 @@ class NodeHost:
             if v != mark[1].get(k, 0)
         }
         cpu_rate = {k: round((v - mark[2].get(k, 0.0)) / span, 3) for k, v in cpu.items()}
+        rss = round(rss_mb(), 1)
         log.info(
-            "host load over %.0f s: loop lag max %.2f s mean %.3f s; CPU/s %s; per second %s",
+            "host load over %.0f s: loop lag max %.2f s mean %.3f s; CPU/s %s; per second %s; %.0f MB resident",
             span,
             lag_max,
             lag_mean,
             cpu_rate,
             rates,
+            rss,
             extra={
+                "rss_mb": rss,
                 "event": "host_load",
                 "span_s": round(span, 1),
                 "lag_max_s": round(lag_max, 3),

@@ -82,7 +82,7 @@ def of_loop(loop: asyncio.AbstractEventLoop | None = None) -> LoopLoad:
 #: the message of a host's ``host_load`` line (:meth:`hushnet.net.host.NodeHost._log_load` writes it)
 HOST_LOAD_LINE = re.compile(
     r"host load over (?P<span>[\d.]+) s: loop lag max (?P<max>[\d.]+) s mean (?P<mean>[\d.]+) s; "
-    r"CPU/s (?P<cpu>\{[^}]*\}); per second (?P<rates>\{[^}]*\})"
+    r"CPU/s (?P<cpu>\{[^}]*\}); per second (?P<rates>\{[^}]*\})(?:; (?P<rss>[\d.]+) MB resident)?"
 )
 
 
@@ -95,6 +95,7 @@ def host_load_lines(text: str) -> list[dict]:
             "lag_mean_s": float(m["mean"]),
             "cpu_per_s": ast.literal_eval(m["cpu"]),
             "rates": ast.literal_eval(m["rates"]),
+            "rss_mb": float(m["rss"]) if m["rss"] else None,
         }
         for m in HOST_LOAD_LINE.finditer(text)
     ]

@@ -615,6 +615,7 @@ def test_a_host_logs_its_loop_lag_and_rpc_rates(tmp_path: pathlib.Path, caplog) 
     assert set(recs[0].cpu_per_s) <= {"loop", "grpc", "other"}
     parsed = host_load_lines("\n".join(r.getMessage() for r in recs))  # what the benchmark reads
     assert len(parsed) == len(recs) and parsed[0]["rates"] == recs[0].rates
+    assert parsed[0]["rss_mb"] == pytest.approx(recs[0].rss_mb, abs=1.0) and recs[0].rss_mb > 10
     with pytest.raises(ValueError, match="HUSHNET_HOST_LOAD_S must be a number"):
         os.environ["HUSHNET_HOST_LOAD_S"] = "soon"
         try:
