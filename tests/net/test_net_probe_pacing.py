@@ -22,6 +22,7 @@ import uvloop
 from test_net_inprocess import _network, _shutdown  # noqa: E402
 
 from hushnet.net.channels import LATE_LOOP
+from hushnet.net.load import LAG_PERIOD_S
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -140,7 +141,9 @@ def test_a_late_local_loop_does_not_drop_a_healthy_link(tmp_path: pathlib.Path) 
             timeout = max(n0.config.probe_s, 1.0)
 
             async def stall():
-                time.sleep(2 * LATE_LOOP * timeout)  # the whole loop blocked, not just this task
+                # the whole loop blocked, not just this task; late by more than the threshold whenever the
+                # loop's lag sleeper last woke (it wakes every LAG_PERIOD_S)
+                time.sleep(LATE_LOOP * timeout + LAG_PERIOD_S + 0.5)
 
             for bg in n0._tasks:  # only this test's probes (the background loop would probe too)
                 if bg.get_name() == "probe":
@@ -170,7 +173,7 @@ def test_a_link_with_traffic_is_not_probed(tmp_path: pathlib.Path) -> None:
         nodes, stop, task = await _network(tmp_path, "ring:3", 3)
         try:
             n0 = nodes[0]
-            n0.config.probe_s = 1.0
+            n0.config.probe_s = 2.0  # well above a send's round trip, even on a loaded machine
             real = n0._probe
             seen: collections.Counter = collections.Counter()
 
@@ -182,7 +185,7 @@ def test_a_link_with_traffic_is_not_probed(tmp_path: pathlib.Path) -> None:
             for link in n0.links.values():
                 link.next_probe = 0.0
             skipped = n0._load.counts["probe_skipped_traffic"]
-            t_end = time.monotonic() + 3.5
+            t_end = time.monotonic() + 5.0
             while time.monotonic() < t_end:
                 await n0.send("n1", b"x", protocol="net.discard")
                 await asyncio.sleep(0.25)
@@ -190,7 +193,7 @@ def test_a_link_with_traffic_is_not_probed(tmp_path: pathlib.Path) -> None:
             assert seen["n2"] >= 2, seen  # the quiet link is probed every probe_s
             assert n0._load.counts["probe_skipped_traffic"] > skipped
             before = seen["n1"]
-            await asyncio.sleep(2.5)  # traffic stopped: probed again within ~a probe period
+            await asyncio.sleep(4.5)  # traffic stopped: probed again within ~a probe period
             assert seen["n1"] > before, seen
             assert n0.links["n1"].healthy
         finally:
