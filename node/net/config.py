@@ -40,6 +40,10 @@ class NodeConfig:
     #: probes in between only read the channel's state (no RPC). 0: every probe is an RPC.  Hosts of
     #: many nodes set it (see hushnet.net.host.NodeHost): their probe RPCs were most of their idle CPU.
     health_rpc_s: float = 0.0
+    #: consecutive probe timeouts on a still-connected channel (no traffic from the neighbour meanwhile,
+    #: this process's loop on time) before the link is called down: one timeout is a busy neighbour.
+    #: Hosts of many nodes raise it (see hushnet.net.host.NodeHost): their loops are the busy ones.
+    probe_misses: int = 2
     join_timeout_s: float | None = None  # None: retry forever
     max_backoff_s: float = 10.0
     builtin_handlers: bool = True

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hushnet.net import load as _load
 from hushnet.net.node import Node, NodeConfig, NodeError
 
 log = logging.getLogger("hushnet.host")
@@ -79,6 +80,9 @@ class HostLimits:
     #: lost connection is still seen at the next probe (the channel leaves READY), a hung neighbour within
     #: this many probe periods.
     health_rpc_every: float = 16.0
+    #: probe timeouts in a row on a connected link before a paced host's node calls it down
+    #: (``NodeConfig.probe_misses``; a lone node's default is 2)
+    probe_misses: int = 3
 
     def __post_init__(self) -> None:
         if self.max_nodes is not None and self.max_nodes < 1:
@@ -91,9 +95,35 @@ class HostLimits:
             raise ValueError(f"probe_rounds_per_s must be positive, got {self.probe_rounds_per_s}")
         if self.health_rpc_every < 1:
             raise ValueError(f"health_rpc_every must be at least 1, got {self.health_rpc_every}")
+        if self.probe_misses < 1:
+            raise ValueError(f"probe_misses must be at least 1, got {self.probe_misses}")
 
 
 # ------------------------------------------------------------------------ machine probes
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds this process used, by thread kind: its event loop (the main thread: the nodes' Python
+    code), gRPC's event-engine threads (TLS, HTTP/2) and the rest (file and SQLite workers, gRPC's poller);
+    empty where /proc is not available."""
+    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
+    pid = os.getpid()
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        fields = raw.rsplit(")", 1)[1].split()
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def fd_limit() -> int:
@@ -263,9 +293,20 @@ class NodeHost:
         limits: HostLimits = HostLimits(),
         concurrency: int = 16,
         watchdog_s: float = 1.0,
+        load_log_s: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if load_log_s is None:
+            raw = os.environ.get("HUSHNET_HOST_LOAD_S", "")
+            try:
+                load_log_s = float(raw) if raw else 60.0
+            except ValueError:
+                raise ValueError(
+                    f"HUSHNET_HOST_LOAD_S must be a number of seconds, got {raw!r}"
+                ) from None
+        #: seconds between ``host_load`` log lines (0: none); default ``HUSHNET_HOST_LOAD_S`` or 60
+        self.load_log_s = load_log_s
         self.limits = limits
         self.concurrency = concurrency
         self.watchdog_s = watchdog_s
@@ -334,12 +375,16 @@ class NodeHost:
         # keepalive pings stretched the same way (4 probe periods: 33 s at K = 410): each costs ~0.1 ms of CPU
         # at both ends, and a 2048-node network has 22 528 connections
         keepalive_s = max(config.keepalive_s, 4 * probe_s)
+        # a loop serving hundreds of nodes runs late under load, and so do its neighbours': one more miss
+        # before a connected link is called down (n = 1024: 2 046 live links dropped in two minutes)
+        probe_misses = max(config.probe_misses, self.limits.probe_misses)
         return dataclasses.replace(
             config,
             probe_s=probe_s,
             heartbeat_s=heartbeat_s,
             health_rpc_s=health_rpc_s,
             keepalive_s=keepalive_s,
+            probe_misses=probe_misses,
         )
 
     async def add(self, config: NodeConfig) -> Node:
@@ -418,11 +463,56 @@ class NodeHost:
         )
 
     # ------------------------------------------------------------------ watchdog
+    def _log_load(
+        self, load: _load.LoopLoad, mark: tuple[float, dict[str, int], dict[str, float]]
+    ) -> tuple[float, dict[str, int], dict[str, float]]:
+        """One ``host_load`` line: the loop's lag (max/mean), the CPU the process used per second by
+        thread kind, and the RPCs per second by kind since ``mark``; returns the new mark.
+
+        Why: at n = 1024 a host's loop stalled under load and nobody could say on what; this line is the
+        measurement (``benchmarks/bench_host_load.py`` reads it) and the evidence in a run's logs."""
+        now = time.monotonic()
+        span = max(now - mark[0], 1e-9)
+        counts, cpu = dict(load.counts), _thread_cpu()
+        lag_max, lag_mean = load.lag_stats(mark[0])
+        rates = {
+            k: round((v - mark[1].get(k, 0)) / span, 2)
+            for k, v in sorted(counts.items())
+            if v != mark[1].get(k, 0)
+        }
+        cpu_rate = {k: round((v - mark[2].get(k, 0.0)) / span, 3) for k, v in cpu.items()}
+        rss = round(rss_mb(), 1)
+        log.info(
+            "host load over %.0f s: loop lag max %.2f s mean %.3f s; CPU/s %s; per second %s; %.0f MB resident",
+            span,
+            lag_max,
+            lag_mean,
+            cpu_rate,
+            rates,
+            rss,
+            extra={
+                "rss_mb": rss,
+                "event": "host_load",
+                "span_s": round(span, 1),
+                "lag_max_s": round(lag_max, 3),
+                "lag_mean_s": round(lag_mean, 4),
+                "cpu_per_s": cpu_rate,
+                "rates": rates,
+                "nodes": len(self.running),
+            },
+        )
+        return now, counts, cpu
+
     async def _watch(self) -> None:
-        """Stop nodes whose background tasks died; log event-loop stalls (a blocking hosted node)."""
+        """Stop nodes whose background tasks died; log event-loop stalls (a blocking hosted node) and, every
+        ``load_log_s``, what the loop is busy with (:meth:`_log_load`)."""
         period = self.watchdog_s
+        load = _load.of_loop()
+        mark = (time.monotonic(), dict(load.counts), _thread_cpu())
         while True:
             t0 = time.monotonic()
+            if self.load_log_s > 0 and t0 - mark[0] >= self.load_log_s:
+                mark = self._log_load(load, mark)
             await asyncio.sleep(period)
             stall = time.monotonic() - t0 - period
             if stall > 0.5:

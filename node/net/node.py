@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from hushnet.net import VERSION, pki
+from hushnet.net import load as _load
 from hushnet.net import shared as _shared
 from hushnet.net.admission import AdmissionMixin, _Rejected  # noqa: F401  (re-exported)
 from hushnet.net.builtin import BuiltinControlsMixin, DiscardProtocol, PingProtocol
@@ -98,6 +99,8 @@ class Node(
         self._started = time.monotonic()
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
+        #: the event loop's lag and RPC counters (hushnet.net.load), shared by every node on the loop
+        self._load = _load.LoopLoad()
         self._pending: set[asyncio.Task] = set()
         self._inflight: set[asyncio.Task] = set()  # Deliver and Control handlers running now
         self._seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
@@ -195,6 +198,7 @@ class Node(
         # Opening (creating) a SQLite store in WAL mode waits for fsyncs (~10–20 ms on this disk), and a first
         # start creates and writes the keys: all in one worker-thread call, so that a host starting hundreds of
         # nodes does not block every node's event loop on them (and hops to a thread once, not per file)
+        self._load = _load.of_loop()
         self.store, key, x_key, ca_pem = await asyncio.to_thread(self._open_state)
         self.incarnation = self.store.next_incarnation()
         host, port = pki.split_address(self.config.listen)

@@ -5,6 +5,7 @@ admitted by :mod:`hushnet.net.admission` before a protocol or command sees it.  
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -158,6 +159,11 @@ class ServerMixin:
                     kind="rejected:not-a-neighbour",
                     caller=who.name,
                 )
+            self._load.count("deliver_served")
+            link = self.links.get(who.name)
+            if link is not None:  # traffic is proof of life (see ChannelsMixin._probe_loop)
+                link.last_heard = time.monotonic()
+                link.missed = link.excused = 0
             key = (env.sender, env.protocol, env.run_id, env.seq)
             if key in self._seen:
                 return epb.DeliveryAck(accepted=True, duplicate=True)
@@ -222,11 +228,13 @@ class ServerMixin:
     async def _rpc_health(self, request, context) -> ppb.HealthReply:
         if self._stopping:  # neighbours' probes see the link go before the connection does
             await self._reject(context, self._stopping_refusal("Health"))
+        self._load.count("health_served")
         return ppb.HealthReply(ok=True, node_id=self.node_id)
 
     async def _rpc_status(self, request, context) -> ppb.StatusReply:
         if self._stopping:
             await self._reject(context, self._stopping_refusal("Status"))
+        self._load.count("status_served")
         who, key_sha = self._caller(context)
         if who is None:
             await self._reject(
@@ -274,6 +282,7 @@ class ServerMixin:
                     f"malformed ControlRequest: {exc}",
                     kind="rejected:malformed-control",
                 ) from None
+            self._load.count(f"control_served:{req.command}")
             try:
                 out = await self.controls.run(req.command, bytes(req.payload))
             except NodeStopping:

@@ -35,6 +35,7 @@ import time
 
 import grpc
 
+from hushnet.net import load as _load
 from hushnet.net import pki
 from hushnet.v1 import bootstrap_pb2 as bpb
 from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
@@ -132,6 +133,7 @@ class SharedBootstrap:
         self._inflight, self._next = (started, me), None
         try:
             self.reads += 1
+            _load.of_loop().count("directory_read")
             epoch = await self._fetch(0.0, timeout)
         finally:
             if self._inflight is not None and self._inflight[1] is me:
@@ -203,6 +205,7 @@ class SharedBootstrap:
         while True:
             try:
                 before = self.epoch
+                _load.of_loop().count("directory_watch")
                 await self._fetch(WATCH_WAIT_S, 5.0)
                 failing = False
                 if self.epoch != before:
@@ -310,6 +313,7 @@ class HostLease:
             signature=pki.sign(self.key, pki.host_lease_message(ids, self.sha, ms)),
         )
         self.renewals += 1
+        _load.of_loop().count("lease_renewal")
         reply = await self.shared.stub.HeartbeatHost(req, timeout=5.0)
         missing = set(reply.unknown) | set(reply.undelegated)
         self.delegated.update(i for i in ids if i not in missing)

@@ -179,6 +179,14 @@ def unpack(blob: bytes | str, blobs: dict[bytes, bytes] | None = None) -> Any:
     return decode(head["v"], bufs)
 
 
+def sync_mode() -> str:
+    """``normal`` or ``full``: how a node's durable run stores commit (``HUSHNET_RUNS_SYNC``, default normal)."""
+    mode = os.environ.get(SYNC_ENV, "normal").strip().lower()
+    if mode not in ("full", "normal"):
+        raise ValueError(f"{SYNC_ENV} must be 'full' or 'normal', got {mode!r}")
+    return mode
+
+
 class RunStore:
     """The durable runs of one node (all of them, one SQLite file)."""
 
@@ -193,9 +201,7 @@ class RunStore:
         # leave — survives any process crash (kill -9), like the privacy ledger, whose commits are NORMAL
         # too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
         # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py)
-        mode = os.environ.get(SYNC_ENV, "normal").strip().lower()
-        if mode not in ("full", "normal"):
-            raise ValueError(f"{SYNC_ENV} must be 'full' or 'normal', got {mode!r}")
+        mode = sync_mode()
         self.sync = mode
         self._db.execute(f"PRAGMA synchronous={mode.upper()}")
         self._db.executescript(

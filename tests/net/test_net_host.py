@@ -496,6 +496,7 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
         96.0
     }  # Health RPC every 16 probe periods on a connected link
     assert {e.config.keepalive_s for e in host.entries} == {24.0}  # keepalive: 4 probe periods
+    assert {e.config.probe_misses for e in host.entries} == {3}  # one more miss than a lone node
     fewer = NodeHost(configs, limits=HostLimits(health_rpc_every=4))
     assert {e.config.health_rpc_s for e in fewer.entries} == {24.0}
     assert configs[0].probe_s == 2.0  # the caller's configs are left as they were
@@ -505,10 +506,13 @@ def test_probe_period_stretches_with_the_number_of_hosted_nodes(tmp_path: pathli
         0.0
     }  # small hosts: every probe an RPC
     assert {e.config.keepalive_s for e in small.entries} == {20.0}
+    assert {e.config.probe_misses for e in small.entries} == {2}
     with pytest.raises(ValueError, match="probe_rounds_per_s must be positive"):
         HostLimits(probe_rounds_per_s=0)
     with pytest.raises(ValueError, match="health_rpc_every must be at least 1"):
         HostLimits(health_rpc_every=0.5)
+    with pytest.raises(ValueError, match="probe_misses must be at least 1"):
+        HostLimits(probe_misses=0)
 
 
 def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
@@ -565,3 +569,56 @@ def test_tune_gc_raises_the_young_threshold_and_freezes_the_imports() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_host_logs_its_loop_lag_and_rpc_rates(tmp_path: pathlib.Path, caplog) -> None:
+    """Every ``load_log_s`` a host logs one ``host_load`` line: its loop's lag (a blocked loop shows), the
+    CPU per second by thread kind and the RPCs per second by kind (here Deliver served and probe RPCs) —
+    what was missing when host loops stalled at n = 1024 and nobody could say on what."""
+    import logging
+
+    from hushnet.net.load import host_load_lines
+
+    caplog.set_level(logging.INFO, logger="hushnet.host")
+
+    async def go():
+        addr, stop, btask = await _bootstrap(tmp_path, "complete:3")
+        configs = _configs(tmp_path, addr, ["n0", "n1", "n2"])
+        for c in configs:
+            c.probe_s = 0.3
+        host = NodeHost(configs, watchdog_s=0.2, load_log_s=1.5)
+        try:
+            await host.start()
+            nodes = {x.node_id: x for x in host.running}
+            await _healthy(list(nodes.values()), 3)
+            for _ in range(3):
+                await nodes["n0"].send("n1", b"x", protocol="net.discard")
+            time.sleep(0.8)  # the whole loop blocked: the next line's lag shows it
+            for _ in range(40):
+                if [r for r in caplog.records if getattr(r, "event", "") == "host_load"][1:]:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await host.stop()
+            stop.set()
+            await btask
+
+    uvloop.run(go())
+    recs = [r for r in caplog.records if getattr(r, "event", "") == "host_load"]
+    assert recs, "no host_load line"
+    assert max(r.lag_max_s for r in recs) >= 0.5
+    rates: dict[str, float] = {}
+    for r in recs:
+        for k, v in r.rates.items():
+            rates[k] = rates.get(k, 0.0) + v
+    assert rates.get("deliver_served", 0) > 0 and rates.get("probe_rpc", 0) > 0, rates
+    assert set(recs[0].cpu_per_s) <= {"loop", "grpc", "other"}
+    parsed = host_load_lines("\n".join(r.getMessage() for r in recs))  # what the benchmark reads
+    assert len(parsed) == len(recs) and parsed[0]["rates"] == recs[0].rates
+    assert parsed[0]["rss_mb"] == pytest.approx(recs[0].rss_mb, abs=1.0) and recs[0].rss_mb > 10
+    with pytest.raises(ValueError, match="HUSHNET_HOST_LOAD_S must be a number"):
+        os.environ["HUSHNET_HOST_LOAD_S"] = "soon"
+        try:
+            NodeHost([])
+        finally:
+            del os.environ["HUSHNET_HOST_LOAD_S"]

@@ -108,3 +108,21 @@ def test_gap_in_records_is_refused() -> None:
     holed = {**full, 4: [r for r in full[4] if r["round"] != 2]}
     with pytest.raises(ValueError, match="skip round 2"):
         settled_schedule(sp, holed, N, transition_matrix(sp.graph, sp.weights))
+
+
+def test_store_commits_like_the_nodes_other_stores(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """WAL + ``synchronous=NORMAL`` (a committed record survives a process crash) unless
+    ``HUSHNET_RUNS_SYNC=full`` asks for an fsync per record, as the run store does; it was FULL alone
+    of the node's stores, and at n = 1024 each round's 1 024 fsyncs held the hosts' event loops."""
+    monkeypatch.delenv("HUSHNET_RUNS_SYNC", raising=False)
+    st = ScheduleStore(tmp_path / "a.sqlite")
+    assert st._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert st._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    st.close()
+    monkeypatch.setenv("HUSHNET_RUNS_SYNC", "full")
+    st = ScheduleStore(tmp_path / "b.sqlite")
+    assert st._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    st.close()
+    monkeypatch.setenv("HUSHNET_RUNS_SYNC", "sometimes")
+    with pytest.raises(ValueError, match="HUSHNET_RUNS_SYNC must be 'full' or 'normal'"):
+        ScheduleStore(tmp_path / "c.sqlite")
