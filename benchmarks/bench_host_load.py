@@ -24,8 +24,8 @@ import pathlib
 import tempfile
 import time
 
-from benchmarks.bench_hosting import _cpu_s, _cpu_split
-from hushnet.net.load import host_load_lines
+from benchmarks.bench_hosting import _cpu_s
+from hushnet.net.load import cpu_split, host_load_lines
 
 
 def _ns() -> tuple[int, ...]:
@@ -57,12 +57,12 @@ def _one(n: int, idle_s: float, period_s: float) -> dict:
                 len(host_load_lines(p.log_path.read_text(errors="replace")))
                 for p in cluster.processes
             ]
-            split0 = [_cpu_split(pid) for pid in pids]
+            split0 = [cpu_split(pid) for pid in pids]
             boot0 = _cpu_s(cluster.bootstrap.pid)
             w0 = time.perf_counter()
             time.sleep(idle_s)
             span = time.perf_counter() - w0
-            split1 = [_cpu_split(pid) for pid in pids]
+            split1 = [cpu_split(pid) for pid in pids]
             boot1 = _cpu_s(cluster.bootstrap.pid)
             load = [round(x, 2) for x in os.getloadavg()]
             lines = []

@@ -28,7 +28,8 @@ import os
 import pathlib
 import tempfile
 import time
-from collections.abc import Iterator
+
+from hushnet.net.load import cpu_split, threads
 
 DEFAULT_NS = (16, 256, 1024)
 GOAL_MB = 6.0
@@ -46,38 +47,13 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _threads(pid: int) -> Iterator[tuple[int, str, float, float]]:
-    """(thread id, thread name, user CPU-s, system CPU-s) of each thread of one process."""
-    tick = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        fields = raw.rsplit(")", 1)[1].split()
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        yield int(tid), name, int(fields[11]) / tick, int(fields[12]) / tick
-
-
 def _cpu_by_thread(pid: int) -> dict[str, float]:
     """CPU seconds of one process by thread name (the event loop is the process's own name; gRPC's
     pollers, executor workers and others are named apart), to tell Python work from the TLS library's."""
     out: dict[str, float] = {}
-    for _, name, user, system in _threads(pid):
+    for _, name, user, system in threads(pid):
         for key, value in ((name, user), (f"{name} (system)", system)):
             out[key] = round(out.get(key, 0.0) + value, 1)
-    return out
-
-
-def _cpu_split(pid: int) -> dict[str, float]:
-    """CPU seconds of one process split into its event loop (the main thread: Python, the nodes' code),
-    gRPC's event-engine threads (TLS handshakes, HTTP/2, the transport) and the rest (worker threads for
-    files and SQLite, gRPC's completion-queue poller)."""
-    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
-    for tid, name, user, system in _threads(pid):
-        kind = "loop" if tid == pid else "grpc" if name.startswith("event_engine") else "other"
-        out[kind] += user + system
     return out
 
 
@@ -140,7 +116,7 @@ def _run(n: int, per_process: int, d: int, asked: list[int]) -> dict:
             cpu = [_cpu_s(pid) for pid in pids]  # what start-up cost, before the idle seconds below
             boot_cpu = _cpu_s(cluster.bootstrap.pid)
             threads = _cpu_by_thread(pids[0])
-            split = [_cpu_split(pid) for pid in pids]
+            split = [cpu_split(pid) for pid in pids]
             load = [round(x, 2) for x in os.getloadavg()]
             sup_cpu = time.process_time() - c0  # this process: spawning and the status sweeps
             time.sleep(2.0)  # let connections settle before reading memory

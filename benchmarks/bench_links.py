@@ -36,6 +36,8 @@ import pathlib
 import statistics
 import time
 
+from hushnet.net.load import cpu_split
+
 MODES = ("insecure", "tls", "mtls", "mtls-edge", "mtls-edge-proof")
 SERVICE = "bench.links.Peer"
 
@@ -50,23 +52,6 @@ def _sizes() -> tuple[int, int, int]:
             f"HUSHNET_BENCH_LINKS: expected servers,per,rounds with 1 <= per < servers, got {raw!r}"
         )
     return servers, per, rounds
-
-
-def _cpu_split() -> dict[str, float]:
-    """CPU seconds of this process so far: event loop (main thread) / gRPC event-engine threads / rest."""
-    pid, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
-    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        fields = raw.rsplit(")", 1)[1].split()
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
-        out[kind] += (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def _identities(n: int) -> tuple[bytes, list[tuple[bytes, bytes]]]:
@@ -159,7 +144,7 @@ async def _trial(
     # the keys the dialers expect (a node holds the directory's entries, parsed once)
     expected = [pki.load_cert(cert).public_key() for _, cert in ids] if proof else []
     await asyncio.sleep(0.2)
-    c0, t0 = time.process_time(), _cpu_split()
+    c0, t0 = time.process_time(), cpu_split(os.getpid())
     channels, targets = [], []
     for i in range(servers):
         for j in range(per):
@@ -196,7 +181,7 @@ async def _trial(
         await call.code()
 
     await asyncio.gather(*(confirm(c, e) for c, e in zip(channels, targets)))
-    c1, t1 = time.process_time(), _cpu_split()
+    c1, t1 = time.process_time(), cpu_split(os.getpid())
     await asyncio.gather(
         *(c.unary_unary(f"/{SERVICE}/Health")(b"?", timeout=120) for c in channels)
     )

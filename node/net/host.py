@@ -103,27 +103,12 @@ class HostLimits:
 
 
 def _thread_cpu() -> dict[str, float]:
-    """CPU seconds this process used, by thread kind: its event loop (the main thread: the nodes' Python
-    code), gRPC's event-engine threads (TLS, HTTP/2) and the rest (file and SQLite workers, gRPC's poller);
-    empty where /proc is not available."""
-    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
-    pid = os.getpid()
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds this process used, by thread kind (:func:`hushnet.net.load.cpu_split`); empty where
+    /proc is not available."""
     try:
-        tids = os.listdir("/proc/self/task")
+        return _load.cpu_split(os.getpid())
     except OSError:
         return {}
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        fields = raw.rsplit(")", 1)[1].split()
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        kind = "loop" if int(tid) == pid else "grpc" if name.startswith("event_engine") else "other"
-        out[kind] += (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def fd_limit() -> int:

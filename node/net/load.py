@@ -16,9 +16,11 @@ from __future__ import annotations
 import ast
 import asyncio
 import collections
+import os
 import re
 import time
 import weakref
+from collections.abc import Iterator
 
 #: how often the lag task wakes (s): lateness below this is invisible, the cost is 4 wake-ups a second
 LAG_PERIOD_S = 0.25
@@ -99,3 +101,29 @@ def host_load_lines(text: str) -> list[dict]:
         }
         for m in HOST_LOAD_LINE.finditer(text)
     ]
+
+
+def threads(pid: int) -> Iterator[tuple[int, str, float, float]]:
+    """(thread id, thread name, user CPU-s, system CPU-s) of each thread of process ``pid``, from /proc
+    (threads that end while being read are skipped)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        fields = raw.rsplit(")", 1)[1].split()
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        yield int(tid), name, int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_split(pid: int) -> dict[str, float]:
+    """CPU seconds process ``pid`` used, by thread kind: its event loop (the main thread: Python, the
+    nodes' code), gRPC's event-engine threads (TLS handshakes, HTTP/2, the transport) and the rest
+    (file and SQLite workers, gRPC's completion-queue poller)."""
+    out = {"loop": 0.0, "grpc": 0.0, "other": 0.0}
+    for tid, name, user, system in threads(pid):
+        kind = "loop" if tid == pid else "grpc" if name.startswith("event_engine") else "other"
+        out[kind] += user + system
+    return out

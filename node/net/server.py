@@ -86,15 +86,20 @@ class ServerMixin:
             **fields,
         )
 
-    async def _rpc_deliver(self, raw: bytes, context) -> epb.DeliveryAck:
+    async def _served(self, what: str, handler, raw: bytes, context):
+        """Run one Deliver/Control handler as in-flight work: refused while the node stops, and
+        registered so ``Node.stop`` lets it finish before anything it uses closes."""
         if self._stopping:
-            await self._reject(context, self._stopping_refusal("Deliver"))
+            await self._reject(context, self._stopping_refusal(what))
         task = asyncio.current_task()
-        self._inflight.add(task)  # Node.stop lets it finish before anything closes
+        self._inflight.add(task)
         try:
-            return await self._deliver(raw, context)
+            return await handler(raw, context)
         finally:
             self._inflight.discard(task)
+
+    async def _rpc_deliver(self, raw: bytes, context) -> epb.DeliveryAck:
+        return await self._served("Deliver", self._deliver, raw, context)
 
     async def _deliver(self, raw: bytes, context) -> epb.DeliveryAck:
         try:
@@ -255,14 +260,7 @@ class ServerMixin:
         return self.status()
 
     async def _rpc_control(self, raw: bytes, context) -> ppb.ControlReply:
-        if self._stopping:
-            await self._reject(context, self._stopping_refusal("Control"))
-        task = asyncio.current_task()
-        self._inflight.add(task)  # Node.stop lets it finish before anything closes
-        try:
-            return await self._control(raw, context)
-        finally:
-            self._inflight.discard(task)
+        return await self._served("Control", self._control, raw, context)
 
     async def _control(self, raw: bytes, context) -> ppb.ControlReply:
         try:
