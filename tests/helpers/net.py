@@ -173,3 +173,25 @@ def raw_deliver(channel: grpc.Channel, raw: bytes, timeout: float = 10.0) -> byt
 
 def log_text(state_dir: pathlib.Path, name: str) -> str:
     return (state_dir / "logs" / f"{name}.log").read_text(errors="replace")
+
+
+async def inprocess_bootstrap(tmp: pathlib.Path, topology: str, **config):
+    """A real bootstrap served on this test's event loop (state in ``tmp / "b"``, join token "tok"):
+    ``(address, stop event, serving task)``; a bootstrap that fails to start raises here."""
+    import asyncio
+
+    from hushnet.bootstrap.service import BootstrapConfig
+    from hushnet.bootstrap.service import serve as serve_bootstrap
+
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(
+        serve_bootstrap(
+            BootstrapConfig(tmp / "b", "127.0.0.1:0", topology, "tok", **config), stop, ready
+        )
+    )
+    await asyncio.wait(
+        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
+    if task.done():
+        task.result()
+    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import json
 import pathlib
 import time
 
 import grpc
 import pytest
 import uvloop
+from helpers.net import inprocess_bootstrap
 
-from hushnet.bootstrap.service import BootstrapConfig, BootstrapService  # noqa: E402
-from hushnet.bootstrap.service import serve as serve_bootstrap
+from hushnet.bootstrap.service import BootstrapService  # noqa: E402
 from hushnet.net import pki  # noqa: E402
 from hushnet.net.host import NodeHost, hosted_configs  # noqa: E402
 from hushnet.net.operator import Operator, OperatorCredentials  # noqa: E402
@@ -47,18 +46,7 @@ def calls(monkeypatch) -> collections.Counter:
 
 
 async def _bootstrap(tmp: pathlib.Path, spec: str):
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(
-            BootstrapConfig(tmp / "b", "127.0.0.1:0", spec, "tok", lease_seconds=LEASE), stop, ready
-        )
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task
+    return await inprocess_bootstrap(tmp, spec, lease_seconds=LEASE)
 
 
 def _configs(tmp: pathlib.Path, addr: str, ids: list[str]):

@@ -10,14 +10,12 @@ node processes; this one runs a bootstrap and three nodes in one event loop (rea
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 
 import pytest
 import uvloop
+from helpers.net import inprocess_bootstrap
 
-from hushnet.bootstrap.service import BootstrapConfig
-from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.demo import exchange_on_every_edge
 from hushnet.net.node import Node, NodeConfig
 
@@ -25,16 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 async def _bootstrap(tmp: pathlib.Path, topology: str):
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", topology, "tok"), stop, ready)
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task
+    return await inprocess_bootstrap(tmp, topology)
 
 
 async def _wired(nodes: list[Node], n: int) -> None:

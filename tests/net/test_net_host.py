@@ -21,10 +21,8 @@ import time
 import grpc
 import pytest
 import uvloop
-from helpers.net import HUSHNET, REPO, cli  # noqa: E402
+from helpers.net import HUSHNET, REPO, cli, inprocess_bootstrap  # noqa: E402
 
-from hushnet.bootstrap.service import BootstrapConfig  # noqa: E402
-from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net.host import (  # noqa: E402
     HostLimitError,
     HostLimits,
@@ -52,16 +50,7 @@ class Stuck:
 
 
 async def _bootstrap(tmp: pathlib.Path, spec: str):
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", spec, "tok"), stop, ready)
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task
+    return await inprocess_bootstrap(tmp, spec)
 
 
 def _configs(tmp: pathlib.Path, addr: str, ids: list[str]) -> list[NodeConfig]:

@@ -15,16 +15,14 @@ shows ``serving`` and ``wired`` separately, and ``healthy`` is both.
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 
 import grpc
 import pytest
 import uvloop
+from helpers.net import inprocess_bootstrap
 
 from hushnet.bootstrap.authority import load_or_create
-from hushnet.bootstrap.service import BootstrapConfig
-from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net import pki
 from hushnet.net.node import Node, NodeConfig
 from hushnet.net.operator import Operator, OperatorCredentials, format_table
@@ -36,16 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 async def _bootstrap(tmp: pathlib.Path, topology: str):
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", topology, "tok"), stop, ready)
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task
+    return await inprocess_bootstrap(tmp, topology)
 
 
 def _node(tmp: pathlib.Path, i: int, bootstrap: str, **kw) -> Node:

@@ -21,6 +21,7 @@ import time
 import grpc
 import pytest
 import uvloop
+from helpers.net import inprocess_bootstrap
 from helpers.stopping import HELD_MARK, RELEASE_MARK, SLOW_PROTOCOL, committed
 
 from hushnet.net.node import Node, NodeConfig
@@ -33,21 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 async def _bootstrap(tmp: pathlib.Path, spec: str):
-    import json
-
-    from hushnet.bootstrap.service import BootstrapConfig
-    from hushnet.bootstrap.service import serve as serve_bootstrap
-
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", spec, "tok"), stop, ready)
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    return json.loads((tmp / "b" / "bootstrap.json").read_text())["address"], stop, task
+    return await inprocess_bootstrap(tmp, spec)
 
 
 async def _until(predicate, timeout: float, what: str) -> None:

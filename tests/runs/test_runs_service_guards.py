@@ -13,7 +13,6 @@ service installed as in a node process), each with a data shard and a policy:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import pathlib
@@ -22,10 +21,9 @@ from dataclasses import replace
 
 import pytest
 import uvloop
+from helpers.net import inprocess_bootstrap  # noqa: E402
 from helpers.runs import synthetic_shards, write_node_data  # noqa: E402
 
-from hushnet.bootstrap.service import BootstrapConfig  # noqa: E402
-from hushnet.bootstrap.service import serve as serve_bootstrap
 from hushnet.net import pki  # noqa: E402
 from hushnet.net.node import DeliveryError, Node, NodeConfig  # noqa: E402
 from hushnet.net.operator import Operator, OperatorCredentials  # noqa: E402
@@ -42,16 +40,7 @@ LOG_INTERVAL = 1.0
 async def _network(tmp: pathlib.Path):
     shards, _ = synthetic_shards(N, per_node=10, d=3, seed=1)
     write_node_data(tmp, shards, epsilon=1e6, delta=1e-5)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        serve_bootstrap(BootstrapConfig(tmp / "b", "127.0.0.1:0", GRAPH, "tok"), stop, ready)
-    )
-    await asyncio.wait(
-        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
-    )
-    if task.done():
-        task.result()
-    addr = json.loads((tmp / "b" / "bootstrap.json").read_text())["address"]
+    addr, stop, task = await inprocess_bootstrap(tmp, GRAPH)
     nodes = [
         Node(
             NodeConfig(
