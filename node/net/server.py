@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from hushnet.net import pki
 from hushnet.net.admission import _Rejected
 from hushnet.net.config import ENVELOPE_SLACK, PEER_SERVICE, SERVER_KEEPALIVE_S
-from hushnet.net.errors import NodeError, NodeStopping
+from hushnet.net.errors import NodeError, NodeStopping, handler_refusal
 from hushnet.net.handlers import OutgoingEnvelope, UnknownCommand, UnknownProtocol
 from hushnet.v1 import envelope_pb2 as epb
 from hushnet.v1 import peer_pb2 as ppb
@@ -203,7 +203,7 @@ class ServerMixin:
                 refusal = isinstance(code, str)
                 raise _Rejected(
                     grpc.StatusCode.INTERNAL,
-                    f"handler {env.protocol!r} failed: {exc}",
+                    handler_refusal(env.protocol, exc),
                     kind=f"{'refused' if refusal else 'handler_error'}:{env.protocol}:"
                     f"{code if refusal else type(exc).__name__}",
                     exc_info=None if refusal else exc,

@@ -163,6 +163,10 @@ class RunDriver:
         self.messages_in = 0
         self.messages_out = 0
         self.send_failures = 0
+        #: neighbours that refused this run's envelopes as closed there (the run is held: _closed_at)
+        self.closed_by: set[str] = set()
+        #: called with the first such neighbour (the node's service asks for the close record at once)
+        self.on_peer_closed: Callable[[str], None] | None = None
         #: the last batch could not be checkpointed (nothing of it left): a message it came from is refused
         self._unsaved = False
         self.last_step = -1
@@ -251,7 +255,7 @@ class RunDriver:
         ahead of our own ``run.start`` — up to :data:`MAX_EARLY_MESSAGES` / :data:`MAX_EARLY_BYTES`.
         """
         if self.state in TERMINAL and not self._serves_finished():
-            raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
+            raise self._over()
         src = self.vertex_of.get(sender)
         if src is None:
             raise RunRefused(
@@ -300,7 +304,9 @@ class RunDriver:
 
     def _fire(self, name: str) -> None:
         self._timers.pop(name, None)
-        if self.state in TERMINAL:
+        if (
+            self.state in TERMINAL or self.closed_by
+        ):  # over, or held for the close record (_closed_at)
             return
         self._execute(self.machine.handle(TimerFired(name)))
 
@@ -463,7 +469,7 @@ class RunDriver:
                 "not-resumable", f"{self.spec.protocol} runs cannot be resumed from a copy"
             )
         if self.state in TERMINAL:
-            raise RunRefused("run-over", f"run {self.run_id} is {self.state} at {self.node_id}")
+            raise self._over()
         unknown = [n for n in lost if n not in self.vertex_of]
         if unknown:
             raise RunRefused(
@@ -670,6 +676,39 @@ class RunDriver:
                 r = c.copy() if r is None else r + c
         return r, rows, bufs
 
+    def _over(self) -> RunRefused:
+        """The refusal of a run that is over here: ``run-closed`` when the operator closed or cancelled it
+        (the whole run is over: a neighbour told so stops stepping, see :meth:`_closed_at`), else
+        ``run-over`` (finished or stopped here only: the walk goes around this node)."""
+        code = "run-closed" if self.state in ("closed", "cancelled") else "run-over"
+        return RunRefused(code, f"run {self.run_id} is {self.state} at {self.node_id}")
+
+    def _closed_at(self, dst: str) -> None:
+        """Neighbour ``dst`` refused this run's envelope because the operator closed (or cancelled) the
+        run there: hold instead of retrying, deviating or taking another step on this node's data.
+
+        Why: a node that was down or cut off when the operator closed a run comes back with the run
+        still running here; its protocol would time the refused handoff out, route around the
+        "dead" neighbour and compute (and charge) steps of a run that is over — spending its data
+        for nothing.  Holding is always safe: no machine timer fires (nothing retries, deviates or
+        steps), a token from a neighbour still running is still taken, and the operator's signed
+        close record, asked of the neighbours at once (``on_peer_closed``), closes the run here with
+        its top-up.  A neighbour lying about a close can only stall this node, which dropping our
+        token could do as well (the operator then resumes from the last durable copy)."""
+        first = not self.closed_by
+        self.closed_by.add(dst)
+        if not first:
+            return
+        self._cancel_timers()
+        self._emit("peer_closed", peer=dst)
+        log.info(
+            "run %s is closed at %s: holding here until the operator's close record arrives",
+            self.run_id,
+            dst,
+        )
+        if self.on_peer_closed is not None:
+            self.on_peer_closed(dst)
+
     def _enqueue(self, dst: str, payload: bytes, receipt: str = "") -> None:
         q = self._queues.get(dst)
         if q is None:
@@ -691,6 +730,8 @@ class RunDriver:
                 raise
             except Exception as exc:  # noqa: BLE001 - any transport failure is the machine's retry business
                 self.send_failures += 1
+                if getattr(exc, "refusal", None) == "run-closed":
+                    self._closed_at(dst)
                 if self.send_failures <= 3 or self.send_failures % 50 == 0:
                     log.warning(
                         "run %s: delivery to %s failed (%s); the protocol will retry",
@@ -833,6 +874,7 @@ class RunDriver:
             "steps": self.spec.total_steps(),
             "holds_model": self.model is not None,
             "deviations": len(self.deviations),
+            "closed_by": sorted(self.closed_by),  # neighbours that said the run is closed (held)
             "faults": len(self.faults),
             "events": len(self.events),
             "early_buffered": len(self._early),

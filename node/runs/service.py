@@ -213,7 +213,7 @@ class RunService:
                 "closed",
                 "cancelled",
             ):  # closed while this node was down? ask around
-                self._close_tasks.append(loop.create_task(self.ask_close(rid)))
+                self._ask_close_soon(rid)
         return done
 
     def _rebuild(self, row: dict[str, Any]) -> RunDriver:
@@ -236,7 +236,7 @@ class RunService:
             self.node, spec, vertex, ids, task, W, network_walk_options(spec)
         )
         journal = family.journal(self, spec, vertex, ids)
-        return RunDriver(
+        return self._driver(
             spec,
             vertex,
             ids,
@@ -384,7 +384,7 @@ class RunService:
             return journal, store
 
         journal, store = await asyncio.get_running_loop().run_in_executor(None, durable)
-        self.runs[spec.run_id] = RunDriver(
+        self.runs[spec.run_id] = self._driver(
             spec,
             decision["vertex"],
             self._ids(),
@@ -644,6 +644,23 @@ class RunService:
         return cert
 
     # ---- close records between neighbours (issue 14: a top-up reaches a node that was down) ----------
+    def _driver(self, spec, *args: Any, **kw: Any) -> RunDriver:
+        """A run's driver, wired to ask the neighbours for the close record when one says the run is closed."""
+        run = RunDriver(spec, *args, **kw)
+        run.on_peer_closed = lambda _peer, rid=spec.run_id: self._ask_close_soon(rid)
+        return run
+
+    def _ask_close_soon(self, run_id: str) -> None:
+        """Start :meth:`ask_close` for ``run_id`` unless it is already asking."""
+        if self._closed or any(
+            t.get_name() == f"ask-close:{run_id}" and not t.done() for t in self._close_tasks
+        ):
+            return
+        self._close_tasks = [t for t in self._close_tasks if not t.done()]
+        self._close_tasks.append(
+            asyncio.get_event_loop().create_task(self.ask_close(run_id), name=f"ask-close:{run_id}")
+        )
+
     async def ask_close(self, run_id: str, *, attempts: int = 12, every: float = 5.0) -> None:
         """A restored run that may have been closed while this node was down: ask the run's neighbours for
         the operator's signed close record until the run is closed here (the answer arrives as a

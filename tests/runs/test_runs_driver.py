@@ -8,16 +8,19 @@ misbehaving peer (unexpected sender, replayed step, wrong dimension) at an exact
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
+import grpc
 import numpy as np
 import pytest
 
 from hushnet.families.walk.wire import encode_token
+from hushnet.net.errors import DeliveryError, handler_refusal
 from hushnet.privacy.ledger import Ledger
 from hushnet.protocols.registry import make_machine, transition_matrix
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver, RunRefused
-from hushnet.runs.service import network_walk_options
+from hushnet.runs.service import RUN_PROTOCOL, network_walk_options
 from hushnet.runs.spec import Budget, RunSpec
 from hushnet.tasks import LogisticRegressionTask
 
@@ -25,7 +28,7 @@ N = 4
 GRAPH = "ring:4"
 
 
-def _drivers(tmp_path, spec, ledger_budget=None):
+def _drivers(tmp_path, spec, ledger_budget=None, options=None, send_fn=None):
     rng = np.random.default_rng(0)
     W = transition_matrix(spec.graph)
     ids = [f"n{i}" for i in range(N)]
@@ -44,7 +47,7 @@ def _drivers(tmp_path, spec, ledger_budget=None):
             run_id=spec.run_id,
             params=spec.machine_params(),
             W=W,
-            options=network_walk_options(spec, progress_every=1),
+            options=options or network_walk_options(spec, progress_every=1),
         )
         led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
         if ledger_budget is not None:
@@ -53,6 +56,8 @@ def _drivers(tmp_path, spec, ledger_budget=None):
             led.set_budget(LB(ledger_budget, spec.budget.delta))
 
         async def send(dst, data, src=ids[v]):
+            if send_fn is not None:
+                return await send_fn(src, dst, data)
             outbox.append((src, dst, data))
 
         drivers.append(
@@ -174,7 +179,7 @@ def test_cancel_and_events(tmp_path):
         evs = await drivers[0].wait_events(0, 0.1)
         assert evs[0]["type"] == "started"
         drivers[1].cancel("test")
-        with pytest.raises(RunRefused, match="run-over"):
+        with pytest.raises(RunRefused, match="run-closed"):  # the operator's: the whole run is over
             drivers[1].on_message("n0", b"\x01")
         assert drivers[1].status()["state"] == "cancelled"
         for d in drivers:
@@ -209,5 +214,58 @@ def test_token_whose_checkpoint_fails_is_refused_so_no_receipt_leaves(tmp_path):
             holder.on_message(src, data)
         await asyncio.sleep(0.01)
         assert holder.state == "stopped" and outbox == []
+
+    asyncio.run(go())
+
+
+def test_a_neighbour_that_says_the_run_is_closed_holds_the_walk(tmp_path):
+    """A node that missed the operator's close (down or cut off then) still holds its run; its neighbour
+    refuses the token as closed there.  It must hold — no retry, no deviation around the "dead"
+    neighbour, no new step on its own data (that would spend and charge its data for a run that is
+    over) — and ask for the close record at once.  Found as an extra ledger charge after a restart in
+    test_runs_topup_auto.py under load; a neighbour that only *finished* or stopped still means
+    "go around it" (``run-over``)."""
+
+    async def go():
+        spec = _spec(steps=400, on_peer_down="deviate")
+        opts = replace(network_walk_options(spec, progress_every=1), ack_timeout=0.05)
+        closed = False
+        sends_after: list[tuple[str, str]] = []
+        drivers: list[RunDriver] = []
+
+        async def send(src, dst, data):
+            if not closed:
+                outbox.append((src, dst, data))
+                return
+            sends_after.append((src, dst))
+            try:  # the receiving driver decides, and its server answers as a peer's server does
+                drivers[int(dst[1:])].on_message(src, data)
+            except RunRefused as exc:
+                raise DeliveryError(
+                    dst, grpc.StatusCode.INTERNAL, handler_refusal(RUN_PROTOCOL, exc)
+                ) from None
+
+        outbox: list = []
+        built, _ = _drivers(tmp_path, spec, options=opts, send_fn=send)
+        drivers.extend(built)
+        asked: list[str] = []
+        for d in drivers:
+            d.on_peer_closed = asked.append
+            d.start()
+        await asyncio.sleep(0.01)
+        holder = next(d for d in drivers if d.contributions)  # the walk's first holder
+        charged = len(holder.ledger.entries(spec.run_id))
+        for d in drivers:
+            if d is not holder:
+                d.cancel("closed by the operator while the holder was cut off")
+        closed = True
+        await asyncio.sleep(1.0)  # 20 ack timeouts: enough to retry 3 times and deviate twice
+        assert holder.closed_by and asked == sorted(holder.closed_by)[:1], (asked, holder.closed_by)
+        assert len(sends_after) == 1, sends_after  # the first retransmission only
+        assert holder.deviations == [] and holder.state == "running"
+        assert len(holder.ledger.entries(spec.run_id)) == charged  # no step on its data since
+        assert holder.status()["closed_by"] == sorted(holder.closed_by)
+        for d in drivers:
+            d.shutdown()
 
     asyncio.run(go())
