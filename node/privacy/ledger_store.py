@@ -77,13 +77,33 @@ def _blob(c) -> bytes | None:
     return None if c is None else np.asarray(c, dtype=np.float64).tobytes()
 
 
+#: SQLite's page cache per store connection, in KiB (its default is 2 000 KiB)
+PAGE_CACHE_KIB = 256
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A node store's SQLite connection (the ledger's, the run store's) with bounded memory of its own.
+
+    Why: a host process keeps a ledger and a run store open for each of its nodes (2 × 410 connections
+    a host at n = 2048), and each connection kept up to SQLite's default 2 MB of page cache *and*, in
+    its statement cache, the last value bound to each statement — after a walk's first visit, a copy of
+    the 2.6 MB cost block (ledger) and of the 2.6 MB rows blob (run store): ``sqlite3_reset`` keeps a
+    statement's bindings.  Measured at n = 2048 in process (real drivers, ledgers and run stores):
+    16.8 MB a node after its first visit, 9.4 MB with this (8.5 MB with a 64 KiB cache); a later
+    visit's receiver hop 2.4–3.3 ms median either way (re-preparing a handful of statements per hop
+    is within the noise).  The files, durability and every result are unchanged."""
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, cached_statements=0)
+    db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
+    return db
+
+
 class LedgerStore:
     """The ledger's SQLite file.  Not locked: the owning :class:`~hushnet.privacy.ledger.Ledger`
     serialises every call."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = connect(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)

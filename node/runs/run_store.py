@@ -32,13 +32,14 @@ import hashlib
 import json
 import os
 import pathlib
-import sqlite3
 import struct
 import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+from hushnet.privacy.ledger_store import connect
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
@@ -193,7 +194,8 @@ class RunStore:
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # bounded page cache, no statement cache: see hushnet.privacy.ledger_store.connect
+        self._db = connect(self.path)
         # before WAL mode, so a new file takes it (an existing file keeps its own: nothing to migrate)
         self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL")
