@@ -1,9 +1,9 @@
 """A node's stores keep no copy of what they wrote (issue 12: a walk at n = 2048 ran out of memory).
 
 A host keeps a ledger and a run store open per node.  Each SQLite connection kept up to 2 MB of page
-cache and, in its statement cache, the last value bound to each statement — after a walk's first
-visit, the 2.6 MB cost block (ledger) and rows blob (run store) a second time: 16.8 MB a node at
-n = 2048, ≈ 34 GB for a 2 048-node walk.  SQLite's own counter (``sqlite3_memory_used``, the library
+cache and, with its cached statements, the last value bound to each — after a walk's first visit, the
+2.6 MB cost block (ledger) and rows blob (run store) a second time: 16.8 MB a node at n = 2048, ≈ 34 GB
+for a 2 048-node walk (9.1 MB a node now: bounded cache, big values through blob I/O).  SQLite's own counter (``sqlite3_memory_used``, the library
 this Python's ``sqlite3`` is linked to) says what the connections still hold after a big write.
 """
 
