@@ -514,6 +514,86 @@ def check_parity(
     return out
 
 
+def walk_certified_from_counts(spec, counts: Sequence[int]) -> tuple[float, float, np.ndarray]:
+    """``(mean pair ε, worst pair ε, per-node mean ε)`` a walk's nodes certify when node u made
+    ``counts[u]`` contributions — what their run reports would say, without running a network.
+
+    Each contribution charges the node's per-σ rows (:func:`~hushnet.runs.accounting.contribution_cost`),
+    summed as the node's driver sums them (the first row copied, then added in place, one addition per
+    contribution), converted by the report's rule (``dp_from_rdp_rows``).  A target's row depends only
+    on its slope ``s_uv`` (the curve is elementwise in it), so each distinct slope is summed and
+    converted once: a hypercube row of 2 048 targets has a few hundred (the 2 048 nodes' rows take
+    seconds instead of the hours a per-target conversion loop would).  Why: choosing the walk length T
+    whose amplification reaches a target needs these numbers for many T before any network run."""
+    from hushnet.runs.accounting import contribution_cost, dp_from_rdp_rows
+
+    n = spec.n
+    ids = [f"v{v}" for v in range(n)]
+    total, worst = 0.0, 0.0
+    node_mean = np.zeros(n)
+    for u, count in enumerate(counts):
+        if int(count) <= 0:
+            continue
+        cost = contribution_cost(spec, u, ids)
+        rows = cost.rows(float(spec.sigma))
+        _, first, inv = np.unique(cost.walk_slope, return_index=True, return_inverse=True)
+        base = rows[first]
+        acc = base.copy()
+        for _ in range(int(count) - 1):
+            acc += base
+        eps = dp_from_rdp_rows(cost.orders, acc, spec.budget.delta)[inv.reshape(-1)]
+        total += float(eps.sum())
+        worst = max(worst, float(eps.max()))
+        node_mean[u] = float(eps.mean())
+    return total / (n * (n - 1)), worst, node_mean
+
+
+def sweep_walk_length(
+    n: int, per_node: Sequence[float], *, seed: int | None = None, t0: float | None = None
+) -> list[dict[str, Any]]:
+    """For each T = k·n (k in ``per_node``): the walk in the simulator (the network run's spec, public-seed
+    noise), each node's contributions, the certified mean / worst pair ε they give
+    (:func:`walk_certified_from_counts`), local DP at the same noise and contributions, the ratios and
+    the simulator's accuracy — to choose T *before* a network run (``--sweep``).  Simulator only."""
+    t0 = time.perf_counter() if t0 is None else t0
+    rows = []
+    for k in per_node:
+        steps = int(round(float(k) * n))
+        spec, P = prepare(RW_DPSGD, n, steps=steps, seed=seed)
+        tasks = make_tasks(spec, P.shards)
+        sim = run_simulator(spec, tasks)
+        counts = np.array([contributions(sim.entries.get(v, [])) for v in range(n)])
+        mean, worst, _ = walk_certified_from_counts(spec, counts)
+        ldp = localdp_row(counts, spec.sigma, spec.budget.delta)
+        row = {
+            "steps_per_node": float(k),
+            "steps": steps,
+            "contributions": {
+                "min": int(counts.min()),
+                "mean": float(counts.mean()),
+                "max": int(counts.max()),
+            },
+            "certified_mean_pair_epsilon": mean,
+            "certified_worst_pair_epsilon": worst,
+            "localdp_mean_pair_epsilon": float(ldp.mean()),
+            "localdp_worst_pair_epsilon": float(ldp.max()),
+            "ratio_mean_pair": float(ldp.mean()) / mean if mean > 0 else None,
+            "ratio_worst_pair": float(ldp.max()) / worst if worst > 0 else None,
+            "accuracy_simulator": mean_accuracy(sim.models, tasks[0], P),
+            "simulator_seconds": round(sim.seconds, 2),
+        }
+        rows.append(row)
+        log(
+            t0,
+            f"T={steps} ({k:g}·n): contributions {row['contributions']['min']}/"
+            f"{row['contributions']['mean']:.1f}/{row['contributions']['max']}, certified mean/worst "
+            f"{mean:.3f}/{worst:.3f}, local DP {ldp.mean():.3f}/{ldp.max():.3f}, ratio "
+            f"{row['ratio_mean_pair'] or 0:.2f}/{row['ratio_worst_pair'] or 0:.2f}, accuracy "
+            f"{row['accuracy_simulator']:.3f}",
+        )
+    return rows
+
+
 # ---- accuracy baselines -------------------------------------------------------------------------
 
 
@@ -864,6 +944,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--state-dir", type=pathlib.Path, help="keep the network state here (default: a temp dir)"
     )
+    ap.add_argument(
+        "--sweep",
+        default=None,
+        help="rw-dpsgd, simulator only: comma-separated steps per node k (T = k·n); prints and writes "
+        "sweep_rw-dpsgd_<n>.json with each T's certified mean/worst pair ε against local DP",
+    )
     args = ap.parse_args(argv)
     args.argv = argv
     if args.per_process is not None and args.per_process < 1:
@@ -883,6 +969,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     if args.network_only and args.save_network is None:
         raise SystemExit("net_experiments: error: --network-only needs --save-network")
+    if args.sweep is not None:
+        return _sweep_main(args, t0)
     result = experiment(args, t0)
     if not result:
         return 0
@@ -905,6 +993,42 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     return 0 if result["parity"]["ok"] else 1
+
+
+def _sweep_main(args, t0: float) -> int:
+    """``--sweep k1,k2,…``: :func:`sweep_walk_length`, printed and written as JSON (no network)."""
+    if args.protocol != RW_DPSGD:
+        raise SystemExit(f"net_experiments: error: --sweep needs --protocol {RW_DPSGD}")
+    if args.steps is not None or args.from_network is not None or args.save_network is not None:
+        raise SystemExit(
+            "net_experiments: error: --sweep chooses T itself and runs no network "
+            "(no --steps, --save-network or --from-network)"
+        )
+    try:
+        ks = [float(x) for x in args.sweep.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(
+            f"net_experiments: error: --sweep takes numbers like 16,20,24, got {args.sweep!r}"
+        ) from None
+    if not ks or min(ks) <= 0:
+        raise SystemExit(
+            f"net_experiments: error: --sweep needs positive numbers, got {args.sweep!r}"
+        )
+    graph_for(args.nodes)
+    rows = sweep_walk_length(args.nodes, ks, seed=args.seed, t0=t0)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"sweep_{RW_DPSGD}_{args.nodes}.json"
+    doc = {
+        "experiment": f"{RW_DPSGD} walk length sweep at n={args.nodes} (simulator only; the "
+        "certified values the nodes' reports would give at the simulated contributions)",
+        "command": "python -m hushnet.runs.net_experiments " + " ".join(public_argv(args.argv)),
+        "rows": rows,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    log(t0, f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -32,13 +32,14 @@ import hashlib
 import json
 import os
 import pathlib
-import sqlite3
 import struct
 import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+from hushnet.privacy.ledger_store import connect, write_blob
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
@@ -193,7 +194,8 @@ class RunStore:
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # bounded page cache: see hushnet.privacy.ledger_store.connect
+        self._db = connect(self.path)
         # before WAL mode, so a new file takes it (an existing file keeps its own: nothing to migrate)
         self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -294,11 +296,17 @@ class RunStore:
                 gone = [(run_id, k) for k in known if k not in refs]
                 if gone:
                     self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
-                new = [(run_id, k, b) for k, b in refs.items() if k not in known]
-                if new:
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", new
+                for k, b in refs.items():
+                    if k in known:
+                        continue
+                    # through blob I/O: a bound value would stay with the cached statement (see
+                    # hushnet.privacy.ledger_store.write_blob); a key already stored holds these bytes
+                    cur = self._db.execute(
+                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,zeroblob(?))",
+                        (run_id, k, len(b)),
                     )
+                    if cur.rowcount == 1:
+                        write_blob(self._db, "blobs", "data", cur.lastrowid, b)
                 self._db.execute(
                     "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "

@@ -132,3 +132,44 @@ def test_bad_arguments_are_one_line_errors() -> None:
 def test_recorded_command_keeps_no_directory_of_this_machine(tmp_path: pathlib.Path) -> None:
     argv = ["--nodes", "64", "--out", str(tmp_path / "o"), f"--from-network={tmp_path / 'n.json'}"]
     assert nx.public_argv(argv) == ["--nodes", "64", "--out", "o", "--from-network=n.json"]
+
+
+def test_walk_sweep_certifies_what_the_nodes_ledgers_would() -> None:
+    """The sweep's certified ε (per distinct slope, summed as a driver sums) equals each node's row
+    replayed from the simulator's ledger entries (what the parity check compares the nodes' reports
+    with), so choosing T in the simulator chooses what the network run will certify."""
+    n = 16
+    spec, P = nx.prepare("rw-dpsgd", n, steps=6 * n)
+    sim = nx.run_simulator(spec, nx.make_tasks(spec, P.shards))
+    counts = [nx.contributions(sim.entries.get(v, [])) for v in range(n)]
+    assert sum(counts) == 6 * n and min(counts) > 0
+    mean, worst, node_mean = nx.walk_certified_from_counts(spec, counts)
+    ids = [f"v{v}" for v in range(n)]
+    rows = [nx.replay_row(spec, v, ids, sim.entries.get(v, [])) for v in range(n)]
+    want = np.array([[e for t, e in r.items()] for r in rows])
+    assert np.allclose(node_mean, want.mean(axis=1), rtol=nx.EPS_RTOL, atol=0)
+    assert worst == pytest.approx(want.max(), rel=nx.EPS_RTOL)
+    assert mean == pytest.approx(want.mean(), rel=nx.EPS_RTOL)
+    # capped by local DP per order: never above local DP at the same contributions
+    assert worst <= nx.localdp_row(counts, spec.sigma, spec.budget.delta).max() * (1 + 1e-12)
+
+
+def test_walk_sweep_command_writes_its_rows(tmp_path: pathlib.Path) -> None:
+    argv = ["--protocol", "rw-dpsgd", "--nodes", "16", "--sweep", "1,4", "--out", str(tmp_path)]
+    assert nx.main(argv) == 0
+    doc = json.loads((tmp_path / "sweep_rw-dpsgd_16.json").read_text())
+    assert [r["steps"] for r in doc["rows"]] == [16, 64]
+    assert str(tmp_path) not in doc["command"]
+    for r in doc["rows"]:
+        assert r["contributions"]["mean"] == r["steps"] / 16
+        assert 0 < r["certified_mean_pair_epsilon"] <= r["certified_worst_pair_epsilon"]
+        assert r["ratio_mean_pair"] >= 1 - 1e-12 and r["ratio_worst_pair"] >= 1 - 1e-12
+    for bad, msg in (
+        (["--sweep", "x"], "--sweep takes numbers"),
+        (["--sweep", "0,4"], "--sweep needs positive numbers"),
+        (["--sweep", "4", "--steps", "64"], "--sweep chooses T itself"),
+    ):
+        with pytest.raises(SystemExit, match=msg):
+            nx.main(["--protocol", "rw-dpsgd", "--nodes", "16", *bad])
+    with pytest.raises(SystemExit, match="--sweep needs --protocol rw-dpsgd"):
+        nx.main(["--protocol", "muffliato-gd", "--nodes", "16", "--sweep", "4"])
