@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from hushnet.privacy.ledger_math import (
     PrivacyEntry,
     as_key,
 )
+from hushnet.storage import open_store
 
 __all__ = ["LedgerStore"]
 
@@ -83,9 +83,7 @@ class LedgerStore:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_store(self.path)
         self._db.executescript(_SCHEMA)
         #: (block id, targets, curves, μ blob) of the blocks this connection wrote last
         self._recent: list[tuple[int, list[str], np.ndarray, bytes | None]] = []

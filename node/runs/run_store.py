@@ -32,13 +32,14 @@ import hashlib
 import json
 import os
 import pathlib
-import sqlite3
 import struct
 import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+from hushnet.storage import open_store
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
@@ -193,17 +194,14 @@ class RunStore:
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        # before WAL mode, so a new file takes it (an existing file keeps its own: nothing to migrate)
-        self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL (default): every checkpoint is in the WAL (the OS has it) before the batch's messages
         # leave — survives any process crash (kill -9), like the privacy ledger, whose commits are NORMAL
         # too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
-        # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py)
+        # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py).
+        # The page size applies to a new file (an existing file keeps its own: nothing to migrate).
         mode = sync_mode()
         self.sync = mode
-        self._db.execute(f"PRAGMA synchronous={mode.upper()}")
+        self._db = open_store(self.path, synchronous=mode, page_size=PAGE_SIZE)
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS runs (
