@@ -580,13 +580,18 @@ class RunDriver:
                 # the entry's rows are the cost's per-σ curves in target order (what the stack below
                 # builds, without n lookups per hop), and the sum is replayable from σ alone
                 self._add_run_rdp(self.cost.rows(float(ev.sigma)), float(ev.sigma))
-            else:
-                curves = (
-                    np.stack([entry.rdp[t] for t in self.cost.targets])
-                    if self.cost.targets
-                    else np.zeros((0, 1))
-                )
-                self._add_run_rdp(curves, None)
+            elif self.run_rdp is None or _any_nonzero(entry):
+                # the entry's own (targets × orders) matrix when it has one in the cost's target order
+                # (no restacking of n rows); an all-zero entry (Muffliato-GD's steps after the first)
+                # leaves the sum as it is: no new n × 159 array per step and node (issue 12)
+                rows = entry.rows
+                if rows is None or list(entry.rdp) != [str(t) for t in self.cost.targets]:
+                    rows = (
+                        np.stack([entry.rdp[t] for t in self.cost.targets])
+                        if self.cost.targets
+                        else np.zeros((0, 1))
+                    )
+                self._add_run_rdp(rows, None)
         self.contributions += 1
         return True
 
@@ -1035,3 +1040,10 @@ def _immutable_bytes(a: np.ndarray) -> bytes:
     ):
         return b
     return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+
+
+def _any_nonzero(entry) -> bool:
+    """Whether a ledger entry charges anything (some curve value is not zero)."""
+    if entry.rows is not None:
+        return bool(np.any(entry.rows))
+    return any(np.any(c) for c in entry.rdp.values())
