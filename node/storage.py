@@ -19,6 +19,11 @@ import sqlite3
 #: page cache of each store connection, in KiB (SQLite's default is 2 000); a transaction larger than
 #: this spills its dirty pages to the WAL before it commits (still atomic)
 CACHE_KIB = 256
+#: the largest buffer a store binds as a statement parameter; larger ones are written with
+#: :func:`insert_large_blob`.  Why: SQLite copies a bound buffer and the statement keeps the copy until it
+#: is next run — and Python's ``sqlite3`` keeps its last 128 statements prepared — so the last block a
+#: node's ledger wrote (targets × 159 orders: 1.3 MB at n = 1024) stayed in memory for the node's life
+BIND_MAX = 64 * 1024
 
 
 def open_store(
@@ -42,3 +47,20 @@ def open_store(
         db.close()
         raise
     return db
+
+
+def insert_large_blob(
+    db: sqlite3.Connection, sql: str, params: tuple, table: str, column: str, data
+) -> int:
+    """Run ``sql`` (an INSERT whose ``column`` value is ``zeroblob(?)``, bound to ``len(data)`` at the
+    place the buffer would be) and write ``data`` into the new row through SQLite's incremental blob
+    I/O; returns the row id.  No copy of ``data`` stays with the prepared statement (:data:`BIND_MAX`).
+
+    Call it inside the caller's transaction: the row and its bytes commit (or roll back) together."""
+    view = memoryview(data).cast("B")
+    rowid = db.execute(sql, params).lastrowid
+    if rowid is None:
+        raise RuntimeError(f"{table}: the INSERT made no row to write {column} into")
+    with db.blobopen(table, column, rowid) as blob:
+        blob.write(view)
+    return int(rowid)

@@ -31,7 +31,7 @@ from hushnet.privacy.ledger_math import (
     PrivacyEntry,
     as_key,
 )
-from hushnet.storage import open_store
+from hushnet.storage import BIND_MAX, insert_large_blob, open_store
 
 __all__ = ["LedgerStore"]
 
@@ -187,10 +187,21 @@ class LedgerStore:
             eid = cur.lastrowid
             new = bid is None
             if new:
-                bid = self._db.execute(
-                    "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,?,?)",
-                    (json.dumps(costs.keys_), costs.rdp.tobytes(), mu_blob),
-                ).lastrowid
+                rdp = np.ascontiguousarray(costs.rdp, dtype=np.float64)
+                if rdp.nbytes > BIND_MAX:  # written in place: no copy stays with the statement
+                    bid = insert_large_blob(
+                        self._db,
+                        "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,zeroblob(?),?)",
+                        (json.dumps(costs.keys_), rdp.nbytes, mu_blob),
+                        "blocks",
+                        "rdp",
+                        rdp,
+                    )
+                else:
+                    bid = self._db.execute(
+                        "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,?,?)",
+                        (json.dumps(costs.keys_), rdp.tobytes(), mu_blob),
+                    ).lastrowid
             self._db.execute(
                 "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
             )
