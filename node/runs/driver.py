@@ -611,7 +611,11 @@ class RunDriver:
         certified number must not shrink through a restart.  An entry is continued only by the same rows
         object; a restarted process's own rows start a new entry (its later charges are its ledger's)."""
         prev = self.run_rdp
-        if prev is None:
+        if prev is None and sigma is None and not curves.flags.writeable:
+            # nobody can change it and this path never adds in place: kept, not copied (a gossip
+            # cost's charged row: the cost and the driver share one n × 159 array)
+            self.run_rdp = curves
+        elif prev is None:
             self.run_rdp = curves.copy()
         elif sigma is not None and prev is self._rdp_tracked:
             # the array this method made at the previous hop, referred to by nothing else: added to in

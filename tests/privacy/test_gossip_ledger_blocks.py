@@ -94,3 +94,5 @@ def test_driver_keeps_its_run_row_through_zero_steps() -> None:
         rows.append(d.run_rdp)
     assert all(r is rows[0] for r in rows)
     assert rows[0].tobytes() == cost.phase_row(0).tobytes()
+    # one array for the run's charged row: the cost's and the driver's, read-only
+    assert rows[0] is cost.charged and not rows[0].flags.writeable

@@ -514,7 +514,10 @@ class GossipCost:
         else:
             raise ValueError(f"data action {k + 1} of a run projected with {self.sens.shape[0]}")
         if self.charged is None:
-            self.charged = rdp.copy()
+            # read-only and not copied: this run's charged row, the driver's run row (it keeps a
+            # read-only row as it is) and the ledger's recent block are one array (n × 159 floats)
+            rdp.flags.writeable = False
+            self.charged = rdp
         elif not nothing:  # adding the zero row changes nothing: no new (targets × orders) array
             self.charged = self.charged + rdp
         view = certified_view(self.spec)
