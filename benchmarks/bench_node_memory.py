@@ -5,20 +5,18 @@ At n = 1024 over the network a host's resident memory grew ~13 MB per hosted nod
 with n — a node's certified row is (n − 1 targets × 159 Rényi orders) floats, 1.3 MB at n = 1024 —
 so a small network cannot show it and a large one is a heavy run.  This benchmark builds, for K of
 the n vertices, what a hosted node builds when it accepts and runs the spec — its privacy ledger,
-run store and gossip schedule store on disk, its :class:`GossipCost` (the projection computed once
-per process, as on a host), a :class:`RunDriver` charging the run's gradient steps — and reports the
+run store (checkpointed after each step, as the durable driver does) and gossip schedule store on
+disk, its :class:`GossipCost` (the projection computed once per process, as on a host), a
+:class:`RunDriver` charging the run's gradient steps — and reports the
 memory per node: Python objects (``tracemalloc``), SQLite's heap (``sqlite3_memory_used``) and the
 process's resident set (meaningful for the first size of a run only: later sizes reuse the memory
 the earlier ones freed).  No network: transport buffers are not in these numbers.
 
-Measured (16 nodes per size, load 7–10), Python + SQLite heap per node, before → after the cuts of
-this benchmark's commit series (SQLite cache 2 000 → 256 KiB, no bound copy of the last ledger block,
-no projected curves kept by the cost, one shared run row): n = 256 2.86 → 1.48 MB, n = 1024 9.03 →
-3.57 MB, n = 2048 15.5 → 6.4 MB (of which the ledger's running totals and the run's charged row are
-(n − 1) × 159 floats each: the rest is small).
-
-    python -m benchmarks bench_node_memory        # n = 256, 1024, 2048; JSON in benchmarks/out/
-    python benchmarks/bench_node_memory.py --n 1024 --nodes 16
+Measured (16 nodes per size, load 7–17), Python + SQLite heap per node, main before this series →
+after it (SQLite page cache 2 000 → 256 KiB a connection; no bound copy of the last ledger block or
+checkpoint buffer kept by SQLite; the cost keeps sensitivities, not curves; one shared run row):
+n = 256 3.31 → 1.49 MB, n = 1024 11.37 → 3.59 MB, n = 2048 19.66 → 6.39 MB.  What is left grows with
+n: the ledger's running totals and the run's charged row, (n − 1) × 159 floats each.
 """
 
 from __future__ import annotations
@@ -95,6 +93,8 @@ def measure(n: int, nodes: int, state: pathlib.Path) -> dict:
             )  # fmt: skip
             if not drv._charge(ev):  # noqa: SLF001 - the node's charge path itself
                 raise SystemExit(f"bench_node_memory: vertex {v} refused step {step}: {drv.reason}")
+            # what a durable driver writes after each step (the run row among its buffers)
+            runs.checkpoint(spec.run_id, drv.state, "", drv.durable_state(), None)
         held.append((ledger, runs, sched, cost, drv))
     gc.collect()
     py1 = tracemalloc.get_traced_memory()[0]
