@@ -140,3 +140,33 @@ def test_run_store_keeps_no_copy_of_the_last_buffer_it_wrote(tmp_path):
         st.close()
     assert held < 0.75 * 2**20, f"SQLite holds {held / 2**20:.2f} MB after a 2 MB checkpoint buffer"
     assert got.tobytes() == row.tobytes()
+
+
+def test_a_sealed_row_is_copied_and_hashed_once_across_checkpoints(tmp_path, monkeypatch):
+    """A gossip run's charged row is sealed (bytes-backed, read-only) and checkpointed after every step:
+    the store takes its own bytes and recognises them by identity, so the row (1.3 MB a node at
+    n = 1024, ~26 checkpoints a run) is hashed once per run, not at every checkpoint."""
+    import hashlib
+
+    from hushnet.privacy.ledger_math import sealed
+    from hushnet.runs import run_store
+
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def sha256(data=b""):
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(run_store.hashlib, "sha256", sha256)
+    row = sealed(np.random.default_rng(3).random((1023, 159)))
+    st = RunStore(tmp_path / "runs.sqlite")
+    try:
+        st.accept("r", b"signed", 0, {})
+        for step in range(5):
+            st.checkpoint("r", "running", "", {"run_rdp": row, "step": step}, None)
+        got = st.runs()[0]["driver"]["run_rdp"]
+    finally:
+        st.close()
+    assert hashed.count(row.nbytes) == 1
+    assert got.tobytes() == row.tobytes()

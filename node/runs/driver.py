@@ -1033,17 +1033,10 @@ def _immutable_bytes(a: np.ndarray) -> bytes:
 
     Why: the replay log hands the same rows to every checkpoint of a run; the store writes a buffer it has
     seen by identity only once, so the checkpoint of a hop costs no megabyte copy and no hash."""
-    b: object = a
-    while isinstance(b, np.ndarray) and not b.flags.writeable:
-        b = b.base
-    if (
-        isinstance(b, bytes)
-        and a.dtype == np.float64
-        and a.flags.c_contiguous
-        and len(b) == a.nbytes
-    ):
-        return b
-    return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+    from hushnet.privacy.ledger_math import sealed_bytes
+
+    b = sealed_bytes(a) if a.dtype == np.float64 else None
+    return b if b is not None else np.ascontiguousarray(a, dtype=np.float64).tobytes()
 
 
 def _any_nonzero(entry) -> bool:

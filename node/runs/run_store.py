@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hushnet.privacy.ledger_math import sealed_bytes
 from hushnet.storage import BIND_MAX, open_store
 
 #: the store's file in a node's state directory
@@ -64,13 +65,17 @@ def encode(x: Any, bufs: list[bytes] | None = None, own: set[int] | None = None)
     With ``bufs``, arrays and bytes go there raw (the JSON keeps their index): :func:`pack` writes them
     after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop.  ``own``
     collects the indices of the buffers that are the caller's own ``bytes`` objects (not copies made
-    here, as an array's are): :meth:`RunStore.checkpoint` recognises those by identity next time."""
+    here, as an array's are, unless the array is sealed: then its own bytes are used):
+    :meth:`RunStore.checkpoint` recognises those by identity next time."""
     if type(x) in _PLAIN:  # most values of a checkpoint: no further checks
         return x
     if isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x)
         if bufs is not None:
-            bufs.append(a.tobytes())
+            kept = sealed_bytes(a)  # a sealed array's own bytes: recognised by identity next time
+            if kept is not None and own is not None:
+                own.add(len(bufs))
+            bufs.append(kept if kept is not None else a.tobytes())
             return {"__nd__": len(bufs) - 1, "dtype": a.dtype.str, "shape": list(a.shape)}
         return {
             "__nd__": base64.b64encode(a.tobytes()).decode(),

@@ -514,9 +514,10 @@ class GossipCost:
         else:
             raise ValueError(f"data action {k + 1} of a run projected with {self.sens.shape[0]}")
         if self.charged is None:
-            # read-only and not copied: this run's charged row, the driver's run row (it keeps a
-            # read-only row as it is) and the ledger's recent block are one array (n × 159 floats)
-            rdp.flags.writeable = False
+            # sealed and not copied again: this run's charged row, the driver's run row (it keeps a
+            # read-only row as it is), the ledger's recent block and the run store's checkpoint buffer
+            # (its own bytes, recognised by identity: no copy and no hash per checkpoint) are one array
+            rdp = sealed(rdp)
             self.charged = rdp
         elif not nothing:  # adding the zero row changes nothing: no new (targets × orders) array
             self.charged = self.charged + rdp
