@@ -81,12 +81,10 @@ class PersistentReplayCache(ReplayCache):
     def __init__(
         self, path, epochs: set[int] | None = None, *, max_per_epoch: int = 1 << 22, keep: int = 2
     ) -> None:
-        import sqlite3
+        from hushnet.storage import open_store
 
         self.path, self.max_per_epoch, self.keep = path, int(max_per_epoch), int(keep)
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_store(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS epochs (epoch INTEGER PRIMARY KEY)")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS tags (epoch INTEGER NOT NULL, tag BLOB NOT NULL, digest BLOB NOT NULL, "

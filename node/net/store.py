@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sqlite3
 import time
+
+from hushnet.storage import open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,9 +32,7 @@ CREATE INDEX IF NOT EXISTS inbox_run ON inbox(protocol, run_id);
 class NodeStore:
     def __init__(self, path: pathlib.Path) -> None:
         self.path = pathlib.Path(path)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_store(self.path)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

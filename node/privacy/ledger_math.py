@@ -74,6 +74,19 @@ def is_sealed(a: np.ndarray) -> bool:
     return isinstance(b, bytes)
 
 
+def sealed_bytes(a: np.ndarray) -> bytes | None:
+    """The ``bytes`` a sealed, C-contiguous array is a view of in full (no copy), else ``None``.
+
+    Why: a store that sees the same ``bytes`` object again (by identity) neither hashes nor writes it
+    again, so a sealed row checkpointed at every step costs no megabyte copy and no hash."""
+    b: object = a
+    while isinstance(b, np.ndarray) and not b.flags.writeable:
+        b = b.base
+    if isinstance(b, bytes) and a.flags.c_contiguous and len(b) == a.nbytes:
+        return b
+    return None
+
+
 class LedgerError(ValueError):
     """An entry or budget the ledger cannot accept (wrong orders, bad values, unknown label)."""
 

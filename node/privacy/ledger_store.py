@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from hushnet.privacy.ledger_math import (
     PrivacyEntry,
     as_key,
 )
+from hushnet.storage import BIND_MAX, insert_large_blob, open_store
 
 __all__ = ["LedgerStore"]
 
@@ -77,43 +77,13 @@ def _blob(c) -> bytes | None:
     return None if c is None else np.asarray(c, dtype=np.float64).tobytes()
 
 
-#: SQLite's page cache per store connection, in KiB (its default is 2 000 KiB)
-PAGE_CACHE_KIB = 256
-
-
-def connect(path: str) -> sqlite3.Connection:
-    """A node store's SQLite connection (the ledger's, the run store's) with a bounded page cache.
-
-    Why: a host process keeps a ledger and a run store open for each of its nodes (2 × 410 connections
-    a host at n = 2048), each with up to SQLite's default 2 MB of page cache; their big values go in
-    through :func:`write_blob`.  Measured at n = 2048 in process (real drivers, ledgers and run stores):
-    16.8 MB a node after its first visit before; with both, see ``tests/privacy/test_store_memory.py``
-    and docs/runs.md.  The files, durability and every result are unchanged."""
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
-    return db
-
-
-def write_blob(db: sqlite3.Connection, table: str, column: str, rowid: int, data: bytes) -> None:
-    """Fill a ``zeroblob(len(data))`` just inserted at ``rowid`` through SQLite's blob I/O.
-
-    Why not bind ``data``: ``sqlite3_reset`` keeps a statement's bound values, and Python keeps its
-    statements cached, so every connection held a copy of the last big value it wrote (a walk's 2.6 MB
-    cost block and rows blob at n = 2048, per node) until that statement ran again."""
-    if data:
-        with db.blobopen(table, column, rowid) as b:
-            b.write(data)
-
-
 class LedgerStore:
     """The ledger's SQLite file.  Not locked: the owning :class:`~hushnet.privacy.ledger.Ledger`
     serialises every call."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        self._db = connect(self.path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_store(self.path)
         self._db.executescript(_SCHEMA)
         #: (block id, targets, curves, μ blob) of the blocks this connection wrote last
         self._recent: list[tuple[int, list[str], np.ndarray, bytes | None]] = []
@@ -217,14 +187,21 @@ class LedgerStore:
             eid = cur.lastrowid
             new = bid is None
             if new:
-                # the curves go in through blob I/O, not as a bound value: a statement keeps its last
-                # bindings (see connect), and this one would keep the whole block (2.6 MB at n = 2048)
-                rdp = costs.rdp.tobytes()
-                bid = self._db.execute(
-                    "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,zeroblob(?),?)",
-                    (json.dumps(costs.keys_), len(rdp), mu_blob),
-                ).lastrowid
-                write_blob(self._db, "blocks", "rdp", bid, rdp)
+                rdp = np.ascontiguousarray(costs.rdp, dtype=np.float64)
+                if rdp.nbytes > BIND_MAX:  # written in place: no copy stays with the statement
+                    bid = insert_large_blob(
+                        self._db,
+                        "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,zeroblob(?),?)",
+                        (json.dumps(costs.keys_), rdp.nbytes, mu_blob),
+                        "blocks",
+                        "rdp",
+                        rdp,
+                    )
+                else:
+                    bid = self._db.execute(
+                        "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,?,?)",
+                        (json.dumps(costs.keys_), rdp.tobytes(), mu_blob),
+                    ).lastrowid
             self._db.execute(
                 "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
             )

@@ -586,13 +586,18 @@ class RunDriver:
                 # the entry's rows are the cost's per-σ curves in target order (what the stack below
                 # builds, without n lookups per hop), and the sum is replayable from σ alone
                 self._add_run_rdp(self.cost.rows(float(ev.sigma)), float(ev.sigma))
-            else:
-                curves = (
-                    np.stack([entry.rdp[t] for t in self.cost.targets])
-                    if self.cost.targets
-                    else np.zeros((0, 1))
-                )
-                self._add_run_rdp(curves, None)
+            elif self.run_rdp is None or _any_nonzero(entry):
+                # the entry's own (targets × orders) matrix when it has one in the cost's target order
+                # (no restacking of n rows); an all-zero entry (Muffliato-GD's steps after the first)
+                # leaves the sum as it is: no new n × 159 array per step and node (issue 12)
+                rows = entry.rows
+                if rows is None or list(entry.rdp) != [str(t) for t in self.cost.targets]:
+                    rows = (
+                        np.stack([entry.rdp[t] for t in self.cost.targets])
+                        if self.cost.targets
+                        else np.zeros((0, 1))
+                    )
+                self._add_run_rdp(rows, None)
         self.contributions += 1
         return True
 
@@ -612,7 +617,11 @@ class RunDriver:
         certified number must not shrink through a restart.  An entry is continued only by the same rows
         object; a restarted process's own rows start a new entry (its later charges are its ledger's)."""
         prev = self.run_rdp
-        if prev is None:
+        if prev is None and sigma is None and not curves.flags.writeable:
+            # nobody can change it and this path never adds in place: kept, not copied (a gossip
+            # cost's charged row: the cost and the driver share one n × 159 array)
+            self.run_rdp = curves
+        elif prev is None:
             self.run_rdp = curves.copy()
         elif sigma is not None and prev is self._rdp_tracked:
             # the array this method made at the previous hop, referred to by nothing else: added to in
@@ -1066,14 +1075,14 @@ def _immutable_bytes(a: np.ndarray) -> bytes:
 
     Why: the replay log hands the same rows to every checkpoint of a run; the store writes a buffer it has
     seen by identity only once, so the checkpoint of a hop costs no megabyte copy and no hash."""
-    b: object = a
-    while isinstance(b, np.ndarray) and not b.flags.writeable:
-        b = b.base
-    if (
-        isinstance(b, bytes)
-        and a.dtype == np.float64
-        and a.flags.c_contiguous
-        and len(b) == a.nbytes
-    ):
-        return b
-    return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+    from hushnet.privacy.ledger_math import sealed_bytes
+
+    b = sealed_bytes(a) if a.dtype == np.float64 else None
+    return b if b is not None else np.ascontiguousarray(a, dtype=np.float64).tobytes()
+
+
+def _any_nonzero(entry) -> bool:
+    """Whether a ledger entry charges anything (some curve value is not zero)."""
+    if entry.rows is not None:
+        return bool(np.any(entry.rows))
+    return any(np.any(c) for c in entry.rdp.values())

@@ -264,6 +264,9 @@ def run_network(
                 f"run {run_id} accepted by all {n} nodes after {timings['accept_seconds']:.1f} s",
             )
             tr = time.perf_counter()
+            if spec.protocol == MUFFLIATO_GD:
+                round_timeout = float(spec.protocol_params.get("timeout", 10.0))
+                _wait_rounds_done(client, run_id, n, round_timeout, lambda m: log(t0, m))
             outcome = client.watch(run_id, progress=progress, timeout=3600.0)
             timings["run_seconds"] = time.perf_counter() - tr
             timings["load_average_1min_at_run_end"] = os.getloadavg()[0]
@@ -310,6 +313,35 @@ def run_network(
         per_process,
         outcome.state,
     )
+
+
+def _wait_rounds_done(client, run_id: str, n: int, round_timeout: float, say) -> None:
+    """Synchronous gossip: before ``watch`` closes the run, wait until every node has ended its rounds.
+
+    Why: ``Client.watch`` closes a run everywhere as soon as one node has finished it, and a gossip node
+    still waiting for its last round's messages is then closed without a model — 22 of 1 024 nodes in
+    one run of this runner (each had 239 of its 240 messages), so their models were missing from the
+    parity.  Every node's status is polled at most every ``n / 128`` s (watch's own pace); once one node
+    has finished, the others get one round timeout to finish too (a silent neighbour is dropped within
+    it), then ``watch`` goes ahead whatever they say.  A stopped, cancelled or paused node ends the wait:
+    ``watch`` reports it."""
+    first_done: float | None = None
+    period = max(2.0, n / 128.0)
+    while True:
+        states = [s.get("state") for s in client.statuses(run_id).values() if isinstance(s, dict)]
+        if any(s in ("stopped", "cancelled", "paused") for s in states):
+            return
+        done = sum(s in ("finished", "closed") for s in states)
+        if done == n:
+            return
+        if done and first_done is None:
+            first_done = time.monotonic()
+        if first_done is not None and time.monotonic() - first_done > round_timeout:
+            say(
+                f"{n - done} of {n} nodes still in their rounds {round_timeout:.0f} s after the first finished"
+            )
+            return
+        time.sleep(period)
 
 
 def _ended_without_model(statuses: dict[str, Any], models: dict[str, Any]) -> list[str]:

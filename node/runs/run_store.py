@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hushnet.privacy.ledger_store import connect, write_blob
+from hushnet.privacy.ledger_math import sealed_bytes
+from hushnet.storage import BIND_MAX, insert_large_blob, open_store
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
@@ -64,13 +65,17 @@ def encode(x: Any, bufs: list[bytes] | None = None, own: set[int] | None = None)
     With ``bufs``, arrays and bytes go there raw (the JSON keeps their index): :func:`pack` writes them
     after the JSON header, so a 10⁴-parameter token is not base64'd three times on every hop.  ``own``
     collects the indices of the buffers that are the caller's own ``bytes`` objects (not copies made
-    here, as an array's are): :meth:`RunStore.checkpoint` recognises those by identity next time."""
+    here, as an array's are, unless the array is sealed: then its own bytes are used):
+    :meth:`RunStore.checkpoint` recognises those by identity next time."""
     if type(x) in _PLAIN:  # most values of a checkpoint: no further checks
         return x
     if isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x)
         if bufs is not None:
-            bufs.append(a.tobytes())
+            kept = sealed_bytes(a)  # a sealed array's own bytes: recognised by identity next time
+            if kept is not None and own is not None:
+                own.add(len(bufs))
+            bufs.append(kept if kept is not None else a.tobytes())
             return {"__nd__": len(bufs) - 1, "dtype": a.dtype.str, "shape": list(a.shape)}
         return {
             "__nd__": base64.b64encode(a.tobytes()).decode(),
@@ -194,18 +199,14 @@ class RunStore:
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        # bounded page cache: see hushnet.privacy.ledger_store.connect
-        self._db = connect(self.path)
-        # before WAL mode, so a new file takes it (an existing file keeps its own: nothing to migrate)
-        self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL (default): every checkpoint is in the WAL (the OS has it) before the batch's messages
         # leave — survives any process crash (kill -9), like the privacy ledger, whose commits are NORMAL
         # too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
-        # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py)
+        # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py).
+        # The page size applies to a new file (an existing file keeps its own: nothing to migrate).
         mode = sync_mode()
         self.sync = mode
-        self._db.execute(f"PRAGMA synchronous={mode.upper()}")
+        self._db = open_store(self.path, synchronous=mode, page_size=PAGE_SIZE)
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS runs (
@@ -296,17 +297,25 @@ class RunStore:
                 gone = [(run_id, k) for k in known if k not in refs]
                 if gone:
                     self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
+                small = []
                 for k, b in refs.items():
                     if k in known:
                         continue
-                    # through blob I/O: a bound value would stay with the cached statement (see
-                    # hushnet.privacy.ledger_store.write_blob); a key already stored holds these bytes
-                    cur = self._db.execute(
-                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,zeroblob(?))",
-                        (run_id, k, len(b)),
+                    if len(b) <= BIND_MAX:
+                        small.append((run_id, k, b))
+                    else:  # written in place: no copy stays with the statement (hushnet.storage)
+                        insert_large_blob(
+                            self._db,
+                            "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,zeroblob(?))",
+                            (run_id, k, len(b)),
+                            "blobs",
+                            "data",
+                            b,
+                        )
+                if small:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", small
                     )
-                    if cur.rowcount == 1:
-                        write_blob(self._db, "blobs", "data", cur.lastrowid, b)
                 self._db.execute(
                     "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "

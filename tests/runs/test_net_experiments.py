@@ -173,3 +173,40 @@ def test_walk_sweep_command_writes_its_rows(tmp_path: pathlib.Path) -> None:
             nx.main(["--protocol", "rw-dpsgd", "--nodes", "16", *bad])
     with pytest.raises(SystemExit, match="--sweep needs --protocol rw-dpsgd"):
         nx.main(["--protocol", "muffliato-gd", "--nodes", "16", "--sweep", "4"])
+
+
+class _Statuses:
+    """The operator's per-node run states, one poll after another (what ``Client.statuses`` returns)."""
+
+    def __init__(self, polls: list[dict]) -> None:
+        self.polls, self.calls = polls, 0
+
+    def statuses(self, run_id: str) -> dict:
+        got = self.polls[min(self.calls, len(self.polls) - 1)]
+        self.calls += 1
+        return got
+
+
+def test_gossip_runner_waits_for_every_node_to_end_its_rounds_before_watch_closes(
+    monkeypatch,
+) -> None:
+    """At n = 1024, 22 nodes still waiting for their last round's message were closed by ``watch`` (which
+    closes a run once one node finished) and held no model; the runner now waits for all of them first."""
+    monkeypatch.setattr(nx.time, "sleep", lambda s: None)
+    run = {"a": {"state": "running"}, "b": {"state": "running"}}
+    one = {"a": {"state": "finished"}, "b": {"state": "running"}}
+    both = {"a": {"state": "finished"}, "b": {"state": "finished"}}
+    client = _Statuses([run, one, one, both, both])
+    nx._wait_rounds_done(client, "r", 2, 1e9, lambda m: None)
+    assert client.calls == 4  # returned at the first poll where both had finished
+    # a node that is gone does not hold the run forever: one round timeout after the first finished
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr(nx.time, "monotonic", lambda: next(clock))
+    said: list[str] = []
+    client = _Statuses([one])
+    nx._wait_rounds_done(client, "r", 2, 5.0, said.append)
+    assert said == ["1 of 2 nodes still in their rounds 5 s after the first finished"]
+    # a stopped node ends the wait at once (watch reports it)
+    client = _Statuses([{"a": {"state": "stopped"}, "b": {"state": "running"}}])
+    nx._wait_rounds_done(client, "r", 2, 1e9, lambda m: None)
+    assert client.calls == 1

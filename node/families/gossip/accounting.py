@@ -460,6 +460,11 @@ class GossipCost:
     the one noisy input; GD and streaming: the whole run at the first data action, nothing later — their
     joint-view bound is not additive per step, so a stopped run has charged its whole projection).  ``curves(σ)`` is what the service's
     lifetime check multiplies by ``N_u = 1``: the whole run.
+
+    The cost keeps the certified sensitivities ``sens`` (phases × targets) and builds a phase's curves
+    when it is charged (:meth:`phase_row`, the same element-wise :func:`rdp_curves`, so the same bits):
+    the curves are ``len(orders)`` = 159 times larger — 1.3 MB a node at n = 1024, 2.6 MB at 2048, held
+    for the whole run by every hosted node (issue 12: host memory).
     """
 
     spec: RunSpec
@@ -467,7 +472,7 @@ class GossipCost:
     ids: list[str]
     targets: list[str]
     orders: np.ndarray
-    phase_curves: np.ndarray
+    sens: np.ndarray  # (phases, targets): the certified sensitivities, squared (rdp_curves' input)
     walk_slope: None = None
     alpha_max: float = math.inf
     bound_name: str = (
@@ -476,6 +481,15 @@ class GossipCost:
     used: int = 0
     charged: np.ndarray | None = None
     settled: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def phase_curves(self) -> np.ndarray:
+        """(phases, targets, orders): every phase's curves (built on each call, not kept)."""
+        return rdp_curves(self.sens, self.spec.sigma, self.orders)
+
+    def phase_row(self, k: int) -> np.ndarray:
+        """(targets, orders): phase ``k``'s curves, a fresh array (equal bit for bit to ``phase_curves[k]``)."""
+        return rdp_curves(self.sens[k], self.spec.sigma, self.orders)
 
     def curves(self, sigma: float) -> np.ndarray:
         return self.phase_curves.sum(axis=0)
@@ -492,14 +506,21 @@ class GossipCost:
             # process, so the ledger stores its block once per node and run (its recent-block reuse
             # takes sealed rows only), not a fresh (targets × orders) block of zeros per step — at
             # n = 1024 those were 3 of each node's 4 ledger blocks, ~1.2 MB each, ~3.7 GB of writes
-            rdp = self.phase_curves[0] if k == 0 else _sealed_zeros(self.phase_curves[0].shape)
-        elif k < self.phase_curves.shape[0]:
-            rdp = self.phase_curves[k]
+            shape = (len(self.targets), self.orders.size)
+            nothing = k > 0
+            rdp = _sealed_zeros(shape) if nothing else self.phase_row(0)
+        elif k < self.sens.shape[0]:
+            nothing, rdp = False, self.phase_row(k)
         else:
-            raise ValueError(
-                f"data action {k + 1} of a run projected with {self.phase_curves.shape[0]}"
-            )
-        self.charged = rdp.copy() if self.charged is None else self.charged + rdp
+            raise ValueError(f"data action {k + 1} of a run projected with {self.sens.shape[0]}")
+        if self.charged is None:
+            # sealed and not copied again: this run's charged row, the driver's run row (it keeps a
+            # read-only row as it is), the ledger's recent block and the run store's checkpoint buffer
+            # (its own bytes, recognised by identity: no copy and no hash per checkpoint) are one array
+            rdp = sealed(rdp)
+            self.charged = rdp
+        elif not nothing:  # adding the zero row changes nothing: no new (targets × orders) array
+            self.charged = self.charged + rdp
         view = certified_view(self.spec)
         return PrivacyEntry.from_row(
             run_id,
@@ -519,8 +540,7 @@ def gossip_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None)
     W = transition_matrix(spec.graph, spec.weights) if W is None else W
     sens = certified_sensitivities(spec, vertex, W)
     keep = [v for v in range(len(ids)) if v != vertex]
-    curves = rdp_curves(sens[:, keep], spec.sigma, o)  # (phases, targets, orders)
-    return GossipCost(spec, vertex, list(ids), [ids[v] for v in keep], o, curves)
+    return GossipCost(spec, vertex, list(ids), [ids[v] for v in keep], o, sens[:, keep])
 
 
 def realised_schedule(

@@ -36,6 +36,7 @@ from typing import Any, Callable
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.runs.run_store import sync_mode
 from hushnet.runs.spec import RunSpec, spec_from_dict
+from hushnet.storage import open_store
 
 #: the store's file in a node's state directory (next to ``privacy_ledger.sqlite``)
 STORE_FILE = "gossip_schedule.sqlite"
@@ -47,10 +48,8 @@ class ScheduleStore:
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
         # the next round's value leaves only after this record is committed (see the module's docstring)
-        self._db.execute(f"PRAGMA synchronous={sync_mode().upper()}")
+        self._db = open_store(self.path, synchronous=sync_mode())
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS runs (
