@@ -359,7 +359,7 @@ class AsyncClient:
             failed.update(wave)  # asked once this time, whatever became of it
             for r in res:
                 if r is not None:
-                    out.update(r)
+                    out.update(r[0])
         groups: dict[str, list[str]] = {}
         for i in want:
             if i not in out and i in self._host_of:
@@ -367,8 +367,9 @@ class AsyncClient:
 
         async def host(h: str, members: list[str]) -> None:
             page = PAGE.get(command, PAGE_DEFAULT)
-            for k in range(0, len(members), page):
-                part = members[k : k + page]
+            queue = list(members)
+            while queue:
+                part, queue = queue[:page], queue[page:]
                 contact = self._contact.get(h)
                 if contact is None or contact not in self._members:
                     contact = part[0]
@@ -382,7 +383,9 @@ class AsyncClient:
                         self._host_of.pop(i, None)
                     self._contact.pop(h, None)
                     return
-                out.update(r)
+                got, more = r
+                out.update(got)
+                queue = more + queue  # past the reply's byte budget: the next page
 
         await asyncio.gather(*(host(h, m) for h, m in groups.items()))
         return out
@@ -396,9 +399,10 @@ class AsyncClient:
         timeout: float,
         per_node: dict[str, Any],
         wait: float,
-    ) -> dict[str, Any] | None:
+    ) -> tuple[dict[str, Any], list[str]] | None:
         """One ``host.batch`` call at ``contact`` for ``part``: the verified answers by node id (errors as
-        :class:`ClientError`), or None when the contact did not answer the batch."""
+        :class:`ClientError`) and the nodes the host left for another page (its reply was full), or None
+        when the contact did not answer the batch."""
         m = self._members[contact]
         nonce = secrets.token_hex(16)
         req = {
@@ -449,7 +453,7 @@ class AsyncClient:
                 got[i] = ClientError(f"{i}: {command} failed: {body.decode(errors='replace')}")
         for i in head.get("absent", []):
             self._host_of.pop(i, None)
-        return got
+        return got, [i for i in head.get("more", []) if i in part]
 
     def _verify(
         self, nonce: str, command: str, node_id: str, a: dict[str, Any], body: bytes

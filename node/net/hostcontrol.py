@@ -17,7 +17,8 @@ per node; the nonce stops a replay of an old answer.
 
 The loop: the nodes are asked one after the other, yielding to the event loop every
 :data:`YIELD_S` of work, so a page of reports never holds the loop for the whole page; the client
-pages (:data:`PAGE`) so no reply is built from thousands of answers at once.  ``run.events`` with a
+pages (:data:`PAGE`) so no reply is built from thousands of answers at once, and a host stops a reply
+at half its message limit (the rest go in the next page: ``more``).  ``run.events`` with a
 ``wait`` is a long poll for the whole host: it returns as soon as one of the asked nodes has an event
 (or its run ended), else after ``wait`` seconds — one call in flight per host during a watch.
 """
@@ -102,6 +103,8 @@ class HostBatch:
 
     def __init__(self, node) -> None:
         self.node = node
+        #: bytes of answers in one reply (None: half the node's message limit)
+        self.budget: int | None = None
 
     def nodes(self) -> dict[str, Any]:
         peers: Callable[[], dict[str, Any]] | None = getattr(self.node, "host_peers", None)
@@ -145,8 +148,10 @@ class HostBatch:
             await self._long_poll(hosted, here, payload_of, wait)
         answers: list[dict[str, Any]] = []
         bodies: list[bytes] = []
+        more: list[str] = []
+        size, budget = 0, self.budget or self.node.config.max_message_bytes // 2
         t0 = time.monotonic()
-        for i in here:
+        for k, i in enumerate(here):
             node = hosted[i]
             if node.stopping:
                 absent.append(i)
@@ -159,6 +164,10 @@ class HostBatch:
             ):  # stopping meanwhile: the client asks it on its own (and learns it is down)
                 absent.append(i)
                 continue
+            if answers and size + len(body) > budget:  # the rest in the client's next page
+                more = here[k:]
+                break
+            size += len(body)
             key = node.identity.key
             sig = pki.sign(key, answer_message(nonce, command, i, ok, body))
             answers.append(
@@ -181,6 +190,7 @@ class HostBatch:
             "hosted": sorted(hosted),
             "answers": answers,
             "absent": absent,
+            "more": more,
         }
         return json.dumps(head).encode() + b"\n" + b"".join(bodies)
 

@@ -93,6 +93,18 @@ def test_host_batch_answers_like_per_node_calls(tmp_path: pathlib.Path) -> None:
                         assert res[i]["node"] == i
                         assert res[i]["neighbors"] == slow[i]["neighbors"]
 
+            # a host whose replies fill up after one answer: the client asks for the rest page by page
+            for n in host_a.running:
+                n.controls._commands["host.batch"].budget = 1
+            before = batch.op.calls["host.batch"]
+            paged = await batch._all("status", nodes=A)
+            assert batch.op.calls["host.batch"] - before == len(A)
+            assert {i: r["neighbors"] for i, r in paged.items()} == {
+                i: slow[i]["neighbors"] for i in A
+            }
+            for n in host_a.running:
+                n.controls._commands["host.batch"].budget = None
+
             # a host that answers for a node it does not hold (a0 posing as the lone node): not believed
             real = host_a.peers
             host_a.peers = lambda: {**real(), "lone": real()["a0"]}
