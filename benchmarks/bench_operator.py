@@ -112,6 +112,8 @@ async def _measure(cluster, n: int, repeat: int) -> dict:
                             "answers": len(per),
                             "errors": errors,
                             "lag_max_s": await asyncio.to_thread(_lag_since, cluster, mark),
+                            # the batch path: seconds the hosts' loops spent in the commands and signing
+                            "host_work_s": {k: round(v, 3) for k, v in client.host_work_s.items()},
                         }
                     )
             out["commands"][cmd] = rows

@@ -201,6 +201,8 @@ class AsyncClient:
         self._keys: dict[bytes, Any] = {}  # DER public key → loaded key (answers' signatures)
         #: RPCs the last :meth:`_all` made (a batch counts once), and how many of them were batches
         self.last_calls = self.last_batches = 0
+        #: seconds the hosts' loops spent on the last :meth:`_all`'s batches: commands, signing
+        self.host_work_s: dict[str, float] = {}
 
     # ------------------------------------------------------------------ connection
     @classmethod
@@ -301,6 +303,7 @@ class AsyncClient:
         ids = nodes or sorted(self._members, key=lambda i: self._members[i].vertex)
         got: dict[str, Any] = {}
         self.last_calls = self.last_batches = 0
+        self.host_work_s = {}
         if self.batch and command in BATCHABLE and not isinstance(args, (bytes, bytearray)):
             got = await self._batched(command, args, ids, timeout, per_node or {}, wait)
         rest = [i for i in ids if i not in got]
@@ -435,6 +438,8 @@ class AsyncClient:
             if i in self._members:
                 self._host_of[i] = host_id
         self._contact[host_id] = contact
+        for k, v in (head.get("work_s") or {}).items():
+            self.host_work_s[k] = self.host_work_s.get(k, 0.0) + float(v)
         got: dict[str, Any] = {}
         at = cut + 1
         for a in head["answers"]:
