@@ -88,6 +88,7 @@ async def _measure(cluster, n: int, repeat: int) -> dict:
                 "lag_max_s": await asyncio.to_thread(_lag_since, cluster, mark),
             }
             runs[path] = run_id
+            print(f"     watch {path:8s} {out['watch'][path]}", flush=True)
         run_id = runs["batch"]
         for cmd in ("statuses", "report", "models", "ledgers"):
             rows: dict[str, list] = {p: [] for p in clients}
@@ -116,6 +117,7 @@ async def _measure(cluster, n: int, repeat: int) -> dict:
                             "host_work_s": {k: round(v, 3) for k, v in client.host_work_s.items()},
                         }
                     )
+                    print(f"     {cmd:8s} {path:8s} {rows[path][-1]}", flush=True)
             out["commands"][cmd] = rows
     finally:
         for c in clients.values():
@@ -147,6 +149,7 @@ def _one(n: int, repeat: int) -> dict:
             cluster.start(timeout=120)
             cluster.wait_healthy(timeout=max(120.0, n * 0.5))
             healthy_s = time.perf_counter() - t0
+            print(f"   n={n}: healthy after {healthy_s:.1f} s, load {os.getloadavg()}", flush=True)
             row = asyncio.run(_measure(cluster, n, repeat))
         finally:
             cluster.stop(timeout=30)
@@ -166,12 +169,11 @@ def main(out_dir: pathlib.Path) -> dict:
     for n in _ns():
         row = _one(n, repeat)
         rows.append(row)
-        print(f"   n={n} ({row['processes']} hosts), load {row['load_average']}", flush=True)
-        for path, w in row["watch"].items():
-            print(f"     watch {path:8s} {w}", flush=True)
-        for cmd, paths in row["commands"].items():
-            for path, rs in paths.items():
-                print(f"     {cmd:8s} {path:8s} {rs}", flush=True)
+        print(
+            f"   n={n} ({row['processes']} hosts, healthy {row['healthy_s']} s), "
+            f"load {row['load_average']}",
+            flush=True,
+        )
     return {"benchmark": "operator", "load_average": os.getloadavg(), "rows": rows}
 
 
