@@ -363,6 +363,10 @@ class AsyncClient:
             for r in res:
                 if r is not None:
                     out.update(r[0])
+            if not any(i in self._host_of for i in unknown[len(wave) :]):
+                # nobody named another node (lone nodes, or hosts that are gone): the rest per node
+                # now, not wave after wave (a stopped host would cost a timeout a wave)
+                break
         groups: dict[str, list[str]] = {}
         for i in want:
             if i not in out and i in self._host_of:
