@@ -21,7 +21,7 @@ from helpers.net import inprocess_bootstrap  # noqa: E402
 from hushnet.client.core import AsyncClient, ClientError  # noqa: E402
 from hushnet.net.host import NodeHost, hosted_configs  # noqa: E402
 from hushnet.net.node import Node  # noqa: E402
-from hushnet.net.operator import OperatorCredentials  # noqa: E402
+from hushnet.net.operator import OperatorCredentials, OperatorError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -92,6 +92,19 @@ def test_host_batch_answers_like_per_node_calls(tmp_path: pathlib.Path) -> None:
                     else:
                         assert res[i]["node"] == i
                         assert res[i]["neighbors"] == slow[i]["neighbors"]
+
+            # bad input to the batch itself: one clear line, the call refused (the client then asks per node)
+            a0 = batch._members["a0"]
+            for bad, why in (
+                (
+                    {"command": "run.submit", "nodes": A, "nonce": "x" * 32},
+                    "cannot carry 'run.submit'",
+                ),
+                ({"command": "status", "nodes": A, "nonce": "short"}, "needs a nonce"),
+                ({"command": "status", "nodes": "a0", "nonce": "x" * 32}, "list of node ids"),
+            ):
+                with pytest.raises(OperatorError, match=why):
+                    await batch.op.control("a0", a0.address, "host.batch", bad)
 
             # a host whose replies fill up after one answer: the client asks for the rest page by page
             for n in host_a.running:
