@@ -374,18 +374,18 @@ class AsyncClient:
 
         async def host(h: str, members: list[str]) -> None:
             page = PAGE.get(command, PAGE_DEFAULT)
-            queue = list(members)
+            queue, hold = list(members), wait
             while queue:
                 part, queue = queue[:page], queue[page:]
                 contact = self._contact.get(h)
                 if contact is None or contact not in self._members:
                     contact = part[0]
                 r = await self._batch_call(
-                    contact, command, args, part, base + wait, per_node, wait
+                    contact, command, args, part, base + hold, per_node, hold
                 )
-                if (
-                    r is None
-                ):  # the host is gone (or the contact): forget it, ask its nodes one by one
+                hold = 0.0  # one long poll a sweep: a later page answers at once
+                if r is None:
+                    # the host is gone (or the contact): forget it, ask its nodes one by one
                     for i in members:
                         self._host_of.pop(i, None)
                     self._contact.pop(h, None)
@@ -428,16 +428,19 @@ class AsyncClient:
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                self._no_batch.add(
-                    contact
-                )  # a node of an older version: asked on its own from now on
+                # a node of an older version: asked on its own from now on
+                self._no_batch.add(contact)
             return None
         if not reply.ok:
             return None
         raw = bytes(reply.payload)
-        cut = raw.index(b"\n")
-        head = json.loads(raw[:cut])
-        host_id = str(head["host"])
+        try:
+            cut = raw.index(b"\n")
+            head = json.loads(raw[:cut])
+            host_id = str(head["host"])
+            answers = [(str(a["node"]), int(a["len"]), a) for a in head["answers"]]
+        except (ValueError, KeyError, TypeError):
+            return None  # not a batch reply we can read: its nodes are asked one by one
         for i in head.get("hosted", []):
             if i in self._members:
                 self._host_of[i] = host_id
@@ -446,10 +449,9 @@ class AsyncClient:
             self.host_work_s[k] = self.host_work_s.get(k, 0.0) + float(v)
         got: dict[str, Any] = {}
         at = cut + 1
-        for a in head["answers"]:
-            body = raw[at : at + int(a["len"])]
-            at += int(a["len"])
-            i = str(a["node"])
+        for i, size, a in answers:
+            body = raw[at : at + size]
+            at += size
             if i not in part or not self._verify(nonce, command, i, a, body):
                 self._host_of.pop(i, None)
                 continue
@@ -775,7 +777,7 @@ class AsyncClient:
                     break
                 if (
                     hold == 0.0 or batched
-                ):  # a host's reply came early only with news: a sweep per poll
+                ):  # a host's reply came early only with news: a sweep a poll
                     await asyncio.sleep(max(0.0, poll - (time.monotonic() - swept)))
         finally:
             if bar is not None:

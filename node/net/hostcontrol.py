@@ -60,8 +60,9 @@ BATCHABLE = frozenset(
 MAX_WAIT_S = 30.0
 #: work (s) between two yields to the event loop while a page is answered
 YIELD_S = 0.02
-#: nodes per page the client asks in one call, by command (models are large: ~0.1 MB per 10⁴ floats)
-PAGE = {"run.model": 32}
+#: nodes per page the client asks in one call, by command (models are large: ~0.1 MB per 10⁴ floats;
+#: a host also ends a reply at half its message limit, see ``more``)
+PAGE = {"run.model": 32, "run.events": 1 << 20}  # a watch's long poll: one page per host
 PAGE_DEFAULT = 256
 
 
