@@ -5,7 +5,8 @@ a status or a report was 1024 mutual-TLS Control RPCs served on the hosts' event
 stalled 2–10 s while 1024 reports were collected.  For each n (``HUSHNET_BENCH_OPERATOR_N``, default
 128) a hypercube network is started in 3 host processes, a private walk of n steps is run and watched
 (once per path), then ``statuses``, ``report``, ``models`` and ``ledgers`` are asked through each path,
-interleaved, ``HUSHNET_BENCH_OPERATOR_REPEAT`` times (default 2).  Per command and path: wall time,
+interleaved, ``HUSHNET_BENCH_OPERATOR_REPEAT`` times (default 2); ``HUSHNET_BENCH_OPERATOR_WATCH`` and
+``HUSHNET_BENCH_OPERATOR_COMMANDS`` (comma lists) pick the watches and commands.  Per command and path: wall time,
 Control RPCs the client made, and the hosts' event-loop lag (max over the command, from the hosts'
 ``host_load`` lines written every second).  Reported, never asserted (a shared 2-core machine: quote the
 load average beside the numbers); ratios batch / per node are of the same run.
@@ -55,7 +56,10 @@ async def _measure(cluster, n: int, repeat: int) -> dict:
     out: dict = {"watch": {}, "commands": {}}
     try:
         runs = {}
+        watched = os.environ.get("HUSHNET_BENCH_OPERATOR_WATCH", "per_node,batch").split(",")
         for path, client in clients.items():
+            if path not in watched:
+                continue
             spec = RunSpec(
                 protocol="rw-dpsgd",
                 task="logreg",
@@ -89,8 +93,11 @@ async def _measure(cluster, n: int, repeat: int) -> dict:
             }
             runs[path] = run_id
             print(f"     watch {path:8s} {out['watch'][path]}", flush=True)
-        run_id = runs["batch"]
-        for cmd in ("statuses", "report", "models", "ledgers"):
+        run_id = next(iter(runs.values()))
+        commands = os.environ.get(
+            "HUSHNET_BENCH_OPERATOR_COMMANDS", "statuses,report,models,ledgers"
+        )
+        for cmd in commands.split(","):
             rows: dict[str, list] = {p: [] for p in clients}
             for _ in range(repeat):
                 for path, client in clients.items():
