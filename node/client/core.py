@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import pathlib
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,12 +22,21 @@ import grpc
 import numpy as np
 
 from hushnet.families.central.params import PROTOCOL as CENTRAL_DPSGD
+from hushnet.net.hostcontrol import (
+    BATCH_COMMAND,
+    BATCHABLE,
+    PAGE,
+    PAGE_DEFAULT,
+    answer_message,
+)
 from hushnet.net.operator import Operator, OperatorCredentials, OperatorError
 from hushnet.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
 
 #: node calls a second that :meth:`AsyncClient.watch` spends on its sweeps at most (a sweep asks every
 #: node; networks above ``2 × this`` nodes are swept less often than every ``poll`` seconds)
 WATCH_CALLS_PER_S = 128.0
+#: nodes of no known host asked at once (each for itself) to learn which process hosts which node
+DISCOVERY_WAVE = 8
 
 
 def spread_order(ids: list[str], vertex: dict[str, int]) -> list[str]:
@@ -171,7 +182,9 @@ def _load_spec(spec: RunSpec | str | pathlib.Path) -> RunSpec:
 class AsyncClient:
     """Async operator client.  ``await AsyncClient.connect(state_dir)``; ``await close()`` at the end."""
 
-    def __init__(self, creds: OperatorCredentials, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, creds: OperatorCredentials, *, timeout: float = 10.0, batch: bool = True
+    ) -> None:
         self.creds = creds
         self.timeout = timeout
         self.op = Operator(creds)
@@ -180,6 +193,16 @@ class AsyncClient:
         self._central_models: dict[
             str, np.ndarray
         ] = {}  # central-dpsgd: the model lives with the operator
+        #: ask batchable commands one call per host process (``host.batch``); False: node by node
+        self.batch = batch
+        self._host_of: dict[str, str] = {}  # node id → the host id its process answered under
+        self._contact: dict[str, str] = {}  # host id → the node that answered its last batch
+        self._no_batch: set[str] = set()  # nodes that do not serve host.batch (older versions)
+        self._keys: dict[bytes, Any] = {}  # DER public key → loaded key (answers' signatures)
+        #: RPCs the last :meth:`_all` made (a batch counts once), and how many of them were batches
+        self.last_calls = self.last_batches = 0
+        #: seconds the hosts' loops spent on the last :meth:`_all`'s batches: commands, signing
+        self.host_work_s: dict[str, float] = {}
 
     # ------------------------------------------------------------------ connection
     @classmethod
@@ -192,9 +215,11 @@ class AsyncClient:
         cert: str | pathlib.Path | None = None,
         key: str | pathlib.Path | None = None,
         timeout: float = 10.0,
+        batch: bool = True,
     ) -> "AsyncClient":
         """Connect with the operator identity: a ``hushnet up``/bootstrap state directory, or explicit
-        ``bootstrap`` address + ``ca``/``cert``/``key`` PEM files.  Checks the bootstrap answers."""
+        ``bootstrap`` address + ``ca``/``cert``/``key`` PEM files.  Checks the bootstrap answers.
+        ``batch=False``: ask every node on its own instead of one ``host.batch`` call per host process."""
         try:
             if state_dir is not None:
                 creds = OperatorCredentials.from_state_dir(
@@ -211,7 +236,7 @@ class AsyncClient:
                 )
         except (OperatorError, OSError, KeyError, ValueError) as exc:
             raise ClientError(f"cannot load the operator identity: {exc}") from None
-        client = cls(creds, timeout=timeout)
+        client = cls(creds, timeout=timeout, batch=batch)
         await client.refresh()
         return client
 
@@ -266,17 +291,33 @@ class AsyncClient:
         args: Any = None,
         timeout: float | None = None,
         nodes: list[str] | None = None,
+        per_node: dict[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> dict[str, Any]:
+        """``command`` at every node (or ``nodes``): node id → its answer, or the :class:`ClientError` that
+        says why there is none.  ``per_node``: arguments for some nodes instead of ``args``.
+
+        Batchable commands (:data:`hushnet.net.hostcontrol.BATCHABLE`) go as one ``host.batch`` call per
+        host process (:meth:`_batched`); what no host answered for goes node by node.  ``wait``: a
+        ``run.events`` long poll held by each host (the per-node calls carry their own in ``per_node``)."""
         ids = nodes or sorted(self._members, key=lambda i: self._members[i].vertex)
+        got: dict[str, Any] = {}
+        self.last_calls = self.last_batches = 0
+        self.host_work_s = {}
+        if self.batch and command in BATCHABLE and not isinstance(args, (bytes, bytearray)):
+            got = await self._batched(command, args, ids, timeout, per_node or {}, wait)
+        rest = [i for i in ids if i not in got]
         # the calls queue for the operator's slots in the order they are made: in vertex order the first
         # 64 all went to the first host process (hosts run consecutive vertices) and the others idled —
         # accepting Muffliato-GD at n = 1024 (3 hosts) took 173 s with the hosts answering one after the
         # other; spread, every host works on its share at once
-        order = spread_order(ids, {i: self._members[i].vertex for i in ids if i in self._members})
+        order = spread_order(rest, {i: self._members[i].vertex for i in rest if i in self._members})
+        self.last_calls += len(order)
         res = await asyncio.gather(
-            *(self._control(i, command, args, timeout) for i in order), return_exceptions=True
+            *(self._control(i, command, (per_node or {}).get(i, args), timeout) for i in order),
+            return_exceptions=True,
         )
-        got = dict(zip(order, res))
+        got.update(zip(order, res))
         out = {}
         for i in ids:
             r = got[i]
@@ -284,6 +325,171 @@ class AsyncClient:
                 raise r
             out[i] = r
         return out
+
+    async def _batched(
+        self,
+        command: str,
+        args: Any,
+        ids: list[str],
+        timeout: float | None,
+        per_node: dict[str, Any],
+        wait: float,
+    ) -> dict[str, Any]:
+        """The answers of ``ids`` through ``host.batch``: one call per host process (in pages of
+        :data:`~hushnet.net.hostcontrol.PAGE` nodes), each answer checked against its node's key.
+
+        Which process hosts which node is learnt from the hosts' own replies (``hosted``) and kept:
+        nodes of no known host are asked first, a few at a time and each for itself, and their replies
+        name the rest of their hosts.  Nodes a reply leaves out, whose answer does not verify, or whose
+        host did not answer are left to the caller's per-node calls (which say why a node is unreachable)."""
+        want = [i for i in ids if i in self._members and i not in self._no_batch]
+        vertex = {i: self._members[i].vertex for i in want}
+        out: dict[str, Any] = {}
+        failed: set[str] = set()  # nodes already asked for themselves this time
+        base = max(timeout or self.timeout, 30.0)
+        while True:
+            unknown = [
+                i
+                for i in spread_order(want, vertex)
+                if i not in self._host_of and i not in out and i not in failed
+            ]
+            if not unknown:
+                break
+            wave = unknown[:DISCOVERY_WAVE]
+            res = await asyncio.gather(
+                *(self._batch_call(c, command, args, [c], base, per_node, 0.0) for c in wave)
+            )
+            failed.update(wave)  # asked once this time, whatever became of it
+            for r in res:
+                if r is not None:
+                    out.update(r[0])
+            if not any(i in self._host_of for i in unknown[len(wave) :]):
+                # nobody named another node (lone nodes, or hosts that are gone): the rest per node
+                # now, not wave after wave (a stopped host would cost a timeout a wave)
+                break
+        groups: dict[str, list[str]] = {}
+        for i in want:
+            if i not in out and i in self._host_of:
+                groups.setdefault(self._host_of[i], []).append(i)
+
+        async def host(h: str, members: list[str]) -> None:
+            page = PAGE.get(command, PAGE_DEFAULT)
+            queue, hold = list(members), wait
+            while queue:
+                part, queue = queue[:page], queue[page:]
+                contact = self._contact.get(h)
+                if contact is None or contact not in self._members:
+                    contact = part[0]
+                r = await self._batch_call(
+                    contact, command, args, part, base + hold, per_node, hold
+                )
+                hold = 0.0  # one long poll a sweep: a later page answers at once
+                if r is None:
+                    # the host is gone (or the contact): forget it, ask its nodes one by one
+                    for i in members:
+                        self._host_of.pop(i, None)
+                    self._contact.pop(h, None)
+                    return
+                got, more = r
+                out.update(got)
+                queue = more + queue  # past the reply's byte budget: the next page
+
+        await asyncio.gather(*(host(h, m) for h, m in groups.items()))
+        return out
+
+    async def _batch_call(
+        self,
+        contact: str,
+        command: str,
+        args: Any,
+        part: list[str],
+        timeout: float,
+        per_node: dict[str, Any],
+        wait: float,
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """One ``host.batch`` call at ``contact`` for ``part``: the verified answers by node id (errors as
+        :class:`ClientError`) and the nodes the host left for another page (its reply was full), or None
+        when the contact did not answer the batch."""
+        m = self._members[contact]
+        nonce = secrets.token_hex(16)
+        req = {
+            "command": command,
+            "args": args,
+            "nodes": part,
+            "nonce": nonce,
+            "wait": wait,
+            "per_node": {i: per_node[i] for i in part if i in per_node},
+        }
+        self.last_calls += 1
+        self.last_batches += 1
+        try:
+            reply = await self.op.control_raw(
+                contact, m.address, BATCH_COMMAND, req, timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                # a node of an older version: asked on its own from now on
+                self._no_batch.add(contact)
+            return None
+        if not reply.ok:
+            return None
+        raw = bytes(reply.payload)
+        try:
+            cut = raw.index(b"\n")
+            head = json.loads(raw[:cut])
+            host_id = str(head["host"])
+            answers = [(str(a["node"]), int(a["len"]), a) for a in head["answers"]]
+        except (ValueError, KeyError, TypeError):
+            return None  # not a batch reply we can read: its nodes are asked one by one
+        for i in head.get("hosted", []):
+            if i in self._members:
+                self._host_of[i] = host_id
+        self._contact[host_id] = contact
+        for k, v in (head.get("work_s") or {}).items():
+            self.host_work_s[k] = self.host_work_s.get(k, 0.0) + float(v)
+        got: dict[str, Any] = {}
+        at = cut + 1
+        for i, size, a in answers:
+            body = raw[at : at + size]
+            at += size
+            if i not in part or not self._verify(nonce, command, i, a, body):
+                self._host_of.pop(i, None)
+                continue
+            if a["ok"]:
+                try:
+                    got[i] = json.loads(body) if body else None
+                except ValueError:
+                    got[i] = bytes(body)
+            else:
+                got[i] = ClientError(f"{i}: {command} failed: {body.decode(errors='replace')}")
+        for i in head.get("absent", []):
+            self._host_of.pop(i, None)
+        return got, [i for i in head.get("more", []) if i in part]
+
+    def _verify(
+        self, nonce: str, command: str, node_id: str, a: dict[str, Any], body: bytes
+    ) -> bool:
+        """Whether ``body`` is ``node_id``'s own answer: signed by the key the directory lists for it."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        m = self._members.get(node_id)
+        try:
+            spki = bytes.fromhex(a["spki"])
+            if m is None or hashlib.sha256(spki).hexdigest() != m.key_sha256:
+                return False
+            key = self._keys.get(spki)
+            if key is None:
+                key = self._keys[spki] = serialization.load_der_public_key(spki)
+            key.verify(
+                bytes.fromhex(a["sig"]),
+                answer_message(nonce, command, node_id, bool(a["ok"]), body),
+                ec.ECDSA(hashes.SHA256()),
+            )
+        except (InvalidSignature, ValueError, TypeError, KeyError):
+            return False
+        return True
 
     # ------------------------------------------------------------------ network
     async def nodes(self) -> list[dict[str, Any]]:
@@ -408,8 +614,8 @@ class AsyncClient:
         """
         await self.refresh()
         ids = sorted(self._members, key=lambda i: self._members[i].vertex)
-        poll, pause_timeout = watch_pacing(len(ids), poll, pause_timeout)
-        calls = spread_order(ids, {i: self._members[i].vertex for i in ids})  # see _all
+        asked = (poll, pause_timeout)
+        n_calls = len(ids)  # RPCs a sweep makes: one per host once the hosts are known (see _all)
         cursors = {i: 0 for i in ids}
         t0 = time.monotonic()
         total = 0
@@ -431,23 +637,22 @@ class AsyncClient:
         end_as: tuple[str, str] | None = None
         try:
             while True:
-                # a node holds run.events up to `wait` s; with more nodes than the operator's concurrency a
-                # held call would keep the others queued, so a large network is swept without holding
-                hold = poll if len(ids) <= self.op.max_concurrent else 0.0
+                poll, pause_timeout = watch_pacing(n_calls, *asked)
+                # a node holds run.events up to `wait` s; with more calls than the operator's concurrency a
+                # held call would keep the others queued, so a large network is swept without holding.  A
+                # host process answers for all its nodes in one call, held until one of them has news.
+                hold = poll if n_calls <= self.op.max_concurrent else 0.0
                 swept = time.monotonic()
-                res = await asyncio.gather(
-                    *(
-                        self._control(
-                            i,
-                            "run.events",
-                            {"run_id": run_id, "after": cursors[i], "wait": hold},
-                            timeout=poll + 10,
-                        )
-                        for i in calls
-                    ),
-                    return_exceptions=True,
+                got = await self._all(
+                    "run.events",
+                    timeout=poll + 10,
+                    nodes=ids,
+                    per_node={
+                        i: {"run_id": run_id, "after": cursors[i], "wait": hold} for i in ids
+                    },
+                    wait=poll,
                 )
-                got = dict(zip(calls, res))
+                n_calls, batched = max(1, self.last_calls), self.last_batches > 0
                 res = [got[i] for i in ids]  # answers read in vertex order, as before
                 states = {}
                 for i, r in zip(ids, res):
@@ -570,7 +775,9 @@ class AsyncClient:
                         f"no finish within {timeout:.0f} s (last step {step})",
                     )
                     break
-                if hold == 0.0:
+                if (
+                    hold == 0.0 or batched
+                ):  # a host's reply came early only with news: a sweep a poll
                     await asyncio.sleep(max(0.0, poll - (time.monotonic() - swept)))
         finally:
             if bar is not None:

@@ -56,7 +56,7 @@ class DiscardProtocol:
 
 
 class BuiltinControlsMixin:
-    """Operator commands of every node: ``ping_neighbors``, ``inbox``, ``status``."""
+    """Operator commands of every node: ``ping_neighbors``, ``inbox``, ``status``, ``host.batch``."""
 
     def _register_builtin_controls(self) -> None:
         async def ping_neighbors(payload: bytes) -> bytes:
@@ -115,7 +115,15 @@ class BuiltinControlsMixin:
                 self.cut.difference_update(peers)
             return json.dumps({"node": self.node_id, "cut": sorted(self.cut)}).encode()
 
-        builtins = [("ping_neighbors", ping_neighbors), ("inbox", inbox), ("status", status)]
+        from hushnet.net.hostcontrol import BATCH_COMMAND, HostBatch
+
+        builtins = [
+            ("ping_neighbors", ping_neighbors),
+            ("inbox", inbox),
+            ("status", status),
+            # the operator's one call for every node of this process (watch, report, ledger at scale)
+            (BATCH_COMMAND, HostBatch(self)),
+        ]
         if os.environ.get("HUSHNET_FAULT_INJECTION") == "1":  # never on a deployed node
             builtins.append(("net.cut", cut))
         for name, fn in builtins:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hushnet.net import load as _load
+from hushnet.net.hostcontrol import new_host_id
 from hushnet.net.node import Node, NodeConfig, NodeError
 
 log = logging.getLogger("hushnet.host")
@@ -301,6 +302,8 @@ class NodeHost:
         self.fd_base = open_fds()
         self._admit = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
+        #: names this process's set of nodes: each answers the operator's ``host.batch`` for all of them
+        self.host_id = new_host_id()
 
     # ------------------------------------------------------------------ views
     @property
@@ -311,6 +314,10 @@ class NodeHost:
     def failed(self) -> dict[str, str]:
         """State directory → reason, for every node that could not start or was stopped by the watchdog."""
         return {str(e.config.state_dir): e.error for e in self.entries if e.error}
+
+    def peers(self) -> dict[str, Node]:
+        """The running nodes by id: whom a hosted node's ``host.batch`` answers for."""
+        return {n.node_id: n for n in self.running}
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -397,6 +404,7 @@ class NodeHost:
                     self.fd_base,
                 )
                 entry.admitted = True
+            entry.node.host_peers, entry.node.host_id = self.peers, self.host_id
             entry.installed = [plugin(entry.node) for plugin in entry.config.plugins]
             for obj in entry.installed:  # closed by node.stop, after its server stopped accepting
                 entry.node.attach(obj)

@@ -8,6 +8,7 @@ certificates. Used by ``hushnet status``, the demo, the tests and (later) the no
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import pathlib
@@ -99,6 +100,8 @@ class Operator:
             raise OperatorError(f"operator concurrency must be at least 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent
         self._slots = asyncio.Semaphore(max_concurrent)
+        #: Control calls made, by command (a batch counts once, as ``host.batch``)
+        self.calls: collections.Counter[str] = collections.Counter()
 
     async def close(self) -> None:
         for ch in self._channels.values():
@@ -183,15 +186,22 @@ class Operator:
         async with self._slots:
             return await self._stub(node_id, address).Status(ppb.StatusRequest(), timeout=timeout)
 
+    async def control_raw(
+        self, node_id: str, address: str, command: str, args: Any = None, timeout: float = 60.0
+    ) -> ppb.ControlReply:
+        """Run ``command`` on a node and return its reply as it came (``ok``, ``payload``, ``error``)."""
+        payload = args if isinstance(args, (bytes, bytearray)) else json.dumps(args or {}).encode()
+        self.calls[command] += 1
+        async with self._slots:
+            return await self._stub(node_id, address).Control(
+                ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout
+            )
+
     async def control(
         self, node_id: str, address: str, command: str, args: Any = None, timeout: float = 60.0
     ) -> Any:
         """Run ``command`` on a node; JSON in and out (bytes pass through unchanged)."""
-        payload = args if isinstance(args, (bytes, bytearray)) else json.dumps(args or {}).encode()
-        async with self._slots:
-            reply = await self._stub(node_id, address).Control(
-                ppb.ControlRequest(command=command, payload=bytes(payload)), timeout=timeout
-            )
+        reply = await self.control_raw(node_id, address, command, args, timeout)
         if not reply.ok:
             raise OperatorError(f"{node_id}: {command} failed: {reply.error}")
         try:

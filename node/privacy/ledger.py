@@ -164,6 +164,11 @@ class Ledger:
         with self._lock:
             return self._store.entries(run_id)
 
+    def entry_counts(self) -> list[tuple[str, str, int]]:
+        """``(run_id, protocol, entries)`` per run, oldest run first, without reading the costs."""
+        with self._lock:
+            return self._store.entry_counts()
+
     def close(self) -> None:
         with self._lock:
             self._store.close()

@@ -229,6 +229,19 @@ class LedgerStore:
                 return bid
         return None
 
+    def entry_counts(self) -> list[tuple[str, str, int]]:
+        """``(run_id, protocol of its first entry, entries)`` per run, in the order of each run's first
+        entry: what :meth:`entries` would say, without reading a single cost (a node's ``run.ledger``
+        answer built it from :meth:`entries` — every entry's per-target curves, ~20 ms a node at n = 1024)."""
+        # SQLite takes a bare column's value from the row MIN() picked: the protocol of the first entry
+        return [
+            (rid, proto, int(n))
+            for rid, proto, _, n in self._db.execute(
+                "SELECT run_id, protocol, MIN(id) AS first, COUNT(*) FROM entries "
+                "GROUP BY run_id ORDER BY first"
+            ).fetchall()
+        ]
+
     def entries(self, run_id: str | None = None) -> list[dict]:
         """The recorded entries (metadata and per-target costs), oldest first."""
         q = (

@@ -684,11 +684,10 @@ class RunService:
         args = json.loads(payload or b"{}")
         delta = args.get("delta")
         spent = self.ledger.spent(delta=delta)
-        entries = self.ledger.entries()
-        runs: dict[str, dict[str, Any]] = {}
-        for e in entries:  # which runs the lifetime totals come from
-            r = runs.setdefault(e["run_id"], {"protocol": e["protocol"], "entries": 0})
-            r["entries"] += 1
+        # which runs the lifetime totals come from (counted in SQL: reading every entry's costs for
+        # this was most of the answer's time at n = 1024)
+        counts = self.ledger.entry_counts()
+        runs = {rid: {"protocol": proto, "entries": n} for rid, proto, n in counts}
         b = self.ledger.budget
         return _json(
             {
@@ -702,7 +701,7 @@ class RunService:
                     }
                     for t, s in spent.items()
                 },
-                "entries": len(entries),
+                "entries": sum(n for _, _, n in counts),
                 "runs": runs,
                 "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta},
             }

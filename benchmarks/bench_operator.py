@@ -1,0 +1,191 @@
+"""The operator's commands over a hosted network: node by node against one ``host.batch`` call per host.
+
+Why (issue 12): the client asked every node on its own — at n = 1024 in 3 host processes a watch sweep,
+a status or a report was 1024 mutual-TLS Control RPCs served on the hosts' event loops, and the loops
+stalled 2–10 s while 1024 reports were collected.  For each n (``HUSHNET_BENCH_OPERATOR_N``, default
+128) a hypercube network is started in 3 host processes, a private walk of n steps is run and watched
+(once per path), then ``statuses``, ``report``, ``models`` and ``ledgers`` are asked through each path,
+interleaved, ``HUSHNET_BENCH_OPERATOR_REPEAT`` times (default 2); ``HUSHNET_BENCH_OPERATOR_WATCH`` and
+``HUSHNET_BENCH_OPERATOR_COMMANDS`` (comma lists) pick the watches and commands.  Per command and path: wall time,
+Control RPCs the client made, and the hosts' event-loop lag (max over the command, from the hosts'
+``host_load`` lines written every second).  Reported, never asserted (a shared 2-core machine: quote the
+load average beside the numbers); ratios batch / per node are of the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import pathlib
+import tempfile
+import time
+
+from hushnet.net.load import host_load_lines
+
+
+def _ns() -> tuple[int, ...]:
+    raw = os.environ.get("HUSHNET_BENCH_OPERATOR_N")
+    return tuple(int(x) for x in raw.split(",")) if raw else (128,)
+
+
+def _lines(cluster) -> list[int]:
+    return [len(host_load_lines(p.log_path.read_text(errors="replace"))) for p in cluster.processes]
+
+
+def _lag_since(cluster, mark: list[int]) -> float:
+    """The largest loop lag (s) the hosts logged after ``mark`` (waits for the next line of each)."""
+    time.sleep(1.3)  # the window that holds the command's end is logged a second later
+    worst = 0.0
+    for p, k in zip(cluster.processes, mark):
+        for line in host_load_lines(p.log_path.read_text(errors="replace"))[k:]:
+            worst = max(worst, line["lag_max_s"])
+    return worst
+
+
+async def _measure(cluster, n: int, repeat: int) -> dict:
+    from hushnet.client.core import AsyncClient
+    from hushnet.runs.spec import Budget, RunSpec
+
+    state = cluster.state_dir
+    clients = {
+        "per_node": await AsyncClient.connect(state, batch=False, timeout=60.0),
+        "batch": await AsyncClient.connect(state, timeout=60.0),
+    }
+    out: dict = {"watch": {}, "commands": {}}
+    try:
+        runs = {}
+        watched = os.environ.get("HUSHNET_BENCH_OPERATOR_WATCH", "per_node,batch").split(",")
+        for path, client in clients.items():
+            if path not in watched:
+                continue
+            spec = RunSpec(
+                protocol="rw-dpsgd",
+                task="logreg",
+                graph=f"hypercube:{int(math.log2(n))}",
+                steps=n,
+                seed=5,
+                budget=Budget(1e6, 1e-5),
+                sigma=1.0,
+                clip=1.0,
+                step_size=0.1,
+                cap=None,
+            ).with_run_id()
+            t = time.perf_counter()
+            run_id = await client.start_run(spec)
+            accepted = time.perf_counter() - t
+            mark, calls = await asyncio.to_thread(_lines, cluster), dict(client.op.calls)
+            t = time.perf_counter()
+            o = await client.watch(run_id, progress=False, timeout=600)
+            span = time.perf_counter() - t
+            made = {
+                k: v - calls.get(k, 0) for k, v in client.op.calls.items() if v - calls.get(k, 0)
+            }
+            out["watch"][path] = {
+                "state": o.state,
+                "steps": o.step,
+                "accept_s": round(accepted, 1),
+                "watch_s": round(span, 1),
+                "calls": made,
+                "calls_per_s": round(sum(made.values()) / span, 1),
+                "lag_max_s": await asyncio.to_thread(_lag_since, cluster, mark),
+            }
+            runs[path] = run_id
+            print(f"     watch {path:8s} {out['watch'][path]}", flush=True)
+        run_id = next(iter(runs.values()))
+        commands = os.environ.get(
+            "HUSHNET_BENCH_OPERATOR_COMMANDS", "statuses,report,models,ledgers"
+        )
+        for cmd in commands.split(","):
+            rows: dict[str, list] = {p: [] for p in clients}
+            for _ in range(repeat):
+                for path, client in clients.items():
+                    mark, calls = await asyncio.to_thread(_lines, cluster), dict(client.op.calls)
+                    t = time.perf_counter()
+                    res = await (
+                        client.ledgers() if cmd == "ledgers" else getattr(client, cmd)(run_id)
+                    )
+                    span = time.perf_counter() - t
+                    per = res.per_node if cmd == "report" else res
+                    errors = sum(
+                        1 for v in per.values() if not isinstance(v, dict) and cmd != "models"
+                    )
+                    if cmd == "report":
+                        errors = sum(1 for v in per.values() if "error" in v)
+                    rows[path].append(
+                        {
+                            "s": round(span, 2),
+                            "calls": sum(client.op.calls.values()) - sum(calls.values()),
+                            "answers": len(per),
+                            "errors": errors,
+                            "lag_max_s": await asyncio.to_thread(_lag_since, cluster, mark),
+                            # the batch path: seconds the hosts' loops spent in the commands and signing
+                            "host_work_s": {k: round(v, 3) for k, v in client.host_work_s.items()},
+                        }
+                    )
+                    print(f"     {cmd:8s} {path:8s} {rows[path][-1]}", flush=True)
+            out["commands"][cmd] = rows
+    finally:
+        for c in clients.values():
+            await c.close()
+    return out
+
+
+def _one(n: int, repeat: int) -> dict:
+    import numpy as np
+
+    from hushnet.net.cluster import LocalCluster
+    from hushnet.runs.policy import NodePolicy
+    from hushnet.runs.synthetic import planted_logistic_shards
+
+    per_process = math.ceil(n / 3)
+    os.environ["HUSHNET_HOST_LOAD_S"] = "1"  # the hosts inherit it: one lag line a second
+    with tempfile.TemporaryDirectory(prefix="hushnet-bench-operator-") as tmp:
+        state = pathlib.Path(tmp)
+        for i, (X, y) in enumerate(planted_logistic_shards(n, m=10, d=4, seed=3)):
+            d = state / "nodes" / f"n{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            np.savez(d / "data.npz", X=X, y=y)
+            NodePolicy.write(d, epsilon=1e6, delta=1e-5, data_path="data.npz")
+        cluster = LocalCluster(
+            state, n, f"hypercube:{int(math.log2(n))}", restart=False, per_process=per_process
+        )
+        t0 = time.perf_counter()
+        try:
+            cluster.start(timeout=120)
+            cluster.wait_healthy(timeout=max(120.0, n * 0.5))
+            healthy_s = time.perf_counter() - t0
+            print(f"   n={n}: healthy after {healthy_s:.1f} s, load {os.getloadavg()}", flush=True)
+            row = asyncio.run(_measure(cluster, n, repeat))
+        finally:
+            cluster.stop(timeout=30)
+    return {
+        "n": n,
+        "processes": len(cluster.processes),
+        "per_process": per_process,
+        "healthy_s": round(healthy_s, 1),
+        **row,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main(out_dir: pathlib.Path) -> dict:
+    repeat = int(os.environ.get("HUSHNET_BENCH_OPERATOR_REPEAT", "2"))
+    rows = []
+    for n in _ns():
+        row = _one(n, repeat)
+        rows.append(row)
+        print(
+            f"   n={n} ({row['processes']} hosts, healthy {row['healthy_s']} s), "
+            f"load {row['load_average']}",
+            flush=True,
+        )
+    return {"benchmark": "operator", "load_average": os.getloadavg(), "rows": rows}
+
+
+if __name__ == "__main__":
+    import sys
+
+    out = main(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/out"))
+    print(json.dumps(out, indent=2))

@@ -1,0 +1,251 @@
+"""One ``Control`` call answers for every node of a host process (``host.batch``).
+
+Why: the operator's watch, report, model and ledger commands asked each node on its own — at n = 1024
+in 3 host processes that was 1024 mutual-TLS Control RPCs per sweep, served on the hosts' event
+loops (a watch was rate-limited to 128 calls/s, a 1024-node sweep took 8 s; collecting 1024 reports
+stalled the loops 2–10 s).  A host process already holds every node it hosts, so any of them can
+answer for all: the operator's client sends one call per host (in pages) and gets each node's
+answer back.
+
+Trust is what it was per node.  The contact node's server authenticated the operator (``Control`` is
+served to operator certificates only).  Each hosted node's answer is the exact bytes its own command
+returns (the same handler a per-node call runs), signed with that node's own certificate key over the
+client's nonce, the command, the node id, whether it is an answer or an error, and the bytes' SHA-256
+(:func:`answer_message`).  The client checks the key against the node's ``key_sha256`` in the
+directory, so a process can speak only for nodes whose keys it holds — its own nodes — as it could
+per node; the nonce stops a replay of an old answer.
+
+The loop: the nodes are asked one after the other, yielding to the event loop every
+:data:`YIELD_S` of work, so a page of reports never holds the loop for the whole page; the client
+pages (:data:`PAGE`) so no reply is built from thousands of answers at once, and a host stops a reply
+at half its message limit (the rest go in the next page: ``more``).  ``run.events`` with a
+``wait`` is a long poll for the whole host: it returns as soon as one of the asked nodes has an event
+(or its run ended), else after ``wait`` seconds — one call in flight per host during a watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from typing import Any, Callable
+
+from cryptography.hazmat.primitives import serialization
+
+from hushnet.net import pki
+from hushnet.net.errors import NodeStopping
+from hushnet.net.handlers import UnknownCommand
+
+#: the Control command name
+BATCH_COMMAND = "host.batch"
+#: commands a batch may carry: JSON in, JSON out, what the operator asks every node (``run.submit``,
+#: with its signed bytes and its durable set-up in a worker thread, stays per node)
+BATCHABLE = frozenset(
+    {
+        "run.status",
+        "run.events",
+        "run.report",
+        "run.model",
+        "run.ledger",
+        "run.list",
+        "run.close",
+        "run.cancel",
+        "run.start",
+        "status",
+    }
+)
+#: the longest long poll a host holds (s), as ``run.events`` per node
+MAX_WAIT_S = 30.0
+#: work (s) between two yields to the event loop while a page is answered
+YIELD_S = 0.02
+#: nodes per page the client asks in one call, by command (models are large: ~0.1 MB per 10⁴ floats;
+#: a host also ends a reply at half its message limit, see ``more``)
+PAGE = {"run.model": 32, "run.events": 1 << 20}  # a watch's long poll: one page per host
+PAGE_DEFAULT = 256
+
+
+def answer_message(nonce: str, command: str, node_id: str, ok: bool, body: bytes) -> bytes:
+    """What a hosted node signs for one answer (or error) of a batch."""
+    return json.dumps(
+        [
+            "hushnet.v1",
+            BATCH_COMMAND,
+            nonce,
+            command,
+            node_id,
+            bool(ok),
+            hashlib.sha256(body).hexdigest(),
+        ]
+    ).encode()
+
+
+def spki_der(key) -> bytes:
+    """The DER SubjectPublicKeyInfo of a private key's public half (its SHA-256 is the directory's ``key_sha256``)."""
+    return key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def command_error(exc: BaseException) -> str:
+    """The error text of a failed command, exactly as the node's ``Control`` handler words it."""
+    if isinstance(exc, KeyError) and exc.args:
+        return f"{type(exc).__name__}: {exc.args[0]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class HostBatch:
+    """The ``host.batch`` command of one node.
+
+    The node's ``host_peers`` (set by :class:`hushnet.net.host.NodeHost`: every running node of the
+    process by id) are the nodes it answers for, its ``host_id`` names that set (the client groups
+    nodes by it); a node without a host answers for itself, under the id ``node:<its id>``."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        #: bytes of answers in one reply (None: half the node's message limit)
+        self.budget: int | None = None
+
+    def nodes(self) -> dict[str, Any]:
+        peers: Callable[[], dict[str, Any]] | None = getattr(self.node, "host_peers", None)
+        return peers() if peers is not None else {self.node.node_id: self.node}
+
+    @property
+    def host_id(self) -> str:
+        return getattr(self.node, "host_id", None) or f"node:{self.node.node_id}"
+
+    async def __call__(self, payload: bytes) -> bytes:
+        args = json.loads(payload or b"{}")
+        if not isinstance(args, dict):
+            raise ValueError("host.batch arguments must be a JSON object")
+        command = str(args.get("command", ""))
+        if command not in BATCHABLE:
+            raise ValueError(
+                f"host.batch cannot carry {command!r} (batchable: {', '.join(sorted(BATCHABLE))})"
+            )
+        nonce = str(args.get("nonce", ""))
+        if not 16 <= len(nonce) <= 128:
+            raise ValueError("host.batch needs a nonce of 16 to 128 characters")
+        common = args.get("args")
+        per_node = args.get("per_node") or {}
+        asked = args.get("nodes")
+        if not isinstance(asked, list) or not all(isinstance(i, str) for i in asked):
+            raise ValueError("host.batch needs 'nodes': a list of node ids")
+        if not isinstance(per_node, dict):
+            raise ValueError("host.batch 'per_node' must map node ids to arguments")
+        wait = min(max(float(args.get("wait", 0.0)), 0.0), MAX_WAIT_S)
+        hosted = self.nodes()
+        here = [i for i in asked if i in hosted and not hosted[i].stopping]
+        absent = [i for i in asked if i not in here]
+
+        def payload_of(i: str, extra: dict | None = None) -> bytes:
+            a = per_node.get(i, common)
+            if extra:
+                a = {**(a or {}), **extra}
+            return json.dumps(a or {}).encode()
+
+        if command == "run.events" and wait > 0:
+            await self._long_poll(hosted, here, payload_of, wait)
+        answers: list[dict[str, Any]] = []
+        bodies: list[bytes] = []
+        more: list[str] = []
+        size, budget = 0, self.budget or self.node.config.max_message_bytes // 2
+        t0 = time.monotonic()
+        work = {"commands": 0.0, "sign": 0.0}  # seconds on this loop, reported to the client
+        for k, i in enumerate(here):
+            node = hosted[i]
+            if node.stopping:
+                absent.append(i)
+                continue
+            t = time.perf_counter()
+            ok, body = await self._one(
+                node, command, payload_of(i, {"wait": 0} if command == "run.events" else None)
+            )
+            work["commands"] += time.perf_counter() - t
+            if (
+                ok is None
+            ):  # stopping meanwhile: the client asks it on its own (and learns it is down)
+                absent.append(i)
+                continue
+            if answers and size + len(body) > budget:  # the rest in the client's next page
+                more = here[k:]
+                break
+            size += len(body)
+            t = time.perf_counter()
+            key = node.identity.key
+            sig = pki.sign(key, answer_message(nonce, command, i, ok, body))
+            work["sign"] += time.perf_counter() - t
+            answers.append(
+                {
+                    "node": i,
+                    "ok": ok,
+                    "len": len(body),
+                    "sig": sig.hex(),
+                    "spki": spki_der(key).hex(),
+                }
+            )
+            bodies.append(body)
+            if time.monotonic() - t0 > YIELD_S:  # let the loop serve its links between nodes
+                await asyncio.sleep(0)
+                t0 = time.monotonic()
+        self.node._load.count(f"control_batch:{command}")
+        self.node._load.count("control_batched", len(answers))
+        head = {
+            "host": self.host_id,
+            "hosted": sorted(hosted),
+            "answers": answers,
+            "absent": absent,
+            "more": more,
+            "work_s": {k: round(v, 6) for k, v in work.items()},
+        }
+        return json.dumps(head).encode() + b"\n" + b"".join(bodies)
+
+    async def _one(self, node, command: str, payload: bytes) -> tuple[bool | None, bytes]:
+        """``(ok, answer or error text)`` of ``command`` at ``node``; ``(None, b"")`` if it is stopping."""
+        try:
+            return True, await node.controls.run(command, payload)
+        except NodeStopping:
+            return None, b""
+        except UnknownCommand:
+            return False, f"unknown control command {command!r}".encode()
+        except (KeyError, ValueError, PermissionError) as exc:
+            return False, command_error(exc).encode()
+        except Exception as exc:  # a bug in one node's command: its error, the others still answer
+            if node.stopping:
+                return None, b""
+            node.log.exception(
+                "control command %s failed (host batch)", command, extra={"event": "control_error"}
+            )
+            return False, command_error(exc).encode()
+
+    async def _long_poll(self, hosted, here: list[str], payload_of, wait: float) -> None:
+        """Return when one of ``here`` has an event after its cursor (or its run is over, or it fails),
+        or after ``wait`` seconds: each node's own ``run.events`` long poll, the first one back wins."""
+        loop = asyncio.get_running_loop()
+        pending = {
+            loop.create_task(hosted[i].controls.run("run.events", payload_of(i, {"wait": wait})))
+            for i in here
+        }
+        tasks = list(pending)
+        deadline = time.monotonic() + wait
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                done, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                # a node that answers at once with an error (no such run here) is no news: keep waiting
+                if any(not t.cancelled() and t.exception() is None for t in done):
+                    return
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def new_host_id() -> str:
+    """A fresh id for the set of nodes one process serves."""
+    return uuid.uuid4().hex[:16]
