@@ -141,9 +141,13 @@ class DirectoryMixin:
                 task = asyncio.get_running_loop().create_task(link.channel.close())
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
+        opened = False
         for peer_id in neighbors:
             if peer_id not in self.links:
                 self.links[peer_id] = self._open_link(self.members[peer_id])
+                opened = True
+        if opened:
+            self._kick_probes()  # new links are due at once
 
     async def _directory_loop(self) -> None:
         """Follow the process's copy of the directory, which moves when the bootstrap's does (a long poll

@@ -302,3 +302,48 @@ def test_a_node_says_once_that_it_is_wired(tmp_path: pathlib.Path, caplog) -> No
     wired = [r.getMessage() for r in info if getattr(r, "event", "") == "wired"]
     assert sorted(wired) == ["connected to all 2 neighbours"] * 3, wired
     assert not [r for r in info if getattr(r, "event", "") == "link_up"]  # first connections: debug
+
+
+def test_a_link_waiting_for_its_neighbour_does_not_wake_the_probe_loop(
+    tmp_path: pathlib.Path,
+) -> None:
+    """While a link's probe is in flight (a neighbour not serving yet: the probe waits for it up to its
+    deadline) the node's probe loop sleeps until a link is due or a probe ends; it used to wake every
+    0.5 s while any link was down, to find that link's probe still in flight — at n = 2048, 410 nodes a
+    host twice a second each until their last neighbour joined.  A probe that ends wakes it at once."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            n0.config.probe_s = 3.0
+            real = n0._probe
+            release = asyncio.Event()
+            seen: collections.Counter = collections.Counter()
+
+            async def probe(link):
+                seen[link.peer_id] += 1
+                if link.peer_id == "n2":
+                    await release.wait()  # the neighbour is not there yet
+                    link.healthy = False
+                    return
+                await real(link)
+
+            n0._probe = probe
+            n0.links["n2"].healthy = False
+            n0.links["n2"].next_probe = 0.0
+            n0._kick_probes()
+            while not seen["n2"]:
+                await asyncio.sleep(0.05)
+            before = n0.probe_wakes
+            await asyncio.sleep(3.0)
+            woke = n0.probe_wakes - before
+            assert 1 <= woke <= 3, woke  # n1 due once per probe_s (3 s), not a wake every 0.5 s
+            release.set()  # the probe ends (failed): the link is probed again 0.5 s later, as before
+            while seen["n2"] < 3:
+                await asyncio.sleep(0.05)
+            assert n0.links["n1"].healthy and not n0.links["n2"].healthy
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
