@@ -58,6 +58,14 @@ def test_one_down_link_does_not_speed_up_the_others(tmp_path: pathlib.Path) -> N
     uvloop.run(go())
 
 
+async def _leave_to_the_test(link) -> None:
+    """Keep the node's own probe loop off ``link`` (a probe of its own in the middle of the test's probes
+    would call the test's stub too): no probe in flight, none due."""
+    while link.probing is not None:
+        await asyncio.sleep(0.01)
+    link.next_probe = float("inf")
+
+
 class _Slow:
     """A neighbour whose Health answer does not arrive within the deadline; ``before`` runs first (inside
     the probe's wait: traffic arriving, or this process's loop blocked)."""
@@ -88,6 +96,7 @@ def test_timeouts_on_a_connected_link_are_misses_and_probe_misses_in_a_row_drop_
             n0.config.probe_misses = 3  # what a host of many nodes sets (a lone node: 2)
             link = n0.links["n1"]
             assert link.healthy and link.state() == "READY"
+            await _leave_to_the_test(link)
             real_stub, link.stub = link.stub, _Slow()
             await n0._probe(link)
             assert link.healthy and link.missed == 1  # one miss: still up
@@ -117,6 +126,7 @@ def test_a_timeout_while_the_neighbour_was_heard_is_no_miss(tmp_path: pathlib.Pa
             async def traffic():
                 await n1.send("n0", b"alive", protocol="net.discard")
 
+            await _leave_to_the_test(link)
             link.stub = slow = _Slow(traffic)
             for _ in range(2 * n0.config.probe_misses):
                 await n0._probe(link)
@@ -343,6 +353,38 @@ def test_a_link_waiting_for_its_neighbour_does_not_wake_the_probe_loop(
             while seen["n2"] < 3:
                 await asyncio.sleep(0.05)
             assert n0.links["n1"].healthy and not n0.links["n2"].healthy
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
+
+
+def test_a_nodes_healthy_links_share_one_wake_per_probe_period(tmp_path: pathlib.Path) -> None:
+    """Where Health RPCs are spaced (hosted nodes), the probes of a node's healthy links fall into one
+    wake-up of its probe loop per probe period: each link's own jittered due time used to wake the loop
+    once per link (11 wake-ups per period and node at degree 11, ~530 a second in an idle 410-node host,
+    each going over every link).  No Health RPC is added by it."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "complete:5", 5)
+        try:
+            n0 = nodes[0]
+            assert len(n0.links) == 4 and all(l.healthy for l in n0.links.values())
+            n0.config.probe_s = 1.0
+            n0.config.health_rpc_s = 1000.0  # connected links: state reads only, no RPC
+            now = time.monotonic()
+            for i, link in enumerate(n0.links.values()):  # due times spread over the period
+                link.next_probe = now + 0.25 * i
+                link.last_rpc = now
+            n0._kick_probes()
+            await asyncio.sleep(0.5)
+            before = n0.probe_wakes
+            await asyncio.sleep(4.0)
+            woke = n0.probe_wakes - before
+            assert woke <= 8, woke  # one wake a link would be ~16
+            assert len({round(l.next_probe, 6) for l in n0.links.values()}) == 1  # one due time
+            assert all(l.healthy for l in n0.links.values())
+            assert all(l.last_rpc == now for l in n0.links.values())  # no Health RPC from n0
         finally:
             await _shutdown(nodes, stop, task)
 
