@@ -280,6 +280,20 @@ class ChannelsMixin:
             )
         link.healthy = ok
 
+    #: a failed probe's link is probed again after this many seconds (its probe_s once it is healthy)
+    UNHEALTHY_REPROBE_S = 0.5
+    #: times this node's probe loop woke (tests and profiles read it)
+    probe_wakes = 0
+    #: fraction of a probe period by which a healthy link's probe may come early to share a wake-up (hosted
+    #: nodes only, where the probes between Health RPCs read the channel state)
+    PROBE_SLACK = 0.5
+
+    def _kick_probes(self) -> None:
+        """Wake the probe loop now (a probe ended, or links were opened): it sleeps until then otherwise."""
+        kick = getattr(self, "_probe_kick", None)
+        if kick is not None:
+            kick.set()
+
     async def _probe_loop(self) -> None:
         """Probe each healthy link every ~``probe_s`` and each unhealthy one every 0.5 s.
 
@@ -291,11 +305,28 @@ class ChannelsMixin:
         up to its deadline; when a round waited for all its probes, a link that came up meanwhile was
         confirmed only after the slowest probe of the round (at n = 2048 every node had neighbours not yet
         serving).  A link has at most one probe in flight, so the rate per link is what it was.
+
+        Why the loop sleeps until a link is due or a probe ends (:meth:`_kick_probes`), not 0.5 s while a
+        link is down: a link that is down has its probe in flight (waiting for the neighbour, up to its
+        deadline) nearly all the time, so the 0.5 s wake-ups found nothing to do — at n = 2048 a host's
+        410 nodes woke twice a second each for the minute or two until their last neighbour joined.
         """
+        self._probe_kick = kick = asyncio.Event()
+        loop = asyncio.get_running_loop()
         while True:
+            kick.clear()
+            self.probe_wakes += 1
             now = time.monotonic()
+            probe_s = self.config.probe_s
+            # Where Health RPCs are spaced (health_rpc_s > 0: hosted nodes) a healthy link due within the next
+            # PROBE_SLACK of a period is taken in this wake, and the links taken together get one next due
+            # time: each link's own jittered due time woke the loop once per link and period (degree 11: ~530
+            # wake-ups a second in an idle 410-node host, each going over every link); now a node's healthy
+            # links fall into one wake per period.  Health RPCs stay as often as health_rpc_s says.
+            soon = now + (self.PROBE_SLACK * probe_s if self.config.health_rpc_s > 0 else 0.0)
+            next_due = now + probe_s * (0.9 + 0.2 * random.random())
             for link in list(self.links.values()):
-                if link.probing is None and (not link.healthy or link.next_probe <= now):
+                if link.probing is None and link.next_probe <= (soon if link.healthy else now):
                     if (
                         link.healthy
                         and now - link.last_heard < self.config.probe_s
@@ -304,7 +335,7 @@ class ChannelsMixin:
                         # traffic is proof of life: a link that carried an envelope within the last probe
                         # period and is still connected needs no probe (during gossip rounds at n = 1024
                         # every link carries traffic each round; probing them too was pure overhead)
-                        link.next_probe = now + self.config.probe_s * (0.9 + 0.2 * random.random())
+                        link.next_probe = next_due
                         self._load.count("probe_skipped_traffic")
                         continue
                     if (
@@ -315,16 +346,15 @@ class ChannelsMixin:
                     ):
                         # what _probe would do (read the channel's state, no RPC), without a task: at
                         # n = 1024 an idle host's loop spent 0.26 CPU-s/s on ~500 such probe tasks a second
-                        link.next_probe = now + self.config.probe_s * (0.9 + 0.2 * random.random())
+                        link.next_probe = next_due
                         self._load.count("probe_state_read")
                         continue
-                    link.probing = asyncio.get_running_loop().create_task(self._probe_once(link))
-            links = list(self.links.values())
-            if not links or any(not l.healthy for l in links):
-                delay = 0.5
-            else:
-                delay = min(l.next_probe for l in links) - time.monotonic()
-            await asyncio.sleep(min(max(delay, 0.05), self.config.probe_s))
+                    link.probing = loop.create_task(self._probe_once(link))
+            due = [l.next_probe for l in self.links.values() if l.probing is None]
+            delay = (min(due) if due else now + self.config.probe_s) - time.monotonic()
+            timer = loop.call_later(min(max(delay, 0.05), self.config.probe_s), kick.set)
+            await kick.wait()
+            timer.cancel()
 
     async def _probe_once(self, link: PeerLink) -> None:
         try:
@@ -334,5 +364,10 @@ class ChannelsMixin:
         ) as exc:  # a closed channel (link replaced or node stopping): the link is gone
             self.log.debug("probe of %s failed: %r", link.peer_id, exc)
         finally:
-            link.next_probe = time.monotonic() + self.config.probe_s * (0.9 + 0.2 * random.random())
+            now = time.monotonic()
+            if link.healthy:
+                link.next_probe = now + self.config.probe_s * (0.9 + 0.2 * random.random())
+            else:
+                link.next_probe = now + self.UNHEALTHY_REPROBE_S
             link.probing = None
+            self._kick_probes()

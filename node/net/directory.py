@@ -45,8 +45,22 @@ class DirectoryMixin:
 
     @property
     def directory_epoch(self) -> int:
-        """Version of the directory this node applied last (0 before the first)."""
-        return self._dir_epoch or 0
+        """Version of the directory this node is at (0 before the first): the process's version when no
+        change since the one it applied last concerns its neighbourhood (it would redo nothing for them, and
+        is not woken for them, see :meth:`_directory_loop`), else the one it applied last."""
+        applied, source = self._dir_epoch, self._dir_source
+        if applied is None:
+            return 0
+        ident = getattr(self, "identity", None)
+        if (
+            source is not None
+            and source.epoch is not None
+            and source.epoch > applied
+            and ident is not None
+            and not source.view.changed_since(applied, ident.vertex)
+        ):
+            return source.epoch
+        return applied
 
     async def _refresh_directory(
         self,
@@ -127,26 +141,29 @@ class DirectoryMixin:
                 task = asyncio.get_running_loop().create_task(link.channel.close())
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
+        opened = False
         for peer_id in neighbors:
             if peer_id not in self.links:
                 self.links[peer_id] = self._open_link(self.members[peer_id])
+                opened = True
+        if opened:
+            self._kick_probes()  # new links are due at once
 
     async def _directory_loop(self) -> None:
         """Follow the process's copy of the directory, which moves when the bootstrap's does (a long poll
-        shared by the process's nodes, see :mod:`hushnet.net.shared`), instead of polling."""
+        shared by the process's nodes, see :mod:`hushnet.net.shared`), instead of polling.  The node wakes
+        only when its own or a neighbour's entry changed (:meth:`SharedBootstrap.next_change`): a join storm
+        is mostly other nodes' neighbourhoods."""
         while True:
             self._bootstrap_channel()
-            epoch = await self._boot.next_directory(self._dir_epoch)
-            if epoch == self._dir_epoch:
-                continue
             if (
-                self._dir_epoch is not None
-                and self._dir_source is self._boot
-                and self.identity is not None
-                and not self._boot.view.changed_since(self._dir_epoch, self.identity.vertex)
+                self._dir_epoch is None
+                or self._dir_source is not self._boot
+                or self.identity is None
             ):
-                # nothing of ours changed (a join storm is mostly other nodes' neighbourhoods): at 410 nodes a
-                # process, redoing every node's neighbours and links on each change was most of this loop
-                self._dir_epoch = epoch
+                epoch = await self._boot.next_directory(self._dir_epoch)
+            else:
+                epoch = await self._boot.next_change(self._dir_epoch, self.identity.vertex)
+            if epoch == self._dir_epoch:
                 continue
             self._apply_directory(self._boot, epoch)

@@ -105,7 +105,6 @@ class Node(
         self._inflight: set[asyncio.Task] = set()  # Deliver and Control handlers running now
         self._seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
         self._seq: dict[tuple[str, str, str], int] = {}
-        self._cert_cache: dict[bytes, tuple[pki.PeerIdentity | None, str]] = {}
         self._bootstrap_ok = True
         self._last_dir_fetch = 0.0
         self._stopping = False

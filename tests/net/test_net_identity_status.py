@@ -212,3 +212,28 @@ def test_status_is_not_healthy_until_every_node_is_wired(tmp_path: pathlib.Path)
             await task
 
     uvloop.run(go())
+
+
+def test_a_callers_certificate_is_parsed_once_per_process(monkeypatch) -> None:
+    """What a caller's certificate says (its node name, its key's fingerprint) is parsed once for all the
+    nodes of a process: each node parsed each neighbour's certificate itself, and every node the
+    operator's (2 048 parses of one certificate when a 2048-node start-up was checked)."""
+    from hushnet.net import admission
+
+    ca_key, ca_cert = pki.create_ca()
+    key = pki.generate_key()
+    pem = pki.cert_to_pem(pki.issue_cert(ca_key, ca_cert, key.public_key(), kind="node", name="n7"))
+    parsed = []
+    real = pki.load_cert
+    monkeypatch.setattr(pki, "load_cert", lambda b: parsed.append(b) or real(b))
+    monkeypatch.setattr(admission, "_CALLERS", {})
+
+    class Context:
+        def auth_context(self):
+            return {"x509_pem_cert": [pem]}
+
+    nodes = [admission.AdmissionMixin() for _ in range(3)]
+    answers = {n._caller(Context()) for n in nodes for _ in range(2)}
+    assert len(parsed) == 1
+    ((who, key_sha),) = answers
+    assert who.name == "n7" and who.is_node and key_sha == pki.key_sha256(key.public_key())

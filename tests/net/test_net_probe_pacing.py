@@ -58,6 +58,14 @@ def test_one_down_link_does_not_speed_up_the_others(tmp_path: pathlib.Path) -> N
     uvloop.run(go())
 
 
+async def _leave_to_the_test(link) -> None:
+    """Keep the node's own probe loop off ``link`` (a probe of its own in the middle of the test's probes
+    would call the test's stub too): no probe in flight, none due."""
+    while link.probing is not None:
+        await asyncio.sleep(0.01)
+    link.next_probe = float("inf")
+
+
 class _Slow:
     """A neighbour whose Health answer does not arrive within the deadline; ``before`` runs first (inside
     the probe's wait: traffic arriving, or this process's loop blocked)."""
@@ -88,6 +96,7 @@ def test_timeouts_on_a_connected_link_are_misses_and_probe_misses_in_a_row_drop_
             n0.config.probe_misses = 3  # what a host of many nodes sets (a lone node: 2)
             link = n0.links["n1"]
             assert link.healthy and link.state() == "READY"
+            await _leave_to_the_test(link)
             real_stub, link.stub = link.stub, _Slow()
             await n0._probe(link)
             assert link.healthy and link.missed == 1  # one miss: still up
@@ -117,6 +126,7 @@ def test_a_timeout_while_the_neighbour_was_heard_is_no_miss(tmp_path: pathlib.Pa
             async def traffic():
                 await n1.send("n0", b"alive", protocol="net.discard")
 
+            await _leave_to_the_test(link)
             link.stub = slow = _Slow(traffic)
             for _ in range(2 * n0.config.probe_misses):
                 await n0._probe(link)
@@ -302,3 +312,80 @@ def test_a_node_says_once_that_it_is_wired(tmp_path: pathlib.Path, caplog) -> No
     wired = [r.getMessage() for r in info if getattr(r, "event", "") == "wired"]
     assert sorted(wired) == ["connected to all 2 neighbours"] * 3, wired
     assert not [r for r in info if getattr(r, "event", "") == "link_up"]  # first connections: debug
+
+
+def test_a_link_waiting_for_its_neighbour_does_not_wake_the_probe_loop(
+    tmp_path: pathlib.Path,
+) -> None:
+    """While a link's probe is in flight (a neighbour not serving yet: the probe waits for it up to its
+    deadline) the node's probe loop sleeps until a link is due or a probe ends; it used to wake every
+    0.5 s while any link was down, to find that link's probe still in flight — at n = 2048, 410 nodes a
+    host twice a second each until their last neighbour joined.  A probe that ends wakes it at once."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            n0.config.probe_s = 3.0
+            real = n0._probe
+            release = asyncio.Event()
+            seen: collections.Counter = collections.Counter()
+
+            async def probe(link):
+                seen[link.peer_id] += 1
+                if link.peer_id == "n2":
+                    await release.wait()  # the neighbour is not there yet
+                    link.healthy = False
+                    return
+                await real(link)
+
+            n0._probe = probe
+            n0.links["n2"].healthy = False
+            n0.links["n2"].next_probe = 0.0
+            n0._kick_probes()
+            while not seen["n2"]:
+                await asyncio.sleep(0.05)
+            before = n0.probe_wakes
+            await asyncio.sleep(3.0)
+            woke = n0.probe_wakes - before
+            assert 1 <= woke <= 3, woke  # n1 due once per probe_s (3 s), not a wake every 0.5 s
+            release.set()  # the probe ends (failed): the link is probed again 0.5 s later, as before
+            while seen["n2"] < 3:
+                await asyncio.sleep(0.05)
+            assert n0.links["n1"].healthy and not n0.links["n2"].healthy
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
+
+
+def test_a_nodes_healthy_links_share_one_wake_per_probe_period(tmp_path: pathlib.Path) -> None:
+    """Where Health RPCs are spaced (hosted nodes), the probes of a node's healthy links fall into one
+    wake-up of its probe loop per probe period: each link's own jittered due time used to wake the loop
+    once per link (11 wake-ups per period and node at degree 11, ~530 a second in an idle 410-node host,
+    each going over every link).  No Health RPC is added by it."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "complete:5", 5)
+        try:
+            n0 = nodes[0]
+            assert len(n0.links) == 4 and all(l.healthy for l in n0.links.values())
+            n0.config.probe_s = 1.0
+            n0.config.health_rpc_s = 1000.0  # connected links: state reads only, no RPC
+            now = time.monotonic()
+            for i, link in enumerate(n0.links.values()):  # due times spread over the period
+                link.next_probe = now + 0.25 * i
+                link.last_rpc = now
+            n0._kick_probes()
+            await asyncio.sleep(0.5)
+            before = n0.probe_wakes
+            await asyncio.sleep(4.0)
+            woke = n0.probe_wakes - before
+            assert woke <= 8, woke  # one wake a link would be ~16
+            assert len({round(l.next_probe, 6) for l in n0.links.values()}) == 1  # one due time
+            assert all(l.healthy for l in n0.links.values())
+            assert all(l.last_rpc == now for l in n0.links.values())  # no Health RPC from n0
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
