@@ -389,3 +389,41 @@ def test_a_nodes_healthy_links_share_one_wake_per_probe_period(tmp_path: pathlib
             await _shutdown(nodes, stop, task)
 
     uvloop.run(go())
+
+
+def test_a_stopping_node_probes_no_neighbour(tmp_path: pathlib.Path) -> None:
+    """A node stops probing as soon as it starts to stop, before its handlers' grace period: its links
+    are going anyway.  Found at n = 2048 (5 hosts of 410 nodes stopping together): every node went on
+    probing neighbours that were stopping too — 40 % of a host's loop samples, the first node stopped
+    40 s after SIGTERM and the whole stop took ~60 s (one host of 256: 1.3 s)."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            n0 = nodes[0]
+            probes: list[float] = []
+
+            async def probe(link):
+                probes.append(time.monotonic())
+                link.healthy = False  # failing: re-probed every 0.5 s while the loop runs
+
+            n0._probe = probe
+            for link in n0.links.values():
+                link.next_probe = 0.0
+            await asyncio.sleep(1.2)
+            assert probes, "the stub probe never ran: the test would prove nothing"
+            n0.config.stop_grace_s = 2.0
+            held = asyncio.get_running_loop().create_task(asyncio.sleep(1.5))
+            n0._inflight.add(
+                held
+            )  # a handler still running: the stop waits for it (the grace period)
+            t0 = time.monotonic()
+            stopping = asyncio.get_running_loop().create_task(n0.stop())
+            await asyncio.sleep(1.2)
+            assert not stopping.done()  # still in the grace period
+            assert [t for t in probes if t > t0] == []
+            await stopping
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
