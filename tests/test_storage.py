@@ -43,6 +43,16 @@ def _sqlite_memory_used():
     return lib.sqlite3_memory_used if used else None
 
 
+@pytest.fixture
+def used():
+    """SQLite's own heap counter.  Skipped only on a Python whose ``sqlite3`` module is linked statically
+    (no shared library of the same version to ask); this machine's CI runs these tests."""
+    fn = _sqlite_memory_used()
+    if fn is None:
+        pytest.skip("cannot read sqlite3_memory_used of the sqlite3 module's library")
+    return fn
+
+
 def test_every_node_store_opens_with_the_bounded_cache(tmp_path):
     stores = [
         NodeStore(tmp_path / "node.sqlite"),
@@ -71,12 +81,9 @@ def test_open_store_keeps_page_size_and_sync(tmp_path):
         db.close()
 
 
-def test_run_store_memory_stays_bounded_as_the_file_grows(tmp_path):
+def test_run_store_memory_stays_bounded_as_the_file_grows(tmp_path, used):
     """Writing 8 MB of checkpoint buffers leaves SQLite holding well under its default 2 MB cache
     (0.5 MB here; with SQLite's default cache 2.1 MB)."""
-    used = _sqlite_memory_used()
-    if used is None:
-        pytest.skip("cannot read sqlite3_memory_used of the sqlite3 module's library")
     st = RunStore(tmp_path / "runs.sqlite")
     try:
         base = used()
@@ -93,16 +100,13 @@ def test_run_store_memory_stays_bounded_as_the_file_grows(tmp_path):
     assert held < 1.5 * 2**20, f"SQLite holds {held / 2**20:.2f} MB after writing 8 MB"
 
 
-def test_ledger_keeps_no_copy_of_the_last_block_it_wrote(tmp_path):
+def test_ledger_keeps_no_copy_of_the_last_block_it_wrote(tmp_path, used):
     """A ledger block larger than BIND_MAX (n = 2048: 2.6 MB) is written in place, so no copy of it stays
     with the prepared INSERT for the node's life (+0.18 MB of SQLite heap; before: +2.17 MB); it
     reads back bit for bit."""
     from hushnet.privacy.ledger import Ledger
     from hushnet.privacy.ledger_math import PrivacyEntry
 
-    used = _sqlite_memory_used()
-    if used is None:
-        pytest.skip("cannot read sqlite3_memory_used of the sqlite3 module's library")
     led = Ledger(tmp_path / "ledger.sqlite", node_id="n0")
     targets = [f"n{i}" for i in range(1, 1648)]  # 1647 × 159 orders × 8 B: 2.1 MB
     rows = np.random.default_rng(1).random((len(targets), led.orders.size)) * 1e-3
@@ -121,12 +125,9 @@ def test_ledger_keeps_no_copy_of_the_last_block_it_wrote(tmp_path):
     assert np.stack([got[0]["rdp"][t] for t in targets]).tobytes() == rows.tobytes()
 
 
-def test_run_store_keeps_no_copy_of_the_last_buffer_it_wrote(tmp_path):
+def test_run_store_keeps_no_copy_of_the_last_buffer_it_wrote(tmp_path, used):
     """A checkpoint buffer over BIND_MAX (a gossip run's row: 1.3 MB a node at n = 1024) is not kept by
     the prepared INSERT after the checkpoint (before: +2.0 MB of SQLite heap for a 2 MB buffer)."""
-    used = _sqlite_memory_used()
-    if used is None:
-        pytest.skip("cannot read sqlite3_memory_used of the sqlite3 module's library")
     st = RunStore(tmp_path / "runs.sqlite")
     try:
         st.accept("r", b"signed", 0, {})
