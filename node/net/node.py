@@ -235,6 +235,9 @@ class Node(
             extra={"event": "serving", "address": self.address, "neighbors": self.neighbors},
         )
 
+    #: seconds gRPC's server gets to finish the answers still being sent once the node's own handlers ended
+    SERVER_STOP_TAIL_S = 2.0
+
     async def stop(self, grace: float | None = None, leave: bool = True) -> None:
         """Stop in the order that loses nothing a neighbour was told it has.
 
@@ -267,7 +270,13 @@ class Node(
             running.discard(asyncio.current_task())  # a handler that stops its own node: not itself
             if running and grace > 0:
                 await asyncio.wait(running, timeout=grace)
-            await self._server.stop(max(deadline - time.monotonic(), 0.0))
+            # gRPC gets a short tail, not the rest of the grace: the node's own handlers are done and what
+            # reaches it now is refused at once, so a call still open in gRPC is one it holds without a
+            # handler — a request that never came, or a call its aio server matched while its serving loop
+            # was exiting (never handed over).  Given the rest of the grace, such a call hung its caller
+            # until its deadline (a Deliver timed out after 5 s in CI); now gRPC cancels it
+            tail = min(max(deadline - time.monotonic(), 0.0), self.SERVER_STOP_TAIL_S)
+            await self._server.stop(tail)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

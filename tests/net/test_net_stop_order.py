@@ -236,3 +236,43 @@ def test_a_host_stopped_while_starting_closes_the_nodes_it_was_starting(
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def test_a_call_gRPC_holds_does_not_keep_a_stopping_node_for_its_grace(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Once a stopping node's own handlers have finished, gRPC's server gets a short tail, not what is left
+    of the node's grace: what is still open in gRPC then is no handler of the node's (those refuse at
+    once) but a call gRPC holds — one whose request never came, or one its aio server matched while its
+    serving loop was exiting (``_server_main_loop`` cancels its pending request futures on shutdown, and a
+    call core matched to one of them is never handed to a handler).  It used to last until the grace ran
+    out (60 s in the shutdown-order helper): in CI a Deliver sent while a node stopped timed out after 5 s
+    (DEADLINE_EXCEEDED) instead of being answered UNAVAILABLE or CANCELLED.  Here the held call is a
+    Deliver whose request is never sent (a client that opens the stream and goes quiet)."""
+
+    async def go() -> None:
+        from test_net_inprocess import _network, _shutdown
+
+        nodes, stop, task = await _network(tmp_path, "complete:2", 2)
+        try:
+            n0, n1 = nodes
+            n1.config.stop_grace_s = 60.0
+            quiet = n0.links["n1"].channel.stream_unary(
+                "/hushnet.v1.Peer/Deliver", response_deserializer=lambda b: b
+            )
+            requests: asyncio.Queue = asyncio.Queue()
+
+            async def never():  # the request stream stays open and sends nothing
+                yield await requests.get()
+
+            call = quiet(never(), timeout=30.0)
+            await asyncio.sleep(0.5)  # the call reached n1's server (headers only)
+            await n1.stop(leave=False)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            # gRPC cancelled it when n1's server stopped (before: it ran into its own 30 s deadline)
+            assert err.value.code() != grpc.StatusCode.DEADLINE_EXCEEDED, err.value
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())
