@@ -277,8 +277,11 @@ class Node(
                 pass
         if leave and self.identity is not None:
             try:
-                async with self._bootstrap_channel() as ch:
-                    await bpb_grpc.BootstrapStub(ch).Leave(self._signed("Leave"), timeout=1.5)
+                if self._boot is not None:  # with the process's other nodes stopping now: one call
+                    await self._boot.leaves.leave(self._signed("Leave"))
+                else:
+                    async with self._bootstrap_channel() as ch:
+                        await bpb_grpc.BootstrapStub(ch).Leave(self._signed("Leave"), timeout=1.5)
             except (grpc.aio.AioRpcError, asyncio.TimeoutError, OSError):
                 pass
         if self._boot is not None:
