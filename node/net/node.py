@@ -249,6 +249,8 @@ class Node(
         if self._stopping:
             return
         self._stopping = True
+        if leave and self.identity is not None and self._boot is not None:
+            self._boot.leaves.expect(self.node_id)  # its leave goes with those stopping now
         # no more probes, from now: the links are going anyway.  At n = 2048 (5 hosts of 410 nodes stopping
         # together) every node went on probing neighbours that were stopping too — 40 % of a host's loop,
         # the first node stopped 40 s after SIGTERM (tests/net/test_net_probe_pacing.py)

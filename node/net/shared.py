@@ -387,8 +387,9 @@ class HostLease:
             self.delegated.discard(node_id)
 
 
-#: how long the first leave waits for the leaves of the nodes stopping with it before they go as one call
-LEAVE_COALESCE_S = 0.1
+#: how long the first leave waits, at most, for those of the other nodes stopping with it (they usually
+#: arrive sooner: the batch goes as soon as every node that said it is stopping has left)
+LEAVE_COALESCE_S = 0.5
 #: the LeaveHost call's deadline (the bootstrap checks one signature per leave: ~0.1 ms each)
 LEAVE_TIMEOUT_S = 5.0
 
@@ -400,8 +401,10 @@ class HostLeaves:
     the bootstrap within their 1.5 s timeout; the others stayed listed (alive) until their leases ran out,
     so neighbours and operators saw them for a lease longer.  Each leave is still the node's own signed
     ``Leave`` request (the bootstrap checks it alone: a host cannot take out a node whose key it does
-    not hold).  A leave waits :data:`LEAVE_COALESCE_S` for the others; one call is in flight at a time,
-    and the leaves that arrive meanwhile go in the next.  A bootstrap without ``LeaveHost`` (an older
+    not hold).  A node says it is stopping (:meth:`expect`) when its stop begins; the batch goes when every
+    node that said so has its leave in it, or :data:`LEAVE_COALESCE_S` after its first leave — a node
+    stopping alone leaves at once.  One call is in flight at a time; leaves that arrive meanwhile go in
+    the next.  A bootstrap without ``LeaveHost`` (an older
     version) gets each leave as its own ``Leave``.
     """
 
@@ -411,18 +414,34 @@ class HostLeaves:
         self.task: asyncio.Task | None = None
         self.calls = 0  # LeaveHost requests sent (tests read it)
         self._unbatched = False  # the bootstrap does not serve LeaveHost
+        self._expected: set[str] = set()  # nodes stopping whose leave has not come yet
+        self._arrived = asyncio.Event()
+
+    def expect(self, node_id: str) -> None:
+        """``node_id`` is stopping and will leave: the batch waits for it (at most LEAVE_COALESCE_S)."""
+        self._expected.add(node_id)
 
     async def leave(self, request: bpb.SignedRequest) -> bool:
         """Send this node's signed ``Leave`` with the others of the process; True if the bootstrap took it."""
         fut = self.shared.loop.create_future()
         self.pending.append((request, fut))
+        self._expected.discard(request.node_id)
+        self._arrived.set()
         if self.task is None or self.task.done():
             self.task = self.shared.loop.create_task(self._send(), name="host-leaves")
         return await fut
 
     async def _send(self) -> None:
+        loop = self.shared.loop
         while self.pending:
-            await asyncio.sleep(LEAVE_COALESCE_S)
+            deadline = loop.time() + LEAVE_COALESCE_S
+            while self._expected and (left := deadline - loop.time()) > 0:
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            self._expected.clear()  # who has not come by now goes in a later batch (or expires)
             batch, self.pending = self.pending, []
             try:
                 left = await self._one_call([r for r, _ in batch])
