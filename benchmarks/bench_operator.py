@@ -3,7 +3,8 @@
 Why (issue 12): the client asked every node on its own — at n = 1024 in 3 host processes a watch sweep,
 a status or a report was 1024 mutual-TLS Control RPCs served on the hosts' event loops, and the loops
 stalled 2–10 s while 1024 reports were collected.  For each n (``HUSHNET_BENCH_OPERATOR_N``, default
-128) a hypercube network is started in 3 host processes, a private walk of n steps is run and watched
+128) a hypercube network is started in 3 host processes (``HUSHNET_BENCH_OPERATOR_PER_PROCESS``: that many
+nodes per process instead), a private walk of n steps is run and watched
 (once per path), then ``statuses``, ``report``, ``report_plain`` (the report's rows as plain JSON, the
 form before the packed one: the same numbers), ``sweep`` (the status sweep of ``hushnet status`` /
 ``hushnet up``: each node's ``Status`` through its host's batch, against one ``Status`` call per node),
@@ -196,7 +197,8 @@ def _one(n: int, repeat: int) -> dict:
     from hushnet.runs.policy import NodePolicy
     from hushnet.runs.synthetic import planted_logistic_shards
 
-    per_process = math.ceil(n / 3)
+    # 3 host processes, or HUSHNET_BENCH_OPERATOR_PER_PROCESS nodes each (2048: 410, 5 hosts, as bench_hosting)
+    per_process = int(os.environ.get("HUSHNET_BENCH_OPERATOR_PER_PROCESS", 0)) or math.ceil(n / 3)
     os.environ["HUSHNET_HOST_LOAD_S"] = "1"  # the hosts inherit it: one lag line a second
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-operator-") as tmp:
         state = pathlib.Path(tmp)
