@@ -183,11 +183,25 @@ def _counting_status() -> None:
 
 
 def _leaves(cluster) -> dict:
-    """How the nodes left, from the bootstrap's log: ``LeaveHost`` batches and single ``Leave`` calls."""
+    """How the nodes left, from the bootstrap's log: ``LeaveHost`` batches and single ``Leave`` calls;
+    from the hosts' logs: the leaves whose call failed (with why) or that the bootstrap refused."""
     text = cluster.bootstrap.log_path.read_text(errors="replace")
     batches = [int(k) for k in re.findall(r"(\d+) nodes left together", text)]
     single = len(re.findall(r"\bnode \S+ left\b", text))
-    return {"batches": len(batches), "left_in_batches": sum(batches), "left_alone": single}
+    failed: dict[str, int] = {}
+    refused = 0
+    for p in cluster.processes:
+        host = p.log_path.read_text(errors="replace")
+        for k, why in re.findall(r"leaving failed for (\d+) nodes \((\w+)\)", host):
+            failed[why] = failed.get(why, 0) + int(k)
+        refused += len(re.findall(r"the bootstrap refused the leave of", host))
+    return {
+        "batches": len(batches),
+        "left_in_batches": sum(batches),
+        "left_alone": single,
+        "failed": failed,
+        "refused": refused,
+    }
 
 
 def _one(n: int, repeat: int) -> dict:

@@ -451,7 +451,7 @@ class HostLeaves:
                         f.set_result(False)
                 raise
             except Exception as exc:  # the bootstrap is down or slow: the leases will expire
-                log.info(
+                log.warning(
                     "leaving failed for %d nodes (%s); their leases will expire",
                     len(batch),
                     exc.code().name
