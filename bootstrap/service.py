@@ -35,6 +35,8 @@ log = ContextLog(logging.getLogger("hushnet.bootstrap"), {"node": "bootstrap"})
 
 DEFAULT_LEASE_S = 15.0
 CLOCK_SKEW_MS = 5 * 60 * 1000
+#: most leaves one LeaveHost request may carry (a host process runs at most a few thousand nodes)
+MAX_HOST_LEAVES = 8192
 MAX_WATCH_S = 30.0  # longest a WatchDirectory call is held without a change
 DEFAULT_ONION_EPOCH_S = 86400.0
 _AUTO_ID = re.compile(r"^n(\d+)$")
@@ -287,6 +289,68 @@ class BootstrapService(pb_grpc.BootstrapServicer):
         self._bump(member.node_id)
         log.info("node %s left", member.node_id, extra={"event": "leave", "member": member.node_id})
         return pb.LeaseReply(ok=True, lease_seconds=0.0, epoch=self.store.epoch)
+
+    async def LeaveHost(self, request: pb.HostLeave, context) -> pb.HostLeaveReply:
+        """The leaves of many nodes of one host process, each signed by its own node's key.
+
+        Why: 5 host processes of 410 nodes stopping together sent 2048 Leave calls at once, and only ~190
+        reached the bootstrap within their 1.5 s timeout — the others stayed in the directory until
+        their leases ran out.  Each leave here is checked exactly as :meth:`Leave` checks one (member,
+        clock skew, the node's own signature over "Leave"), so a process can only take out nodes whose
+        keys it holds; a leave that fails is refused alone (listed with its reason), the others apply,
+        in one transaction and one directory change."""
+        if len(request.leaves) > MAX_HOST_LEAVES:
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"LeaveHost: {len(request.leaves)} leaves in one request (at most {MAX_HOST_LEAVES})",
+            )
+        now_ms = int(time.time() * 1000)
+        left: list[str] = []
+        refused: list[pb.LeaveRefusal] = []
+        for leave in request.leaves:
+            reason = self._leave_refusal(leave, now_ms)
+            if reason is None:
+                if leave.node_id not in left:
+                    left.append(leave.node_id)
+                continue
+            refused.append(pb.LeaveRefusal(node_id=leave.node_id, reason=reason))
+            log.warning(
+                "refused: %s",
+                reason,
+                extra={
+                    "event": "refused",
+                    "code": "UNAUTHENTICATED",
+                    "peer": context.peer(),
+                    "member": leave.node_id,
+                },
+            )
+        if left:
+            self.store.mark_left_many(left)
+            for node_id in left:
+                self._delegate.pop(node_id, None)
+            self._bump(*left)
+            log.info(
+                "%d nodes left together",
+                len(left),
+                extra={"event": "leave", "members": left, "count": len(left)},
+            )
+        return pb.HostLeaveReply(epoch=self.store.epoch, left=left, refused=refused)
+
+    def _leave_refusal(self, leave: pb.SignedRequest, now_ms: int) -> str | None:
+        """Why one leave of a :meth:`LeaveHost` request is refused (None: it is the member's own)."""
+        member = self.store.member(leave.node_id)
+        if member is None:
+            return f"Leave from {leave.node_id!r}: unknown node"
+        if abs(now_ms - leave.unix_ms) > CLOCK_SKEW_MS:
+            return f"Leave from {leave.node_id}: timestamp outside the allowed clock skew"
+        if not pki.verify(
+            self._cert(member),
+            pki.signed_message("Leave", leave.node_id, leave.unix_ms),
+            leave.signature,
+        ):
+            return f"Leave from {leave.node_id}: bad signature"
+        return None
 
     async def PublishOnionKeys(self, request: pb.OnionKeysRequest, context) -> pb.LeaseReply:
         """A member publishes its onion keys of epochs current−1..current+1 (signature binds the keys)."""

@@ -181,6 +181,14 @@ class BootstrapStore:
     def mark_left(self, node_id: str) -> None:
         self._db.execute("UPDATE members SET left_network=1 WHERE node_id=?", (node_id,))
 
+    def mark_left_many(self, node_ids: list[str]) -> None:
+        """Mark many members as left in one transaction (a host process's nodes stopping together)."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "UPDATE members SET left_network=1 WHERE node_id=?", [(n,) for n in node_ids]
+            )
+
     # per-epoch onion keys (previous, current and next epoch; older ones are pruned)
     def put_onion_keys(self, node_id: str, keys: list[tuple[int, bytes]]) -> bool:
         """Record ``node_id``'s onion keys; True if anything changed (the directory epoch must move)."""

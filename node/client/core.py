@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import pathlib
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,33 +20,13 @@ import grpc
 import numpy as np
 
 from hushnet.families.central.params import PROTOCOL as CENTRAL_DPSGD
-from hushnet.net.hostcontrol import (
-    BATCH_COMMAND,
-    BATCHABLE,
-    PAGE,
-    PAGE_DEFAULT,
-    answer_message,
-)
+from hushnet.net.hostcontrol import BATCHABLE, DISCOVERY_WAVE, spread_order  # noqa: F401
 from hushnet.net.operator import Operator, OperatorCredentials, OperatorError
 from hushnet.runs.spec import RunSpec, SpecError, parse_spec_toml, sign_spec
 
 #: node calls a second that :meth:`AsyncClient.watch` spends on its sweeps at most (a sweep asks every
 #: node; networks above ``2 × this`` nodes are swept less often than every ``poll`` seconds)
 WATCH_CALLS_PER_S = 128.0
-#: nodes of no known host asked at once (each for itself) to learn which process hosts which node
-DISCOVERY_WAVE = 8
-
-
-def spread_order(ids: list[str], vertex: dict[str, int]) -> list[str]:
-    """``ids`` reordered so that consecutive calls go to distant vertices (golden-ratio sequence of the
-    vertex): any run of k consecutive calls hits every block of consecutive vertices — what one host
-    process serves — about in proportion to its size.  Deterministic; ids without a vertex keep their
-    place at the end."""
-    phi = (5**0.5 - 1) / 2
-    known = [i for i in ids if i in vertex]
-    return sorted(known, key=lambda i: ((vertex[i] * phi) % 1.0, vertex[i])) + [
-        i for i in ids if i not in vertex
-    ]
 
 
 def watch_pacing(n: int, poll: float, pause_timeout: float) -> tuple[float, float]:
@@ -195,10 +173,12 @@ class AsyncClient:
         ] = {}  # central-dpsgd: the model lives with the operator
         #: ask batchable commands one call per host process (``host.batch``); False: node by node
         self.batch = batch
-        self._host_of: dict[str, str] = {}  # node id → the host id its process answered under
-        self._contact: dict[str, str] = {}  # host id → the node that answered its last batch
-        self._no_batch: set[str] = set()  # nodes that do not serve host.batch (older versions)
-        self._keys: dict[bytes, Any] = {}  # DER public key → loaded key (answers' signatures)
+        #: ask reports in the packed form (hushnet.runs.report_wire); False: the plain JSON rows
+        self.packed_reports = True
+        #: the host-batch caller (which process hosts which node, learnt from the hosts' replies)
+        self.hosts = self.op.hosts
+        self.hosts.error = ClientError
+        self._host_of = self.hosts.host_of  # node id → the host id its process answered under
         #: RPCs the last :meth:`_all` made (a batch counts once), and how many of them were batches
         self.last_calls = self.last_batches = 0
         #: seconds the hosts' loops spent on the last :meth:`_all`'s batches: commands, signing
@@ -335,161 +315,16 @@ class AsyncClient:
         per_node: dict[str, Any],
         wait: float,
     ) -> dict[str, Any]:
-        """The answers of ``ids`` through ``host.batch``: one call per host process (in pages of
-        :data:`~hushnet.net.hostcontrol.PAGE` nodes), each answer checked against its node's key.
-
-        Which process hosts which node is learnt from the hosts' own replies (``hosted``) and kept:
-        nodes of no known host are asked first, a few at a time and each for itself, and their replies
-        name the rest of their hosts.  Nodes a reply leaves out, whose answer does not verify, or whose
-        host did not answer are left to the caller's per-node calls (which say why a node is unreachable)."""
-        want = [i for i in ids if i in self._members and i not in self._no_batch]
-        vertex = {i: self._members[i].vertex for i in want}
-        out: dict[str, Any] = {}
-        failed: set[str] = set()  # nodes already asked for themselves this time
+        """The answers of ``ids`` through ``host.batch``: one call per host process, each answer checked
+        against its node's key (:class:`~hushnet.net.hostcontrol.HostBatchClient`)."""
+        self.hosts.reset()
         base = max(timeout or self.timeout, 30.0)
-        while True:
-            unknown = [
-                i
-                for i in spread_order(want, vertex)
-                if i not in self._host_of and i not in out and i not in failed
-            ]
-            if not unknown:
-                break
-            wave = unknown[:DISCOVERY_WAVE]
-            res = await asyncio.gather(
-                *(self._batch_call(c, command, args, [c], base, per_node, 0.0) for c in wave)
-            )
-            failed.update(wave)  # asked once this time, whatever became of it
-            for r in res:
-                if r is not None:
-                    out.update(r[0])
-            if not any(i in self._host_of for i in unknown[len(wave) :]):
-                # nobody named another node (lone nodes, or hosts that are gone): the rest per node
-                # now, not wave after wave (a stopped host would cost a timeout a wave)
-                break
-        groups: dict[str, list[str]] = {}
-        for i in want:
-            if i not in out and i in self._host_of:
-                groups.setdefault(self._host_of[i], []).append(i)
-
-        async def host(h: str, members: list[str]) -> None:
-            page = PAGE.get(command, PAGE_DEFAULT)
-            queue, hold = list(members), wait
-            while queue:
-                part, queue = queue[:page], queue[page:]
-                contact = self._contact.get(h)
-                if contact is None or contact not in self._members:
-                    contact = part[0]
-                r = await self._batch_call(
-                    contact, command, args, part, base + hold, per_node, hold
-                )
-                hold = 0.0  # one long poll a sweep: a later page answers at once
-                if r is None:
-                    # the host is gone (or the contact): forget it, ask its nodes one by one
-                    for i in members:
-                        self._host_of.pop(i, None)
-                    self._contact.pop(h, None)
-                    return
-                got, more = r
-                out.update(got)
-                queue = more + queue  # past the reply's byte budget: the next page
-
-        await asyncio.gather(*(host(h, m) for h, m in groups.items()))
+        out = await self.hosts.ask(self._members, command, args, ids, base, per_node, wait)
+        self.last_calls += self.hosts.calls
+        self.last_batches += self.hosts.batches
+        for k, v in self.hosts.host_work_s.items():
+            self.host_work_s[k] = self.host_work_s.get(k, 0.0) + v
         return out
-
-    async def _batch_call(
-        self,
-        contact: str,
-        command: str,
-        args: Any,
-        part: list[str],
-        timeout: float,
-        per_node: dict[str, Any],
-        wait: float,
-    ) -> tuple[dict[str, Any], list[str]] | None:
-        """One ``host.batch`` call at ``contact`` for ``part``: the verified answers by node id (errors as
-        :class:`ClientError`) and the nodes the host left for another page (its reply was full), or None
-        when the contact did not answer the batch."""
-        m = self._members[contact]
-        nonce = secrets.token_hex(16)
-        req = {
-            "command": command,
-            "args": args,
-            "nodes": part,
-            "nonce": nonce,
-            "wait": wait,
-            "per_node": {i: per_node[i] for i in part if i in per_node},
-        }
-        self.last_calls += 1
-        self.last_batches += 1
-        try:
-            reply = await self.op.control_raw(
-                contact, m.address, BATCH_COMMAND, req, timeout=timeout
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                # a node of an older version: asked on its own from now on
-                self._no_batch.add(contact)
-            return None
-        if not reply.ok:
-            return None
-        raw = bytes(reply.payload)
-        try:
-            cut = raw.index(b"\n")
-            head = json.loads(raw[:cut])
-            host_id = str(head["host"])
-            answers = [(str(a["node"]), int(a["len"]), a) for a in head["answers"]]
-        except (ValueError, KeyError, TypeError):
-            return None  # not a batch reply we can read: its nodes are asked one by one
-        for i in head.get("hosted", []):
-            if i in self._members:
-                self._host_of[i] = host_id
-        self._contact[host_id] = contact
-        for k, v in (head.get("work_s") or {}).items():
-            self.host_work_s[k] = self.host_work_s.get(k, 0.0) + float(v)
-        got: dict[str, Any] = {}
-        at = cut + 1
-        for i, size, a in answers:
-            body = raw[at : at + size]
-            at += size
-            if i not in part or not self._verify(nonce, command, i, a, body):
-                self._host_of.pop(i, None)
-                continue
-            if a["ok"]:
-                try:
-                    got[i] = json.loads(body) if body else None
-                except ValueError:
-                    got[i] = bytes(body)
-            else:
-                got[i] = ClientError(f"{i}: {command} failed: {body.decode(errors='replace')}")
-        for i in head.get("absent", []):
-            self._host_of.pop(i, None)
-        return got, [i for i in head.get("more", []) if i in part]
-
-    def _verify(
-        self, nonce: str, command: str, node_id: str, a: dict[str, Any], body: bytes
-    ) -> bool:
-        """Whether ``body`` is ``node_id``'s own answer: signed by the key the directory lists for it."""
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-
-        m = self._members.get(node_id)
-        try:
-            spki = bytes.fromhex(a["spki"])
-            if m is None or hashlib.sha256(spki).hexdigest() != m.key_sha256:
-                return False
-            key = self._keys.get(spki)
-            if key is None:
-                key = self._keys[spki] = serialization.load_der_public_key(spki)
-            key.verify(
-                bytes.fromhex(a["sig"]),
-                answer_message(nonce, command, node_id, bool(a["ok"]), body),
-                ec.ECDSA(hashes.SHA256()),
-            )
-        except (InvalidSignature, ValueError, TypeError, KeyError):
-            return False
-        return True
 
     # ------------------------------------------------------------------ network
     async def nodes(self) -> list[dict[str, Any]]:
@@ -971,15 +806,17 @@ class AsyncClient:
     async def report(self, run_id: str):
         """The run's privacy report (every node's certified row, paper values labelled) and timings."""
         from hushnet.client.report import RunReport
+        from hushnet.runs.report_wire import unpack_report
 
         await self.refresh()
-        res = await self._all("run.report", {"run_id": run_id})
+        # packed: each node's per-target rows as float64 bytes (the same numbers; a third of the bytes)
+        res = await self._all("run.report", {"run_id": run_id, "packed": self.packed_reports})
         per = {}
         for i, r in res.items():
             if isinstance(r, ClientError):
                 per[i] = {"error": str(r)}
             else:
-                per[i] = r
+                per[i] = unpack_report(r)
         graph = await self.graph()
         return RunReport(run_id, per, graph)
 

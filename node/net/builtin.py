@@ -105,6 +105,11 @@ class BuiltinControlsMixin:
                 }
             ).encode()
 
+        async def node_status(payload: bytes) -> bytes:
+            """The ``Status`` RPC's reply, as its protobuf bytes: what the operator's status sweep reads of
+            each node, carried by ``host.batch`` (one call per host process, each answer signed by its node)."""
+            return self.status().SerializeToString()
+
         async def cut(payload: bytes) -> bytes:
             """``{"peers": [...], "cut": bool}``: cut (or restore) this node's side of links (fault injection)."""
             args = json.loads(payload or b"{}")
@@ -121,6 +126,7 @@ class BuiltinControlsMixin:
             ("ping_neighbors", ping_neighbors),
             ("inbox", inbox),
             ("status", status),
+            ("node.status", node_status),
             # the operator's one call for every node of this process (watch, report, ledger at scale)
             (BATCH_COMMAND, HostBatch(self)),
         ]

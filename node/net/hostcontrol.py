@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import secrets
 import time
 import uuid
 from typing import Any, Callable
@@ -54,6 +55,7 @@ BATCHABLE = frozenset(
         "run.cancel",
         "run.start",
         "status",
+        "node.status",
     }
 )
 #: the longest long poll a host holds (s), as ``run.events`` per node
@@ -106,6 +108,7 @@ class HostBatch:
         self.node = node
         #: bytes of answers in one reply (None: half the node's message limit)
         self.budget: int | None = None
+        self._spki: dict[int, tuple[Any, str]] = {}  # id(key) -> (key, its SPKI DER in hex)
 
     def nodes(self) -> dict[str, Any]:
         peers: Callable[[], dict[str, Any]] | None = getattr(self.node, "host_peers", None)
@@ -152,17 +155,20 @@ class HostBatch:
         more: list[str] = []
         size, budget = 0, self.budget or self.node.config.max_message_bytes // 2
         t0 = time.monotonic()
-        work = {"commands": 0.0, "sign": 0.0}  # seconds on this loop, reported to the client
+        # seconds on this loop, reported to the client: wall time, and the loop thread's CPU time in the
+        # commands (on a loaded machine wall time counts the time other processes had the core)
+        work = {"commands": 0.0, "sign": 0.0, "commands_cpu": 0.0}
         for k, i in enumerate(here):
             node = hosted[i]
             if node.stopping:
                 absent.append(i)
                 continue
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             ok, body = await self._one(
                 node, command, payload_of(i, {"wait": 0} if command == "run.events" else None)
             )
             work["commands"] += time.perf_counter() - t
+            work["commands_cpu"] += time.thread_time() - c
             if (
                 ok is None
             ):  # stopping meanwhile: the client asks it on its own (and learns it is down)
@@ -175,16 +181,16 @@ class HostBatch:
             t = time.perf_counter()
             key = node.identity.key
             sig = pki.sign(key, answer_message(nonce, command, i, ok, body))
-            work["sign"] += time.perf_counter() - t
             answers.append(
                 {
                     "node": i,
                     "ok": ok,
                     "len": len(body),
                     "sig": sig.hex(),
-                    "spki": spki_der(key).hex(),
+                    "spki": self._spki_hex(key),
                 }
             )
+            work["sign"] += time.perf_counter() - t
             bodies.append(body)
             if time.monotonic() - t0 > YIELD_S:  # let the loop serve its links between nodes
                 await asyncio.sleep(0)
@@ -200,6 +206,15 @@ class HostBatch:
             "work_s": {k: round(v, 6) for k, v in work.items()},
         }
         return json.dumps(head).encode() + b"\n" + b"".join(bodies)
+
+    def _spki_hex(self, key) -> str:
+        """The key's SPKI DER in hex, kept per key (a node's key changes only when it re-joins)."""
+        hit = self._spki.get(id(key))
+        if hit is None or hit[0] is not key:
+            if len(self._spki) > 65536:
+                self._spki.clear()
+            hit = self._spki[id(key)] = (key, spki_der(key).hex())
+        return hit[1]
 
     async def _one(self, node, command: str, payload: bytes) -> tuple[bool | None, bytes]:
         """``(ok, answer or error text)`` of ``command`` at ``node``; ``(None, b"")`` if it is stopping."""
@@ -244,6 +259,227 @@ class HostBatch:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def spread_order(ids: list[str], vertex: dict[str, int]) -> list[str]:
+    """``ids`` reordered so that consecutive calls go to distant vertices (golden-ratio sequence of the
+    vertex): any run of k consecutive calls hits every block of consecutive vertices — what one host
+    process serves — about in proportion to its size.  Deterministic; ids without a vertex keep their
+    place at the end."""
+    phi = (5**0.5 - 1) / 2
+    known = [i for i in ids if i in vertex]
+    return sorted(known, key=lambda i: ((vertex[i] * phi) % 1.0, vertex[i])) + [
+        i for i in ids if i not in vertex
+    ]
+
+
+#: nodes of no known host asked at once (each for itself) to learn which process hosts which node
+DISCOVERY_WAVE = 8
+
+
+class HostBatchClient:
+    """The operator's side of ``host.batch``: one call per host process, each answer checked against its
+    node's key (shared by :class:`hushnet.client.core.AsyncClient` and the status sweep of
+    :meth:`hushnet.net.operator.Operator.network_status`).
+
+    Which process hosts which node is learnt from the hosts' own replies (``hosted``) and kept: nodes of
+    no known host are asked first, a few at a time and each for itself, and their replies name the rest
+    of their hosts.  Nodes a reply leaves out, whose answer does not verify, or whose host did not
+    answer are left to the caller's per-node calls (which say why a node is unreachable)."""
+
+    def __init__(self, op, error: Callable[[str], Exception] = RuntimeError) -> None:
+        self.op = op  # hushnet.net.operator.Operator: control_raw
+        self.error = error  # what a node's error answer becomes
+        self.host_of: dict[str, str] = {}  # node id → the host id its process answered under
+        self.contact: dict[str, str] = {}  # host id → the node that answered its last batch
+        self.no_batch: set[str] = set()  # nodes that do not serve host.batch (older versions)
+        self._keys: dict[bytes, Any] = {}  # DER public key → loaded key (answers' signatures)
+        #: calls made since :meth:`reset` (batches), and the hosts' loop seconds they reported
+        self.calls = self.batches = 0
+        self.host_work_s: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.calls = self.batches = 0
+        self.host_work_s = {}
+
+    async def ask(
+        self,
+        members: dict[str, Any],
+        command: str,
+        args: Any,
+        ids: list[str],
+        timeout: float,
+        per_node: dict[str, Any] | None = None,
+        wait: float = 0.0,
+        decode: bool = True,
+    ) -> dict[str, Any]:
+        """The verified answers of ``ids`` (``members``: the directory's entries by id, for addresses,
+        vertices and key hashes): node id → its answer (JSON-decoded if ``decode`` and it parses, else
+        its bytes) or ``error(...)`` for a node whose command failed.  Nodes not in the result are
+        for the caller to ask on its own."""
+        per_node = per_node or {}
+        want = [i for i in ids if i in members and i not in self.no_batch]
+        vertex = {i: members[i].vertex for i in want}
+        out: dict[str, Any] = {}
+        failed: set[str] = set()  # nodes already asked for themselves this time
+        while True:
+            unknown = [
+                i
+                for i in spread_order(want, vertex)
+                if i not in self.host_of and i not in out and i not in failed
+            ]
+            if not unknown:
+                break
+            wave = unknown[:DISCOVERY_WAVE]
+            res = await asyncio.gather(
+                *(
+                    self._call(members, c, command, args, [c], timeout, per_node, 0.0, decode)
+                    for c in wave
+                )
+            )
+            failed.update(wave)  # asked once this time, whatever became of it
+            for r in res:
+                if r is not None:
+                    out.update(r[0])
+            if not any(i in self.host_of for i in unknown[len(wave) :]):
+                # nobody named another node (lone nodes, or hosts that are gone): the rest per node
+                # now, not wave after wave (a stopped host would cost a timeout a wave)
+                break
+        groups: dict[str, list[str]] = {}
+        for i in want:
+            if i not in out and i in self.host_of:
+                groups.setdefault(self.host_of[i], []).append(i)
+
+        async def host(h: str, part_of_host: list[str]) -> None:
+            page = PAGE.get(command, PAGE_DEFAULT)
+            queue, hold = list(part_of_host), wait
+            while queue:
+                part, queue = queue[:page], queue[page:]
+                contact = self.contact.get(h)
+                if contact is None or contact not in members:
+                    contact = part[0]
+                r = await self._call(
+                    members, contact, command, args, part, timeout + hold, per_node, hold, decode
+                )
+                hold = 0.0  # one long poll a sweep: a later page answers at once
+                if r is None:
+                    # the host is gone (or the contact): forget it, ask its nodes one by one
+                    for i in part_of_host:
+                        self.host_of.pop(i, None)
+                    self.contact.pop(h, None)
+                    return
+                got, more = r
+                out.update(got)
+                queue = more + queue  # past the reply's byte budget: the next page
+
+        await asyncio.gather(*(host(h, m) for h, m in groups.items()))
+        return out
+
+    async def _call(
+        self,
+        members: dict[str, Any],
+        contact: str,
+        command: str,
+        args: Any,
+        part: list[str],
+        timeout: float,
+        per_node: dict[str, Any],
+        wait: float,
+        decode: bool,
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """One ``host.batch`` call at ``contact`` for ``part``: the verified answers by node id and the
+        nodes the host left for another page (its reply was full), or None when the contact did not
+        answer the batch."""
+        import grpc
+
+        m = members[contact]
+        nonce = secrets.token_hex(16)
+        req = {
+            "command": command,
+            "args": args,
+            "nodes": part,
+            "nonce": nonce,
+            "wait": wait,
+            "per_node": {i: per_node[i] for i in part if i in per_node},
+        }
+        self.calls += 1
+        self.batches += 1
+        try:
+            reply = await self.op.control_raw(
+                contact, m.address, BATCH_COMMAND, req, timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                # a node of an older version: asked on its own from now on
+                self.no_batch.add(contact)
+            return None
+        if not reply.ok:
+            return None
+        raw = bytes(reply.payload)
+        try:
+            cut = raw.index(b"\n")
+            head = json.loads(raw[:cut])
+            host_id = str(head["host"])
+            answers = [(str(a["node"]), int(a["len"]), a) for a in head["answers"]]
+        except (ValueError, KeyError, TypeError):
+            return None  # not a batch reply we can read: its nodes are asked one by one
+        for i in head.get("hosted", []):
+            if i in members:
+                self.host_of[i] = host_id
+        self.contact[host_id] = contact
+        for k, v in (head.get("work_s") or {}).items():
+            self.host_work_s[k] = self.host_work_s.get(k, 0.0) + float(v)
+        got: dict[str, Any] = {}
+        at = cut + 1
+        for i, size, a in answers:
+            body = raw[at : at + size]
+            at += size
+            if i not in part or not self._verify(members, nonce, command, i, a, body):
+                self.host_of.pop(i, None)
+                continue
+            if not a["ok"]:
+                got[i] = self.error(f"{i}: {command} failed: {body.decode(errors='replace')}")
+            elif not decode:
+                got[i] = bytes(body)
+            else:
+                try:
+                    got[i] = json.loads(body) if body else None
+                except ValueError:
+                    got[i] = bytes(body)
+        for i in head.get("absent", []):
+            self.host_of.pop(i, None)
+        return got, [i for i in head.get("more", []) if i in part]
+
+    def _verify(
+        self,
+        members: dict[str, Any],
+        nonce: str,
+        command: str,
+        node_id: str,
+        a: dict[str, Any],
+        body: bytes,
+    ) -> bool:
+        """Whether ``body`` is ``node_id``'s own answer: signed by the key the directory lists for it."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        m = members.get(node_id)
+        try:
+            spki = bytes.fromhex(a["spki"])
+            if m is None or hashlib.sha256(spki).hexdigest() != m.key_sha256:
+                return False
+            key = self._keys.get(spki)
+            if key is None:
+                key = self._keys[spki] = serialization.load_der_public_key(spki)
+            key.verify(
+                bytes.fromhex(a["sig"]),
+                answer_message(nonce, command, node_id, bool(a["ok"]), body),
+                ec.ECDSA(hashes.SHA256()),
+            )
+        except (InvalidSignature, ValueError, TypeError, KeyError):
+            return False
+        return True
 
 
 def new_host_id() -> str:

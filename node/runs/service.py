@@ -558,7 +558,11 @@ class RunService:
         )
 
     async def c_report(self, payload: bytes) -> bytes:
-        run, _ = self._run(payload)
+        run, args = self._run(payload)
+        if args.get("packed"):  # per-target rows as float64 bytes (hushnet.runs.report_wire)
+            from hushnet.runs.report_wire import pack_report
+
+            return _json(pack_report(run.report()))
         return _json(run.report())
 
     async def c_model(self, payload: bytes) -> bytes:

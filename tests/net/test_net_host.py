@@ -511,6 +511,7 @@ def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
     not yet wired is re-asked at most every ``REASK_S``), ``wait_healthy`` still asks every node and returns only
     once every node serves and is connected to every neighbour."""
     from hushnet.net import cluster as cluster_mod
+    from hushnet.net.hostcontrol import HostBatchClient
     from hushnet.net.operator import Operator
 
     monkeypatch.setattr(cluster_mod, "REASK_ALL_BELOW", 0)
@@ -523,6 +524,14 @@ def test_wait_healthy_paces_its_questions_while_many_nodes_come_up(
         return await real(self, node_id, address, timeout=timeout)
 
     monkeypatch.setattr(Operator, "status", counted)
+    # most nodes are asked through their host process's batch (one call per host, each answer the node's own)
+    real_ask = HostBatchClient.ask
+
+    async def batched(self, members, command, args, ids, *a, **kw):
+        asked.extend((i, time.monotonic()) for i in ids)
+        return await real_ask(self, members, command, args, ids, *a, **kw)
+
+    monkeypatch.setattr(HostBatchClient, "ask", batched)
     c = cluster_mod.LocalCluster(tmp_path, 16, "hypercube:4", restart=False, per_process=8)
     try:
         c.start(timeout=60)

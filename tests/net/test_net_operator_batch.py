@@ -146,3 +146,68 @@ def test_host_batch_answers_like_per_node_calls(tmp_path: pathlib.Path) -> None:
             await btask
 
     uvloop.run(go())
+
+
+def test_status_sweep_is_one_call_per_host(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """``network_status`` (``hushnet status``, ``hushnet up``'s start-up sweeps): each node's own ``Status``
+    reply, fetched through one ``host.batch`` per host process instead of one ``Status`` call per node;
+    a node whose host is gone is asked on its own and reported unreachable."""
+    from hushnet.net.operator import Operator
+
+    status_calls: list[str] = []
+    real_status = Operator.status
+
+    async def counted(self, node_id, address, timeout=3.0):
+        status_calls.append(node_id)
+        return await real_status(self, node_id, address, timeout=timeout)
+
+    monkeypatch.setattr(Operator, "status", counted)
+
+    async def go() -> None:
+        addr, stop, btask = await inprocess_bootstrap(tmp_path, "ring:9")
+        host_a = NodeHost(_configs(tmp_path, addr, A))
+        host_b = NodeHost(_configs(tmp_path, addr, B))
+        lone = Node(_configs(tmp_path, addr, ["lone"])[0])
+        creds = OperatorCredentials.from_state_dir(tmp_path / "b")
+        try:
+            await asyncio.gather(host_a.start(), host_b.start(), lone.start())
+            async with Operator(creds) as op, Operator(creds) as per_node:
+                end = time.monotonic() + 60
+                while len((await op.directory()).members) < len(ALL):
+                    assert time.monotonic() < end, "not every node joined"
+                    await asyncio.sleep(0.2)
+
+                def stable(doc: dict) -> dict:
+                    keep = ("id", "vertex", "serving", "neighbors", "version", "protocols")
+                    return {e["id"]: {k: e.get(k) for k in keep} for e in doc["nodes"]}
+
+                slow = await per_node.network_status(batch=False)
+                assert sorted(status_calls) == sorted(ALL) and per_node.calls["host.batch"] == 0
+                status_calls.clear()
+                first = await op.network_status()  # learns the hosts from their replies
+                before = op.calls["host.batch"]
+                again = await op.network_status()
+                # the hosts known after the first sweep: one call per host process (the lone node is its own)
+                assert op.hosts.batches == 3 and op.calls["host.batch"] - before == 3
+                only = await op.network_status(only={"a1", "b2"})
+                assert op.hosts.batches == 2
+                # every node answered through a batch: not one Status call
+                assert status_calls == [], status_calls
+                for doc in (first, again):
+                    assert stable(doc) == stable(slow)
+                    assert all(e["serving"] for e in doc["nodes"])
+                assert stable(only) == {i: stable(slow)[i] for i in ("a1", "b2")}
+
+                # host B is gone: its nodes are asked one by one and reported unreachable
+                await host_b.stop()
+                gone = await op.network_status(timeout=2.0)
+                assert sorted(status_calls) == sorted(B), status_calls
+                by_id = {e["id"]: e for e in gone["nodes"]}
+                assert all(not by_id[i]["serving"] and "error" in by_id[i] for i in B)
+                assert all(by_id[i]["serving"] for i in [*A, "lone"])
+        finally:
+            await asyncio.gather(host_a.stop(), host_b.stop(), lone.stop())
+            stop.set()
+            await btask
+
+    uvloop.run(go())

@@ -64,6 +64,11 @@ class BootstrapStub:
                 request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.SerializeToString,
                 response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.FromString,
                 _registered_method=True)
+        self.LeaveHost = channel.unary_unary(
+                '/hushnet.v1.Bootstrap/LeaveHost',
+                request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeave.SerializeToString,
+                response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaveReply.FromString,
+                _registered_method=True)
         self.WatchDirectory = channel.unary_unary(
                 '/hushnet.v1.Bootstrap/WatchDirectory',
                 request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.SerializeToString,
@@ -119,6 +124,14 @@ class BootstrapServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaveHost(self, request, context):
+        """Leave for many nodes of one host process at once: each leave is a Leave request signed by its own
+        node's key, checked on its own (a bad one is refused alone); the directory moves once for all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchDirectory(self, request, context):
         """Long poll: the directory changes after since_epoch, answered as soon as the epoch moves past it
         (or after wait_seconds with no change). since_epoch = 0, or a version the bootstrap cannot
@@ -160,6 +173,11 @@ def add_BootstrapServicer_to_server(servicer, server):
                     servicer.HeartbeatHost,
                     request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.FromString,
                     response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.SerializeToString,
+            ),
+            'LeaveHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveHost,
+                    request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeave.FromString,
+                    response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.HostLeaveReply.SerializeToString,
             ),
             'WatchDirectory': grpc.unary_unary_rpc_method_handler(
                     servicer.WatchDirectory,
@@ -329,6 +347,33 @@ class Bootstrap:
             '/hushnet.v1.Bootstrap/HeartbeatHost',
             hushnet_dot_v1_dot_bootstrap__pb2.HostHeartbeat.SerializeToString,
             hushnet_dot_v1_dot_bootstrap__pb2.HostLeaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hushnet.v1.Bootstrap/LeaveHost',
+            hushnet_dot_v1_dot_bootstrap__pb2.HostLeave.SerializeToString,
+            hushnet_dot_v1_dot_bootstrap__pb2.HostLeaveReply.FromString,
             options,
             channel_credentials,
             insecure,

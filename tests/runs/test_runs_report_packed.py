@@ -1,0 +1,86 @@
+"""A packed report is the plain report, bit for bit (issue 12: at n = 2048 a node's report was ~280 KB of
+JSON, a quarter of a host's CPU per report; packed, its per-target rows travel as float64 bytes).
+
+A real node's report — a walk on a 64-node hypercube, charged on its own ledger over two runs so the
+lifetime totals differ from the run's row — packed, sent as JSON and unpacked equals the plain report
+sent as JSON: every key, every float's bits, the infinite and zero values too.  The client's
+``report`` asks for the packed form over the network in ``tests/runs/test_runs_operator_batch.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+from hushnet.engine.actions import LedgerEntry
+from hushnet.privacy.ledger import Ledger
+from hushnet.protocols.registry import transition_matrix
+from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.driver import RunDriver
+from hushnet.runs.report_wire import PACKED, pack_report, unpack_report
+from hushnet.runs.service import _json
+from hushnet.runs.spec import Budget, RunSpec
+
+
+def _spec(seed: int) -> RunSpec:
+    return RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph="hypercube:6",
+        steps=64,
+        seed=seed,
+        budget=Budget(1e6, 1e-5),
+        sigma=1.0,
+        clip=1.0,
+        step_size=0.1,
+        cap=None,
+    ).with_run_id()
+
+
+def _bits(x):
+    """A JSON value with every float replaced by its exact bits (so == compares bit for bit)."""
+    if isinstance(x, float):
+        return ("f", x.hex() if math.isfinite(x) else repr(x))
+    if isinstance(x, dict):
+        return {k: _bits(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_bits(v) for v in x]
+    return x
+
+
+def test_packed_report_unpacks_to_the_plain_one(tmp_path: pathlib.Path) -> None:
+    ids = [f"n{i}" for i in range(64)]
+    ledger = Ledger(tmp_path / "ledger.sqlite", node_id="n5")
+    try:
+        for seed, steps in ((1, 2), (2, 3)):  # two runs: lifetime totals are not the run's row
+            spec = _spec(seed)
+            W = transition_matrix(spec.graph, spec.weights)
+            cost = contribution_cost(spec, 5, ids, W)
+            drv = RunDriver(spec, 5, ids, None, None, ledger=ledger, cost=cost, W=W)
+            for step in range(steps):
+                entry = LedgerEntry(
+                    5, step, "gradient", spec.view_model, 2.0, 2.0, spec.sigma,
+                    spec.protocol, spec.run_id,
+                )  # fmt: skip
+                assert drv._charge(entry), drv.reason  # noqa: SLF001 - the node's charge path itself
+        doc = drv.report()
+        assert len(doc["certified"]) == 63 and doc["paper"] and len(doc["lifetime"]) == 63
+        doc["certified"]["n9"] = math.inf  # values JSON spells specially travel exactly too
+        doc["certified"]["n10"] = 0.0
+        plain = json.loads(_json(doc))
+        uniform = json.loads(_json(pack_report(doc)))
+        assert uniform["lifetime"]["method"] == {"all": "rdp"}
+        assert uniform["paper"]["ids"] is None  # the certified row's targets: not listed twice
+        doc["lifetime"]["n11"] = {**doc["lifetime"]["n11"], "method": "gdp"}  # labels that differ
+        plain = json.loads(_json(doc))
+        wire = _json(pack_report(doc))
+        packed = json.loads(wire)
+        assert packed[PACKED] and "f64" in packed["certified"] and "epsilon" in packed["lifetime"]
+        assert len(wire) < len(_json(doc))
+        got = unpack_report(packed)
+        assert list(got) == list(plain)
+        assert _bits(got) == _bits(plain)
+        assert unpack_report(plain) is plain  # an older node's plain answer passes through
+    finally:
+        ledger.close()
