@@ -144,15 +144,15 @@ class RunDriver:
         self._queues: dict[str, asyncio.Queue] = {}
         self._workers: dict[str, asyncio.Task] = {}
         self.engine_entries: list[LedgerEntry] = []
-        self.run_rdp: np.ndarray | None = None  # (targets, orders) charged for this run
-        # run_rdp as a replayable log for the checkpoint (see _add_run_rdp): the array the logged
-        # additions start from, the additions [[σ, count], …] with the rows each adds (and their immutable
-        # bytes, what the checkpoint holds), and the array they sum to
+        # the (targets, orders) row charged for this run (``run_rdp``): an array kept as it is, or — for
+        # charges of ContributionCost.rows(σ), a walk's — a replay log summed only when asked (see
+        # _add_run_rdp): the array the logged additions start from, the additions [[σ, count], …] with the
+        # rows each adds (the cost's own arrays, no copy) and their immutable bytes (what the checkpoint holds)
+        self._rdp_value: np.ndarray | None = None
         self._rdp_base: np.ndarray | None = None
         self._rdp_log: list[list] = []
         self._rdp_rows: list[np.ndarray] = []
         self._rdp_bufs: list[bytes] = []
-        self._rdp_tracked: np.ndarray | None = None
         self.contributions = 0
         self.noise_visits = 0
         self.deviations: list[dict[str, Any]] = []
@@ -417,10 +417,14 @@ class RunDriver:
             self.topped_up = bool(driver["topped_up"])
             log = driver.get("run_rdp_log")
             if log is not None:
-                self.run_rdp, self._rdp_rows, self._rdp_bufs = self._replay_run_rdp(log)
+                self._rdp_rows, self._rdp_bufs = self._replay_run_rdp(log)
+                self._rdp_value = None
                 self._rdp_base = log.get("base")
                 self._rdp_log = [[float(sg), int(c)] for sg, c in log["ops"]]
-                self._rdp_tracked = self.run_rdp
+                if (
+                    not self._rdp_log
+                ):  # nothing logged: the base is the row (never a log with no op)
+                    self.run_rdp = self._rdp_base
             else:
                 self.run_rdp = driver["run_rdp"]
             self.model = driver["model"]
@@ -586,7 +590,7 @@ class RunDriver:
                 # the entry's rows are the cost's per-σ curves in target order (what the stack below
                 # builds, without n lookups per hop), and the sum is replayable from σ alone
                 self._add_run_rdp(self.cost.rows(float(ev.sigma)), float(ev.sigma))
-            elif self.run_rdp is None or _any_nonzero(entry):
+            elif self._no_run_rdp() or _any_nonzero(entry):
                 # the entry's own (targets × orders) matrix when it has one in the cost's target order
                 # (no restacking of n rows); an all-zero entry (Muffliato-GD's steps after the first)
                 # leaves the sum as it is: no new n × 159 array per step and node (issue 12)
@@ -601,58 +605,90 @@ class RunDriver:
         self.contributions += 1
         return True
 
+    @property
+    def run_rdp(self) -> np.ndarray | None:
+        """The (targets × orders) RDP this run charged here (``None``: nothing yet).
+
+        A walk's row is not kept: it is summed from the replay log when asked (a report, a top-up) —
+        the same additions in the same order as a running sum, so bit for bit the same array.  Why: at
+        n = 2048 the row is 2.6 MB a node, and a node holds it for the whole run while it is read only by
+        the operator's report (issue 12: 2 048 visited nodes did not fit this machine)."""
+        if not self._rdp_log:
+            return self._rdp_value
+        r = self._rdp_base
+        for (_, count), c in zip(self._rdp_log, self._rdp_rows):
+            for _ in range(int(count)):
+                if r is None:
+                    r = c.copy()
+                elif r is self._rdp_base:
+                    r = r + c  # the base is not ours to change
+                else:
+                    r += c  # the array made here: in place (the same sums as ``r + c``)
+        return r
+
+    @run_rdp.setter
+    def run_rdp(self, value: np.ndarray | None) -> None:
+        """Set the row outside the log (a top-up, a family's settlement): the next logged charge starts
+        a new log from it."""
+        self._rdp_value = value
+        self._rdp_base, self._rdp_log, self._rdp_rows, self._rdp_bufs = None, [], [], []
+
+    def _no_run_rdp(self) -> bool:
+        """Whether nothing was charged to the run's row yet (without summing a log)."""
+        return not self._rdp_log and self._rdp_value is None
+
     def _add_run_rdp(self, curves: np.ndarray, sigma: float | None) -> None:
-        """``run_rdp += curves``, noting it in the replay log when the curves are ``ContributionCost.rows(sigma)``.
+        """``run_rdp += curves``, noted in the replay log when the curves are ``ContributionCost.rows(sigma)``.
 
-        Why a log: the run's row is (targets × orders) — 1 MB at n = 2048 — and it changes every hop, so a
+        Why a log: the run's row is (targets × orders) — 2.6 MB at n = 2048 — and it changes every hop, so a
         durable walk wrote a new megabyte into its checkpoint per hop (22 ms of a 33 ms hop measured
-        here).  The checkpoint holds ``[[σ, count], …]`` instead (plus the array the additions started
-        from, if anything changed ``run_rdp`` outside them: a top-up, a restored older checkpoint), and
-        :meth:`restore` replays the same additions in the same order — bit for bit the same sum.
+        here), and every hosted node kept its own sum for the whole run.  The driver and its checkpoint
+        hold ``[[σ, count], …]`` instead (plus the array the additions started from, if anything changed
+        ``run_rdp`` outside them: a top-up, a restored older checkpoint); :attr:`run_rdp` and
+        :meth:`restore` replay the same additions in the same order — bit for bit the same sum.
 
-        The log also keeps the very rows each entry added (their immutable bytes: written to the store
-        once, referred to by identity at every later hop).  Why not recompute them on a restart: the walk's
-        rows come from an all-pairs eigendecomposition whose rounding depends on the BLAS thread count, so a
-        restarted process could replay a sum up to ~1e-14 relative below the one the run had reported — a
-        certified number must not shrink through a restart.  An entry is continued only by the same rows
-        object; a restarted process's own rows start a new entry (its later charges are its ledger's)."""
-        prev = self.run_rdp
-        if prev is None and sigma is None and not curves.flags.writeable:
-            # nobody can change it and this path never adds in place: kept, not copied (a gossip
-            # cost's charged row: the cost and the driver share one n × 159 array)
-            self.run_rdp = curves
-        elif prev is None:
-            self.run_rdp = curves.copy()
-        elif sigma is not None and prev is self._rdp_tracked:
-            # the array this method made at the previous hop, referred to by nothing else: added to in
-            # place (the same sums; a fresh megabyte per hop at n = 2048 cost more than the addition)
-            prev += curves
-        else:
-            self.run_rdp = prev + curves
-        if sigma is None:  # not replayable: the checkpoint keeps the array
-            self._rdp_log, self._rdp_rows, self._rdp_bufs, self._rdp_tracked = [], [], [], None
+        The log also keeps the very rows each entry added (the cost's own read-only array, and its
+        immutable bytes: written to the store once, referred to by identity at every later hop).  Why not
+        recompute them on a restart: the walk's rows come from an all-pairs eigendecomposition whose
+        rounding depends on the BLAS thread count, so a restarted process could replay a sum up to ~1e-14
+        relative below the one the run had reported — a certified number must not shrink through a
+        restart.  An entry is continued only by the same rows object; a restarted process's own rows start
+        a new entry (its later charges are its ledger's)."""
+        if (
+            sigma is None
+        ):  # not replayable: the row is kept as an array (and the checkpoint keeps it)
+            prev = self.run_rdp
+            if prev is None and not curves.flags.writeable:
+                # nobody can change it and this path never adds in place: kept, not copied (a gossip
+                # cost's charged row: the cost and the driver share one n × 159 array)
+                self.run_rdp = curves
+            else:
+                self.run_rdp = curves.copy() if prev is None else prev + curves
             return
-        if prev is not self._rdp_tracked:
-            # changed outside the log: the log starts here
-            self._rdp_base, self._rdp_log, self._rdp_rows, self._rdp_bufs = prev, [], [], []
+        if not self._rdp_log:  # the log starts here, from whatever the row was (None: nothing)
+            self._rdp_base, self._rdp_rows, self._rdp_bufs = self._rdp_value, [], []
+            self._rdp_value = None
         if self._rdp_log and self._rdp_log[-1][0] == sigma and self._rdp_rows[-1] is curves:
             self._rdp_log[-1][1] += 1
         else:
+            if not curves.flags.writeable:
+                kept = curves
+            else:  # the log refers to the rows, so they must not change under it
+                from hushnet.privacy.ledger_math import sealed
+
+                kept = sealed(curves)
             self._rdp_log.append([sigma, 1])
-            self._rdp_rows.append(curves)
-            self._rdp_bufs.append(_immutable_bytes(curves))
-        self._rdp_tracked = self.run_rdp
+            self._rdp_rows.append(kept)
+            self._rdp_bufs.append(_immutable_bytes(kept))
 
     def _rdp_logged(self) -> bool:
-        """Whether ``run_rdp`` is exactly ``_rdp_base`` plus the logged additions."""
-        return bool(self._rdp_log) and self.run_rdp is self._rdp_tracked
+        """Whether ``run_rdp`` is ``_rdp_base`` plus the logged additions (what the checkpoint holds)."""
+        return bool(self._rdp_log)
 
-    def _replay_run_rdp(
-        self, log: dict[str, Any]
-    ) -> tuple[np.ndarray | None, list[np.ndarray], list[bytes]]:
-        """The run's row from a checkpoint's replay log (see :meth:`_add_run_rdp`), with the rows of its
-        entries and their bytes.  The rows are the ones the log kept; a log written before it kept them
-        (``[[σ, count]]`` only) is replayed from this process's ``cost.rows(σ)``, as it was then."""
+    def _replay_run_rdp(self, log: dict[str, Any]) -> tuple[list[np.ndarray], list[bytes]]:
+        """The rows of a checkpoint's replay log (see :meth:`_add_run_rdp`) and their bytes, checked.  The
+        rows are the ones the log kept; a log written before it kept them (``[[σ, count]]`` only) is
+        replayed from this process's ``cost.rows(σ)``, as it was then."""
         if type(self.cost) is not ContributionCost:
             raise ValueError(
                 "damaged run checkpoint: a replay log of the run's charges, but no per-σ cost"
@@ -664,7 +700,11 @@ class RunDriver:
                 f"damaged run checkpoint: {len(ops)} replay-log entries but {len(kept)} rows"
             )
         shape = (len(self.cost.targets), self.cost.orders.size)
-        r = log.get("base")
+        base = log.get("base")
+        if base is not None and tuple(np.shape(base)) != shape:
+            raise ValueError(
+                f"damaged run checkpoint: a replay-log base of shape {np.shape(base)}, expected {shape}"
+            )
         rows: list[np.ndarray] = []
         bufs: list[bytes] = []
         for i, (sigma, count) in enumerate(ops):
@@ -679,11 +719,11 @@ class RunDriver:
                         f"{shape[0]} targets × {shape[1]} orders"
                     )
                 c = np.frombuffer(buf, dtype=np.float64).reshape(shape)  # read-only, on the bytes
+            if int(count) < 1:
+                raise ValueError(f"damaged run checkpoint: a replay-log entry of {count} charges")
             rows.append(c)
             bufs.append(buf)
-            for _ in range(int(count)):
-                r = c.copy() if r is None else r + c
-        return r, rows, bufs
+        return rows, bufs
 
     def _over(self) -> RunRefused:
         """The refusal of a run that is over here: ``run-closed`` when the operator closed or cancelled it
@@ -866,7 +906,8 @@ class RunDriver:
             except BudgetExceeded as exc:
                 self._emit("over_budget", reason=str(exc))
                 self.ledger.charge(entry, enforce_budget=False)  # spending already happened
-        self.run_rdp = total if self.run_rdp is None else self.run_rdp + total
+        charged = self.run_rdp  # summed once (a walk's row is derived from its log)
+        self.run_rdp = total if charged is None else charged + total
         self._emit("accounted_deviation", contributions=used)
 
     # ------------------------------------------------------------------ reports
@@ -912,10 +953,11 @@ class RunDriver:
         delta = self.spec.budget.delta
         certified: dict[str, float] = {}
         if self.cost is not None:
+            charged = self.run_rdp  # summed once (a walk's row is derived from its log)
             eps = (
                 np.zeros(len(self.cost.targets))
-                if self.run_rdp is None
-                else dp_from_rdp_rows(self.cost.orders, self.run_rdp, delta)
+                if charged is None
+                else dp_from_rdp_rows(self.cost.orders, charged, delta)
             )
             certified = {t: float(e) for t, e in zip(self.cost.targets, eps)}
         paper, paper_label = None, None

@@ -1,0 +1,171 @@
+"""A node's memory during a run: the charged row and the ledger's sums are not extra copies (issue 12).
+
+At n = 2048 a (targets × orders) array is 2.6 MB, and every hosted node held three during a walk — its
+cost rows, the run's charged row, the ledger's running sums.  The charged row is now summed from the
+replay log when asked, and the ledger's sums are the sealed first charge itself until something else
+is added.  Both must give the very numbers the old running sums gave, bit for bit.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.ledger import Ledger
+from hushnet.privacy.ledger_math import Costs, LedgerState, sealed
+from hushnet.protocols.registry import transition_matrix
+from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.driver import RunDriver
+from hushnet.runs.run_store import RunStore
+from hushnet.runs.spec import Budget, RunSpec
+
+
+def _walk(n: int, sigma: float = 8.0) -> tuple[RunSpec, list[str], object]:
+    d = int(np.log2(n))
+    spec = RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=f"hypercube:{d}",
+        steps=16 * n,
+        seed=3,
+        budget=Budget(1e6, 1e-5),
+        sigma=sigma,
+        cap=None,
+    ).with_run_id()
+    return spec, [f"n{i}" for i in range(n)], transition_matrix(spec.graph)
+
+
+def _event(spec: RunSpec, v: int, step: int, sigma: float) -> EngineEntry:
+    return EngineEntry(
+        v, step, "gradient", spec.view_model, 2.0, 2.0 * sigma, sigma, spec.protocol, spec.run_id
+    )
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint64), b.view(np.uint64))
+
+
+def test_the_derived_charged_row_is_the_old_running_sum_bit_for_bit(tmp_path):
+    """Random charges at two noise levels, changes outside the log (as a top-up makes) and restarts from
+    the checkpoint: the row the driver reports equals the running sum the old driver kept, and the
+    ledger (also reopened from its file) holds the running sums of its charges, bit for bit."""
+    spec, ids, W = _walk(64)
+    v = 5
+    rng = np.random.default_rng(11)
+    led_path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(led_path, node_id=ids[v])
+    cost = contribution_cost(spec, v, ids, W, ledger.orders)
+    store = RunStore(tmp_path / "runs.sqlite")
+    store.accept(spec.run_id, b"signed", v, {})
+
+    def driver() -> RunDriver:
+        return RunDriver(spec, v, ids, None, None, ledger=ledger, cost=cost, W=W)
+
+    d = driver()
+    ref = None  # the old driver's running sum
+    led_ref = None  # the old ledger's running sums (its charges only)
+    step = 0
+    kinds = []
+    for _ in range(60):
+        op = rng.choice(["charge", "charge", "charge", "outside", "restart", "reopen"])
+        kinds.append(str(op))
+        if op == "charge":
+            sigma = float(rng.choice([spec.sigma, 2.0 * spec.sigma]))
+            assert d._charge(_event(spec, v, step, sigma))  # noqa: SLF001 - the node's charge path
+            step += 1
+            c = cost.rows(sigma)
+            ref = c.copy() if ref is None else ref + c
+            led_ref = (0.0 + c) if led_ref is None else led_ref + c
+        elif op == "outside" and ref is not None:
+            extra = rng.random(ref.shape) * 1e-3
+            d.run_rdp = d.run_rdp + extra
+            ref = ref + extra
+        elif op == "restart":
+            store.checkpoint(spec.run_id, "stopped", "", d.durable_state(), None)
+            (row,) = store.runs()
+            charged = len(ledger.entries(spec.run_id))
+            d = driver()
+            d.restore(row["driver"], None, "stopped", "", charged)
+            assert d.ledger_credit == 0
+        elif op == "reopen":
+            ledger.close()
+            ledger = Ledger(led_path)
+            d.ledger = ledger
+        if ref is None:
+            assert d.run_rdp is None
+        else:
+            assert _same(d.run_rdp, ref), kinds
+        if led_ref is not None:
+            got = np.stack([ledger.rdp(t) for t in cost.targets])
+            assert _same(got, led_ref), kinds
+    assert {"charge", "outside", "restart", "reopen"} <= set(kinds)
+    ledger.close()
+    store.close()
+
+
+def test_a_walk_node_visited_holds_its_cost_rows_and_at_most_one_sum(tmp_path):
+    """After its first visit a node holds no (targets × orders) array beyond its cost's rows (the ledger's
+    sums are those rows, the charged row is a log); after later visits, one: the ledger's sums."""
+    spec, ids, W = _walk(256)
+    v = 17
+    ledger = Ledger(tmp_path / "ledger.sqlite", node_id=ids[v])
+    cost = contribution_cost(spec, v, ids, W, ledger.orders)
+    rows = cost.rows(spec.sigma)  # the cost's rows: built before, not counted below
+    cost.entry(_event(spec, v, 0, spec.sigma), spec.run_id, ids[v])
+    d = RunDriver(spec, v, ids, None, None, ledger=ledger, cost=cost, W=W)
+    tracemalloc.start()
+    try:
+        t0 = tracemalloc.get_traced_memory()[0]
+        assert d._charge(_event(spec, v, 0, spec.sigma))  # noqa: SLF001
+        first = tracemalloc.get_traced_memory()[0] - t0
+        for step in range(1, 4):
+            assert d._charge(_event(spec, v, step, spec.sigma))  # noqa: SLF001
+        later = tracemalloc.get_traced_memory()[0] - t0
+    finally:
+        tracemalloc.stop()
+    # before: the ledger's sums and the charged row, 2 × rows.nbytes at the first visit already
+    assert first < 0.5 * rows.nbytes, (first, rows.nbytes)
+    assert later < 1.5 * rows.nbytes, (later, rows.nbytes)
+    np.testing.assert_array_equal(d.run_rdp, rows + rows + rows + rows)
+    ledger.close()
+
+
+def _costs(keys: list[str], rdp: np.ndarray) -> Costs:
+    return Costs(keys, rdp, np.zeros(len(keys)), np.zeros(len(keys), dtype=bool))
+
+
+def test_ledger_sums_that_share_a_sealed_first_charge_are_the_copied_sums():
+    """The ledger state fed sealed arrays (shared as its sums until something is added) and the same
+    state fed writeable copies (always summed in its own array, as before) hold the same bits, through
+    zero entries, new targets, -0.0 entries and infinite orders."""
+    orders = np.array([1.5, 2.0, 4.0, 16.0])
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        shared = LedgerState(orders)
+        copied = LedgerState(orders)
+        keys = [f"t{i}" for i in range(int(rng.integers(1, 40)))]
+        for _ in range(int(rng.integers(1, 6))):
+            kind = rng.choice(["zeros", "random", "negzero", "inf", "more"])
+            ks = keys + ([f"x{trial}_{rng.integers(1e9)}"] if kind == "more" else [])
+            a = rng.random((len(ks), orders.size)) * 3
+            if kind == "zeros":
+                a[:] = 0.0
+            elif kind == "negzero":
+                a[0, 0] = -0.0
+            elif kind == "inf":
+                a[-1, -1] = np.inf
+            shared.add_costs(_costs(ks, sealed(a)), "certified")
+            copied.add_costs(_costs(ks, a.copy()), "certified")
+            assert shared.targets() == copied.targets()
+            m = len(shared._keys)  # noqa: SLF001
+            assert _same(shared._rdp[:m], copied._rdp[:m])  # noqa: SLF001
+        first = sealed(rng.random((3, orders.size)))
+        s = LedgerState(orders)
+        s.add_costs(_costs(["a", "b", "c"], first), "certified")
+        assert s._rdp is first  # noqa: SLF001 - shared, not copied
+        s.add_costs(_costs(["a", "b", "c"], sealed(np.zeros((3, orders.size)))), "certified")
+        assert s._rdp is first  # noqa: SLF001 - a zero entry changes nothing
+        s.add_costs(_costs(["a", "b", "c"], first), "certified")
+        assert s._rdp is not first and _same(s._rdp[:3], first + first)  # noqa: SLF001
