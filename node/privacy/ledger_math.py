@@ -20,9 +20,9 @@ in :mod:`hushnet.privacy.ledger_store`; :class:`hushnet.privacy.ledger.Ledger` j
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_
 
 __all__ = [
     "BOUND_LABELS",
+    "FrozenCurves",
     "DEFAULT_DELTA",
     "LedgerError",
     "BudgetExceeded",
@@ -85,6 +86,47 @@ def sealed_bytes(a: np.ndarray) -> bytes | None:
     if isinstance(b, bytes) and a.flags.c_contiguous and len(b) == a.nbytes:
         return b
     return None
+
+
+class FrozenCurves(Mapping[str, np.ndarray]):
+    """A read-only ``target → curve`` map over one sealed (targets × orders) matrix: row i is the curve
+    toward ``keys[i]``.
+
+    What a run's per-σ cost rows are charged as.  Nothing can change it: the keys are a tuple, the
+    matrix is sealed (:func:`sealed`), attributes cannot be set — so the ledger may take the very map it
+    checked last as validated (:meth:`LedgerState.validate`).  Unlike a ``MappingProxyType`` over a
+    dict of row views it can be referred to weakly: the ledger's memo does not keep the matrix alive
+    (issue 12: at n = 2048 the matrix is 2.6 MB, and a memo per hosted node kept one per node)."""
+
+    __slots__ = ("_keys", "_rows", "_index", "__weakref__")
+
+    def __init__(self, keys: tuple[str, ...], rows: np.ndarray):
+        if not isinstance(keys, tuple) or not is_sealed(rows) or rows.ndim != 2:
+            raise ValueError("FrozenCurves needs a tuple of keys and a sealed 2-D matrix")
+        if rows.shape[0] != len(keys) or len(set(keys)) != len(keys):
+            raise ValueError("FrozenCurves needs one distinct key per row")
+        object.__setattr__(self, "_keys", keys)
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "_index", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenCurves cannot be changed")
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The sealed (targets × orders) matrix, rows in key order."""
+        return self._rows
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if self._index is None:
+            object.__setattr__(self, "_index", {k: i for i, k in enumerate(self._keys)})
+        return self._rows[self._index[key]]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 class LedgerError(ValueError):
@@ -335,8 +377,9 @@ class LedgerState:
         self.version = 0
         #: the rows of the last keys looked up (a walk charges the same targets hop after hop)
         self._last: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=np.int64))
-        #: (curve map, rows, Costs) of the last immutable entry validated (see :meth:`validate`)
-        self._valid: tuple[Any, np.ndarray, Costs] | None = None
+        #: the last :class:`FrozenCurves` entry validated (a weak reference: the memo keeps no matrix
+        #: alive) with its keys, μ and μ mask (see :meth:`validate`)
+        self._valid: tuple[weakref.ref, list[str], np.ndarray, np.ndarray] | None = None
 
     def targets(self) -> list[str]:
         """Every target something was spent toward, sorted."""
@@ -491,14 +534,15 @@ class LedgerState:
         memo = self._valid
         if (
             memo is not None
-            and entry.rdp is memo[0]
-            and entry.rows is memo[1]
+            and type(entry.rdp) is FrozenCurves
+            and entry.rdp is memo[0]()
+            and entry.rows is entry.rdp.rows
             and entry.gdp_mu is None
         ):
-            # the very curves validated last time, and neither can have changed (a read-only map over
-            # read-only rows): a walk charges the same n curves every hop, and re-checking n keys
-            # and an (n × orders) matrix was most of a hop's charge at n = 2048
-            return memo[2]
+            # the very curves validated last time, and they cannot have changed (a frozen map over a
+            # sealed matrix, still alive): a walk charges the same n curves every hop, and re-checking
+            # n keys and an (n × orders) matrix was most of a hop's charge at n = 2048
+            return Costs(memo[1], entry.rows, memo[2], memo[3])
         keys = [as_key(k) for k in entry.rdp]
         try:
             mat = entry.rows
@@ -525,13 +569,8 @@ class LedgerState:
         if not fast:  # find the first bad target in the entry's order, with its one-line error
             return Costs.from_mapping(self._validate_each(entry), self.orders)
         costs = Costs(keys, mat, mu, has)
-        if (
-            type(entry.rdp) is MappingProxyType
-            and mat is entry.rows
-            and is_sealed(mat)
-            and entry.gdp_mu is None
-        ):
-            self._valid = (entry.rdp, mat, costs)
+        if type(entry.rdp) is FrozenCurves and mat is entry.rdp.rows and entry.gdp_mu is None:
+            self._valid = (weakref.ref(entry.rdp), keys, mu, has)
         return costs
 
     def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:

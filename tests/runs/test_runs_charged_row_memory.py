@@ -169,3 +169,112 @@ def test_ledger_sums_that_share_a_sealed_first_charge_are_the_copied_sums():
         assert s._rdp is first  # noqa: SLF001 - a zero entry changes nothing
         s.add_costs(_costs(["a", "b", "c"], first), "certified")
         assert s._rdp is not first and _same(s._rdp[:3], first + first)  # noqa: SLF001
+
+
+def test_cost_rows_built_again_are_the_same_bits_as_every_target_computed_alone():
+    """The rows are computed once per distinct slope (by its bits) and gathered: the same element-wise
+    arithmetic as the direct formula, so the same bits — for -0.0, zeros, repeats, huge slopes, an
+    order limit or none, and several noise multipliers."""
+    from hushnet.privacy.conversions import DEFAULT_ORDERS
+    from hushnet.runs.accounting import ContributionCost
+
+    orders = np.asarray(DEFAULT_ORDERS, dtype=float)
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        m = int(rng.integers(1, 300))
+        slope = rng.choice(rng.random(max(1, m // 4)) * 10.0 ** rng.integers(-6, 3), m)
+        slope[rng.random(m) < 0.1] = 0.0
+        slope[rng.random(m) < 0.1] = -0.0
+        slope[rng.random(m) < 0.05] = 1e300
+        amax = float(rng.choice([np.inf, 3.0, 40.0, 1.5]))
+        c = ContributionCost([f"t{i}" for i in range(m)], orders, sealed(slope), amax, "test")
+        for sigma in (0.5, 1.0, 8.0, 13.7):
+            ldp = np.broadcast_to(orders / (2.0 * sigma**2), (m, orders.size))
+            walk = slope[:, None] * orders[None, :] / sigma**2
+            walk = np.where(orders[None, :] <= amax, walk, np.inf)
+            assert _same(c.curves(sigma), np.minimum(walk, ldp)), (trial, sigma)
+            assert _same(c.rows(sigma), np.minimum(walk, ldp))
+
+
+def test_hosted_nodes_keep_one_sum_each_and_the_process_a_bounded_set_of_rows(
+    tmp_path, monkeypatch
+):
+    """Many nodes of one process visited in turn: the rows live in one bounded cache per process, the
+    ledger's memo and recent block refer to them weakly, so a node holds its ledger's sums and no rows of
+    its own; rows built again for a later visit still point the ledger at its existing block (one block
+    per node and run, not one per visit), and the sums are those of fresh, checked entries."""
+    import gc
+
+    from hushnet.runs.accounting import rows_held
+
+    spec, ids, W = _walk(256)
+    nodes = [3, 40, 77, 101, 150, 222]
+    ledgers, drivers = [], []
+    for v in nodes:
+        led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
+        cost = contribution_cost(spec, v, ids, W, led.orders)
+        ledgers.append(led)
+        drivers.append(RunDriver(spec, v, ids, None, None, ledger=led, cost=cost, W=W))
+    nbytes = drivers[0].cost.rows(spec.sigma).nbytes
+    monkeypatch.setenv("HUSHNET_COST_ROWS_MB", str(2.5 * nbytes / 2**20))  # two nodes' rows
+    gc.collect()
+    tracemalloc.start()
+    try:
+        t0 = tracemalloc.get_traced_memory()[0]
+        for step in range(3):
+            for d in drivers:
+                assert d._charge(_event(spec, d.vertex, step, spec.sigma))  # noqa: SLF001
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - t0
+    finally:
+        tracemalloc.stop()
+    entries, held = rows_held()
+    assert held <= 2.5 * nbytes
+    # each node: its ledger's sums (one matrix) and small things; before: its rows and sums, and the
+    # driver's own sum — 3 matrices a node
+    assert grown < len(nodes) * 1.3 * nbytes + held, (grown / nbytes, held / nbytes)
+    for d, led in zip(drivers, ledgers):
+        rows = d.cost.rows(spec.sigma)
+        np.testing.assert_array_equal(d.run_rdp, rows + rows + rows)
+        fresh = LedgerState(led.orders, d.node_id)
+        for _ in range(3):
+            fresh.add_costs(_costs(list(d.cost.targets), np.array(rows)), "certified")
+        got = np.stack([led.rdp(t) for t in d.cost.targets])
+        assert _same(got, fresh._rdp[: len(d.cost.targets)])  # noqa: SLF001
+        (n_blocks,) = led._store._db.execute("SELECT COUNT(*) FROM blocks").fetchone()  # noqa: SLF001
+        assert n_blocks == 1  # the rows built again were recognised as the block already written
+        led.close()
+
+
+def test_the_ledger_memo_never_takes_an_unchecked_map():
+    """The memo refers to the validated map weakly: a map that is gone is never matched again (a new map
+    at the same address is checked), a FrozenCurves cannot be changed nor built over rows that could."""
+    import gc
+
+    import pytest
+
+    from hushnet.privacy.ledger_math import FrozenCurves, LedgerError, PrivacyEntry
+
+    orders = np.array([2.0, 4.0])
+    st = LedgerState(orders, "me")
+    keys = ("a", "b")
+    good = FrozenCurves(keys, sealed(np.ones((2, 2))))
+    st.validate(PrivacyEntry("r", "p", "v", "certified", good, None, "", good.rows))
+    assert st._valid is not None and st._valid[0]() is good  # noqa: SLF001
+    del good
+    gc.collect()
+    assert st._valid[0]() is None  # noqa: SLF001 - the memo kept nothing alive
+    for _ in range(50):  # whatever address the next map gets, its curves are checked
+        bad = FrozenCurves(keys, sealed(np.array([[1.0, np.nan], [1.0, 1.0]])))
+        with pytest.raises(LedgerError, match="non-negative"):
+            st.validate(PrivacyEntry("r", "p", "v", "certified", bad, None, "", bad.rows))
+        del bad
+    f = FrozenCurves(keys, sealed(np.ones((2, 2))))
+    with pytest.raises(AttributeError):
+        f._rows = sealed(np.zeros((2, 2)))  # noqa: SLF001
+    with pytest.raises(TypeError):
+        f["a"] = np.zeros(2)  # type: ignore[index]
+    with pytest.raises(ValueError):
+        FrozenCurves(keys, np.ones((2, 2)))  # writeable rows: not frozen
+    with pytest.raises(ValueError):
+        FrozenCurves(("a", "a"), sealed(np.ones((2, 2))))
