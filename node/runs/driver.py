@@ -131,7 +131,7 @@ class RunDriver:
         self.ledger = ledger
         self.cost = cost
         self.W = W
-        self.decision = decision or {}
+        self.decision, self._projected = _compact_decision(decision or {}, self.ids, vertex)
         self.journal = (
             journal  # durable record of every engine ledger entry (gossip schedule rows), or None
         )
@@ -768,6 +768,10 @@ class RunDriver:
         built[key] = src
         return src
 
+    def _other_ids(self) -> list[str]:
+        """Every node id of the run's graph but this node's, in vertex order."""
+        return [nid for v, nid in enumerate(self.ids) if v != self.vertex]
+
     def _over(self) -> RunRefused:
         """The refusal of a run that is over here: ``run-closed`` when the operator closed or cancelled it
         (the whole run is over: a neighbour told so stops stepping, see :meth:`_closed_at`), else
@@ -1020,7 +1024,11 @@ class RunDriver:
             "certified_conversion": CONVERSION_LABEL,
             "paper": paper,
             "paper_bound": paper_label,
-            "projected": self.decision.get("row"),
+            "projected": (
+                self.decision.get("row")
+                if self._projected is None
+                else dict(zip(self._other_ids(), self._projected.tolist()))
+            ),
             "accounting_view": self.decision.get("accounting_view"),
             "noise_source": self.spec.noise_label(),
             "lifetime": lifetime,
@@ -1153,6 +1161,24 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return x
+
+
+def _compact_decision(
+    decision: dict[str, Any], ids: list[str], vertex: int
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The acceptance record without its projected row when that row is ``{other node: ε}`` in vertex
+    order (kept as a float array; the report rebuilds the same dict), else as it is.
+
+    Why: the row is a dict of n − 1 Python floats, ~0.15 MB a hosted node at n = 2048, kept for the whole
+    run only to be shown in the report (issue 12)."""
+    row = decision.get("row")
+    if not isinstance(row, dict) or not row or not all(type(x) is float for x in row.values()):
+        return decision, None
+    if list(row) != [nid for v, nid in enumerate(ids) if v != vertex]:
+        return decision, None
+    return {k: x for k, x in decision.items() if k != "row"}, np.fromiter(
+        row.values(), dtype=np.float64, count=len(row)
+    )
 
 
 _VERTEX_INDEX: dict[tuple[str, ...], Mapping[str, int]] = {}

@@ -278,3 +278,28 @@ def test_the_ledger_memo_never_takes_an_unchecked_map():
         FrozenCurves(keys, np.ones((2, 2)))  # writeable rows: not frozen
     with pytest.raises(ValueError):
         FrozenCurves(("a", "a"), sealed(np.ones((2, 2))))
+
+
+def test_the_report_shows_the_projected_row_the_node_accepted_with(tmp_path):
+    """The acceptance record's projected row is kept as a float array (not n − 1 Python floats in a dict)
+    and the report shows the very same dict; a row of another shape is kept as it came."""
+    import json
+
+    spec, ids, W = _walk(64)
+    v = 9
+    rng = np.random.default_rng(2)
+    row = {ids[u]: float(rng.random() * 3) for u in range(64) if u != v}
+    row[ids[3]] = float("inf")
+    dec = {"accept": True, "row": dict(row), "accounting_view": {"view": "x"}}
+    ledger = Ledger(tmp_path / "l.sqlite", node_id=ids[v])
+    cost = contribution_cost(spec, v, ids, W, ledger.orders)
+    d = RunDriver(spec, v, ids, None, None, ledger=ledger, cost=cost, W=W, decision=dec)
+    assert "row" not in d.decision and d._projected is not None  # noqa: SLF001
+    rep = d.report()
+    assert list(rep["projected"]) == list(row) and rep["projected"] == row
+    assert json.dumps(rep["projected"]) == json.dumps(row)
+    assert rep["accounting_view"] == {"view": "x"}
+    odd = {"row": {ids[1]: 1.0}}  # not one value per other node: kept as it is
+    e = RunDriver(spec, v, ids, None, None, ledger=ledger, cost=cost, W=W, decision=odd)
+    assert e.report()["projected"] == {ids[1]: 1.0}
+    ledger.close()
