@@ -303,3 +303,32 @@ def test_the_report_shows_the_projected_row_the_node_accepted_with(tmp_path):
     e = RunDriver(spec, v, ids, None, None, ledger=ledger, cost=cost, W=W, decision=odd)
     assert e.report()["projected"] == {ids[1]: 1.0}
     ledger.close()
+
+
+def test_drivers_of_one_process_share_one_read_only_public_matrix(tmp_path):
+    """Two nodes that each built the run's W keep one read-only copy between them; the report's paper row
+    is the one computed from a W of their own, and no caller can change the shared one in place."""
+    import pytest
+
+    from hushnet.runs.accounting import paper_bound
+
+    spec, ids, _ = _walk(64)
+    drivers = []
+    for v in (2, 30):
+        W = transition_matrix(spec.graph, spec.weights)  # each node builds its own
+        led = Ledger(tmp_path / f"l{v}.sqlite", node_id=ids[v])
+        cost = contribution_cost(spec, v, ids, W, led.orders)
+        drivers.append(RunDriver(spec, v, ids, None, None, ledger=led, cost=cost, W=W))
+    a, b = drivers
+    assert a.W is b.W
+    with pytest.raises(ValueError):
+        a.W.data[0] = 0.5
+    d = transition_matrix(spec.graph, spec.weights)
+    d.data[0] += 1e-3  # another matrix: never matched to the shared one
+    other = RunDriver(spec, 5, ids, None, None, ledger=a.ledger, cost=a.cost, W=d)
+    assert other.W is not a.W and np.array_equal(other.W.toarray(), d.toarray())
+    want = paper_bound(spec, 30, 0.0, transition_matrix(spec.graph, spec.weights))[0]
+    got = b.report()["paper"]
+    assert got == {ids[v]: float(want[v]) for v in range(64) if v != 30}
+    for x in drivers:
+        x.ledger.close()
