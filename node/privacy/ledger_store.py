@@ -74,11 +74,6 @@ def _frozen(a: np.ndarray) -> bool:
     return True
 
 
-def _dead() -> None:
-    """A weak reference that never resolves (curves that could change are never taken by identity)."""
-    return None
-
-
 def _blob(c) -> bytes | None:
     return None if c is None else np.asarray(c, dtype=np.float64).tobytes()
 
@@ -216,8 +211,9 @@ class LedgerStore:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        if new:  # only once committed: a rolled-back block must never be pointed at
-            ref = weakref.ref(costs.rdp) if _frozen(costs.rdp) else _dead
+        if new and _frozen(costs.rdp):  # only once committed: a rolled-back block must never be
+            # pointed at; and only curves nobody can change (a walk's rows for a σ), referred to weakly
+            ref = weakref.ref(costs.rdp)
             self._recent = [(int(bid), costs.keys_, ref, costs.rdp.shape, mu_blob)] + self._recent[
                 : _RECENT_BLOCKS - 1
             ]
