@@ -19,10 +19,11 @@ n = 256 3.31 → 1.49 MB, n = 1024 11.37 → 3.59 MB, n = 2048 19.66 → 6.39 MB
 n: the ledger's running totals and the run's charged row, (n − 1) × 159 floats each.
 
 Session 22 (the ledger's sums are the sealed charged row until something else is added; cost rows are
-built when asked, kept in a bounded per-process cache; a walk's charged row is a replay log): Muffliato-GD
-n = 256 1.49 → 1.18, 1024 3.59 → 2.31, 2048 6.39 → 3.82 MB; and the walk (:func:`measure_walk`, 32 hosted
-nodes, acceptance then two visits each), after its second visit n = 256 1.75 → 1.10, 1024 4.97 → 2.34,
-2048 9.29 → 4.01 MB a node (after acceptance, 2048: 1.12 → 0.94 MB).  docs/runs.md has the table.
+built when asked, kept in a bounded per-process cache; a walk's charged row is a replay log; one public
+W per process): Muffliato-GD n = 256 1.49 → 1.18, 1024 3.59 → 2.32, 2048 6.39 → 3.84 MB; and the walk
+(:func:`measure_walk`, 32 hosted nodes, acceptance then two visits each), after its second visit
+n = 256 1.75 → 1.07, 1024 4.97 → 2.21, 2048 9.29 → 3.73 MB a node (after acceptance, 2048: 1.12 →
+0.66 MB).  docs/runs.md has the table.
 """
 
 from __future__ import annotations
