@@ -20,9 +20,9 @@ in :mod:`hushnet.privacy.ledger_store`; :class:`hushnet.privacy.ledger.Ledger` j
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_
 
 __all__ = [
     "BOUND_LABELS",
+    "FrozenCurves",
     "DEFAULT_DELTA",
     "LedgerError",
     "BudgetExceeded",
@@ -85,6 +86,47 @@ def sealed_bytes(a: np.ndarray) -> bytes | None:
     if isinstance(b, bytes) and a.flags.c_contiguous and len(b) == a.nbytes:
         return b
     return None
+
+
+class FrozenCurves(Mapping[str, np.ndarray]):
+    """A read-only ``target → curve`` map over one sealed (targets × orders) matrix: row i is the curve
+    toward ``keys[i]``.
+
+    What a run's per-σ cost rows are charged as.  Nothing can change it: the keys are a tuple, the
+    matrix is sealed (:func:`sealed`), attributes cannot be set — so the ledger may take the very map it
+    checked last as validated (:meth:`LedgerState.validate`).  Unlike a ``MappingProxyType`` over a
+    dict of row views it can be referred to weakly: the ledger's memo does not keep the matrix alive
+    (issue 12: at n = 2048 the matrix is 2.6 MB, and a memo per hosted node kept one per node)."""
+
+    __slots__ = ("_keys", "_rows", "_index", "__weakref__")
+
+    def __init__(self, keys: tuple[str, ...], rows: np.ndarray):
+        if not isinstance(keys, tuple) or not is_sealed(rows) or rows.ndim != 2:
+            raise ValueError("FrozenCurves needs a tuple of keys and a sealed 2-D matrix")
+        if rows.shape[0] != len(keys) or len(set(keys)) != len(keys):
+            raise ValueError("FrozenCurves needs one distinct key per row")
+        object.__setattr__(self, "_keys", keys)
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "_index", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenCurves cannot be changed")
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The sealed (targets × orders) matrix, rows in key order."""
+        return self._rows
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if self._index is None:
+            object.__setattr__(self, "_index", {k: i for i, k in enumerate(self._keys)})
+        return self._rows[self._index[key]]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 class LedgerError(ValueError):
@@ -335,8 +377,9 @@ class LedgerState:
         self.version = 0
         #: the rows of the last keys looked up (a walk charges the same targets hop after hop)
         self._last: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=np.int64))
-        #: (curve map, rows, Costs) of the last immutable entry validated (see :meth:`validate`)
-        self._valid: tuple[Any, np.ndarray, Costs] | None = None
+        #: the last :class:`FrozenCurves` entry validated (a weak reference: the memo keeps no matrix
+        #: alive) with its keys, μ and μ mask (see :meth:`validate`)
+        self._valid: tuple[weakref.ref, list[str], np.ndarray, np.ndarray] | None = None
 
     def targets(self) -> list[str]:
         """Every target something was spent toward, sorted."""
@@ -365,6 +408,10 @@ class LedgerState:
         return rows
 
     def _grow(self, cap: int) -> None:
+        # never below a row any array holds (the running sums may be a shared array of exactly the
+        # rows in use, see add_costs, while the others keep their capacity)
+        cap = max(cap, self._rdp.shape[0], self._n_entries.shape[0])
+
         def grow(a: np.ndarray, fill=0) -> np.ndarray:
             out = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
             out[: a.shape[0]] = a
@@ -390,12 +437,35 @@ class LedgerState:
         )
 
     def add_costs(self, costs: Costs, bound: str, proj: "Projections | None" = None) -> None:
-        """Compose every cost of one validated entry (each target once: RDP adds per order, μ² adds)."""
+        """Compose every cost of one validated entry (each target once: RDP adds per order, μ² adds).
+
+        The running sums are not copied where they would be a copy of something nobody can change:
+        the first entry of an empty state whose curves are sealed (a run's charged row, shared by the
+        cost, the driver and the ledger's recent block) *is* the sums until a later entry adds
+        something (``0.0 + c`` is ``c`` bit for bit for every ``c ≥ +0.0``, and ``-0.0`` is never
+        taken); an all-zero entry adds nothing (``x + 0.0`` is ``x`` for every sum here, all ``≥ +0.0``)
+        — Muffliato-GD's steps after its first.  Why: at n = 2048 the sums are 2.6 MB a node, the same
+        numbers as the run's charged row while a ledger has one run (issue 12)."""
+        fresh = not self._keys
         rows = self._rows(costs.keys_, create=True)
-        if proj is not None and proj.version == self.version and proj.costs is costs:
-            self._rdp[_span(rows)] = proj.rdp  # the sum the projection made: stored + cost
+        m = len(costs.keys_)
+        if (
+            fresh
+            and costs.rdp.shape == (m, self.orders.size)
+            and is_sealed(costs.rdp)
+            and (m == 0 or (int(rows[0]) == 0 and int(rows[-1]) == m - 1))
+            and not np.signbit(costs.rdp).any()
+        ):
+            self._rdp = costs.rdp  # read-only: the next entry that adds something copies it first
+        elif not self._rdp.flags.writeable and not costs.rdp.any():
+            pass  # adds +0.0 to shared sums that are all >= +0.0: nothing changes, bit for bit
         else:
-            self._rdp[rows] += costs.rdp
+            if not self._rdp.flags.writeable:
+                self._rdp = np.array(self._rdp)  # copy on write (the same numbers)
+            if proj is not None and proj.version == self.version and proj.costs is costs:
+                self._rdp[_span(rows)] = proj.rdp  # the sum the projection made: stored + cost
+            else:
+                self._rdp[rows] += costs.rdp
         self.version += 1
         self._n_entries[rows] += 1
         if costs.has_mu.any():
@@ -464,14 +534,15 @@ class LedgerState:
         memo = self._valid
         if (
             memo is not None
-            and entry.rdp is memo[0]
-            and entry.rows is memo[1]
+            and type(entry.rdp) is FrozenCurves
+            and entry.rdp is memo[0]()
+            and entry.rows is entry.rdp.rows
             and entry.gdp_mu is None
         ):
-            # the very curves validated last time, and neither can have changed (a read-only map over
-            # read-only rows): a walk charges the same n curves every hop, and re-checking n keys
-            # and an (n × orders) matrix was most of a hop's charge at n = 2048
-            return memo[2]
+            # the very curves validated last time, and they cannot have changed (a frozen map over a
+            # sealed matrix, still alive): a walk charges the same n curves every hop, and re-checking
+            # n keys and an (n × orders) matrix was most of a hop's charge at n = 2048
+            return Costs(memo[1], entry.rows, memo[2], memo[3])
         keys = [as_key(k) for k in entry.rdp]
         try:
             mat = entry.rows
@@ -498,13 +569,8 @@ class LedgerState:
         if not fast:  # find the first bad target in the entry's order, with its one-line error
             return Costs.from_mapping(self._validate_each(entry), self.orders)
         costs = Costs(keys, mat, mu, has)
-        if (
-            type(entry.rdp) is MappingProxyType
-            and mat is entry.rows
-            and is_sealed(mat)
-            and entry.gdp_mu is None
-        ):
-            self._valid = (entry.rdp, mat, costs)
+        if type(entry.rdp) is FrozenCurves and mat is entry.rdp.rows and entry.gdp_mu is None:
+            self._valid = (weakref.ref(entry.rdp), keys, mu, has)
         return costs
 
     def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:

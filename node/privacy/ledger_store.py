@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,8 +86,9 @@ class LedgerStore:
         self.path = str(path)
         self._db = open_store(self.path)
         self._db.executescript(_SCHEMA)
-        #: (block id, targets, curves, μ blob) of the blocks this connection wrote last
-        self._recent: list[tuple[int, list[str], np.ndarray, bytes | None]] = []
+        #: (block id, targets, weak reference to the curves, their shape, μ blob) of the blocks this
+        #: connection wrote last — weak: the store keeps no (targets × orders) matrix alive (issue 12)
+        self._recent: list[tuple[int, list[str], weakref.ref, tuple, bytes | None]] = []
 
     # ---------------------------------------------------------------- meta
     def meta(self, key: str) -> str | None:
@@ -210,22 +212,37 @@ class LedgerStore:
             self._db.execute("ROLLBACK")
             raise
         if new and _frozen(costs.rdp):  # only once committed: a rolled-back block must never be
-            # pointed at; and only curves nobody can change (a walk's rows, computed once per σ and
-            # read-only): kept by reference, no copy of n curves per node
-            self._recent = [(int(bid), costs.keys_, costs.rdp, mu_blob)] + self._recent[
+            # pointed at; and only curves nobody can change (a walk's rows for a σ), referred to weakly
+            ref = weakref.ref(costs.rdp)
+            self._recent = [(int(bid), costs.keys_, ref, costs.rdp.shape, mu_blob)] + self._recent[
                 : _RECENT_BLOCKS - 1
             ]
         return int(eid)
 
     def _recent_block(self, costs: Costs, mu_blob: bytes | None) -> int | None:
-        """The id of a recent block with exactly these costs (bitwise), else ``None``."""
-        for bid, keys, rdp, mu in self._recent:
-            if (
-                mu == mu_blob
-                and rdp.shape == costs.rdp.shape
-                and np.array_equal(rdp.view(np.uint64), costs.rdp.view(np.uint64))
-                and keys == costs.keys_
+        """The id of a recent block with exactly these costs (bitwise), else ``None``.
+
+        The very curves it wrote (alive, and nobody can change them: a walk's rows for a σ) are that
+        block; other curves of the same shape, targets and μ are compared with the block's stored bytes
+        (a hosted node's rows, built again for a later visit after the process let them go)."""
+        for i, (bid, keys, ref, shape, mu) in enumerate(self._recent):
+            if mu != mu_blob or shape != costs.rdp.shape:
+                continue
+            if ref() is costs.rdp:
+                if keys == costs.keys_:
+                    return bid
+                continue
+            if keys != costs.keys_ or not _frozen(costs.rdp):
+                continue
+            row = self._db.execute("SELECT rdp FROM blocks WHERE id = ?", (bid,)).fetchone()
+            if row is None:
+                continue
+            stored = np.frombuffer(row[0], dtype=np.uint64)
+            if stored.size == costs.rdp.size and np.array_equal(
+                stored, np.ascontiguousarray(costs.rdp).view(np.uint64).reshape(-1)
             ):
+                # the new curves stand for that block now (checked by identity at the next charge)
+                self._recent[i] = (bid, keys, weakref.ref(costs.rdp), shape, mu)
                 return bid
         return None
 

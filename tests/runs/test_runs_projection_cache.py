@@ -153,8 +153,12 @@ def test_ledger_cost_rows_equal_an_uncached_computation(graph, monkeypatch) -> N
     for u in range(N):
         np.testing.assert_array_equal(costs[u].walk_slope, _fresh_cost_slope(spec, u, W))
         assert costs[u].targets == [ids[v] for v in range(N) if v != u]
-    # the cost's row is its own array: changing it changes neither the cache nor another node's
-    costs[0].walk_slope[:] = -1.0
+    # the cost's row is sealed (its rows are built from it again when asked): nobody can change it,
+    # so neither the cache nor another node's row can change through it
+    with pytest.raises(ValueError):
+        costs[0].walk_slope[:] = -1.0
+    with pytest.raises(ValueError):
+        costs[0].walk_slope.flags.writeable = True
     np.testing.assert_array_equal(
         walk_acc.walk_cost(spec, 0, ids, W).walk_slope, _fresh_cost_slope(spec, 0, W)
     )

@@ -59,7 +59,7 @@ def walk_cost(spec: RunSpec, vertex: int, ids: list[str], W=None, orders=None) -
         W = transition_matrix(spec.graph, spec.weights)
     known = spec.view_model == "sender-known"  # plain links: the receiver knows the sender
     S = _single_loss(W, int(spec.steps), known)
-    row = np.delete(S[vertex], vertex)
+    row = sealed(np.delete(S[vertex], vertex))  # the rows are built from it again when asked
     amax = alpha_max(spec.sigma, spec.constraint)
     view = "sender-known" if known else spec.view_model
     name = (
