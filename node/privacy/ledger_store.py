@@ -31,6 +31,7 @@ from hushnet.privacy.ledger_math import (
     LedgerError,
     PrivacyEntry,
     as_key,
+    is_sealed,
 )
 from hushnet.storage import BIND_MAX, insert_large_blob, open_store
 
@@ -63,15 +64,6 @@ _RECENT_BLOCKS = 2
 #: what ``meta.orders`` holds in a file with blocks: not JSON, so a build from before blocks (which
 #: would miss the block-stored spending and under-count) stops on open instead of reading it
 FORMAT_MARK = "ledger format 2 (cost blocks): needs a hushnet ledger that reads blocks"
-
-
-def _frozen(a: np.ndarray) -> bool:
-    """Whether no one can write ``a``: it and every array it views are read-only."""
-    while isinstance(a, np.ndarray):
-        if a.flags.writeable:
-            return False
-        a = a.base
-    return True
 
 
 def _blob(c) -> bytes | None:
@@ -211,7 +203,7 @@ class LedgerStore:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        if new and _frozen(costs.rdp):  # only once committed: a rolled-back block must never be
+        if new and is_sealed(costs.rdp):  # only once committed: a rolled-back block must never be
             # pointed at; and only curves nobody can change (a walk's rows for a σ), referred to weakly
             ref = weakref.ref(costs.rdp)
             self._recent = [(int(bid), costs.keys_, ref, costs.rdp.shape, mu_blob)] + self._recent[
@@ -232,7 +224,7 @@ class LedgerStore:
                 if keys == costs.keys_:
                     return bid
                 continue
-            if keys != costs.keys_ or not _frozen(costs.rdp):
+            if keys != costs.keys_ or not is_sealed(costs.rdp):
                 continue
             row = self._db.execute("SELECT rdp FROM blocks WHERE id = ?", (bid,)).fetchone()
             if row is None:

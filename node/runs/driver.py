@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -1184,6 +1185,8 @@ def _compact_decision(
 #: the public transition matrices the drivers of this process hold, read-only (see _shared_matrix)
 _MATRICES: list[Any] = []
 _MATRICES_MAX = 4
+#: drivers are built in executor threads (restores) as well as on the loop: one lock for both caches
+_SHARED_LOCK = threading.Lock()
 
 
 def _shared_matrix(W: Any) -> Any:
@@ -1197,21 +1200,22 @@ def _shared_matrix(W: Any) -> Any:
 
     if not isinstance(W, sp.csr_matrix) or W.dtype != np.float64:
         return W
-    for C in _MATRICES:
-        if (
-            C.shape == W.shape
-            and C.nnz == W.nnz
-            and np.array_equal(C.indptr, W.indptr)
-            and np.array_equal(C.indices, W.indices)
-            and np.array_equal(C.data.view(np.uint64), W.data.view(np.uint64))
-        ):
-            return C
-    C = W.copy()
-    for a in (C.data, C.indices, C.indptr):
-        a.flags.writeable = False
-    _MATRICES.insert(0, C)
-    del _MATRICES[_MATRICES_MAX:]
-    return C
+    with _SHARED_LOCK:
+        for C in _MATRICES:
+            if (
+                C.shape == W.shape
+                and C.nnz == W.nnz
+                and np.array_equal(C.indptr, W.indptr)
+                and np.array_equal(C.indices, W.indices)
+                and np.array_equal(C.data.view(np.uint64), W.data.view(np.uint64))
+            ):
+                return C
+        C = W.copy()
+        for a in (C.data, C.indices, C.indptr):
+            a.flags.writeable = False
+        _MATRICES.insert(0, C)
+        del _MATRICES[_MATRICES_MAX:]
+        return C
 
 
 _VERTEX_INDEX: dict[tuple[str, ...], Mapping[str, int]] = {}
@@ -1224,12 +1228,13 @@ def _vertex_index(ids: list[str]) -> Mapping[str, int]:
     Why shared: every hosted node of a run holds the same map — 2 048 entries, ~0.1 MB a node at
     n = 2048 (issue 12: a host's memory per node)."""
     key = tuple(ids)
-    hit = _VERTEX_INDEX.get(key)
-    if hit is None:
-        if len(_VERTEX_INDEX) >= _VERTEX_INDEX_MAX:
-            _VERTEX_INDEX.pop(next(iter(_VERTEX_INDEX)))
-        hit = _VERTEX_INDEX[key] = MappingProxyType({nid: v for v, nid in enumerate(ids)})
-    return hit
+    with _SHARED_LOCK:
+        hit = _VERTEX_INDEX.get(key)
+        if hit is None:
+            if len(_VERTEX_INDEX) >= _VERTEX_INDEX_MAX:
+                _VERTEX_INDEX.pop(next(iter(_VERTEX_INDEX)))
+            hit = _VERTEX_INDEX[key] = MappingProxyType({nid: v for v, nid in enumerate(ids)})
+        return hit
 
 
 def _source_doc(src: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from hushnet.net import pki
 from hushnet.net.errors import NodeStopping
 from hushnet.privacy.ledger import Ledger, LedgerBudget
 from hushnet.protocols.registry import transition_matrix
-from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.accounting import contribution_cost, rows_limit
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
 from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE
@@ -102,6 +102,8 @@ class RunService:
     """All runs of one node.  ``node`` is a started or starting :class:`hushnet.net.node.Node`."""
 
     def __init__(self, node, *, state_dir: pathlib.Path | None = None) -> None:
+        # a bad HUSHNET_COST_ROWS_MB stops the service here, not at a report or top-up mid-run
+        rows_limit()
         self.node = node
         self.state_dir = pathlib.Path(state_dir or node.state_dir)
         self.runs: dict[str, RunDriver] = {}

@@ -328,8 +328,9 @@ def test_a_repeated_hop_writes_its_curves_once_and_reopens_exactly(tmp_path: Pat
     pool = [f"n{j}" for j in range(200)]
     rows = np.where(O <= 30, rng.uniform(1e-4, 0.01, (len(pool), 1)) * O, np.inf)
     other_rows = rows * 2
-    for r in (rows, other_rows):  # as a walk's per-contribution rows: computed once, read-only
-        r.flags.writeable = False
+    # as a walk's per-contribution rows: computed once and sealed (``flags.writeable = False`` alone can be
+    # undone by the arrays' owner, so such rows are compared with the stored block every time instead)
+    rows, other_rows = lm.sealed(rows), lm.sealed(other_rows)
     hop = lm.PrivacyEntry.from_row("run", "rw", "anonymous", "certified", pool, rows)
     other = lm.PrivacyEntry.from_row("run", "rw", "anonymous", "certified", pool, other_rows)
     path = tmp_path / "l.sqlite"

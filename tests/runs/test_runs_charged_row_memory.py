@@ -8,9 +8,11 @@ is added.  Both must give the very numbers the old running sums gave, bit for bi
 
 from __future__ import annotations
 
+import pathlib
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.ledger import Ledger
@@ -332,3 +334,18 @@ def test_drivers_of_one_process_share_one_read_only_public_matrix(tmp_path):
     assert got == {ids[v]: float(want[v]) for v in range(64) if v != 30}
     for x in drivers:
         x.ledger.close()
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "nan", "inf"])
+def test_a_bad_cost_rows_limit_stops_the_run_service_at_its_start(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """Read when a node's run service is made, not at the first cache miss: a bad value found there
+    stopped a report, or a top-up between its ledger charge and its checkpoint."""
+    from types import SimpleNamespace
+
+    from hushnet.runs.service import RunService
+
+    monkeypatch.setenv("HUSHNET_COST_ROWS_MB", bad)
+    with pytest.raises(ValueError, match="HUSHNET_COST_ROWS_MB must be a number of megabytes"):
+        RunService(SimpleNamespace(state_dir=tmp_path))
