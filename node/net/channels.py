@@ -206,9 +206,28 @@ class ChannelsMixin:
             # acknowledged or sent over its own certificate): no RPC now
             return
         load = self._load
-        load.count("probe_rpc")
         link.last_rpc = started = now
         timeout = max(self.config.probe_s, 1.0)
+        if not link.ever_healthy and not link.healthy:
+            # A new link is confirmed by its channel reaching READY, not by a Health RPC: gRPC's client
+            # reports READY only once the server's HTTP/2 SETTINGS frame arrived (its connector waits for
+            # it), and the server's transport exists only after its TLS handshake accepted our client
+            # certificate — so READY is the mutual-TLS connection the RPC proved (the server's name was
+            # pinned by the handshake: ``grpc.ssl_target_name_override``).  The first RPC was ~0.9 ms of
+            # CPU a link (both ends, 28 % of a link's cost, ``bench_links``): ~21 CPU-s of a 2048-node
+            # start-up.  Later probes are as before (a Health RPC every ``health_rpc_s``, or every probe),
+            # so a neighbour whose process hangs is still found; a link that went down is confirmed again
+            # by an RPC.  ``tests/net/test_net_link_ready.py`` checks that a refused certificate never
+            # makes a link healthy.
+            load.count("probe_ready")
+            try:
+                await asyncio.wait_for(link.channel.channel_ready(), timeout)
+                ok, detail = True, "ok"
+            except asyncio.TimeoutError:
+                ok, detail = False, "not connected"
+            self._probed(link, ok, detail)
+            return
+        load.count("probe_rpc")
         try:
             reply = await link.stub.Health(
                 ppb.HealthRequest(), timeout=timeout, wait_for_ready=True
@@ -247,6 +266,10 @@ class ChannelsMixin:
                     return
         else:
             detail = "ok"
+        self._probed(link, ok, detail)
+
+    def _probed(self, link: PeerLink, ok: bool, detail: str) -> None:
+        """Record a probe's outcome on ``link`` (and say when the link or the node's wiring changed)."""
         link.missed = link.excused = 0
         if ok:
             link.last_ok = time.time()
