@@ -399,7 +399,11 @@ def test_a_host_process_loads_no_scipy_before_its_first_run() -> None:
         "import sys\n"
         "import hushnet.net.node, hushnet.net.host\n"
         "from hushnet.net.plugins import load_plugins\n"
-        "load_plugins()\n"
+        "from hushnet.net.node import Node, NodeConfig\n"
+        "node = Node(NodeConfig('unused-state-dir'))\n"
+        "for plugin in load_plugins():\n"
+        "    plugin(node)\n"  # each plugin installed on a node, as a host does before the node starts
+        "assert 'run.schedule' in node.controls.commands()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n"
         "import numpy as np\n"
         "from hushnet.families.walk.hops import TransitionRow\n"
