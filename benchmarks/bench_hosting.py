@@ -17,7 +17,15 @@ event loop per core) or smaller where one process's open-file limit does not all
   on a shared 2-core machine the wall time depends on the other load, the CPU spent much less.
 
 Reported against the issue's goals (≤ 6 MB marginal per hosted node; 2048 nodes healthy in ≤ 60 s),
-never asserted.
+never asserted.  Each row also gives ``cpu_s_total`` (hosts + bootstrap + supervisor) and ``cores_busy``
+(that over the start-to-healthy time): near the machine's cores the start-up is CPU-bound and only less CPU
+shortens it; well below, it waits on something else (joins, reconnect backoff, the status sweeps).
+
+Sixth pass (docs/network.md): a start stores nothing it does not need (``node.sqlite`` and the onion replay
+cache open on first use), a host imports no scipy before its first run, a host's nodes publish their onion
+keys in shared calls, and a new link is confirmed by its channel reaching READY instead of a Health RPC.
+Interleaved on the same machine, n = 2048: 72.1 s and 119 hosts' CPU-seconds before, 62.8 s and 93 after
+(load ~30; two more pairs at load 25–42: 119.4 s / 163 → 74.0 s / 110, and 113.4 s / 148 → 78.9 s / 99).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from hushnet.net.load import cpu_split, threads
 
 DEFAULT_NS = (16, 256, 1024)
 GOAL_MB = 6.0
+GOAL_2048_S = 60.0  # issue 12: 2048 hosted nodes healthy within this on the 2-core machine
 
 
 def _ns() -> tuple[int, ...]:
@@ -143,6 +152,8 @@ def _run(n: int, per_process: int, d: int, asked: list[int]) -> dict:
         "cpu_s_hosts": round(sum(cpu), 1),
         "cpu_s_bootstrap": round(boot_cpu, 1),
         "cpu_s_supervisor": round(sup_cpu, 1),
+        "cpu_s_total": round(sum(cpu) + boot_cpu + sup_cpu, 1),
+        "cores_busy": round((sum(cpu) + boot_cpu + sup_cpu) / healthy_s, 2),
         "status_calls": status_calls,
         "cpu_s_by_thread_first_process": threads,
         # all hosts: event loops (Python) / gRPC event-engine threads / the rest
@@ -167,7 +178,8 @@ def main(out_dir: pathlib.Path) -> dict:
             f"   n={n:5d}: {row['processes']} processes × {row['per_process']} nodes, healthy in "
             f"{row['start_to_healthy_s']:.1f} s, {row['rss_per_node_mb']:.2f} MB and {row['fds_per_node']:.1f} "
             f"descriptors per node; CPU to healthy: hosts {row['cpu_s_hosts']:.0f} s, bootstrap "
-            f"{row['cpu_s_bootstrap']:.0f} s, supervisor {row['cpu_s_supervisor']:.0f} s (load {row['load_average_at_healthy'][0]:.1f}); "
+            f"{row['cpu_s_bootstrap']:.0f} s, supervisor {row['cpu_s_supervisor']:.0f} s, {row['cores_busy']:.2f} cores busy "
+            f"(load {row['load_average_at_healthy'][0]:.1f}); "
             f"hosts' CPU by thread: {row['cpu_s_hosts_split']}",
             flush=True,
         )
@@ -177,6 +189,7 @@ def main(out_dir: pathlib.Path) -> dict:
         "load_average": os.getloadavg(),
         "rows": rows,
         "goal_marginal_mb": GOAL_MB,
+        "goal_healthy_s_at_2048": GOAL_2048_S,
     }
     ok = [r for r in rows if r["healthy"]]
     if len(ok) >= 2:

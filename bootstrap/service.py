@@ -39,11 +39,20 @@ CLOCK_SKEW_MS = 5 * 60 * 1000
 MAX_HOST_LEAVES = 8192
 MAX_WATCH_S = 30.0  # longest a WatchDirectory call is held without a change
 DEFAULT_ONION_EPOCH_S = 86400.0
+MAX_ONION_BATCH = 1024  # publications in one PublishOnionKeysHost call
 _AUTO_ID = re.compile(r"^n(\d+)$")
 
 
 class BootstrapError(RuntimeError):
     """The bootstrap cannot start (bad state directory, topology mismatch, port in use)."""
+
+
+class _Refusal(Exception):
+    """A refused request: the status code and message its caller gets (fields go to the log line)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, **fields) -> None:
+        super().__init__(message)
+        self.code, self.message, self.fields = code, message, fields
 
 
 @dataclass
@@ -244,15 +253,15 @@ class BootstrapService(pb_grpc.BootstrapServicer):
                 return v
         return None
 
-    async def _check_signed(self, request: pb.SignedRequest, method: str, context) -> MemberRow:
+    def _signed_member(self, request: pb.SignedRequest, method: str) -> MemberRow:
+        """The member who signed ``request`` for ``method``; :class:`_Refusal` if it is not one."""
         member = self.store.member(request.node_id)
         if member is None:
-            await self._refuse(
-                context, grpc.StatusCode.NOT_FOUND, f"unknown node {request.node_id!r}; join first"
+            raise _Refusal(
+                grpc.StatusCode.NOT_FOUND, f"unknown node {request.node_id!r}; join first"
             )
         if abs(int(time.time() * 1000) - request.unix_ms) > CLOCK_SKEW_MS:
-            await self._refuse(
-                context,
+            raise _Refusal(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"{method} from {request.node_id}: timestamp outside the allowed clock skew",
             )
@@ -261,13 +270,18 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             pki.signed_message(method, request.node_id, request.unix_ms),
             request.signature,
         ):
-            await self._refuse(
-                context,
+            raise _Refusal(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"{method} from {request.node_id}: bad signature",
                 member=request.node_id,
             )
         return member
+
+    async def _check_signed(self, request: pb.SignedRequest, method: str, context) -> MemberRow:
+        try:
+            return self._signed_member(request, method)
+        except _Refusal as r:
+            await self._refuse(context, r.code, r.message, **r.fields)
 
     async def Heartbeat(self, request: pb.SignedRequest, context) -> pb.LeaseReply:
         member = await self._check_signed(request, "Heartbeat", context)
@@ -352,39 +366,109 @@ class BootstrapService(pb_grpc.BootstrapServicer):
             return f"Leave from {leave.node_id}: bad signature"
         return None
 
-    async def PublishOnionKeys(self, request: pb.OnionKeysRequest, context) -> pb.LeaseReply:
-        """A member publishes its onion keys of epochs current−1..current+1 (signature binds the keys)."""
-        from hushnet.net.onion_keys import epoch_at, keys_digest
+    def _onion_publication(
+        self, request: pb.OnionKeysRequest, cur: int
+    ) -> tuple[MemberRow, list[tuple[int, bytes]]]:
+        """The member and keys of one publication (signature binds the keys); :class:`_Refusal` if refused."""
+        from hushnet.net.onion_keys import keys_digest
 
         keys = [(int(k.epoch), bytes(k.public_key)) for k in request.keys]
-        member = await self._check_signed(
-            request.auth, f"PublishOnionKeys:{keys_digest(keys)}", context
-        )
+        member = self._signed_member(request.auth, f"PublishOnionKeys:{keys_digest(keys)}")
         if self.onion_epoch_seconds <= 0:
-            await self._refuse(
-                context,
+            raise _Refusal(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "this network does not rotate onion keys (onion_epoch_seconds = 0)",
             )
-        cur = epoch_at(time.time(), self.onion_epoch_seconds)
         for e, pk in keys:
             if len(pk) != 32:
-                await self._refuse(
-                    context,
+                raise _Refusal(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"onion key of epoch {e} must be a raw 32-byte X25519 public key",
                 )
             if not cur - 1 <= e <= cur + 1:
-                await self._refuse(
-                    context,
+                raise _Refusal(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"onion key for epoch {e} outside the published window {cur - 1}..{cur + 1} "
                     "(check the node's clock)",
                 )
+        return member, keys
+
+    def _onion_epoch(self) -> int:
+        from hushnet.net.onion_keys import epoch_at
+
+        return (
+            epoch_at(time.time(), self.onion_epoch_seconds) if self.onion_epoch_seconds > 0 else 0
+        )
+
+    async def PublishOnionKeys(self, request: pb.OnionKeysRequest, context) -> pb.LeaseReply:
+        """A member publishes its onion keys of epochs current−1..current+1 (signature binds the keys)."""
+        cur = self._onion_epoch()
+        try:
+            member, keys = self._onion_publication(request, cur)
+        except _Refusal as r:
+            await self._refuse(context, r.code, r.message, **r.fields)
         self.store.prune_onion_keys(cur - 1)
         if self.store.put_onion_keys(member.node_id, keys):
             self._bump(member.node_id)
         return pb.LeaseReply(ok=True, lease_seconds=self.lease_seconds, epoch=self.store.epoch)
+
+    async def PublishOnionKeysHost(
+        self, request: pb.OnionKeysBatch, context
+    ) -> pb.OnionKeysBatchReply:
+        """The onion-key publications of one host process's nodes, each checked alone (its own signature),
+        recorded in one transaction with one directory change.
+
+        Why: at n = 2048 every node published its keys with its own call right after joining: 2 048 RPCs,
+        SQLite commits and directory changes on the bootstrap (each change then sent to every host process
+        and applied there), half of the directory changes of a start-up.  A refused request (bad signature,
+        unknown member, key outside the window) is named in the reply with the reason a lone call would get;
+        the others are recorded.
+        """
+        if len(request.requests) > MAX_ONION_BATCH:
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"PublishOnionKeysHost: {len(request.requests)} requests, at most {MAX_ONION_BATCH}",
+            )
+        cur = self._onion_epoch()
+        accepted: dict[str, list[tuple[int, bytes]]] = {}
+        refused: list[pb.OnionKeysRefusal] = []
+        for req in request.requests:
+            node_id = req.auth.node_id
+            try:
+                if node_id in accepted:
+                    raise _Refusal(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"PublishOnionKeysHost: {node_id} appears twice in one batch",
+                    )
+                member, keys = self._onion_publication(req, cur)
+            except _Refusal as r:
+                log.warning(
+                    "refused: %s",
+                    r.message,
+                    extra={
+                        "event": "refused",
+                        "code": r.code.name,
+                        "peer": context.peer(),
+                        **r.fields,
+                    },
+                )
+                refused.append(
+                    pb.OnionKeysRefusal(node_id=node_id, code=r.code.name, reason=r.message)
+                )
+                continue
+            accepted[member.node_id] = keys
+        if accepted:
+            self.store.prune_onion_keys(cur - 1)
+            changed = self.store.put_onion_keys_many(accepted)
+            if changed:
+                self._bump(*changed)
+        return pb.OnionKeysBatchReply(
+            lease_seconds=self.lease_seconds,
+            epoch=self.store.epoch,
+            published=list(accepted),
+            refused=refused,
+        )
 
     async def HeartbeatHost(self, request: pb.HostHeartbeat, context) -> pb.HostLeaseReply:
         """Renew the leases of one host process's nodes: one signature check and one write per request.

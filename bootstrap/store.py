@@ -206,6 +206,12 @@ class BootstrapStore:
                 changed = True
         return changed
 
+    def put_onion_keys_many(self, keys: dict[str, list[tuple[int, bytes]]]) -> list[str]:
+        """:meth:`put_onion_keys` for several nodes in one transaction; returns the nodes whose keys changed."""
+        with self._db:
+            self._db.execute("BEGIN")
+            return [node_id for node_id, ks in keys.items() if self.put_onion_keys(node_id, ks)]
+
     def prune_onion_keys(self, min_epoch: int) -> None:
         self._db.execute("DELETE FROM onion_keys WHERE epoch < ?", (int(min_epoch),))
 

@@ -42,7 +42,6 @@ class PeerLink:
     peer_id: str
     address: str
     channel: grpc.aio.Channel
-    stub: ppb_grpc.PeerStub
     healthy: bool = False
     last_ok: float = 0.0
     sent: int = 0
@@ -55,18 +54,38 @@ class PeerLink:
     #: time.monotonic() of the last proof of life from this neighbour other than a probe: an envelope it
     #: acknowledged on this channel, or one it delivered to us (both over its own mutual-TLS identity)
     last_heard: float = 0.0
-    deliver: Any = None  # Deliver with pre-encoded request bytes (see hushnet.net.wire)
     probing: asyncio.Task | None = (
         None  # the probe in flight on this link (at most one, see Node._probe_loop)
     )
+    # made on first use: a link confirmed by READY may carry no call for minutes, and building the stub's four
+    # callables and Deliver's for each of the 22 528 links of a 2048-node start-up was ~5 % of the hosts' loops
+    _stub: Any = None
+    _deliver: Any = None
 
-    def __post_init__(self) -> None:
-        if self.deliver is None:
-            self.deliver = self.channel.unary_unary(
+    @property
+    def stub(self) -> ppb_grpc.PeerStub:
+        if self._stub is None:
+            self._stub = ppb_grpc.PeerStub(self.channel)
+        return self._stub
+
+    @stub.setter
+    def stub(self, value: Any) -> None:
+        self._stub = value
+
+    @property
+    def deliver(self) -> Any:
+        """Deliver with pre-encoded request bytes (see :mod:`hushnet.net.wire`)."""
+        if self._deliver is None:
+            self._deliver = self.channel.unary_unary(
                 f"/{PEER_SERVICE}/Deliver",
                 request_serializer=None,
                 response_deserializer=epb.DeliveryAck.FromString,
             )
+        return self._deliver
+
+    @deliver.setter
+    def deliver(self, value: Any) -> None:
+        self._deliver = value
 
     def state(self) -> str:
         try:
@@ -166,22 +185,29 @@ class ChannelsMixin:
         return await asyncio.gather(*coros, return_exceptions=True)
 
     def _open_link(self, member: bpb.Member) -> PeerLink:
-        limit = self.config.max_message_bytes + ENVELOPE_SLACK
         ident = self.identity
-        options = [
-            ("grpc.ssl_target_name_override", pki.node_dns(member.node_id)),
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.keepalive_time_ms", int(self.config.keepalive_s * 1000)),
-            ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.initial_reconnect_backoff_ms", 250),
-            ("grpc.min_reconnect_backoff_ms", 250),
-            ("grpc.max_reconnect_backoff_ms", int(self.config.max_backoff_s * 1000)),
-            # a distinct channel per neighbour, never shared with another identity
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
+        cfg = self.config
+        key = (cfg.max_message_bytes, cfg.keepalive_s, cfg.max_backoff_s)
+        cached_options = getattr(self, "_link_options", None)
+        if cached_options is not None and cached_options[0] == key:
+            common = cached_options[1]
+        else:  # the same for every link of this node: built once
+            limit = self.config.max_message_bytes + ENVELOPE_SLACK
+            common = (
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.keepalive_time_ms", int(self.config.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0),
+                ("grpc.initial_reconnect_backoff_ms", 250),
+                ("grpc.min_reconnect_backoff_ms", 250),
+                ("grpc.max_reconnect_backoff_ms", int(self.config.max_backoff_s * 1000)),
+                # a distinct channel per neighbour, never shared with another identity
+                ("grpc.use_local_subchannel_pool", 1),
+            )
+            self._link_options = (key, common)
+        options = (("grpc.ssl_target_name_override", pki.node_dns(member.node_id)), *common)
         # one credentials object per node identity, not per link: building it per channel cost ~25 µs more of
         # the event loop per link (48 vs 24 µs a channel, 1 500 channels in one process)
         key = (ident.ca_pem, ident.key_pem, ident.cert_pem)
@@ -192,7 +218,7 @@ class ChannelsMixin:
         channel = grpc.aio.secure_channel(member.address, creds, options=options)
         channel.get_state(try_to_connect=True)
         self.log.debug("opened channel to %s at %s", member.node_id, member.address)
-        return PeerLink(member.node_id, member.address, channel, ppb_grpc.PeerStub(channel))
+        return PeerLink(member.node_id, member.address, channel)
 
     async def _probe(self, link: PeerLink) -> None:
         now = time.monotonic()
@@ -206,9 +232,28 @@ class ChannelsMixin:
             # acknowledged or sent over its own certificate): no RPC now
             return
         load = self._load
-        load.count("probe_rpc")
         link.last_rpc = started = now
         timeout = max(self.config.probe_s, 1.0)
+        if not link.ever_healthy and not link.healthy:
+            # A new link is confirmed by its channel reaching READY, not by a Health RPC: gRPC's client
+            # reports READY only once the server's HTTP/2 SETTINGS frame arrived (its connector waits for
+            # it), and the server's transport exists only after its TLS handshake accepted our client
+            # certificate — so READY is the mutual-TLS connection the RPC proved (the server's name was
+            # pinned by the handshake: ``grpc.ssl_target_name_override``).  The first RPC was ~0.9 ms of
+            # CPU a link (both ends, 28 % of a link's cost, ``bench_links``): ~21 CPU-s of a 2048-node
+            # start-up.  Later probes are as before (a Health RPC every ``health_rpc_s``, or every probe),
+            # so a neighbour whose process hangs is still found; a link that went down is confirmed again
+            # by an RPC.  ``tests/net/test_net_link_ready.py`` checks that a refused certificate never
+            # makes a link healthy.
+            load.count("probe_ready")
+            try:
+                await asyncio.wait_for(link.channel.channel_ready(), timeout)
+                ok, detail = True, "ok"
+            except asyncio.TimeoutError:
+                ok, detail = False, "not connected"
+            self._probed(link, ok, detail)
+            return
+        load.count("probe_rpc")
         try:
             reply = await link.stub.Health(
                 ppb.HealthRequest(), timeout=timeout, wait_for_ready=True
@@ -247,6 +292,10 @@ class ChannelsMixin:
                     return
         else:
             detail = "ok"
+        self._probed(link, ok, detail)
+
+    def _probed(self, link: PeerLink, ok: bool, detail: str) -> None:
+        """Record a probe's outcome on ``link`` (and say when the link or the node's wiring changed)."""
         link.missed = link.excused = 0
         if ok:
             link.last_ok = time.time()

@@ -79,18 +79,19 @@ class IdentityMixin:
             self._lock_fd = None
 
     def _open_state(self):
-        """The node's store, keys and CA from its state directory (created on first start); blocking,
-        called in a worker thread."""
+        """The node's store (opened on first use), this start's incarnation, the keys and CA from its
+        state directory (created on first start); blocking, called in a worker thread."""
         from hushnet.net.store import NodeStore
 
         store = NodeStore(self.state_dir / "node.sqlite")
         try:
+            incarnation = store.next_incarnation()
             key, x_key = self._load_keys()
             ca_pem = self._load_ca()
         except BaseException:
             store.close()
             raise
-        return store, key, x_key, ca_pem
+        return store, incarnation, key, x_key, ca_pem
 
     def _load_keys(self):
         key_path, x_path = self.state_dir / "node.key", self.state_dir / "x25519.key"

@@ -9,9 +9,9 @@ import time
 import grpc
 
 from hushnet.net import pki
+from hushnet.net import shared as _shared
 from hushnet.net.errors import NodeError
 from hushnet.v1 import bootstrap_pb2 as bpb
-from hushnet.v1 import bootstrap_pb2_grpc as bpb_grpc
 
 
 class LeaseMixin:
@@ -68,13 +68,20 @@ class LeaseMixin:
             auth=auth, keys=[bpb.OnionKey(epoch=e, public_key=pk) for e, pk in published]
         )
         try:
-            async with self._bootstrap_channel() as ch:
-                await bpb_grpc.BootstrapStub(ch).PublishOnionKeys(req, timeout=5.0)
-        except grpc.aio.AioRpcError as exc:
+            # with the other nodes of this process in one call (each signed by its own node, see
+            # hushnet.net.shared.HostOnionKeys)
+            self._bootstrap_channel()
+            await self._boot.onion.publish(req, timeout=5.0)
+        except (grpc.aio.AioRpcError, _shared.OnionKeysRefused) as exc:
+            code, details = (
+                (exc.code().name, exc.details())
+                if isinstance(exc, grpc.aio.AioRpcError)
+                else (exc.code, exc.reason)
+            )
             self.log.warning(
                 "publishing onion keys failed (%s: %s); will retry",
-                exc.code().name,
-                exc.details(),
+                code,
+                details,
                 extra={"event": "onion_keys_failed"},
             )
             return

@@ -194,12 +194,12 @@ class Node(
             raise
 
     async def _start(self) -> None:
-        # Opening (creating) a SQLite store in WAL mode waits for fsyncs (~10–20 ms on this disk), and a first
-        # start creates and writes the keys: all in one worker-thread call, so that a host starting hundreds of
-        # nodes does not block every node's event loop on them (and hops to a thread once, not per file)
+        # A first start creates and writes the keys, every start counts its incarnation (a file write; the
+        # SQLite store itself opens on first use, see hushnet.net.store): all in one worker-thread call, so
+        # that a host starting hundreds of nodes does not block every node's event loop on them (and hops to
+        # a thread once, not per file)
         self._load = _load.of_loop()
-        self.store, key, x_key, ca_pem = await asyncio.to_thread(self._open_state)
-        self.incarnation = self.store.next_incarnation()
+        self.store, self.incarnation, key, x_key, ca_pem = await asyncio.to_thread(self._open_state)
         host, port = pki.split_address(self.config.listen)
         # The certificate must exist before the TLS server can start, and the directory entry
         # needs our address before that: resolve port 0 to a concrete free port up front.

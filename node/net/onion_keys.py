@@ -20,7 +20,10 @@ from __future__ import annotations
 import hashlib
 import math
 import pathlib
+import sqlite3
+import threading
 import time
+from typing import Callable
 
 from hushnet.crypto.errors import UnknownEpoch
 from hushnet.crypto.keys import EpochKeys, KeyPair
@@ -87,13 +90,17 @@ class OnionKeyStore:
         self.dir = pathlib.Path(state_dir) / "onion-keys"
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self.keys = RetiringEpochKeys()
-        replay = PersistentReplayCache(
-            replay_path or pathlib.Path(state_dir) / "replay-onion-epochs.sqlite", keep=1 << 20
+        self.replay = LazyReplayCache(
+            replay_path or pathlib.Path(state_dir) / "replay-onion-epochs.sqlite", self._sync_replay
         )
-        self.keyring = OnionKeyring(self.keys, replay)
+        self.keyring = OnionKeyring(self.keys, self.replay)  # type: ignore[arg-type]
         for f in sorted(self.dir.glob("epoch-*.key")):
             e = int(f.stem.split("-", 1)[1])
             self.keys.pairs[e] = KeyPair.from_private_bytes(f.read_bytes())
+        if self.replay.path.exists():
+            # tags a previous run of this node recorded: opened now, so that tags of epochs whose key was
+            # deleted while the node was down are pruned at once (at the first maintain), as before
+            self.replay.cache()
 
     def current_epoch(self, now: float | None = None) -> int:
         return epoch_at(time.time() if now is None else now, self.period)
@@ -121,15 +128,19 @@ class OnionKeyStore:
                 )  # the key file first: then nothing opens e
                 del self.keys.pairs[e]
                 self.keys.deleted_through = max(self.keys.deleted_through, e)
-        replay = self.keyring.replay
-        for e in replay.epochs:  # tags of an epoch whose key is gone protect nothing any more
+        if self.replay.opened:  # else it opens in step with the keys held then (_sync_replay)
+            self._sync_replay(self.replay.cache())
+        return self.published(now)
+
+    def _sync_replay(self, replay: PersistentReplayCache) -> None:
+        """Hold a replay tag set for every epoch whose key is held, and none for the others."""
+        for e in list(replay.epochs):  # tags of an epoch whose key is gone protect nothing any more
             if e not in self.keys.pairs:
                 replay.close_epoch(e)
                 self.keys.deleted_through = max(self.keys.deleted_through, e)
-        for e in self.keys.pairs:
+        for e in list(self.keys.pairs):
             if e not in replay.epochs:
                 replay.open_epoch(e)
-        return self.published(now)
 
     def published(self, now: float | None = None) -> list[tuple[int, bytes]]:
         cur = self.current_epoch(now)
@@ -139,4 +150,79 @@ class OnionKeyStore:
         return self.keys.get(epoch)
 
     def close(self) -> None:
-        self.keyring.replay.close()
+        self.replay.close()
+
+
+class LazyReplayCache:
+    """The node's onion replay cache (a :class:`PersistentReplayCache`), created by the first packet that
+    needs it.
+
+    Why: a node's start made the SQLite file (WAL mode, two epochs' rows) although no onion packet had
+    arrived — ~2 ms of CPU a node in a host's worker threads, ~4 CPU-seconds of a 2048-node start-up
+    (issue 12) — and a network that runs no onion protocol never needs it.  Nothing is lost by waiting:
+    before the file exists no tag has been recorded, so there is nothing to refuse or to prune.  When it
+    opens, ``sync`` gives it one tag set per epoch whose key is held at that moment (the keys rotate
+    without it meanwhile).  An existing file (a restart) is opened at once by :class:`OnionKeyStore`.
+    """
+
+    def __init__(self, path: pathlib.Path, sync: Callable[[PersistentReplayCache], None]) -> None:
+        self.path = pathlib.Path(path)
+        self._sync = sync
+        self._cache: PersistentReplayCache | None = None
+        self._closed = False
+        self._lock = threading.Lock()  # packets may be peeled in worker threads
+
+    @property
+    def opened(self) -> bool:
+        return self._cache is not None
+
+    def cache(self) -> PersistentReplayCache:
+        """The SQLite cache, opened (and brought in line with the keys held) on first use."""
+        cache = self._cache
+        if cache is None:
+            with self._lock:
+                if self._closed:
+                    raise sqlite3.ProgrammingError(f"onion replay cache {self.path} is closed")
+                if self._cache is None:
+                    new = PersistentReplayCache(self.path, keep=1 << 20)
+                    try:
+                        self._sync(new)
+                    except BaseException:
+                        new.close()
+                        raise
+                    self._cache = new
+                cache = self._cache
+        return cache
+
+    # the ReplayCache interface, each on the opened cache
+    @property
+    def epochs(self) -> list[int]:
+        return self.cache().epochs
+
+    def open_epoch(self, epoch: int, keep: int | None = None) -> None:
+        self.cache().open_epoch(epoch, keep)
+
+    def close_epoch(self, epoch: int) -> None:
+        self.cache().close_epoch(epoch)
+
+    def seen(self, epoch: int, tag: bytes) -> bytes | None:
+        return self.cache().seen(epoch, tag)
+
+    def add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
+        self.cache().add(epoch, tag, digest)
+
+    def add_if_new(self, epoch: int, tag: bytes, digest: bytes = b"") -> bytes | None:
+        return self.cache().add_if_new(epoch, tag, digest)
+
+    def check_and_add(self, epoch: int, tag: bytes, digest: bytes = b"") -> None:
+        self.cache().check_and_add(epoch, tag, digest)
+
+    def __len__(self) -> int:
+        return len(self.cache())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None

@@ -85,6 +85,7 @@ class SharedBootstrap:
         self._watcher: asyncio.Task | None = None
         self.lease = HostLease(self)
         self.leaves = HostLeaves(self)
+        self.onion = HostOnionKeys(self)
 
     @property
     def current(self) -> bpb.Directory | None:
@@ -493,6 +494,103 @@ class HostLeaves:
             return r.node_id
 
         return {i for i in await asyncio.gather(*(one(r) for r in leaves)) if i is not None}
+
+
+class OnionKeysRefused(Exception):
+    """The bootstrap refused one node's onion-key publication (``code``: the gRPC status code's name)."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason = code, reason
+
+
+class HostOnionKeys:
+    """The onion-key publications of a process's nodes, sent together (``PublishOnionKeysHost``).
+
+    Why: every node published its keys with its own call right after it joined — at n = 2048 that was
+    2 048 calls and as many directory changes on the bootstrap, each change then sent to every host process.
+    A node still signs its own publication (the bootstrap checks each signature alone and refuses a bad
+    one alone); what is shared is the call: publications queued while one call is in flight go in the
+    next (at most :data:`MAX_BATCH`), so a host starting hundreds of nodes makes a few dozen calls and
+    a lone node one, as before, with no added wait.  A bootstrap without the batched call (an older
+    version) gets one call per node from then on.
+    """
+
+    MAX_BATCH = 256
+
+    def __init__(self, shared: SharedBootstrap) -> None:
+        self.shared = shared
+        self.batched = True
+        self.calls = 0  # batched calls sent (tests and benchmarks read it)
+        self._queue: list[tuple[bpb.OnionKeysRequest, asyncio.Future]] = []
+        self._task: asyncio.Task | None = None
+
+    async def publish(self, request: bpb.OnionKeysRequest, timeout: float = 5.0) -> None:
+        """Publish one node's signed keys; raises :class:`OnionKeysRefused` or ``grpc.aio.AioRpcError``."""
+        if not self.batched:
+            await self.shared.stub.PublishOnionKeys(request, timeout=timeout)
+            return
+        fut = self.shared.loop.create_future()
+        self._queue.append((request, fut))
+        if self._task is None or self._task.done():
+            self._task = self.shared.loop.create_task(self._send(timeout), name="onion-keys-batch")
+        await fut
+
+    async def _send(self, timeout: float) -> None:
+        while self._queue:
+            batch = [(r, f) for r, f in self._queue[: self.MAX_BATCH] if not f.done()]
+            del self._queue[: self.MAX_BATCH]
+            if not batch:
+                continue
+            self.calls += 1
+            _load.of_loop().count("onion_keys_batch")
+            try:
+                reply = await self.shared.stub.PublishOnionKeysHost(
+                    bpb.OnionKeysBatch(requests=[r for r, _ in batch]), timeout=timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self.batched = False  # an older bootstrap: these and later ones one by one
+                    for request, fut in batch + self._queue:
+                        self._settle_alone(request, fut, timeout)
+                    self._queue = []
+                    return
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            refused = {r.node_id: r for r in reply.refused}
+            published = set(reply.published)
+            for request, fut in batch:
+                if fut.done():
+                    continue
+                node_id = request.auth.node_id
+                if node_id in published:
+                    fut.set_result(None)
+                else:
+                    r = refused.get(node_id)
+                    fut.set_exception(
+                        OnionKeysRefused(r.code, r.reason)
+                        if r is not None
+                        else OnionKeysRefused(
+                            "UNKNOWN", "the bootstrap did not answer for this node"
+                        )
+                    )
+
+    def _settle_alone(
+        self, request: bpb.OnionKeysRequest, fut: asyncio.Future, timeout: float
+    ) -> None:
+        async def one() -> None:
+            try:
+                await self.shared.stub.PublishOnionKeys(request, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(None)
+
+        self.shared.loop.create_task(one())
 
 
 class _Borrowed:

@@ -7,24 +7,30 @@ per-node generator (``SeedSequence(run_seed).spawn(n)[v]``), which is the parity
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from hushnet.engine.protocol import NodeContext, Protocol
 from hushnet.engine.rng import node_generator, node_generators
 from hushnet.families import UnknownRunProtocol, family_of, protocols
 from hushnet.families.walk.walker import WalkOptions
-from hushnet.privacy.graphs import metropolis_hastings, parse_graph
 from hushnet.tasks.base import Task
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 #: protocol name -> what it is (shown by CLIs; the node driver refuses any other name)
 PROTOCOLS: dict[str, str] = protocols()
 
 
 def transition_matrix(graph: str, weights: str = "hamilton") -> sp.csr_matrix:
-    """The public W of a graph spec (``complete:N`` with Hamilton weights is exactly J/n)."""
+    """The public W of a graph spec (``complete:N`` with Hamilton weights is exactly J/n).
+
+    The graph tools (scipy) are imported here, not with this module: every node process imports it
+    with its run service, and a host starting hundreds of nodes needs no graph before its first run."""
+    from hushnet.privacy.graphs import metropolis_hastings, parse_graph
+
     return metropolis_hastings(parse_graph(graph), variant=weights)
 
 

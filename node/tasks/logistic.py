@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit as _sigmoid  # numerically stable logistic function
 
 from hushnet.tasks.base import GradientTask, TaskError
+
+
+def _sigmoid(z):
+    """scipy's numerically stable logistic function, imported at the first call (this module is imported
+    by every node process at start-up, where scipy.special cost ~50 ms before any task exists)."""
+    global _sigmoid
+    from scipy.special import expit
+
+    _sigmoid = expit
+    return expit(z)
 
 
 def _log1pexp(z: np.ndarray) -> np.ndarray:

@@ -218,8 +218,9 @@ def test_a_host_stopped_while_starting_closes_the_nodes_it_was_starting(
         stop = asyncio.Event()
         hosting = asyncio.create_task(serve_host(configs, stop=stop))
         try:
-            # n1 has opened its store and is joining (and stays so); n0 may or may not have started
-            await _until(lambda: (tmp_path / "n1" / "node.sqlite").exists(), 30, "n1's store")
+            # n1 has its store (opened on first use; the start counted its incarnation) and is joining (and
+            # stays so); n0 may or may not have started
+            await _until(lambda: (tmp_path / "n1" / "incarnation").exists(), 30, "n1's store")
             stop.set()
             host = await hosting
         finally:

@@ -7,8 +7,9 @@ silently: :meth:`TransitionRow.without` builds the changed row that a recorded d
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-import scipy.sparse as sp
 
 
 class HopRule:
@@ -53,7 +54,10 @@ class TransitionRow(HopRule):
 
     @classmethod
     def from_matrix(cls, W, node: int) -> "TransitionRow":
-        if sp.issparse(W):
+        # a sparse W exists only once scipy.sparse was imported: not imported here for a node process
+        # whose runs have not begun (its run service imports this module at start-up)
+        sp = sys.modules.get("scipy.sparse")
+        if sp is not None and sp.issparse(W):
             W = W.tocsr() if not isinstance(W, sp.csr_matrix) else W
             lo, hi = W.indptr[node], W.indptr[node + 1]
             return cls(node, W.indices[lo:hi], W.data[lo:hi])

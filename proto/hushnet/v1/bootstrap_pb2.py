@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahushnet/v1/bootstrap.proto\x12\nhushnet.v1\"k\n\x0bJoinRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x14\n\x0crequested_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x15\n\rx25519_public\x18\x05 \x01(\x0c\"w\n\tJoinReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65rt_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06vertex\x18\x04 \x01(\r\x12\x15\n\rlease_seconds\x18\x05 \x01(\x01\x12\x10\n\x08rejoined\x18\x06 \x01(\x08\"U\n\rSignedRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\"-\n\x08OnionKey\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\"_\n\x10OnionKeysRequest\x12\'\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x19.hushnet.v1.SignedRequest\x12\"\n\x04keys\x18\x02 \x03(\x0b\x32\x14.hushnet.v1.OnionKey\">\n\nLeaseReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x8e\x01\n\rHostHeartbeat\x12\x17\n\x0fhost_public_key\x18\x01 \x01(\x0c\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x10\n\x08node_ids\x18\x03 \x03(\t\x12.\n\x0b\x64\x65legations\x18\x04 \x03(\x0b\x32\x19.hushnet.v1.SignedRequest\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"m\n\x0eHostLeaseReply\x12\x15\n\rlease_seconds\x18\x01 \x01(\x01\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0f\n\x07unknown\x18\x03 \x03(\t\x12\x13\n\x0bundelegated\x18\x04 \x03(\t\x12\x0f\n\x07renewed\x18\x05 \x01(\r\"6\n\tHostLeave\x12)\n\x06leaves\x18\x01 \x03(\x0b\x32\x19.hushnet.v1.SignedRequest\"/\n\x0cLeaveRefusal\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"X\n\x0eHostLeaveReply\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0c\n\x04left\x18\x02 \x03(\t\x12)\n\x07refused\x18\x03 \x03(\x0b\x32\x18.hushnet.v1.LeaveRefusal\";\n\x0e\x44irectoryWatch\x12\x13\n\x0bsince_epoch\x18\x01 \x01(\x04\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\x82\x01\n\x10\x44irectoryChanges\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12(\n\tdirectory\x18\x03 \x01(\x0b\x32\x15.hushnet.v1.Directory\x12#\n\x07\x63hanged\x18\x04 \x03(\x0b\x32\x12.hushnet.v1.Member\"\x12\n\x10\x44irectoryRequest\"\xcb\x01\n\x06Member\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x65rt_sha256\x18\x03 \x01(\t\x12\x15\n\rx25519_public\x18\x04 \x01(\x0c\x12\x0e\n\x06vertex\x18\x05 \x01(\r\x12\r\n\x05\x61live\x18\x06 \x01(\x08\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\x12\x12\n\nkey_sha256\x18\x08 \x01(\t\x12(\n\nonion_keys\x18\t \x03(\x0b\x32\x14.hushnet.v1.OnionKey\"\x1c\n\x04\x45\x64ge\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\")\n\x06Weight\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\x12\t\n\x01w\x18\x03 \x01(\x01\"\x8a\x02\n\tDirectory\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.hushnet.v1.Member\x12\x10\n\x08topology\x18\x03 \x01(\t\x12\x12\n\nn_vertices\x18\x04 \x01(\r\x12\x1f\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x10.hushnet.v1.Edge\x12\x13\n\x0bweight_rule\x18\x06 \x01(\t\x12#\n\x07weights\x18\x07 \x03(\x0b\x32\x12.hushnet.v1.Weight\x12\x0e\n\x06\x63\x61_pem\x18\x08 \x01(\x0c\x12\x1b\n\x13onion_epoch_seconds\x18\t \x01(\x01\x12\x1b\n\x13onion_grace_seconds\x18\n \x01(\x01\x32\xa2\x04\n\tBootstrap\x12\x36\n\x04Join\x12\x17.hushnet.v1.JoinRequest\x1a\x15.hushnet.v1.JoinReply\x12>\n\tHeartbeat\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12:\n\x05Leave\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x43\n\x0cGetDirectory\x12\x1c.hushnet.v1.DirectoryRequest\x1a\x15.hushnet.v1.Directory\x12H\n\x10PublishOnionKeys\x12\x1c.hushnet.v1.OnionKeysRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x46\n\rHeartbeatHost\x12\x19.hushnet.v1.HostHeartbeat\x1a\x1a.hushnet.v1.HostLeaseReply\x12>\n\tLeaveHost\x12\x15.hushnet.v1.HostLeave\x1a\x1a.hushnet.v1.HostLeaveReply\x12J\n\x0eWatchDirectory\x12\x1a.hushnet.v1.DirectoryWatch\x1a\x1c.hushnet.v1.DirectoryChangesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahushnet/v1/bootstrap.proto\x12\nhushnet.v1\"k\n\x0bJoinRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x14\n\x0crequested_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x15\n\rx25519_public\x18\x05 \x01(\x0c\"w\n\tJoinReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65rt_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06vertex\x18\x04 \x01(\r\x12\x15\n\rlease_seconds\x18\x05 \x01(\x01\x12\x10\n\x08rejoined\x18\x06 \x01(\x08\"U\n\rSignedRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\"-\n\x08OnionKey\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\"_\n\x10OnionKeysRequest\x12\'\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x19.hushnet.v1.SignedRequest\x12\"\n\x04keys\x18\x02 \x03(\x0b\x32\x14.hushnet.v1.OnionKey\"@\n\x0eOnionKeysBatch\x12.\n\x08requests\x18\x01 \x03(\x0b\x32\x1c.hushnet.v1.OnionKeysRequest\"A\n\x10OnionKeysRefusal\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"}\n\x13OnionKeysBatchReply\x12\x15\n\rlease_seconds\x18\x01 \x01(\x01\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tpublished\x18\x03 \x03(\t\x12-\n\x07refused\x18\x04 \x03(\x0b\x32\x1c.hushnet.v1.OnionKeysRefusal\">\n\nLeaseReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x8e\x01\n\rHostHeartbeat\x12\x17\n\x0fhost_public_key\x18\x01 \x01(\x0c\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x10\n\x08node_ids\x18\x03 \x03(\t\x12.\n\x0b\x64\x65legations\x18\x04 \x03(\x0b\x32\x19.hushnet.v1.SignedRequest\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"m\n\x0eHostLeaseReply\x12\x15\n\rlease_seconds\x18\x01 \x01(\x01\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0f\n\x07unknown\x18\x03 \x03(\t\x12\x13\n\x0bundelegated\x18\x04 \x03(\t\x12\x0f\n\x07renewed\x18\x05 \x01(\r\"6\n\tHostLeave\x12)\n\x06leaves\x18\x01 \x03(\x0b\x32\x19.hushnet.v1.SignedRequest\"/\n\x0cLeaveRefusal\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"X\n\x0eHostLeaveReply\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0c\n\x04left\x18\x02 \x03(\t\x12)\n\x07refused\x18\x03 \x03(\x0b\x32\x18.hushnet.v1.LeaveRefusal\";\n\x0e\x44irectoryWatch\x12\x13\n\x0bsince_epoch\x18\x01 \x01(\x04\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\x82\x01\n\x10\x44irectoryChanges\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12(\n\tdirectory\x18\x03 \x01(\x0b\x32\x15.hushnet.v1.Directory\x12#\n\x07\x63hanged\x18\x04 \x03(\x0b\x32\x12.hushnet.v1.Member\"\x12\n\x10\x44irectoryRequest\"\xcb\x01\n\x06Member\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x65rt_sha256\x18\x03 \x01(\t\x12\x15\n\rx25519_public\x18\x04 \x01(\x0c\x12\x0e\n\x06vertex\x18\x05 \x01(\r\x12\r\n\x05\x61live\x18\x06 \x01(\x08\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\x12\x12\n\nkey_sha256\x18\x08 \x01(\t\x12(\n\nonion_keys\x18\t \x03(\x0b\x32\x14.hushnet.v1.OnionKey\"\x1c\n\x04\x45\x64ge\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\")\n\x06Weight\x12\t\n\x01u\x18\x01 \x01(\r\x12\t\n\x01v\x18\x02 \x01(\r\x12\t\n\x01w\x18\x03 \x01(\x01\"\x8a\x02\n\tDirectory\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.hushnet.v1.Member\x12\x10\n\x08topology\x18\x03 \x01(\t\x12\x12\n\nn_vertices\x18\x04 \x01(\r\x12\x1f\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x10.hushnet.v1.Edge\x12\x13\n\x0bweight_rule\x18\x06 \x01(\t\x12#\n\x07weights\x18\x07 \x03(\x0b\x32\x12.hushnet.v1.Weight\x12\x0e\n\x06\x63\x61_pem\x18\x08 \x01(\x0c\x12\x1b\n\x13onion_epoch_seconds\x18\t \x01(\x01\x12\x1b\n\x13onion_grace_seconds\x18\n \x01(\x01\x32\xf7\x04\n\tBootstrap\x12\x36\n\x04Join\x12\x17.hushnet.v1.JoinRequest\x1a\x15.hushnet.v1.JoinReply\x12>\n\tHeartbeat\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12:\n\x05Leave\x12\x19.hushnet.v1.SignedRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x43\n\x0cGetDirectory\x12\x1c.hushnet.v1.DirectoryRequest\x1a\x15.hushnet.v1.Directory\x12H\n\x10PublishOnionKeys\x12\x1c.hushnet.v1.OnionKeysRequest\x1a\x16.hushnet.v1.LeaseReply\x12\x46\n\rHeartbeatHost\x12\x19.hushnet.v1.HostHeartbeat\x1a\x1a.hushnet.v1.HostLeaseReply\x12>\n\tLeaveHost\x12\x15.hushnet.v1.HostLeave\x1a\x1a.hushnet.v1.HostLeaveReply\x12J\n\x0eWatchDirectory\x12\x1a.hushnet.v1.DirectoryWatch\x1a\x1c.hushnet.v1.DirectoryChanges\x12S\n\x14PublishOnionKeysHost\x12\x1a.hushnet.v1.OnionKeysBatch\x1a\x1f.hushnet.v1.OnionKeysBatchReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,32 +41,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ONIONKEY']._serialized_end=404
   _globals['_ONIONKEYSREQUEST']._serialized_start=406
   _globals['_ONIONKEYSREQUEST']._serialized_end=501
-  _globals['_LEASEREPLY']._serialized_start=503
-  _globals['_LEASEREPLY']._serialized_end=565
-  _globals['_HOSTHEARTBEAT']._serialized_start=568
-  _globals['_HOSTHEARTBEAT']._serialized_end=710
-  _globals['_HOSTLEASEREPLY']._serialized_start=712
-  _globals['_HOSTLEASEREPLY']._serialized_end=821
-  _globals['_HOSTLEAVE']._serialized_start=823
-  _globals['_HOSTLEAVE']._serialized_end=877
-  _globals['_LEAVEREFUSAL']._serialized_start=879
-  _globals['_LEAVEREFUSAL']._serialized_end=926
-  _globals['_HOSTLEAVEREPLY']._serialized_start=928
-  _globals['_HOSTLEAVEREPLY']._serialized_end=1016
-  _globals['_DIRECTORYWATCH']._serialized_start=1018
-  _globals['_DIRECTORYWATCH']._serialized_end=1077
-  _globals['_DIRECTORYCHANGES']._serialized_start=1080
-  _globals['_DIRECTORYCHANGES']._serialized_end=1210
-  _globals['_DIRECTORYREQUEST']._serialized_start=1212
-  _globals['_DIRECTORYREQUEST']._serialized_end=1230
-  _globals['_MEMBER']._serialized_start=1233
-  _globals['_MEMBER']._serialized_end=1436
-  _globals['_EDGE']._serialized_start=1438
-  _globals['_EDGE']._serialized_end=1466
-  _globals['_WEIGHT']._serialized_start=1468
-  _globals['_WEIGHT']._serialized_end=1509
-  _globals['_DIRECTORY']._serialized_start=1512
-  _globals['_DIRECTORY']._serialized_end=1778
-  _globals['_BOOTSTRAP']._serialized_start=1781
-  _globals['_BOOTSTRAP']._serialized_end=2327
+  _globals['_ONIONKEYSBATCH']._serialized_start=503
+  _globals['_ONIONKEYSBATCH']._serialized_end=567
+  _globals['_ONIONKEYSREFUSAL']._serialized_start=569
+  _globals['_ONIONKEYSREFUSAL']._serialized_end=634
+  _globals['_ONIONKEYSBATCHREPLY']._serialized_start=636
+  _globals['_ONIONKEYSBATCHREPLY']._serialized_end=761
+  _globals['_LEASEREPLY']._serialized_start=763
+  _globals['_LEASEREPLY']._serialized_end=825
+  _globals['_HOSTHEARTBEAT']._serialized_start=828
+  _globals['_HOSTHEARTBEAT']._serialized_end=970
+  _globals['_HOSTLEASEREPLY']._serialized_start=972
+  _globals['_HOSTLEASEREPLY']._serialized_end=1081
+  _globals['_HOSTLEAVE']._serialized_start=1083
+  _globals['_HOSTLEAVE']._serialized_end=1137
+  _globals['_LEAVEREFUSAL']._serialized_start=1139
+  _globals['_LEAVEREFUSAL']._serialized_end=1186
+  _globals['_HOSTLEAVEREPLY']._serialized_start=1188
+  _globals['_HOSTLEAVEREPLY']._serialized_end=1276
+  _globals['_DIRECTORYWATCH']._serialized_start=1278
+  _globals['_DIRECTORYWATCH']._serialized_end=1337
+  _globals['_DIRECTORYCHANGES']._serialized_start=1340
+  _globals['_DIRECTORYCHANGES']._serialized_end=1470
+  _globals['_DIRECTORYREQUEST']._serialized_start=1472
+  _globals['_DIRECTORYREQUEST']._serialized_end=1490
+  _globals['_MEMBER']._serialized_start=1493
+  _globals['_MEMBER']._serialized_end=1696
+  _globals['_EDGE']._serialized_start=1698
+  _globals['_EDGE']._serialized_end=1726
+  _globals['_WEIGHT']._serialized_start=1728
+  _globals['_WEIGHT']._serialized_end=1769
+  _globals['_DIRECTORY']._serialized_start=1772
+  _globals['_DIRECTORY']._serialized_end=2038
+  _globals['_BOOTSTRAP']._serialized_start=2041
+  _globals['_BOOTSTRAP']._serialized_end=2672
 # @@protoc_insertion_point(module_scope)

@@ -74,6 +74,11 @@ class BootstrapStub:
                 request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.SerializeToString,
                 response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.FromString,
                 _registered_method=True)
+        self.PublishOnionKeysHost = channel.unary_unary(
+                '/hushnet.v1.Bootstrap/PublishOnionKeysHost',
+                request_serializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatch.SerializeToString,
+                response_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatchReply.FromString,
+                _registered_method=True)
 
 
 class BootstrapServicer:
@@ -141,6 +146,15 @@ class BootstrapServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishOnionKeysHost(self, request, context):
+        """PublishOnionKeys for several members at once (the nodes of one host process): each request keeps its
+        member's own signature and is checked alone; a refused one is named in the reply, the others are
+        recorded in one transaction and one directory change.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BootstrapServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +197,11 @@ def add_BootstrapServicer_to_server(servicer, server):
                     servicer.WatchDirectory,
                     request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.FromString,
                     response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.SerializeToString,
+            ),
+            'PublishOnionKeysHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishOnionKeysHost,
+                    request_deserializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatch.FromString,
+                    response_serializer=hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatchReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +420,33 @@ class Bootstrap:
             '/hushnet.v1.Bootstrap/WatchDirectory',
             hushnet_dot_v1_dot_bootstrap__pb2.DirectoryWatch.SerializeToString,
             hushnet_dot_v1_dot_bootstrap__pb2.DirectoryChanges.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishOnionKeysHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hushnet.v1.Bootstrap/PublishOnionKeysHost',
+            hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatch.SerializeToString,
+            hushnet_dot_v1_dot_bootstrap__pb2.OnionKeysBatchReply.FromString,
             options,
             channel_credentials,
             insecure,
