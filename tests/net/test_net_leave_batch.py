@@ -133,7 +133,7 @@ def test_a_forged_leave_in_a_batch_is_refused_alone(tmp_path: pathlib.Path, call
                 "n1": "Leave from n1: bad signature",
                 "n2": "Leave from n2: timestamp outside the allowed clock skew",
                 "n0": "Leave from n0: bad signature",
-                "n9": "Leave from 'n9': unknown node",
+                "n9": "unknown node 'n9'; join first",
             }, why
             d = await _directory(tmp_path, addr)
             assert {m.node_id: m.alive for m in d.members} == {"n0": False, "n1": True, "n2": True}
