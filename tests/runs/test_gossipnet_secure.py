@@ -113,7 +113,7 @@ def test_secure_summation_gossip_over_the_network(tmp_path: pathlib.Path) -> Non
         if v == 0:  # charged what plain gossip costs; the aggregate value is below it, uncertified
             np.testing.assert_allclose(ledgers[0], plain.curves(sp.sigma), rtol=1e-12)
             real = np.array(av["aggregate_real_arithmetic"]["epsilon"])
-            proj = d.decision["row"]  # node id -> certified projected ε
+            proj = rep["projected"]  # node id -> certified projected ε (acceptance record)
             assert any(real[u] < proj[ids[u]] * 0.99 for u in range(1, N)), (real, proj)
 
     # seeded dropouts: the same realised schedule as the simulator, settled with the neighbourhood view
