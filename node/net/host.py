@@ -262,6 +262,7 @@ class HostedNode:
     started: bool = False
     admitted: bool = False  # counted against the limits while it starts
     exc: BaseException | None = None
+    closing: asyncio.Task | None = None  # the watchdog's stop of this node, while it runs
 
 
 class NodeHost:
@@ -381,6 +382,12 @@ class NodeHost:
 
     async def add(self, config: NodeConfig) -> Node:
         """Start one more node on this host; raises :class:`HostLimitError` or :class:`NodeError`."""
+        # a node of this state directory that the watchdog is stopping holds its lock until its stop ends
+        # (its leave may wait for the host's batch): wait for it, as a restart of that node would
+        same = pathlib.Path(config.state_dir).resolve()
+        for e in self.entries:
+            if e.closing is not None and pathlib.Path(e.config.state_dir).resolve() == same:
+                await asyncio.shield(e.closing)
         config = self._paced(config, len(self.entries) + 1)
         entry = HostedNode(config, Node(config))
         self.entries.append(entry)
@@ -531,7 +538,9 @@ class NodeHost:
                             entry.error,
                             extra={"event": "host_node_crashed", "node": entry.node.node_id},
                         )
-                        asyncio.get_running_loop().create_task(self._close_entry(entry))
+                        entry.closing = asyncio.get_running_loop().create_task(
+                            self._close_entry(entry)
+                        )
                         break
 
 
