@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from hushnet.client.core import WATCH_CALLS_PER_S, spread_order, watch_pacing
+from hushnet.client.core import (
+    WATCH_ANSWERS_PER_S,
+    WATCH_CALLS_PER_S,
+    spread_order,
+    watch_pacing,
+)
 
 
 def test_small_networks_keep_the_asked_poll_and_pause() -> None:
@@ -21,6 +26,15 @@ def test_large_networks_are_swept_within_the_call_budget(n: int) -> None:
     assert n / period <= WATCH_CALLS_PER_S + 1e-9  # node calls a second
     assert period >= 2.0
     assert pause >= 2 * period and pause >= 15.0  # a slower sweep alone never looks like a pause
+
+
+@pytest.mark.parametrize("n, hosts", [(1024, 3), (2048, 5), (4096, 10)])
+def test_batched_sweeps_stay_within_the_answer_budget(n: int, hosts: int) -> None:
+    # one call per host, but every node still answers on its host's loop
+    period, pause = watch_pacing(hosts, 2.0, 15.0, answers=n)
+    assert n / period <= WATCH_ANSWERS_PER_S + 1e-9
+    assert period >= 2.0 and pause >= 2 * period and pause >= 15.0
+    assert watch_pacing(1, 2.0, 15.0, answers=16) == (2.0, 15.0)  # a small network is not slowed
 
 
 @pytest.mark.parametrize("n, per_process", [(1024, 342), (2048, 410), (256, 128), (16, 8)])
