@@ -806,11 +806,16 @@ class AsyncClient:
     async def report(self, run_id: str):
         """The run's privacy report (every node's certified row, paper values labelled) and timings."""
         from hushnet.client.report import RunReport
+        from hushnet.runs.report_wire import VERSION as REPORT_VERSION
         from hushnet.runs.report_wire import unpack_report
 
         await self.refresh()
         # packed: each node's per-target rows as float64 bytes (the same numbers; a third of the bytes)
-        res = await self._all("run.report", {"run_id": run_id, "packed": self.packed_reports})
+        # (version 2 packs the projected row too; an older node answers the version it knows)
+        res = await self._all(
+            "run.report",
+            {"run_id": run_id, "packed": REPORT_VERSION if self.packed_reports else False},
+        )
         per = {}
         for i, r in res.items():
             if isinstance(r, ClientError):
