@@ -10,9 +10,13 @@ checks rather than trusts a hash for.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["distinct_rows"]
+from hushnet.privacy.conversions import rdp_epsilon
+
+__all__ = ["Converted", "convert_distinct", "distinct_rows"]
 
 #: odd 64-bit multipliers by row length: a row's hash is the wrapping sum of its bits times these
 _WEIGHTS: dict[int, np.ndarray] = {}
@@ -42,6 +46,18 @@ def _group(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.reshape(-1)
 
 
+#: rows compared per block (a block and its representatives stay in the cache)
+_BLOCK = 256
+
+
+def _rows_equal(bits: np.ndarray, rep: np.ndarray) -> bool:
+    """Whether every row of ``bits`` equals row ``rep[i]`` of it, bit for bit (by blocks: no n × k copy)."""
+    for i in range(0, bits.shape[0], _BLOCK):
+        if not np.array_equal(bits[i : i + _BLOCK], bits[rep[i : i + _BLOCK]]):
+            return False
+    return True
+
+
 def distinct_rows(a: np.ndarray, *extra: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(first, inverse)`` such that ``a[first][inverse]`` is ``a`` bit for bit, and each ``extra`` (one
     64-bit value per row: a row's δ, its μ², …) likewise; rows count as equal only when all of their
@@ -64,10 +80,71 @@ def distinct_rows(a: np.ndarray, *extra: np.ndarray) -> tuple[np.ndarray, np.nda
                 h = h * np.uint64(0x9E3779B97F4A7C15) + c[:, 0] * np.uint64(2 * j + 3)
         first, inv = _group(h)
         if first.size == m or (
-            np.array_equal(bits[first][inv], bits)
-            and all(np.array_equal(c[first][inv], c) for c in cols)
+            _rows_equal(bits, first[inv]) and all(np.array_equal(c[first][inv], c) for c in cols)
         ):
             return first, inv
         if step == 1:
             break
     return None
+
+
+@dataclass(frozen=True)
+class Converted:
+    """``rdp_epsilon(orders, rows, delta)`` of a matrix's rows, kept as its distinct rows' results.
+
+    A report converts its run row, then its lifetime totals — after a node's first run the same curves
+    in the same order (issue 12): :meth:`for_rows` gives the second conversion from the first when the
+    matrices are equal bit for bit, the orders and δ too."""
+
+    orders: np.ndarray
+    rows: np.ndarray
+    delta: float
+    #: each distinct row's first occurrence and row → its distinct row (``None``: every row on its own)
+    first: np.ndarray | None
+    inv: np.ndarray | None
+    eps: np.ndarray
+    alpha: np.ndarray
+
+    def epsilon(self) -> np.ndarray:
+        """ε of every row."""
+        return self.eps if self.inv is None else self.eps[self.inv]
+
+    def spends(self) -> np.ndarray:
+        """Whether each row has a positive entry (``np.any(rows > 0, axis=-1)``, from the distinct rows)."""
+        if self.inv is None:
+            return np.any(self.rows > 0, axis=-1)
+        return np.any(self.rows[self.first] > 0, axis=-1)[self.inv]
+
+    def for_rows(self, orders: np.ndarray, rows: np.ndarray, delta: float):
+        """``(ε, best order)`` of every row of ``rows`` at ``delta`` if that is this conversion (the same
+        orders, δ and rows bit for bit), else ``None``."""
+        if (
+            float(delta) != self.delta
+            or rows.shape != self.rows.shape
+            or orders.shape != self.orders.shape
+            or _bits(orders.reshape(1, -1)).tobytes() != _bits(self.orders.reshape(1, -1)).tobytes()
+            or not (rows is self.rows or np.array_equal(_bits(rows), _bits(self.rows)))
+        ):
+            return None
+        if self.inv is None:
+            return self.eps, self.alpha
+        return self.eps[self.inv], self.alpha[self.inv]
+
+
+#: below this many rows a conversion is cheaper than finding the distinct ones
+DEDUP_MIN_ROWS = 64
+
+
+def convert_distinct(orders: np.ndarray, rows: np.ndarray, delta: float) -> Converted:
+    """``rdp_epsilon(orders, rows, delta)``, converting each distinct row once (rows equal bit for bit,
+    :func:`distinct_rows`; on a hash collision, or under :data:`DEDUP_MIN_ROWS` rows, every row).  The
+    same numbers bit for bit: a row's conversion depends on its own values only."""
+    o = np.asarray(orders, dtype=np.float64)
+    r = np.ascontiguousarray(rows, dtype=np.float64)
+    found = distinct_rows(r) if r.ndim == 2 and r.shape[0] >= DEDUP_MIN_ROWS else None
+    if found is None:
+        eps, alpha = rdp_epsilon(o, r, float(delta))
+        return Converted(o, r, float(delta), None, None, eps, alpha)
+    first, inv = found
+    eps, alpha = rdp_epsilon(o, r[first], float(delta))
+    return Converted(o, r, float(delta), first, inv, eps, alpha)

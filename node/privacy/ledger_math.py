@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
-from hushnet.privacy.distinct import distinct_rows
+from hushnet.privacy.distinct import Converted, distinct_rows
 
 __all__ = [
     "BOUND_LABELS",
@@ -741,7 +741,9 @@ class LedgerState:
                     out[j] = pt[1]
         return out
 
-    def spent_columns(self, keys: list[str], deltas: np.ndarray) -> SpentColumns:
+    def spent_columns(
+        self, keys: list[str], deltas: np.ndarray, known: Converted | None = None
+    ) -> SpentColumns:
         """:meth:`spent_many` as columns, converting each distinct (curve, μ², δ) once.
 
         A node's totals repeat their curves (a walk node after one run: ~400 distinct among 2 047
@@ -749,7 +751,12 @@ class LedgerState:
         are grouped by their bits (:func:`~hushnet.privacy.distinct.distinct_rows`, checked bit for bit)
         and each group converted by :meth:`convert_rows`, whose numbers depend on a row's own values
         only: the columns equal :meth:`spent_many`'s, bit for bit (tests compare).  Every key must have
-        spending."""
+        spending.
+
+        ``known``: a conversion already made (a report's run row): when the stored sums are its rows bit
+        for bit, at its orders and δ, and no target's totals can take the GDP curve, its results are
+        used — what ``convert_rows`` computes of those rows.  A node's totals after its first run are
+        that run's row (issue 12: a report converted the same 2 047 curves twice)."""
         rows = self._rows(keys, create=False)
         m = len(keys)
         deltas = np.asarray(deltas, dtype=np.float64)
@@ -774,8 +781,17 @@ class LedgerState:
         ne = self._n_entries[src]
         gdp_sq = self._gdp_sq[src]
         gdp_ok = self._n_gdp[src] == ne
-        found = distinct_rows(rdp, d, gdp_sq, gdp_ok.astype(np.int64)) if m >= 2 else None
-        if found is None:
+        reuse = None
+        if known is not None and whole and not gdp_ok.any() and (d == known.delta).all():
+            reuse = known.for_rows(self.orders, rdp, known.delta)
+        found = None
+        if reuse is None and m >= 2:
+            found = distinct_rows(rdp, d, gdp_sq, gdp_ok.astype(np.int64))
+        if reuse is not None:  # what convert_rows gives rows without GDP at one δ: ε, best order
+            eps, best = reuse
+            gdp = np.zeros(m, dtype=bool)
+            inv = None
+        elif found is None:
             eps, methods, orders, _ = self.convert_rows(rdp, gdp_sq, gdp_ok, d)
             inv = np.arange(m)
         else:
@@ -783,9 +799,10 @@ class LedgerState:
             eps, methods, orders, _ = self.convert_rows(
                 rdp[first], gdp_sq[first], gdp_ok[first], d[first]
             )
-        gdp = np.array([x == "gdp" for x in methods], dtype=bool)
-        best = np.array([math.nan if o is None else o for o in orders], dtype=np.float64)
-        eps, gdp, best = eps[inv], gdp[inv], best[inv]
+        if inv is not None:
+            gdp = np.array([x == "gdp" for x in methods], dtype=bool)
+            best = np.array([math.nan if o is None else o for o in orders], dtype=np.float64)
+            eps, gdp, best = eps[inv], gdp[inv], best[inv]
         paper = self._paper[src] > 0
         ne = ne.astype(np.int64)
         if whole:

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
-from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon, rdp_to_dp
-from hushnet.privacy.distinct import distinct_rows
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.distinct import Converted, convert_distinct
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.privacy.ledger_math import FrozenCurves, as_key, sealed
 from hushnet.runs.spec import RunSpec
@@ -183,26 +183,12 @@ def dp_from_rdp_rows(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.nd
     r = np.asarray(rdp, dtype=float)
     if r.shape[0] == 0:
         return np.zeros(0)
-    if r.ndim == 2 and r.shape[0] >= _DEDUP_MIN_ROWS:
-        eps = _distinct_rows_epsilon(np.asarray(orders, dtype=float), r, float(delta))
-    else:
-        eps = rdp_epsilon(orders, r, delta)[0]
-    return np.where(np.any(r > 0, axis=-1), eps, 0.0)
+    return dp_from_converted(convert_distinct(orders, r, delta))
 
 
-#: below this many rows a conversion is cheaper than finding the distinct ones
-_DEDUP_MIN_ROWS = 64
-
-
-def _distinct_rows_epsilon(orders: np.ndarray, r: np.ndarray, delta: float) -> np.ndarray:
-    """``rdp_epsilon(orders, r, delta)[0]``, converting each distinct row once (rows equal bit for bit,
-    :func:`hushnet.privacy.distinct.distinct_rows`; on a hash collision every row is converted)."""
-    r = np.ascontiguousarray(r, dtype=np.float64)
-    found = distinct_rows(r)
-    if found is None:
-        return rdp_epsilon(orders, r, delta)[0]
-    first, inv = found
-    return rdp_epsilon(orders, r[first], delta)[0][inv]
+def dp_from_converted(conv: Converted) -> np.ndarray:
+    """:func:`dp_from_rdp_rows` of a conversion already made (a report keeps it for its lifetime totals)."""
+    return np.where(conv.spends(), conv.epsilon(), 0.0)
 
 
 def paper_bound(
@@ -225,4 +211,5 @@ __all__ = [
     "local_dp_cost",
     "dp_from_rdp",
     "dp_from_rdp_rows",
+    "dp_from_converted",
 ]

@@ -45,8 +45,14 @@ from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFi
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.privacy.conversions import CONVERSION_LABEL
+from hushnet.privacy.distinct import convert_distinct
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
-from hushnet.runs.accounting import ContributionCost, dp_from_rdp_rows, paper_bound
+from hushnet.runs.accounting import (
+    ContributionCost,
+    dp_from_converted,
+    dp_from_rdp_rows,
+    paper_bound,
+)
 from hushnet.runs.spec import RunSpec
 from hushnet.tasks.data import PublicEval
 
@@ -1013,13 +1019,16 @@ class RunDriver:
         converted were ~70 % of a report's CPU)."""
         delta = self.spec.budget.delta
         rows: dict[str, tuple[list[str], np.ndarray]] = {}
+        conv = None
         if self.cost is not None:
             charged = self.run_rdp  # summed once (a walk's row is derived from its log)
-            eps = (
-                np.zeros(len(self.cost.targets))
-                if charged is None
-                else dp_from_rdp_rows(self.cost.orders, charged, delta)
-            )
+            if charged is None:
+                eps = np.zeros(len(self.cost.targets))
+            elif not len(charged):
+                eps = dp_from_rdp_rows(self.cost.orders, charged, delta)
+            else:  # dp_from_rdp_rows, keeping the conversion for the lifetime totals
+                conv = convert_distinct(self.cost.orders, charged, delta)
+                eps = dp_from_converted(conv)
             rows["certified"] = (self.cost.targets, np.asarray(eps, dtype=np.float64))
         paper_label = None
         pb = paper_bound(self.spec, self.vertex, float(self.contributions), self.W)
@@ -1027,7 +1036,7 @@ class RunDriver:
             pr, paper_label = pb
             pr = np.asarray(pr, dtype=np.float64)
             rows["paper"] = (self._other_ids(), np.delete(pr[: len(self.ids)], self.vertex))
-        life = self.ledger.spent_columns(delta) if self.ledger is not None else None
+        life = self.ledger.spent_columns(delta, conv) if self.ledger is not None else None
         version = int(packed)
         certified: dict[str, float] = {}
         paper: dict[str, float] | None = None

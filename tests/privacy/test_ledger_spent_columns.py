@@ -152,3 +152,47 @@ def test_distinct_rows_checks_every_bit_and_the_extras() -> None:
     first, inv = distinct_rows(b)
     assert first.size == 3 and b[first][inv].tobytes() == b.tobytes()
     assert distinct_rows(np.zeros((0, O.size)))[0].size == 0
+
+
+def test_a_known_conversion_is_used_only_when_it_is_the_totals(tmp_path, monkeypatch) -> None:
+    """A report converts its run row first and hands the conversion to the ledger: after a node's first
+    run its totals are that row, and its conversion must then give the old path's columns bit for bit —
+    and be ignored when the δ, the curves or a GDP total make it another conversion."""
+    import hushnet.privacy.ledger_math as lm
+    from hushnet.privacy.distinct import convert_distinct
+
+    rng = np.random.default_rng(7)
+    ids = [f"n{i}" for i in range(1, 400)]
+    base = rng.random((9, O.size)) * O * 0.01
+    base[0] = 0.0
+    row = base[rng.integers(0, 9, len(ids))]
+    led = Ledger(tmp_path / "k.sqlite", node_id="n0")
+    led.set_budget(LedgerBudget(1e9, 1e-5))
+    try:
+        led.charge(PrivacyEntry.from_row("walk", "rw-dpsgd", "local", "certified", ids, row))
+        conv = convert_distinct(led.orders, row.copy(), 1e-5)
+        want = [_key(s) for s in _old(led, 1e-5).values()]
+        with monkeypatch.context() as mp:  # used: nothing else is converted
+            mp.setattr(lm, "distinct_rows", None)
+            mp.setattr(lm.LedgerState, "convert_rows", None)
+            got = led.spent_columns(1e-5, conv)
+        assert [_key(s) for s in got.as_spent().values()] == want
+        # another δ, other curves (one bit), a matrix of another shape: converted as without it
+        assert [_key(s) for s in led.spent_columns(1e-6, conv).as_spent().values()] == [
+            _key(s) for s in _old(led, 1e-6).values()
+        ]
+        other = row.copy()
+        other[5, 3] = np.nextafter(other[5, 3], 1.0)
+        for c in (
+            convert_distinct(led.orders, other, 1e-5),
+            convert_distinct(led.orders, row[1:], 1e-5),
+        ):
+            assert [_key(s) for s in led.spent_columns(1e-5, c).as_spent().values()] == want
+        # a target whose every entry carries a μ may take the GDP curve: not the run row's conversion
+        led.charge(PrivacyEntry.gaussian("g", "muffliato-gd", "local", "certified", {"x1": 0.2}))
+        led.charge(PrivacyEntry.gaussian("g", "muffliato-gd", "local", "certified", {"x1": 0.2}))
+        got = led.spent_columns(1e-5, conv).as_spent()
+        assert got["x1"].method == "gdp"
+        assert [_key(s) for s in got.values()] == [_key(s) for s in _old(led, 1e-5).values()]
+    finally:
+        led.close()

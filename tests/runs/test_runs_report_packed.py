@@ -163,3 +163,41 @@ def test_report_written_packed_from_columns_is_the_packed_plain_report(
         assert pack_report(odd, 2)["projected"] == {"n1": 1, "n2": 0.5}
     finally:
         ledger.close()
+
+
+def test_lifetime_totals_after_a_first_run_reuse_its_row_conversion(tmp_path, monkeypatch) -> None:
+    """After a node's first run its lifetime totals are the run's row: the report converts those curves
+    once (the certified row's conversion is handed to the ledger) and still reports the old path's
+    lifetime totals, bit for bit."""
+    import numpy as np
+
+    import hushnet.privacy.ledger_math as lm
+
+    ids = [f"n{i}" for i in range(64)]
+    ledger = Ledger(tmp_path / "ledger.sqlite", node_id="n5")
+    try:
+        spec = _spec(4)
+        W = transition_matrix(spec.graph, spec.weights)
+        cost = contribution_cost(spec, 5, ids, W)
+        drv = RunDriver(spec, 5, ids, None, None, ledger=ledger, cost=cost, W=W)
+        entry = LedgerEntry(
+            5, 0, "gradient", spec.view_model, 2.0, 2.0, spec.sigma, spec.protocol, spec.run_id
+        )
+        assert drv._charge(entry), drv.reason  # noqa: SLF001 - the node's charge path itself
+        st = ledger._state  # noqa: SLF001 - the old path over the same state
+        keys = st.targets()
+        old = st.spent_many(keys, np.full(len(keys), spec.budget.delta))
+        with monkeypatch.context() as mp:  # the ledger converts nothing itself
+            mp.setattr(lm, "distinct_rows", None)
+            mp.setattr(lm.LedgerState, "convert_rows", None)
+            plain = drv.report()
+            packed = json.loads(_json(drv.report(packed=2)))
+        assert _bits(plain["lifetime"]) == _bits(
+            {
+                t: {"epsilon": s.epsilon, "bound": s.bound, "method": s.method}
+                for t, s in old.items()
+            }
+        )
+        assert _bits(unpack_report(packed)) == _bits(json.loads(_json(plain)))
+    finally:
+        ledger.close()
