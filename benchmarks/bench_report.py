@@ -8,7 +8,8 @@ charges — and times, per call (CPU time of this thread), what the node's ``run
 client asks) and ``run.ledger`` handlers do: the document and its JSON.  The old path (a copy of the
 report and ledger answer as they were, kept here) and the new one run interleaved in pairs in one
 process, so their ratio survives the machine's load; the ratio is reported, never asserted.  A
-breakdown of the new report follows (certified row, paper row, lifetime columns, the rest).
+breakdown of the new report follows (certified row, paper row, lifetime columns without the run row's
+conversion).
 
 Not in the numbers: gRPC, TLS and the operator's side (unpacking).  No network.  Quote the load average
 (``uptime``) with any number taken from here.
@@ -39,8 +40,31 @@ def _old_spent(ledger, delta):
     return st.spent_many(keys, np.asarray(d, dtype=float))
 
 
+def _old_paper_gd(spec, vertex: int, W):
+    """Muffliato-GD's paper row as it was: each step's Theorem 1 term rebuilt (norms, adjacency) and
+    every entry converted."""
+    import math
+
+    import scipy.sparse as sp
+
+    from hushnet.families.gossip.accounting import PAPER_LABELS, _public_eigh, resolved
+    from hushnet.privacy.paper.muffliato import thm1_from_source
+    from hushnet.runs.spec import _best_order_dp
+
+    Wc = sp.csr_matrix(W, dtype=float)
+    eig = _public_eigh(Wc)
+    sens = sum(thm1_from_source(Wc, vertex, int(k), eig=eig) for k in resolved(spec, Wc)["ks"])
+    sens = np.array(sens, dtype=float)
+    sens[vertex] = 0.0
+    row = _best_order_dp(sens / (2.0 * spec.sigma**2), math.inf, math.log(1.0 / spec.budget.delta))
+    row[sens <= 0] = 0.0
+    row[vertex] = 0.0
+    return row, PAPER_LABELS[spec.protocol]
+
+
 def _old_report(drv) -> dict[str, Any]:
-    """``RunDriver.report()`` as it was (rows as dicts, lifetime from :func:`_old_spent`)."""
+    """``RunDriver.report()`` as it was (rows as dicts, lifetime from :func:`_old_spent`, Muffliato-GD's
+    paper row from :func:`_old_paper_gd`)."""
     from hushnet.runs.accounting import dp_from_rdp_rows, paper_bound
 
     delta = drv.spec.budget.delta
@@ -54,7 +78,10 @@ def _old_report(drv) -> dict[str, Any]:
         )
         certified = {t: float(e) for t, e in zip(drv.cost.targets, eps)}
     paper, paper_label = None, None
-    pb = paper_bound(drv.spec, drv.vertex, float(drv.contributions), drv.W)
+    if drv.spec.protocol == "muffliato-gd":
+        pb = _old_paper_gd(drv.spec, drv.vertex, drv.W)
+    else:
+        pb = paper_bound(drv.spec, drv.vertex, float(drv.contributions), drv.W)
     if pb is not None:
         pr, paper_label = pb
         paper = {drv.ids[v]: float(pr[v]) for v in range(len(drv.ids)) if v != drv.vertex}
