@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from hushnet.privacy import distinct as _distinct
 from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
-from hushnet.privacy.distinct import Converted, distinct_rows
 
 __all__ = [
     "BOUND_LABELS",
@@ -742,7 +742,7 @@ class LedgerState:
         return out
 
     def spent_columns(
-        self, keys: list[str], deltas: np.ndarray, known: Converted | None = None
+        self, keys: list[str], deltas: np.ndarray, known: _distinct.Converted | None = None
     ) -> SpentColumns:
         """:meth:`spent_many` as columns, converting each distinct (curve, μ², δ) once.
 
@@ -786,7 +786,7 @@ class LedgerState:
             reuse = known.for_rows(self.orders, rdp, known.delta)
         found = None
         if reuse is None and m >= 2:
-            found = distinct_rows(rdp, d, gdp_sq, gdp_ok.astype(np.int64))
+            found = _distinct.distinct_rows(rdp, d, gdp_sq, gdp_ok.astype(np.int64))
         if reuse is not None:  # what convert_rows gives rows without GDP at one δ: ε, best order
             eps, best = reuse
             gdp = np.zeros(m, dtype=bool)

@@ -173,7 +173,6 @@ def test_a_known_conversion_is_used_only_when_it_is_the_totals(tmp_path, monkeyp
         conv = convert_distinct(led.orders, row.copy(), 1e-5)
         want = [_key(s) for s in _old(led, 1e-5).values()]
         with monkeypatch.context() as mp:  # used: nothing else is converted
-            mp.setattr(lm, "distinct_rows", None)
             mp.setattr(lm.LedgerState, "convert_rows", None)
             got = led.spent_columns(1e-5, conv)
         assert [_key(s) for s in got.as_spent().values()] == want

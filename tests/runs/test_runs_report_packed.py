@@ -188,7 +188,6 @@ def test_lifetime_totals_after_a_first_run_reuse_its_row_conversion(tmp_path, mo
         keys = st.targets()
         old = st.spent_many(keys, np.full(len(keys), spec.budget.delta))
         with monkeypatch.context() as mp:  # the ledger converts nothing itself
-            mp.setattr(lm, "distinct_rows", None)
             mp.setattr(lm.LedgerState, "convert_rows", None)
             plain = drv.report()
             packed = json.loads(_json(drv.report(packed=2)))
