@@ -5,9 +5,9 @@ the network), about 70 % of it ``Ledger.spent`` over the lifetime totals: every 
 and one ``Spent`` object per target, read back field by field into the report.  This benchmark builds
 one node as a host does — a walk node after its first visit, and a Muffliato-GD node after its run's
 charges — and times, per call (CPU time of this thread), what the node's ``run.report`` (packed, as the
-client asks) and ``run.ledger`` handlers do: the document and its JSON.  The old path (a copy of the
-report and ledger answer as they were, kept here) and the new one run interleaved in pairs in one
-process, so their ratio survives the machine's load; the ratio is reported, never asserted.  A
+client asks) and ``run.ledger`` handlers do (plain, and packed as the client asks): the document and
+its JSON.  The old path (a copy of the report and ledger answer as they were, kept here) and the new one
+run interleaved in pairs in one process, so their ratio survives the machine's load; the ratio is reported, never asserted.  A
 breakdown of the new report follows (certified row, paper row, lifetime columns without the run row's
 conversion).
 
@@ -208,7 +208,7 @@ def _breakdown(drv, pairs: int) -> dict:
 
 def measure(n: int, pairs: int = PAIRS) -> dict:
     """Old vs new report (packed, JSON) and ledger answer of a walk node and a Muffliato-GD node at n."""
-    from hushnet.runs.report_wire import pack_report, unpack_report
+    from hushnet.runs.report_wire import pack_report, unpack_ledger, unpack_report
     from hushnet.runs.service import _json, ledger_doc
 
     out: dict[str, Any] = {"n": n}
@@ -221,8 +221,10 @@ def measure(n: int, pairs: int = PAIRS) -> dict:
                 if unpack_report(json.loads(new_wire)) != unpack_report(json.loads(old_wire)):
                     raise SystemExit(f"bench_report: {name} n = {n}: the new report differs")
                 node = drv.node_id
-                if _json(ledger_doc(ledger, node, None)) != _json(
-                    _old_ledger_doc(ledger, node, None)
+                old_led = _json(_old_ledger_doc(ledger, node, None))
+                packed_led = json.loads(_json(ledger_doc(ledger, node, None, packed=True)))
+                if _json(ledger_doc(ledger, node, None)) != old_led or (
+                    _json(unpack_ledger(packed_led)) != old_led
                 ):
                     raise SystemExit(f"bench_report: {name} n = {n}: the ledger answer differs")
                 st = ledger._state  # noqa: SLF001
@@ -241,6 +243,11 @@ def measure(n: int, pairs: int = PAIRS) -> dict:
                     "ledger": _pairs(
                         lambda: _json(_old_ledger_doc(ledger, node, None)),
                         lambda: _json(ledger_doc(ledger, node, None)),
+                        pairs,
+                    ),
+                    "ledger_packed": _pairs(  # what the client asks now
+                        lambda: _json(_old_ledger_doc(ledger, node, None)),
+                        lambda: _json(ledger_doc(ledger, node, None, packed=True)),
                         pairs,
                     ),
                     "new_report_parts_ms": _breakdown(drv, pairs),
@@ -266,7 +273,7 @@ def main(out_dir: pathlib.Path | None = None) -> dict:
             d = doc[name]
             print(
                 f"   n = {n} {name}: report packed {d['report_packed']}, plain {d['report_plain']}, "
-                f"ledger {d['ledger']}; parts {d['new_report_parts_ms']} ms; "
+                f"ledger {d['ledger']}, packed {d['ledger_packed']}; parts {d['new_report_parts_ms']} ms; "
                 f"{d['distinct_lifetime_curves']} distinct of {d['targets']} curves; "
                 f"{d['packed_kb']} / {d['plain_kb']} KB",
                 flush=True,

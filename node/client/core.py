@@ -894,8 +894,15 @@ class AsyncClient:
         """Each node's lifetime privacy ledger: (ε, δ) spent toward every other node (certified
         totals; at ``delta``, default the node's budget δ), entries by run, and the node's budget.
         A node that cannot be asked maps to its :class:`ClientError`."""
+        from hushnet.runs.report_wire import unpack_ledger
+
         await self.refresh()
-        return await self._all("run.ledger", None if delta is None else {"delta": float(delta)})
+        # packed: the totals as columns, unpacked here to the same numbers (an older node answers plain)
+        args: dict[str, Any] = {"packed": True}
+        if delta is not None:
+            args["delta"] = float(delta)
+        res = await self._all("run.ledger", args)
+        return {i: unpack_ledger(r) for i, r in res.items()}
 
 
 def why_no_run(run_id: str, errors: dict[str, str]) -> str:

@@ -48,6 +48,7 @@ from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost, rows_limit
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
+from hushnet.runs.report_wire import PACKED_SPENT, pack_spent
 from hushnet.runs.report_wire import VERSION as REPORT_VERSION
 from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE
 from hushnet.runs.run_store import RunStore
@@ -689,7 +690,8 @@ class RunService:
 
     async def c_ledger(self, payload: bytes) -> bytes:
         args = json.loads(payload or b"{}")
-        return _json(ledger_doc(self.ledger, self.node.node_id, args.get("delta")))
+        packed = bool(args.get("packed"))  # totals as columns (report_wire.pack_spent)
+        return _json(ledger_doc(self.ledger, self.node.node_id, args.get("delta"), packed=packed))
 
     def close(self) -> None:
         """Stop the runs' timers and senders, then close the ledger and the run store (once).
@@ -767,9 +769,12 @@ def install(node) -> RunService:
     return RunService(node).install()
 
 
-def ledger_doc(ledger: Ledger, node_id: str, delta: float | None) -> dict[str, Any]:
+def ledger_doc(
+    ledger: Ledger, node_id: str, delta: float | None, *, packed: bool = False
+) -> dict[str, Any]:
     """A node's ``run.ledger`` answer: its lifetime totals toward every target (at ``delta``, default each
-    target's budget δ), entries by run, and its budget.
+    target's budget δ), entries by run, and its budget; ``packed``: the totals as columns
+    (:func:`hushnet.runs.report_wire.pack_spent`, read back by ``unpack_ledger``).
 
     The totals are the ledger's columns, each distinct curve converted once: one :class:`Spent` per
     target and every curve converted were most of this answer's CPU at n = 2048 (issue 12); the numbers
@@ -779,9 +784,10 @@ def ledger_doc(ledger: Ledger, node_id: str, delta: float | None) -> dict[str, A
     # most of the answer's time at n = 1024)
     counts = ledger.entry_counts()
     budget = ledger.budget
-    return {
-        "node": node_id,
-        "spent": {
+    if packed:
+        spent: dict[str, Any] = pack_spent(cols)
+    else:
+        spent = {
             t: {"epsilon": e, "delta": d, "bound": bound, "entries": k}
             for t, e, d, bound, k in zip(
                 cols.keys,
@@ -790,11 +796,17 @@ def ledger_doc(ledger: Ledger, node_id: str, delta: float | None) -> dict[str, A
                 cols.bounds(),
                 cols.entries.tolist(),
             )
-        },
+        }
+    doc = {
+        "node": node_id,
+        "spent": spent,
         "entries": sum(n for _, _, n in counts),
         "runs": {rid: {"protocol": proto, "entries": n} for rid, proto, n in counts},
         "budget": None if budget is None else {"epsilon": budget.epsilon, "delta": budget.delta},
     }
+    if packed:
+        doc[PACKED_SPENT] = 1
+    return doc
 
 
 def _json(doc: Any) -> bytes:

@@ -18,7 +18,7 @@ from hushnet.privacy.ledger import Ledger
 from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver
-from hushnet.runs.report_wire import PACKED, pack_report, unpack_report
+from hushnet.runs.report_wire import PACKED, pack_report, unpack_ledger, unpack_report
 from hushnet.runs.service import _json, ledger_doc
 from hushnet.runs.spec import Budget, RunSpec
 
@@ -149,6 +149,12 @@ def test_report_written_packed_from_columns_is_the_packed_plain_report(
                 for t, s in old.items()
             }
         )
+        # packed, the ledger answer reads back to the plain one, bit for bit (bound labels that differ)
+        wire = _json(ledger_doc(ledger, "n5", None, packed=True))
+        assert len(wire) < len(_json(led))
+        assert json.loads(wire)["spent"]["bound"] != {"all": "certified"}
+        assert _bits(unpack_ledger(json.loads(wire))) == _bits(json.loads(_json(led)))
+        assert unpack_ledger(led) is led  # an older node's plain answer passes through
         assert plain["projected"] == row
         for version in (1, 2):
             want = json.loads(_json(pack_report(plain, version)))
@@ -198,5 +204,12 @@ def test_lifetime_totals_after_a_first_run_reuse_its_row_conversion(tmp_path, mo
             }
         )
         assert _bits(unpack_report(packed)) == _bits(json.loads(_json(plain)))
+        # the ledger answer packed with uniform columns (one run: every total certified, one entry)
+        wire = json.loads(_json(ledger_doc(ledger, "n5", None, packed=True)))
+        assert wire["spent"]["bound"] == {"all": "certified"} and wire["spent"]["entries"] == {
+            "all": 1
+        }
+        plain_led = json.loads(_json(ledger_doc(ledger, "n5", None)))
+        assert _bits(unpack_ledger(wire)) == _bits(plain_led)
     finally:
         ledger.close()
