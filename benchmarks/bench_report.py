@@ -7,9 +7,9 @@ one node as a host does — a walk node after its first visit, and a Muffliato-G
 charges — and times, per call (CPU time of this thread), what the node's ``run.report`` (packed, as the
 client asks) and ``run.ledger`` handlers do (plain, and packed as the client asks): the document and
 its JSON.  The old path (a copy of the report and ledger answer as they were, kept here) and the new one
-run interleaved in pairs in one process, so their ratio survives the machine's load; the ratio is reported, never asserted.  A
-breakdown of the new report follows (certified row, paper row, lifetime columns without the run row's
-conversion).
+run interleaved in pairs in one process, so their ratio survives the machine's load; the ratio is
+reported, never asserted.  A breakdown of the new report follows (certified row, paper row, lifetime
+columns without the run row's conversion).
 
 Not in the numbers: gRPC, TLS and the operator's side (unpacking).  No network.  Quote the load average
 (``uptime``) with any number taken from here.

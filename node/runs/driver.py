@@ -1012,10 +1012,11 @@ class RunDriver:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values
         labelled as such, the lifetime ledger totals, deviations, faults and timings.
 
-        ``packed`` (a version of :mod:`hushnet.runs.report_wire`, ``True`` for 1): the per-target rows packed,
-        written from the arrays (the document :func:`~hushnet.runs.report_wire.pack_report` makes of the
-        plain one, without n dicts per row in between).  The lifetime totals come from the ledger as columns, each distinct
-        curve converted once (issue 12: at n = 2048, one :class:`Spent` per target and every curve
+        ``packed`` (a version of :mod:`hushnet.runs.report_wire`, ``True`` for 1): the per-target rows
+        packed, written from the arrays (the document :func:`~hushnet.runs.report_wire.pack_report`
+        makes of the plain one, without n dicts per row in between).  The lifetime totals come from the
+        ledger as columns, each distinct curve converted once, the run row's conversion reused when the
+        totals are that row (issue 12: at n = 2048, one :class:`Spent` per target and every curve
         converted were ~70 % of a report's CPU)."""
         delta = self.spec.budget.delta
         rows: dict[str, tuple[list[str], np.ndarray]] = {}

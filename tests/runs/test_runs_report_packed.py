@@ -164,6 +164,14 @@ def test_report_written_packed_from_columns_is_the_packed_plain_report(
             # version 2 packs the projected row as well (its targets: the certified row's)
             assert ("f64" in got["projected"]) == (version == 2)
         assert got["projected"]["ids"] is None and got[PACKED] == 2
+        # a projected row the driver keeps as the acceptance gave it (not in vertex order): packed too
+        shuffled = dict(reversed(list(row.items())))
+        other = RunDriver(
+            spec, 5, ids, None, None, ledger=ledger, cost=cost, W=W, decision={"row": shuffled}
+        )
+        got = json.loads(_json(other.report(packed=2)))
+        assert "f64" in got["projected"]
+        assert _bits(unpack_report(got)) == _bits(json.loads(_json(other.report())))
         # a projected row that is not all floats stays as it is
         odd = {**plain, "projected": {"n1": 1, "n2": 0.5}}
         assert pack_report(odd, 2)["projected"] == {"n1": 1, "n2": 0.5}
