@@ -814,11 +814,16 @@ class AsyncClient:
     async def report(self, run_id: str):
         """The run's privacy report (every node's certified row, paper values labelled) and timings."""
         from hushnet.client.report import RunReport
+        from hushnet.runs.report_wire import VERSION as REPORT_VERSION
         from hushnet.runs.report_wire import unpack_report
 
         await self.refresh()
         # packed: each node's per-target rows as float64 bytes (the same numbers; a third of the bytes)
-        res = await self._all("run.report", {"run_id": run_id, "packed": self.packed_reports})
+        # (version 2 packs the projected row too; an older node answers the version it knows)
+        res = await self._all(
+            "run.report",
+            {"run_id": run_id, "packed": REPORT_VERSION if self.packed_reports else False},
+        )
         per = {}
         for i, r in res.items():
             if isinstance(r, ClientError):
@@ -897,8 +902,15 @@ class AsyncClient:
         """Each node's lifetime privacy ledger: (ε, δ) spent toward every other node (certified
         totals; at ``delta``, default the node's budget δ), entries by run, and the node's budget.
         A node that cannot be asked maps to its :class:`ClientError`."""
+        from hushnet.runs.report_wire import unpack_ledger
+
         await self.refresh()
-        return await self._all("run.ledger", None if delta is None else {"delta": float(delta)})
+        # packed: the totals as columns, unpacked here to the same numbers (an older node answers plain)
+        args: dict[str, Any] = {"packed": True}
+        if delta is not None:
+            args["delta"] = float(delta)
+        res = await self._all("run.ledger", args)
+        return {i: unpack_ledger(r) for i, r in res.items()}
 
 
 def why_no_run(run_id: str, errors: dict[str, str]) -> str:

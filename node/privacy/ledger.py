@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hushnet.privacy.distinct import Converted
 from hushnet.privacy.ledger_math import (
     BOUND_LABELS,
     BudgetExceeded,
@@ -32,6 +33,7 @@ from hushnet.privacy.ledger_math import (
     LedgerState,
     PrivacyEntry,
     Spent,
+    SpentColumns,
     as_key,
     check_budget,
     check_orders,
@@ -45,6 +47,7 @@ __all__ = [
     "PrivacyEntry",
     "LedgerBudget",
     "Spent",
+    "SpentColumns",
     "Ledger",
 ]
 
@@ -142,9 +145,18 @@ class Ledger:
                 return self._state.spent(
                     t, self._state.default_delta(t) if delta is None else delta
                 )
-            keys = self._state.targets()  # every one has spending: one vectorised conversion
-            d = [self._state.default_delta(t) if delta is None else delta for t in keys]
-            return self._state.spent_many(keys, np.asarray(d, dtype=float))
+            return self.spent_columns(delta).as_spent()
+
+    def spent_columns(
+        self, delta: float | None = None, known: Converted | None = None
+    ) -> SpentColumns:
+        """:meth:`spent` toward every target as columns (sorted keys; the same numbers bit for bit),
+        for callers that serialise them: a report, the ledger command (issue 12: at n = 2048 one
+        :class:`Spent` per target cost as much as the conversion).  ``known``: a conversion the caller
+        made of curves that may be these totals (see :meth:`LedgerState.spent_columns`)."""
+        with self._lock:
+            keys = self._state.targets()  # every one has spending
+            return self._state.spent_columns(keys, self._state.deltas(keys, delta), known)
 
     def rdp(self, target) -> np.ndarray:
         """The composed RDP curve toward ``target`` (zeros if nothing was spent)."""

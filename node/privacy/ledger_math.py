@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hushnet.privacy import distinct as _distinct
 from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "LedgerBudget",
     "LedgerState",
     "Spent",
+    "SpentColumns",
     "as_key",
     "check_budget",
     "check_orders",
@@ -264,6 +266,48 @@ class Spent:
     best_order: float | None
     bound: str  # "certified" only if every composed entry is certified
     entries: int
+
+
+@dataclass(frozen=True)
+class SpentColumns:
+    """:class:`Spent` toward many targets as columns: ``keys[j]``'s loss is row ``j`` of each array.
+
+    What a report or a ledger answer serialises: at n = 2048 building 2 047 :class:`Spent` objects (and
+    reading them back field by field) cost as much as converting the curves (issue 12).  The numbers
+    are those :meth:`LedgerState.spent` gives, bit for bit; :meth:`as_spent` builds the objects."""
+
+    keys: list[str]
+    epsilon: np.ndarray  # float64
+    delta: np.ndarray  # float64
+    gdp: np.ndarray  # bool: method "gdp" (else "rdp")
+    best_order: np.ndarray  # float64, NaN where there is none (GDP, or a curve infinite everywhere)
+    paper: np.ndarray  # bool: bound "paper" (else "certified")
+    entries: np.ndarray  # int64
+
+    def methods(self) -> list[str]:
+        """The conversion of each row, ``"rdp"`` or ``"gdp"``."""
+        return np.where(self.gdp, "gdp", "rdp").tolist()
+
+    def bounds(self) -> list[str]:
+        """The bound label of each row, ``"certified"`` or ``"paper"``."""
+        return np.where(self.paper, "paper", "certified").tolist()
+
+    def as_spent(self) -> dict[str, Spent]:
+        """One :class:`Spent` per target (best order ``None`` for GDP, as :meth:`LedgerState.convert`)."""
+        orders = self.best_order.tolist()
+        return {
+            k: Spent(k, e, d, m, None if g else o, b, n)
+            for k, e, d, m, g, o, b, n in zip(
+                self.keys,
+                self.epsilon.tolist(),
+                self.delta.tolist(),
+                self.methods(),
+                self.gdp.tolist(),
+                orders,
+                self.bounds(),
+                self.entries.tolist(),
+            )
+        }
 
 
 def check_orders(orders) -> np.ndarray:
@@ -682,6 +726,89 @@ class LedgerState:
             )
             for j, k in enumerate(keys)
         }
+
+    def deltas(self, keys: list[str], delta: float | None = None) -> np.ndarray:
+        """:meth:`default_delta` of each key (``delta`` for all if given), as one array."""
+        b = self.budget
+        if delta is not None or b is None:
+            return np.full(len(keys), DEFAULT_DELTA if delta is None else float(delta))
+        out = np.full(len(keys), float(b.delta))
+        if b.per_target:
+            get = b.per_target.get
+            for j, k in enumerate(keys):
+                pt = get(k)
+                if pt is not None:
+                    out[j] = pt[1]
+        return out
+
+    def spent_columns(
+        self, keys: list[str], deltas: np.ndarray, known: _distinct.Converted | None = None
+    ) -> SpentColumns:
+        """:meth:`spent_many` as columns, converting each distinct (curve, μ², δ) once.
+
+        A node's totals repeat their curves (a walk node after one run: ~400 distinct among 2 047
+        targets at n = 2048), and converting all of them was most of a report's CPU (issue 12).  Rows
+        are grouped by their bits (:func:`~hushnet.privacy.distinct.distinct_rows`, checked bit for bit)
+        and each group converted by :meth:`convert_rows`, whose numbers depend on a row's own values
+        only: the columns equal :meth:`spent_many`'s, bit for bit (tests compare).  Every key must have
+        spending.
+
+        ``known``: a conversion already made (a report's run row): when the stored sums are its rows bit
+        for bit, at its orders and δ, and no target's totals can take the GDP curve, its results are
+        used — what ``convert_rows`` computes of those rows.  A node's totals after its first run are
+        that run's row (issue 12: a report converted the same 2 047 curves twice)."""
+        rows = self._rows(keys, create=False)
+        m = len(keys)
+        deltas = np.asarray(deltas, dtype=np.float64)
+        if m and rows.min() < 0:
+            raise KeyError(keys[int(np.argmin(rows))])
+        # the whole ledger in any order (Ledger.spent: sorted keys): work on the stored rows in place
+        # (no gathered copy of the n × orders sums) and permute the per-row results
+        whole = m == len(self._keys) and m > 0
+        if whole:
+            perm = np.empty(m, dtype=np.int64)
+            perm[rows] = np.arange(m)
+            if not np.array_equal(np.sort(rows), np.arange(m)):
+                whole = False
+        if whole:
+            rdp = self._rdp[:m]
+            d = deltas[perm]
+            src = slice(0, m)
+        else:
+            rdp = self._rdp[rows]
+            d = deltas
+            src = rows
+        ne = self._n_entries[src]
+        gdp_sq = self._gdp_sq[src]
+        gdp_ok = self._n_gdp[src] == ne
+        reuse = None
+        if known is not None and whole and not gdp_ok.any() and (d == known.delta).all():
+            reuse = known.for_rows(self.orders, rdp, known.delta)
+        found = None
+        if reuse is None and m >= 2:
+            found = _distinct.distinct_rows(rdp, d, gdp_sq, gdp_ok.astype(np.int64))
+        if reuse is not None:  # what convert_rows gives rows without GDP at one δ: ε, best order
+            eps, best = reuse
+            gdp = np.zeros(m, dtype=bool)
+            inv = None
+        elif found is None:
+            eps, methods, orders, _ = self.convert_rows(rdp, gdp_sq, gdp_ok, d)
+            inv = np.arange(m)
+        else:
+            first, inv = found
+            eps, methods, orders, _ = self.convert_rows(
+                rdp[first], gdp_sq[first], gdp_ok[first], d[first]
+            )
+        if inv is not None:
+            gdp = np.array([x == "gdp" for x in methods], dtype=bool)
+            best = np.array([math.nan if o is None else o for o in orders], dtype=np.float64)
+            eps, gdp, best = eps[inv], gdp[inv], best[inv]
+        paper = self._paper[src] > 0
+        ne = ne.astype(np.int64)
+        if whole:
+            eps, gdp, best, paper, ne = eps[rows], gdp[rows], best[rows], paper[rows], ne[rows]
+            d = deltas
+        return SpentColumns(list(keys), eps, d.copy(), gdp, best, paper, ne)
 
     def rdp(self, target: str) -> np.ndarray:
         """The composed RDP curve toward ``target`` (a copy; zeros if nothing was spent)."""

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
-from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon, rdp_to_dp
+from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
+from hushnet.privacy.distinct import Converted, convert_distinct
 from hushnet.privacy.ledger import PrivacyEntry
 from hushnet.privacy.ledger_math import FrozenCurves, as_key, sealed
 from hushnet.runs.spec import RunSpec
@@ -182,40 +183,12 @@ def dp_from_rdp_rows(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.nd
     r = np.asarray(rdp, dtype=float)
     if r.shape[0] == 0:
         return np.zeros(0)
-    if r.ndim == 2 and r.shape[0] >= _DEDUP_MIN_ROWS:
-        eps = _distinct_rows_epsilon(np.asarray(orders, dtype=float), r, float(delta))
-    else:
-        eps = rdp_epsilon(orders, r, delta)[0]
-    return np.where(np.any(r > 0, axis=-1), eps, 0.0)
+    return dp_from_converted(convert_distinct(orders, r, delta))
 
 
-#: below this many rows a conversion is cheaper than finding the distinct ones
-_DEDUP_MIN_ROWS = 64
-#: odd 64-bit multipliers by number of orders: a curve's hash is the wrapping sum of its bits times these
-_HASH_WEIGHTS: dict[int, np.ndarray] = {}
-
-
-def _hash_weights(k: int) -> np.ndarray:
-    w = _HASH_WEIGHTS.get(k)
-    if w is None:
-        rng = np.random.default_rng(0x5EED)
-        w = rng.integers(0, 2**63, k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-        _HASH_WEIGHTS[k] = w
-    return w
-
-
-def _distinct_rows_epsilon(orders: np.ndarray, r: np.ndarray, delta: float) -> np.ndarray:
-    """``rdp_epsilon(orders, r, delta)[0]``, converting each distinct row once (found by a hash of its
-    bits, checked bit for bit: if two different rows share a hash, every row is converted)."""
-    r = np.ascontiguousarray(r, dtype=np.float64)
-    bits = r.view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = (bits * _hash_weights(r.shape[1])).sum(axis=1, dtype=np.uint64)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if not np.array_equal(bits[first][inv], bits):
-        return rdp_epsilon(orders, r, delta)[0]
-    return rdp_epsilon(orders, r[first], delta)[0][inv]
+def dp_from_converted(conv: Converted) -> np.ndarray:
+    """:func:`dp_from_rdp_rows` of a conversion already made (a report keeps it for its lifetime totals)."""
+    return np.where(conv.spends(), conv.epsilon(), 0.0)
 
 
 def paper_bound(
@@ -238,4 +211,5 @@ __all__ = [
     "local_dp_cost",
     "dp_from_rdp",
     "dp_from_rdp_rows",
+    "dp_from_converted",
 ]

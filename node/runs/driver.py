@@ -45,8 +45,14 @@ from hushnet.engine.events import Delivered, MessageArrived, RunStarted, TimerFi
 from hushnet.engine.execute import execute
 from hushnet.engine.protocol import Protocol
 from hushnet.privacy.conversions import CONVERSION_LABEL
+from hushnet.privacy.distinct import convert_distinct
 from hushnet.privacy.ledger import BudgetExceeded, Ledger
-from hushnet.runs.accounting import ContributionCost, dp_from_rdp_rows, paper_bound
+from hushnet.runs.accounting import (
+    ContributionCost,
+    dp_from_converted,
+    dp_from_rdp_rows,
+    paper_bound,
+)
 from hushnet.runs.spec import RunSpec
 from hushnet.tasks.data import PublicEval
 
@@ -770,8 +776,15 @@ class RunDriver:
         return src
 
     def _other_ids(self) -> list[str]:
-        """Every node id of the run's graph but this node's, in vertex order."""
-        return [nid for v, nid in enumerate(self.ids) if v != self.vertex]
+        """Every node id of the run's graph but this node's, in vertex order (made once: a report reads
+        it for two rows, 2 047 ids at n = 2048)."""
+        made = self.__dict__.get("_other_ids_made")
+        if made is None or made[0] is not self.ids:
+            made = self._other_ids_made = (
+                self.ids,
+                [nid for v, nid in enumerate(self.ids) if v != self.vertex],
+            )
+        return made[1]
 
     def _over(self) -> RunRefused:
         """The refusal of a run that is over here: ``run-closed`` when the operator closed or cancelled it
@@ -995,28 +1008,77 @@ class RunDriver:
             out["lost_node"], out["lost_round"] = self.ids[lost], res.get("lost_round")
         return out
 
-    def report(self) -> dict[str, Any]:
+    def report(self, *, packed: int = 0) -> dict[str, Any]:
         """This node's privacy report for the run: certified (ε, δ) toward every other node, paper values
-        labelled as such, the lifetime ledger totals, deviations, faults and timings."""
+        labelled as such, the lifetime ledger totals, deviations, faults and timings.
+
+        ``packed`` (a version of :mod:`hushnet.runs.report_wire`, ``True`` for 1): the per-target rows
+        packed, written from the arrays (the document :func:`~hushnet.runs.report_wire.pack_report`
+        makes of the plain one, without n dicts per row in between).  The lifetime totals come from the
+        ledger as columns, each distinct curve converted once, the run row's conversion reused when the
+        totals are that row (issue 12: at n = 2048, one :class:`Spent` per target and every curve
+        converted were ~70 % of a report's CPU)."""
         delta = self.spec.budget.delta
-        certified: dict[str, float] = {}
+        rows: dict[str, tuple[list[str], np.ndarray]] = {}
+        conv = None
         if self.cost is not None:
             charged = self.run_rdp  # summed once (a walk's row is derived from its log)
-            eps = (
-                np.zeros(len(self.cost.targets))
-                if charged is None
-                else dp_from_rdp_rows(self.cost.orders, charged, delta)
-            )
-            certified = {t: float(e) for t, e in zip(self.cost.targets, eps)}
-        paper, paper_label = None, None
+            if charged is None:
+                eps = np.zeros(len(self.cost.targets))
+            elif not len(charged):
+                eps = dp_from_rdp_rows(self.cost.orders, charged, delta)
+            else:  # dp_from_rdp_rows, keeping the conversion for the lifetime totals
+                conv = convert_distinct(self.cost.orders, charged, delta)
+                eps = dp_from_converted(conv)
+            rows["certified"] = (self.cost.targets, np.asarray(eps, dtype=np.float64))
+        paper_label = None
         pb = paper_bound(self.spec, self.vertex, float(self.contributions), self.W)
         if pb is not None:
             pr, paper_label = pb
-            paper = {self.ids[v]: float(pr[v]) for v in range(len(self.ids)) if v != self.vertex}
-        lifetime = {}
-        if self.ledger is not None:
-            for t, s in self.ledger.spent(delta=delta).items():
-                lifetime[t] = {"epsilon": s.epsilon, "bound": s.bound, "method": s.method}
+            pr = np.asarray(pr, dtype=np.float64)
+            rows["paper"] = (self._other_ids(), np.delete(pr[: len(self.ids)], self.vertex))
+        life = self.ledger.spent_columns(delta, conv) if self.ledger is not None else None
+        version = int(packed)
+        certified: dict[str, float] = {}
+        paper: dict[str, float] | None = None
+        lifetime: dict[str, dict[str, Any]] = {}
+        projected = None
+        if not version:
+            if "certified" in rows:
+                certified = dict(zip(rows["certified"][0], rows["certified"][1].tolist()))
+            if "paper" in rows:
+                paper = dict(zip(rows["paper"][0], rows["paper"][1].tolist()))
+            if life is not None:
+                lifetime = {
+                    t: {"epsilon": e, "bound": b, "method": m}
+                    for t, e, b, m in zip(
+                        life.keys, life.epsilon.tolist(), life.bounds(), life.methods()
+                    )
+                }
+        else:
+            if "paper" in rows:
+                paper = {}  # replaced by the packed row
+            if version >= 2 and self._projected is not None:
+                rows["projected"] = (self._other_ids(), self._projected)
+                projected = {}  # replaced by the packed row
+        doc = self._report_doc(delta, certified, paper, paper_label, lifetime, projected)
+        if not version:
+            return doc
+        from hushnet.runs.report_wire import pack_columns
+
+        return pack_columns(doc, rows, life, version)
+
+    def _report_doc(
+        self,
+        delta: float,
+        certified: dict[str, float],
+        paper: dict[str, float] | None,
+        paper_label: str | None,
+        lifetime: dict[str, dict[str, Any]],
+        projected: dict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        """The report's fields around its per-target rows (see :meth:`report`); ``projected`` replaces the
+        projected row (a packed report's placeholder)."""
         return {
             **self.status(),
             "delta": delta,
@@ -1026,7 +1088,9 @@ class RunDriver:
             "paper": paper,
             "paper_bound": paper_label,
             "projected": (
-                self.decision.get("row")
+                projected
+                if projected is not None
+                else self.decision.get("row")
                 if self._projected is None
                 else dict(zip(self._other_ids(), self._projected.tolist()))
             ),

@@ -48,6 +48,8 @@ from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost, rows_limit
 from hushnet.runs.driver import RunDriver, RunRefused
 from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
+from hushnet.runs.report_wire import PACKED_SPENT, pack_spent
+from hushnet.runs.report_wire import VERSION as REPORT_VERSION
 from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE
 from hushnet.runs.run_store import RunStore
 from hushnet.runs.spec import SignedRunSpec, SpecError, loads_bounded, verify_spec
@@ -561,11 +563,11 @@ class RunService:
 
     async def c_report(self, payload: bytes) -> bytes:
         run, args = self._run(payload)
-        if args.get("packed"):  # per-target rows as float64 bytes (hushnet.runs.report_wire)
-            from hushnet.runs.report_wire import pack_report
-
-            return _json(pack_report(run.report()))
-        return _json(run.report())
+        # packed: per-target rows as float64 bytes (hushnet.runs.report_wire), written from the arrays;
+        # the flag is the version the client reads (true: 1)
+        p = args.get("packed")
+        version = 0 if not p else (min(p, REPORT_VERSION) if type(p) is int and p > 1 else 1)
+        return _json(run.report(packed=version))
 
     async def c_model(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
@@ -688,30 +690,8 @@ class RunService:
 
     async def c_ledger(self, payload: bytes) -> bytes:
         args = json.loads(payload or b"{}")
-        delta = args.get("delta")
-        spent = self.ledger.spent(delta=delta)
-        # which runs the lifetime totals come from (counted in SQL: reading every entry's costs for
-        # this was most of the answer's time at n = 1024)
-        counts = self.ledger.entry_counts()
-        runs = {rid: {"protocol": proto, "entries": n} for rid, proto, n in counts}
-        b = self.ledger.budget
-        return _json(
-            {
-                "node": self.node.node_id,
-                "spent": {
-                    t: {
-                        "epsilon": s.epsilon,
-                        "delta": s.delta,
-                        "bound": s.bound,
-                        "entries": s.entries,
-                    }
-                    for t, s in spent.items()
-                },
-                "entries": sum(n for _, _, n in counts),
-                "runs": runs,
-                "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta},
-            }
-        )
+        packed = bool(args.get("packed"))  # totals as columns (report_wire.pack_spent)
+        return _json(ledger_doc(self.ledger, self.node.node_id, args.get("delta"), packed=packed))
 
     def close(self) -> None:
         """Stop the runs' timers and senders, then close the ledger and the run store (once).
@@ -787,6 +767,46 @@ class CloseRecords:
 def install(node) -> RunService:
     """Give ``node`` the run service (call before or after ``node.start()``)."""
     return RunService(node).install()
+
+
+def ledger_doc(
+    ledger: Ledger, node_id: str, delta: float | None, *, packed: bool = False
+) -> dict[str, Any]:
+    """A node's ``run.ledger`` answer: its lifetime totals toward every target (at ``delta``, default each
+    target's budget δ), entries by run, and its budget; ``packed``: the totals as columns
+    (:func:`hushnet.runs.report_wire.pack_spent`, read back by ``unpack_ledger``).
+
+    The totals are the ledger's columns, each distinct curve converted once: one :class:`Spent` per
+    target and every curve converted were most of this answer's CPU at n = 2048 (issue 12); the numbers
+    are :meth:`Ledger.spent`'s, bit for bit."""
+    cols = ledger.spent_columns(delta)
+    # which runs the lifetime totals come from (counted in SQL: reading every entry's costs for this was
+    # most of the answer's time at n = 1024)
+    counts = ledger.entry_counts()
+    budget = ledger.budget
+    if packed:
+        spent: dict[str, Any] = pack_spent(cols)
+    else:
+        spent = {
+            t: {"epsilon": e, "delta": d, "bound": bound, "entries": k}
+            for t, e, d, bound, k in zip(
+                cols.keys,
+                cols.epsilon.tolist(),
+                cols.delta.tolist(),
+                cols.bounds(),
+                cols.entries.tolist(),
+            )
+        }
+    doc = {
+        "node": node_id,
+        "spent": spent,
+        "entries": sum(n for _, _, n in counts),
+        "runs": {rid: {"protocol": proto, "entries": n} for rid, proto, n in counts},
+        "budget": None if budget is None else {"epsilon": budget.epsilon, "delta": budget.delta},
+    }
+    if packed:
+        doc[PACKED_SPENT] = 1
+    return doc
 
 
 def _json(doc: Any) -> bytes:

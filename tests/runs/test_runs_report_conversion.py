@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hushnet.privacy import distinct
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon
 from hushnet.protocols.registry import transition_matrix
-from hushnet.runs import accounting
 from hushnet.runs.accounting import contribution_cost, dp_from_rdp_rows
 from hushnet.runs.spec import Budget, RunSpec
 
@@ -71,12 +71,13 @@ def test_rows_that_share_a_hash_are_each_converted(monkeypatch) -> None:
     rng = np.random.default_rng(2)
     o = DEFAULT_ORDERS
     # every hash equal: the rows collide, so every row is converted on its own
-    monkeypatch.setattr(accounting, "_hash_weights", lambda k: np.zeros(k, dtype=np.uint64))
+    monkeypatch.setattr(distinct, "_weights", lambda k: np.zeros(k, dtype=np.uint64))
     rows = rng.random((100, o.size))
     assert dp_from_rdp_rows(o, rows, 1e-5).tobytes() == _direct(o, rows, 1e-5).tobytes()
-    # the hash is the first order's bits only: rows equal there, different elsewhere, still apart
+    # the hash is the first order's bits only: rows equal there, different elsewhere, still apart (the
+    # sampled hash and the full one both collide)
     unit = np.zeros(o.size, dtype=np.uint64)
     unit[0] = 1
-    monkeypatch.setattr(accounting, "_hash_weights", lambda k: unit)
+    monkeypatch.setattr(distinct, "_weights", lambda k: unit)
     rows[50:, 0] = rows[:50, 0]
     assert dp_from_rdp_rows(o, rows, 1e-5).tobytes() == _direct(o, rows, 1e-5).tobytes()

@@ -62,20 +62,29 @@ def thm1_from_source(
     *,
     convention: str = "paper",
     eig: tuple[np.ndarray, np.ndarray] | None = None,
+    norms: Sequence[np.ndarray] | None = None,
+    adjacency: sp.csr_matrix | None = None,
 ) -> np.ndarray:
     """Theorem 1 from one source to every observer (unit-free), for fixed symmetric W.
 
     ``f(u → v) = Σ_t Σ_{w∈N(v)} (W^t)_{w,u}² / ‖(W^t)_{w,:}‖²``.  Column u of ``W^t`` comes from
     sparse propagation; the row norms are ``(W^{2t})_{ww} = Σ_k Q_wk² λ_k^{2t}`` from one
     eigendecomposition, so nothing n×n is multiplied per step (grid 45×45 with T = 243 in ~2 s).
+
+    What depends on W only may be given, computed once for every source (:func:`thm1_parts`: a host's
+    nodes each show this row in their report, issue 12): ``norms[t]`` the row norms at each ``t`` of the
+    sum (then ``eig`` is not needed) and ``adjacency``; the result is the same, bit for bit.
     """
     if convention not in ("paper", "code"):
         raise ValueError("convention must be 'paper' or 'code'")
     Wc = _csr(W)
     n = Wc.shape[0]
-    lam, Q = np.linalg.eigh(Wc.toarray()) if eig is None else eig  # reuse across sources if given
-    Q2 = Q * Q
-    A = _adjacency(Wc)
+    if norms is None:
+        lam, Q = (
+            np.linalg.eigh(Wc.toarray()) if eig is None else eig
+        )  # reuse across sources if given
+        Q2 = Q * Q
+    A = _adjacency(Wc) if adjacency is None else adjacency
     col = np.zeros(n)
     col[source] = 1.0
     ts = range(T) if convention == "paper" else range(1, T + 1)
@@ -85,11 +94,22 @@ def thm1_from_source(
         for _ in range(t - t_prev):
             col = np.asarray(Wc @ col)
         t_prev = t
-        norms = Q2 @ (lam ** (2 * t))
-        acc += col * col / np.where(norms > 0, norms, 1.0)
+        nt = Q2 @ (lam ** (2 * t)) if norms is None else norms[t]
+        acc += col * col / np.where(nt > 0, nt, 1.0)
     f = np.asarray(A @ acc)
     f[source] = 0.0
     return f
+
+
+def thm1_parts(
+    W, T: int, eig: tuple[np.ndarray, np.ndarray], *, convention: str = "paper"
+) -> tuple[list[np.ndarray], sp.csr_matrix]:
+    """What :func:`thm1_from_source` computes from W alone, for sums up to ``T``: the row norms at every
+    ``t`` (indexed by t) and the adjacency — the same arrays it would compute, to be passed back to it."""
+    lam, Q = eig
+    Q2 = Q * Q
+    ts = range(T) if convention == "paper" else range(T + 1)
+    return [Q2 @ (lam ** (2 * t)) for t in ts], _adjacency(_csr(W))
 
 
 def thm1_schedule_matrix(
