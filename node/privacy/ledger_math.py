@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
+from hushnet.privacy.conversions import (
+    DEFAULT_ORDERS,
+    _rule,
+    gdp_epsilon,
+    rdp_epsilon,
+    rdp_epsilon_dominating,
+    rdp_to_dp,
+)
 
 __all__ = [
     "BOUND_LABELS",
@@ -52,6 +59,9 @@ _RTOL = 1e-12
 #: how far under its budget a target's quick upper bound must be for its exact conversion to be
 #: skipped (:meth:`Projections.violations`): targets closer than this are converted exactly
 _MARGIN = 1e-9
+#: from this many targets left to convert, :meth:`Projections.violations` first tries to clear them
+#: all with one conversion of their pointwise maximum (below it the exact conversion is as cheap)
+_DOMINATING_MIN_ROWS = 16
 
 
 def sealed(a: np.ndarray) -> np.ndarray:
@@ -719,7 +729,9 @@ class Projections(Mapping[str, Projection]):
     budget without converting every curve: the improved rule's ε is a minimum over the orders, so
     its value at **any one** order bounds it from above — a target whose value at its last best
     order is under its budget (by a relative 1e-9, without the comparison slack) cannot be over it
-    — the same elementwise arithmetic as the full conversion.  Every other target is
+    — the same elementwise arithmetic as the full conversion.  Targets that check leaves (all of
+    them at a node's first charge of a run, when no best order is known) are next bounded all at once
+    by their pointwise maximum curve (:meth:`_cleared_by_maximum`).  Every other target is
     converted exactly (:meth:`LedgerState.convert_rows`), so every reported number and every
     decision is the exact conversion's.  Reading an item converts every target exactly.
     """
@@ -794,6 +806,8 @@ class Projections(Mapping[str, Projection]):
             # math kernel rounded the two evaluations of the same element differently
             need[cand[ub <= self.be[cand] * (1 - _MARGIN)]] = False
         sel = np.flatnonzero(need)
+        if sel.size >= _DOMINATING_MIN_ROWS:
+            sel = sel[~self._cleared_by_maximum(sel)]
         if not sel.size:
             return {}
         # exact conversion of every target the quick check could not clear (a node's first charge of a
@@ -807,6 +821,36 @@ class Projections(Mapping[str, Projection]):
             for j, i in enumerate(sel)
             if over[j]
         }
+
+    def _cleared_by_maximum(self, sel: np.ndarray) -> np.ndarray:
+        """Which of the rows ``sel`` are proven within their (ε, δ) budget by one conversion of their
+        pointwise maximum curve (per distinct δ): :func:`~hushnet.privacy.conversions.rdp_epsilon_dominating`
+        bounds the exact ε of every curve under that maximum, so a row whose budget is above the
+        bound (with its rounding margin) cannot be over it — whatever the GDP side says, as the
+        ledger's ε is the smaller of the two.  Rows over their RDP budget curve are never cleared
+        (they are violations whatever their ε), nor rows whose budget the bound does not meet: they are
+        converted exactly, as before, so every decision and every reported number is the exact path's.
+
+        Why: a node's first charge of a run knows no best order toward any target (no hint), so every
+        target was converted exactly — (n − 1) × 159 orders, most of the first charge at n = 2048
+        (issue 12).  A cleared row with no hint takes the maximum's best order as its hint: the quick
+        check at the next charge is sound at any order (a value at one order bounds the minimum)."""
+        cleared = np.zeros(sel.size, dtype=bool)
+        free = ~self.curve_bad[sel]
+        deltas = self.deltas[sel]
+        for d in np.unique(deltas[free]):
+            m = free & (deltas == d)
+            g = np.arange(sel.size) if m.all() else np.flatnonzero(m)
+            rows = sel[g]
+            r = self.rdp[_span(rows)] if g.size == sel.size else self.rdp[rows]
+            bound, j, scale = rdp_epsilon_dominating(self.state.orders, r.max(axis=0), float(d))
+            if not math.isfinite(bound):
+                continue
+            ok = bound + _MARGIN * scale <= self.be[rows]
+            cleared[g[ok]] = True
+            h = self.hints[rows[ok]]
+            self.hints[rows[ok]] = np.where(h >= 0, h, j)
+        return cleared
 
     def _all(self) -> dict[str, Projection]:
         if self._exact is None:
