@@ -49,6 +49,8 @@ __all__ = [
     "as_key",
     "check_budget",
     "check_orders",
+    "distinct_rows",
+    "row_hash_weights",
 ]
 
 BOUND_LABELS = ("certified", "paper")
@@ -96,6 +98,41 @@ def sealed_bytes(a: np.ndarray) -> bytes | None:
     if isinstance(b, bytes) and a.flags.c_contiguous and len(b) == a.nbytes:
         return b
     return None
+
+
+#: odd 64-bit multipliers by number of orders: a curve's hash is the wrapping sum of its bits times these
+_HASH_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def row_hash_weights(k: int) -> np.ndarray:
+    """The multipliers :func:`distinct_rows` hashes a row of ``k`` values with (fixed, odd)."""
+    w = _HASH_WEIGHTS.get(k)
+    if w is None:
+        rng = np.random.default_rng(0x5EED)
+        w = rng.integers(0, 2**63, k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        _HASH_WEIGHTS[k] = w
+    return w
+
+
+def distinct_rows(
+    r: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, inverse)`` with ``r[first][inverse]`` equal to ``r`` bit for bit, ``first`` the row of
+    each distinct curve (found by a hash of its bits); ``None`` when two different rows share a hash.
+
+    Why: a walk's row repeats its curves (hypercube:11: a few hundred distinct among 2 047 targets at
+    equal distance), and converting or storing each distinct curve once is exact — curves count as
+    the same only when every bit is (checked, not trusted to the hash)."""
+    r = np.ascontiguousarray(r, dtype=np.float64)
+    bits = r.view(np.uint64)
+    w = row_hash_weights(r.shape[1]) if weights is None else weights
+    with np.errstate(over="ignore"):
+        h = (bits * w).sum(axis=1, dtype=np.uint64)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if not np.array_equal(bits[first][inv], bits):
+        return None
+    return first, inv
 
 
 class FrozenCurves(Mapping[str, np.ndarray]):
@@ -401,17 +438,23 @@ class LedgerState:
         last_keys, last_rows = self._last
         if keys is last_keys or keys == last_keys:  # every key known (only those are kept)
             return last_rows
-        get = self._row.get
-        rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        if self._row:
+            get = self._row.get
+            rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        else:  # nothing stored yet (a node's first charge): every key is new
+            rows = np.full(len(keys), -1, dtype=np.int64)
         if create and (rows < 0).any():
-            new = [k for k, r in zip(keys, rows) if r < 0]
+            unknown = rows < 0
+            new = list(keys) if unknown.all() else [keys[i] for i in np.flatnonzero(unknown)]
             n0, n1 = len(self._keys), len(self._keys) + len(new)
             if n1 > self._rdp.shape[0]:
                 self._grow(max(n1, 2 * self._rdp.shape[0], 16))
-            for j, k in enumerate(new):
-                self._row[k] = n0 + j
+            self._row.update(zip(new, range(n0, n1)))
             self._keys.extend(new)
-            rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
+            if len(self._row) == n1:  # the new keys are distinct: rows n0, n0 + 1, … in key order
+                rows[unknown] = np.arange(n0, n1)
+            else:
+                rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
         if rows.size and rows.min() >= 0:
             rows.flags.writeable = False
             self._last = (list(keys), rows)
@@ -423,7 +466,10 @@ class LedgerState:
         cap = max(cap, self._rdp.shape[0], self._n_entries.shape[0])
 
         def grow(a: np.ndarray, fill=0) -> np.ndarray:
-            out = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
+            # zeros: pages the sums never write stay untouched (a fresh ledger's sums become the first
+            # charge's sealed rows, add_costs, and the 2.6 MB at n = 2048 would be filled for nothing)
+            shape = (cap,) + a.shape[1:]
+            out = np.zeros(shape, a.dtype) if fill == 0 else np.full(shape, fill, a.dtype)
             out[: a.shape[0]] = a
             return out
 
@@ -748,6 +794,8 @@ class Projections(Mapping[str, Projection]):
         # for a new target)
         if known.all():
             self.rdp = state._rdp[_span(rows)] + costs.rdp
+        elif not known.any():  # a run's first charge toward new targets: no stored row to gather
+            self.rdp = np.add(0.0, costs.rdp)
         else:
             self.rdp = np.where(known[:, None], state._rdp[r], 0.0) + costs.rdp
         n_e = np.where(known, state._n_entries[r], 0) + 1

@@ -30,7 +30,13 @@ import numpy as np
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_epsilon, rdp_to_dp
 from hushnet.privacy.ledger import PrivacyEntry
-from hushnet.privacy.ledger_math import FrozenCurves, as_key, sealed
+from hushnet.privacy.ledger_math import (
+    FrozenCurves,
+    as_key,
+    distinct_rows,
+    row_hash_weights,
+    sealed,
+)
 from hushnet.runs.spec import RunSpec
 
 #: megabytes of per-σ cost rows one process keeps for the nodes it hosts (the rows of the nodes charged
@@ -191,30 +197,18 @@ def dp_from_rdp_rows(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.nd
 
 #: below this many rows a conversion is cheaper than finding the distinct ones
 _DEDUP_MIN_ROWS = 64
-#: odd 64-bit multipliers by number of orders: a curve's hash is the wrapping sum of its bits times these
-_HASH_WEIGHTS: dict[int, np.ndarray] = {}
-
-
-def _hash_weights(k: int) -> np.ndarray:
-    w = _HASH_WEIGHTS.get(k)
-    if w is None:
-        rng = np.random.default_rng(0x5EED)
-        w = rng.integers(0, 2**63, k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-        _HASH_WEIGHTS[k] = w
-    return w
+#: the hash :func:`_distinct_rows_epsilon` finds distinct curves with (a test makes it collide)
+_hash_weights = row_hash_weights
 
 
 def _distinct_rows_epsilon(orders: np.ndarray, r: np.ndarray, delta: float) -> np.ndarray:
     """``rdp_epsilon(orders, r, delta)[0]``, converting each distinct row once (found by a hash of its
     bits, checked bit for bit: if two different rows share a hash, every row is converted)."""
     r = np.ascontiguousarray(r, dtype=np.float64)
-    bits = r.view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = (bits * _hash_weights(r.shape[1])).sum(axis=1, dtype=np.uint64)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if not np.array_equal(bits[first][inv], bits):
+    found = distinct_rows(r, _hash_weights(r.shape[1]))
+    if found is None:
         return rdp_epsilon(orders, r, delta)[0]
+    first, inv = found
     return rdp_epsilon(orders, r[first], delta)[0][inv]
 
 
