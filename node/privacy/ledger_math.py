@@ -416,8 +416,9 @@ class LedgerState:
         self._n_entries = np.zeros(0, dtype=np.int64)
         self._n_gdp = np.zeros(0, dtype=np.int64)
         self._paper = np.zeros(0, dtype=np.int64)
-        #: per row, the order index where the last exact conversion was best (-1: none yet) — only
-        #: a hint for the quick budget check, never a number that is reported
+        #: per row, the order index where the last exact conversion was best, or where the bound that
+        #: last cleared it without one was (-1: none yet) — only a hint for the quick budget check (any
+        #: order's value bounds the minimum), never a number that is reported
         self._hint = np.zeros(0, dtype=np.int64)
         self._grow(16)
         #: bumped by every add: a projection made at another version cannot be added as computed
