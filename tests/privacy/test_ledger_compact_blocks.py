@@ -23,12 +23,15 @@ from hushnet.privacy.ledger import Ledger, LedgerBudget, PrivacyEntry
 from hushnet.privacy.ledger_math import sealed
 
 
-def _walk_rows(n: int, distinct: int, seed: int, scale: float = 1.0) -> np.ndarray:
-    """A walk-like row toward ``n`` targets with ``distinct`` slopes (some orders infinite, one -0.0)."""
+def _walk_rows(
+    n: int, distinct: int, seed: int, scale: float = 1.0, zero_rows: int = 0
+) -> np.ndarray:
+    """A walk-like row toward ``n`` targets with ``distinct`` slopes; its first ``zero_rows`` targets
+    cost -0.0 everywhere (a negative zero is a value of its own: kept bit for bit)."""
     rng = np.random.default_rng(seed)
     s = rng.uniform(1e-4, 4e-3, distinct)[rng.integers(0, distinct, n)]
     rows = np.minimum(np.where(O <= 40, s[:, None] * O / 4, np.inf), O / 8) * scale
-    rows[:, 0] = -0.0  # a negative zero is a value of its own: kept bit for bit
+    rows[:zero_rows] = -0.0
     return rows
 
 
@@ -115,7 +118,7 @@ def test_rows_that_share_a_hash_are_stored_in_full(tmp_path, monkeypatch) -> Non
     written as the full row (never a wrong curve for a target)."""
     monkeypatch.setitem(lm._HASH_WEIGHTS, O.size, np.zeros(O.size, dtype=np.uint64))
     n = 100
-    rows = _walk_rows(n, 5, seed=5)
+    rows = _walk_rows(n, 5, seed=5, zero_rows=3)
     path = tmp_path / "l.sqlite"
     with Ledger(path, node_id="me") as led:
         led.charge(PrivacyEntry.from_row("r", "rw", "anonymous", "certified", _pool(n), rows))
@@ -130,7 +133,7 @@ def test_files_with_full_blocks_or_without_the_index_table_still_load(
 ) -> None:
     n = 120
     pool = _pool(n)
-    rows = [_walk_rows(n, 6, seed=s) for s in range(3)]
+    rows = [_walk_rows(n, 6, seed=s, zero_rows=3 * s) for s in range(3)]
     path = tmp_path / "l.sqlite"
     monkeypatch.setattr(ls, "COMPACT_MIN_ROWS", 10**9)  # as the store wrote blocks before
     with Ledger(path, node_id="me") as led:
@@ -143,7 +146,7 @@ def test_files_with_full_blocks_or_without_the_index_table_still_load(
     with Ledger(path) as led:  # the old full block and a new compact one, side by side
         led.charge(PrivacyEntry.from_row("r1", "rw", "anonymous", "certified", pool, rows[1]))
         live = {t: led.rdp(t) for t in pool}
-    assert _sizes(path) == [(n * O.size * 8, None), (6 * O.size * 8, 4 * n)]
+    assert _sizes(path) == [(n * O.size * 8, None), (7 * O.size * 8, 4 * n)]  # 6 slopes and -0.0
     with Ledger(path) as again:
         for t in pool:
             assert _bits(again.rdp(t)) == _bits(live[t])
@@ -175,3 +178,51 @@ def test_a_reader_from_before_compact_blocks_cannot_read_one(tmp_path) -> None:
     db.close()
     with pytest.raises(lm.LedgerError, match="compact block does not match"):
         Ledger(path)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_walk_charged_to_its_budget_equals_the_exact_path_live_and_reopened(
+    tmp_path, monkeypatch, seed
+) -> None:
+    """Two runs' rows charged hop after hop until the budget refuses one, on a file ledger as it is and
+    on one with the maximum bound and compact blocks switched off: the same refusals (step, target,
+    message), the same ε toward every target live and after a reopen, the same sums bit for bit."""
+    rng = np.random.default_rng(seed)
+    n = 150
+    pool = _pool(n)
+    runs = [
+        sealed(_walk_rows(n, int(rng.integers(3, 30)), seed=10 * seed + i, scale=8.0))
+        for i in range(2)
+    ]
+    from hushnet.privacy.conversions import rdp_epsilon
+
+    top = float(rdp_epsilon(O, runs[0] * 30, 1e-5)[0].max())  # about 30 hops' worth
+    per = {
+        str(t): (top * float(rng.uniform(0.3, 1)), 1e-6) for t in rng.choice(pool, 4, replace=False)
+    }
+    budget = LedgerBudget(top, 1e-5, per)
+    out = {}
+    for mode in ("ledger", "exact path"):
+        if mode == "exact path":
+            monkeypatch.setattr(lm, "_DOMINATING_MIN_ROWS", 10**9)
+            monkeypatch.setattr(ls, "COMPACT_MIN_ROWS", 10**9)
+        path = tmp_path / f"{mode}.sqlite"
+        events = []
+        with Ledger(path, node_id="me", budget=budget) as led:
+            for hop in range(60):
+                rows = runs[0] if hop < 20 or hop % 3 else runs[1]
+                e = PrivacyEntry.from_row(
+                    f"r{hop // 20}", "rw", "anonymous", "certified", pool, rows
+                )
+                try:
+                    led.charge(e, report=False)
+                    events.append((hop, "ok"))
+                except lm.BudgetExceeded as exc:
+                    events.append((hop, str(exc)))
+            live = led.spent()
+        with Ledger(path) as again:
+            out[mode] = (events, live, again.spent(), _bits(np.stack([again.rdp(t) for t in pool])))
+        monkeypatch.undo()
+    assert any(msg != "ok" for _, msg in out["ledger"][0])  # the budget did refuse
+    assert out["ledger"] == out["exact path"]
+    assert out["ledger"][1] == out["ledger"][2]
