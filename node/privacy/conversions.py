@@ -201,8 +201,8 @@ def rdp_epsilon_dominating(
     ``min`` are monotone, so ``c_α ≤ m_α`` gives ``v_c(α) ≤ v_m(α)`` **when A, B, C are the same
     doubles** in both evaluations.  Its ε is ``max(min_α w_c(α), 0) ≤ max(w_c(α*), 0) ≤
     max(v_c(α*), 0)`` at any one order α*; this function returns ``max(v_m(α*), 0)`` at the α*
-    minimising ``v_m`` (the total-variation case is left out: it only lowers a value, and so the bound
-    needs no monotonicity of ``expm1``).  The one gap is a math kernel rounding ``A``, ``B`` or ``C``
+    minimising ``v_m`` (the total-variation case is left out: it sets a value to 0, which the final
+    ``max(·, 0)`` never puts above ``max(v, 0)``, so the bound needs no monotonicity of ``expm1``).  The one gap is a math kernel rounding ``A``, ``B`` or ``C``
     differently in another array layout (a few ulp): the returned scale is ``|r| + |A| + |B| + |C|`` at
     α*, and a caller that proves ``bound + 1e-9·scale ≤ budget`` has many orders of magnitude to spare.
     A GDP conversion that is smaller only lowers the ledger's ε further (it takes the minimum).
