@@ -148,7 +148,7 @@ def _exact_bad(state: LedgerState, costs) -> dict:
     return LedgerState.violations(dict(proj._all())), proj
 
 
-def _budget_for(rng, pool, rows, orders, deltas=(1e-5, 1e-6, 0.3, 1e-300)) -> LedgerBudget:
+def _budget_for(rng, pool, rows, orders, deltas=(1e-5, 1e-6, 0.3, 1e-300, _TINY)) -> LedgerBudget:
     """A uniform budget a few ulp around the exact ε of a target's curve, smaller per-target ε,
     several δ, RDP budget curves (uniform and per target)."""
     eps = rdp_epsilon(orders, np.maximum(rows, 0.0), 1e-5)[0]
@@ -566,6 +566,67 @@ def test_a_reader_opened_inside_a_writers_transaction_sees_the_last_commit(tmp_p
     assert seen["read"] == ([("r0", "rw", 1)], (0.0 + rows).tobytes())
     with Ledger(path) as again:
         assert _sums(again, pool) == live
+
+
+def test_the_report_conversion_of_hostile_rows_equals_the_row_by_row_conversion() -> None:
+    """``runs.accounting.dp_from_rdp_rows`` (now on the shared ``distinct_rows``) on rows with +inf,
+    -0.0 against +0.0, subnormals and near-overflow values: bit for bit the conversion row by row."""
+    from hushnet.runs.accounting import dp_from_rdp_rows
+
+    rng = np.random.default_rng(11)
+    for orders in ORDER_SETS.values():
+        rows = _adversarial_rows(rng, 40, orders)
+        rows = np.concatenate([rows, rows[::2], np.zeros((30, orders.size))])
+        rows[-10:] = -0.0
+        rows[-15:-10, 0] = -0.0
+        for delta in (1e-5, 0.9, _TINY):
+            got = dp_from_rdp_rows(orders, rows, delta)
+            want = [
+                0.0 if not np.any(r > 0) else float(rdp_epsilon(orders, r, delta)[0]) for r in rows
+            ]
+            assert np.array_equal(got.view(np.uint64), np.array(want).view(np.uint64))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_charges_after_a_reopen_decide_as_the_exact_path(tmp_path, monkeypatch, seed) -> None:
+    """A reopened ledger knows no hint: its next charge (spending from before, not a first charge) is
+    cleared by the maximum of the composed sums.  Charged to a refusal across two reopens, on a file
+    ledger as it is and with the maximum and compact blocks off: the same events and ε."""
+    rng = np.random.default_rng(seed)
+    n = 90
+    pool = _pool(n)
+    rows = [sealed(_walk(n, int(rng.integers(2, 9)), 40 + 3 * seed + i) * 6) for i in range(3)]
+    top = float(rdp_epsilon(O, rows[0] * 25, 1e-5)[0].max())
+    per = {str(t): (top * float(rng.uniform(0.2, 1)), 1e-7) for t in rng.choice(pool, 5)}
+    budget = LedgerBudget(top, 1e-5, per)
+    out = {}
+    for mode in ("wt-A", "off"):
+        if mode == "off":
+            monkeypatch.setattr(lm, "_DOMINATING_MIN_ROWS", 10**9)
+            monkeypatch.setattr(ls, "COMPACT_MIN_ROWS", 10**9)
+        path = tmp_path / f"{mode}.sqlite"
+        events = []
+        for session in range(3):
+            with Ledger(path, node_id="me", budget=budget) as led:
+                for hop in range(15):
+                    e = PrivacyEntry.from_row(
+                        f"r{session}",
+                        "rw",
+                        "anonymous",
+                        "certified",
+                        pool,
+                        rows[(hop + session) % 3],
+                    )
+                    try:
+                        led.charge(e, report=False)
+                        events.append("ok")
+                    except lm.BudgetExceeded as exc:
+                        events.append(str(exc))
+                events.append(led.spent())
+        out[mode] = events
+        monkeypatch.undo()
+    assert any(isinstance(x, str) and x != "ok" for x in out["wt-A"])
+    assert out["wt-A"] == out["off"]
 
 
 # ------------------------------------------------------------------ found outside wt-A's change
