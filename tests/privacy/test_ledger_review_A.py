@@ -223,8 +223,9 @@ def test_first_and_later_charges_decide_as_the_exact_path_on_hostile_inputs(
                 vars(LedgerState.refusal(bad_f, "r1")), vars(LedgerState.refusal(bad_e, "r1"))
             )
             break
-        fast.add_costs(costs_f, "certified", proj_f)
-        exact.add_costs(costs_e, "certified", proj_e)
+        label = "paper" if hop == 1 else "certified"  # a paper bound changes no decision
+        fast.add_costs(costs_f, label, proj_f)
+        exact.add_costs(costs_e, label, proj_e)
     for t in pool:
         d = fast.default_delta(t)
         assert _same(vars(fast.spent(t, d)), vars(exact.spent(t, d)))
@@ -467,6 +468,28 @@ def test_compact_blocks_with_the_recent_block_shortcut_reopen_to_the_same_sums(
     assert out["wt-A"][0] == out["wt-A"][1]
     assert _same(out["wt-A"][:3], out["off"][:3]) and out["wt-A"][3] == out["off"][3]
     assert out["wt-A"][2] == [np.ascontiguousarray(r).tobytes() for r in seq]
+
+
+def test_a_large_compact_block_written_in_place_reopens_bit_for_bit(tmp_path) -> None:
+    """Distinct curves over the bind limit (written through the incremental blob path) with their
+    index: the reopened sums and the entry's curves are the charged row, bit for bit."""
+    n = 600
+    pool = _pool(n)
+    rng = np.random.default_rng(12)
+    s = rng.uniform(1e-4, 4e-3, 300)[rng.integers(0, 300, n)]
+    rows = sealed(np.outer(s, O))
+    path = tmp_path / "l.sqlite"
+    with Ledger(path, node_id="me", budget=LedgerBudget(1e6, 1e-5)) as led:
+        led.charge(PrivacyEntry.from_row("r", "rw", "anonymous", "certified", pool, rows))
+    db = sqlite3.connect(path)
+    ((blob, index),) = db.execute(
+        "SELECT length(b.rdp), length(r.rows) FROM blocks b JOIN block_rows r ON r.block_id = b.id"
+    ).fetchall()
+    db.close()
+    assert index == 4 * n and ls.BIND_MAX < blob < rows.nbytes
+    with Ledger(path) as again:
+        assert _sums(again, pool) == rows.tobytes()
+        assert np.stack(list(again.entries()[0]["rdp"].values())).tobytes() == rows.tobytes()
 
 
 _CRASH = """
