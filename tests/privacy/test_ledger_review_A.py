@@ -492,6 +492,45 @@ def test_a_large_compact_block_written_in_place_reopens_bit_for_bit(tmp_path) ->
         assert np.stack(list(again.entries()[0]["rdp"].values())).tobytes() == rows.tobytes()
 
 
+def test_a_rolled_back_compact_block_is_never_pointed_at(tmp_path) -> None:
+    """The append fails after writing the block, at its index: the transaction rolls back, the
+    charge is not counted, and the same (sealed) row charged again writes a block of its own — the
+    recent-block shortcut never points at the rolled-back id (which the next block may reuse)."""
+    n = 100
+    pool = _pool(n)
+    rows = sealed(_walk(n, 6, 13))
+    path = tmp_path / "l.sqlite"
+    led = Ledger(path, node_id="me", budget=LedgerBudget(1e6, 1e-5))
+    inner = led._store._db
+
+    class Failing:
+        def execute(self, sql, *a):
+            if sql.startswith("INSERT INTO block_rows"):
+                raise sqlite3.OperationalError("disk I/O error")
+            return inner.execute(sql, *a)
+
+        def __getattr__(self, k):
+            return getattr(inner, k)
+
+    led._store._db = Failing()
+    entry = PrivacyEntry.from_row("r", "rw", "anonymous", "certified", pool, rows)
+    with pytest.raises(sqlite3.OperationalError):
+        led.charge(entry)
+    led._store._db = inner
+    assert led.entry_counts() == [] and led.spent() == {}
+    other = sealed(_walk(n, 3, 14))
+    led.charge(PrivacyEntry.from_row("r", "rw", "anonymous", "certified", pool, other))
+    led.charge(entry)
+    led.charge(entry)  # by identity: the block just written for it
+    live = _sums(led, pool)
+    led.close()
+    assert live == (0.0 + other + rows + rows).tobytes()
+    with Ledger(path) as again:
+        assert _sums(again, pool) == live
+        got = [np.stack(list(e["rdp"].values())).tobytes() for e in again.entries()]
+    assert got == [other.tobytes(), rows.tobytes(), rows.tobytes()]
+
+
 _CRASH = """
 import os, sys
 import numpy as np
