@@ -90,6 +90,10 @@ class Ledger:
         for bound, costs in self._store.replay(len(self.orders)):
             state.add_costs(costs, bound)
         state.budget = self._store.read_budget()
+        if (
+            state.budget is not None
+        ):  # a value an older build let through (NaN ε …): refuse, in one line
+            check_budget(state.budget, self.orders)
         return state
 
     # ---------------------------------------------------------------- budget

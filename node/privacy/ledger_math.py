@@ -20,6 +20,7 @@ in :mod:`hushnet.privacy.ledger_store`; :class:`hushnet.privacy.ledger.Ledger` j
 from __future__ import annotations
 
 import math
+import numbers
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -217,6 +218,20 @@ def as_key(t) -> str:
     return str(t)
 
 
+def _refuse_repeated(keys: Iterable[str], what: str = "an entry") -> None:
+    """Raise a one-line :class:`LedgerError` naming the first key that occurs twice in ``keys``.
+
+    Why: two targets that differ but map to one ledger key (``1`` and ``"1"``) would collapse into one
+    dict entry, and whichever curve (or budget) came last would win — an entry stating a larger cost
+    first would be charged the smaller one (an under-count), a tighter per-node budget be dropped.
+    Refused, never resolved: the ledger cannot know which one the caller meant."""
+    seen: set[str] = set()
+    for k in keys:
+        if k in seen:
+            raise LedgerError(f"{what} names target {k!r} twice (keys are compared as strings)")
+        seen.add(k)
+
+
 @dataclass(frozen=True)
 class PrivacyEntry:
     """One contribution or accounted release of this node.
@@ -256,10 +271,11 @@ class PrivacyEntry:
         arr = np.asarray(rdp, dtype=float)
         if arr.ndim != 2 or arr.shape[0] != len(keys):
             raise LedgerError("rdp must have shape (len(targets), len(orders))")
-        mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
         curves = {k: arr[i] for i, k in enumerate(keys)}
-        rows = arr if len(curves) == len(keys) else None  # a repeated target: the dict keeps one
-        return cls(run_id, protocol, view_model, bound, curves, mus, note, rows)
+        if len(curves) != len(keys):  # a dict would keep one of the rows: refuse, never pick one
+            _refuse_repeated(keys)
+        mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
+        return cls(run_id, protocol, view_model, bound, curves, mus, note, arr)
 
     @classmethod
     def gaussian(
@@ -276,6 +292,8 @@ class PrivacyEntry:
         RDP ``α μ²/2`` on the orders, and μ-GDP."""
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
         m = {as_key(k): float(v) for k, v in mu.items()}
+        if len(m) != len(mu):
+            _refuse_repeated([as_key(k) for k in mu])
         return cls(
             run_id, protocol, view_model, bound, {k: o * v * v / 2.0 for k, v in m.items()}, m, note
         )
@@ -322,20 +340,57 @@ def check_orders(orders) -> np.ndarray:
 
 
 def check_budget(budget: LedgerBudget, orders: np.ndarray) -> None:
-    """Refuse a budget the ledger cannot enforce (δ outside (0, 1), ε < 0, curves off the orders)."""
-    if not 0.0 < budget.delta < 1.0 or budget.epsilon < 0:
-        raise LedgerError("budget needs epsilon >= 0 and delta in (0, 1)")
+    """Refuse a budget the ledger cannot enforce, in one line: δ outside (0, 1) or NaN, ε negative or
+    NaN (+∞ is allowed: no (ε, δ) limit, e.g. beside an RDP curve), RDP curves off the orders or with a
+    NaN or negative value (+∞ at an order: no limit there), and per-node budgets that name one node
+    twice once keys are strings.
 
-    def check_curve(c) -> None:
-        if c is not None and np.asarray(c, dtype=np.float64).shape != orders.shape:
+    Why: every comparison with NaN is false, so a NaN budget would refuse nothing — a ledger that
+    silently enforces nothing; and of two per-node budgets for one key, the store would keep one."""
+
+    def check_pair(e, d, who: str) -> None:
+        ok = (
+            isinstance(e, numbers.Real)
+            and isinstance(d, numbers.Real)
+            and 0.0 < float(d) < 1.0
+            and float(e) >= 0.0  # False for NaN
+        )
+        if not ok:
+            raise LedgerError(
+                f"budget{who} needs epsilon >= 0 (not NaN) and delta in (0, 1), got "
+                f"epsilon={e!r}, delta={d!r}"
+            )
+
+    def check_curve(c, who: str) -> None:
+        if c is None:
+            return
+        try:
+            v = np.asarray(c, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise LedgerError(
+                f"budget RDP curve{who} must be numbers on the ledger's orders"
+            ) from None
+        if v.shape != orders.shape:
             raise LedgerError("budget RDP curves must be given on the ledger's orders")
+        if np.isnan(v).any() or (v < 0).any():
+            raise LedgerError(
+                f"budget RDP curve{who} must be >= 0 at every order (inf allowed, not NaN)"
+            )
 
-    check_curve(budget.rdp_curve)
-    for t, (e, d) in budget.per_target.items():
-        if not 0.0 < d < 1.0 or e < 0:
-            raise LedgerError(f"budget for {t!r} needs epsilon >= 0 and delta in (0, 1)")
-    for c in budget.per_target_rdp.values():
-        check_curve(c)
+    check_pair(budget.epsilon, budget.delta, "")
+    check_curve(budget.rdp_curve, "")
+    if len({as_key(t) for t in budget.per_target}) != len(budget.per_target):
+        _refuse_repeated([as_key(t) for t in budget.per_target], "a per-node budget")
+    if len({as_key(t) for t in budget.per_target_rdp}) != len(budget.per_target_rdp):
+        _refuse_repeated([as_key(t) for t in budget.per_target_rdp], "a per-node RDP budget")
+    for t, pair in budget.per_target.items():
+        try:
+            e, d = pair
+        except (TypeError, ValueError):
+            raise LedgerError(f"budget for {t!r} must be an (epsilon, delta) pair") from None
+        check_pair(e, d, f" for {t!r}")
+    for t, c in budget.per_target_rdp.items():
+        check_curve(c, f" for {t!r}")
 
 
 #: per touched target: (would-be ε, method, best order, budget ε, budget δ, RDP-curve violated)
@@ -620,7 +675,8 @@ class LedgerState:
                 for i, k in enumerate(keys):
                     if k in mus:
                         mu[i], has[i] = float(mus[k]), True
-                fast = bool(np.all(mu[has] >= 0))
+                # a μ key repeated as a string (1 and "1"): the slow path refuses it
+                fast = len(mus) == len(entry.gdp_mu) and bool(np.all(mu[has] >= 0))
         except (ValueError, TypeError):
             fast = False
         if not fast:  # find the first bad target in the entry's order, with its one-line error
@@ -633,9 +689,13 @@ class LedgerState:
     def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
         """Target by target (the path that names the first bad target)."""
         mus = {as_key(k): m for k, m in entry.gdp_mu.items()} if entry.gdp_mu is not None else {}
-        out = {}
+        if entry.gdp_mu is not None and len(mus) != len(entry.gdp_mu):
+            _refuse_repeated([as_key(k) for k in entry.gdp_mu], "an entry's gdp_mu")
+        out: dict[str, tuple[np.ndarray, float | None]] = {}
         for t, vec in entry.rdp.items():
             key = as_key(t)
+            if key in out:  # a dict would keep the last curve: refuse, never pick one
+                _refuse_repeated([key, key])
             if self.node_id and key == self.node_id:
                 raise LedgerError("a node does not account a loss toward itself")
             v = np.asarray(vec, dtype=np.float64)

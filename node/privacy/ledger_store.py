@@ -323,12 +323,27 @@ class LedgerStore:
 
     # ---------------------------------------------------------------- budget
     def read_budget(self) -> LedgerBudget | None:
+        """The stored budget, or a one-line :class:`LedgerError` for a row that cannot be one.
+
+        SQLite stores a NaN as NULL, and a build that accepted ε = NaN wrote it so: a per-node row
+        with a δ but no ε would otherwise fall back to the uniform budget, and a uniform row without
+        one would enforce nothing.  The caller checks the values (:func:`check_budget`) as when set."""
         rows = self._db.execute("SELECT target, epsilon, delta, rdp_curve FROM budget").fetchall()
         if not rows:
             return None
         per, per_curve, uni, curve = {}, {}, (math.inf, DEFAULT_DELTA), None
         for target, e, d, blob in rows:
+            if blob is not None and len(blob) % 8:
+                raise LedgerError(f"stored budget RDP curve for {target!r} is not float64 values")
             c = None if blob is None else np.frombuffer(blob, dtype=np.float64).copy()
+            if target == _UNIFORM or e is not None or d is not None:
+                if e is None or d is None:  # NaN (or nothing) where a number was stored
+                    raise LedgerError(
+                        f"stored budget for {target!r} has no epsilon or delta (a NaN written by an "
+                        "older build?): set the budget again"
+                    )
+            elif c is None:
+                raise LedgerError(f"stored budget for {target!r} is empty")
             if target == _UNIFORM:
                 uni, curve = (e, d), c
             else:
@@ -382,11 +397,15 @@ def _block_curves(
     """A block's (m × k) curves from its stored bytes — sealed (read-only over ``bytes``), so a
     reopened ledger's sums may share them as they share the first charge's rows live (``seal=False``:
     a compact block's rows as a plain array, for a comparison)."""
+    if len(blob) % 8:
+        raise LedgerError("stored RDP curve is not whole float64 values")
     rdp = np.frombuffer(blob, dtype=np.float64)
     if index is None:
         if rdp.size != m * k:
             raise LedgerError("stored RDP curve does not match the ledger's orders")
         return rdp.reshape(m, k)
+    if len(index) % 4:  # numpy would raise its own ValueError: the ledger's one-line error instead
+        raise LedgerError("stored compact block index is not whole uint32 values")
     rows = np.frombuffer(index, dtype=np.uint32)
     if rows.size != m or rdp.size % k or (m and int(rows.max()) >= rdp.size // k):
         raise LedgerError("stored compact block does not match its targets or the ledger's orders")
@@ -401,6 +420,8 @@ def _costs_of_rows(rows: list, k: int) -> Costs:
     mu = np.zeros(len(rows))
     has = np.zeros(len(rows), dtype=bool)
     for i, (_, blob, m) in enumerate(rows):
+        if len(blob) != 8 * k:
+            raise LedgerError("stored RDP curve does not match the ledger's orders")
         v = np.frombuffer(blob, dtype=np.float64)
         if v.size != k:
             raise LedgerError("stored RDP curve does not match the ledger's orders")

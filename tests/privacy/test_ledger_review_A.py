@@ -12,8 +12,9 @@ repeated; several δ (tiny, near 1: the total-variation branch); per-target ε a
 GDP μ; earlier spending; budgets a few ulp around the exact ε; forced hash collisions; damaged or
 lost compact indexes; a process killed inside the append transaction; a reader opened meanwhile.
 
-Tests marked ``xfail(strict=True)`` document a defect found by the review (the reason says whether
-wt-A introduced it); they flip to a failure (XPASS) once it is fixed.
+The last three tests were ``xfail(strict=True)`` for defects the review found (an index blob of odd
+length raised numpy's error; two keys for one target collapsed to the last curve; a NaN budget
+enforced nothing); they are fixed, and pass.
 """
 
 from __future__ import annotations
@@ -415,14 +416,8 @@ def test_a_damaged_index_is_refused_with_the_ledgers_error(tmp_path, damage) -> 
         Ledger(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="wt-A: an index blob whose length is not a multiple of 4 raises numpy's ValueError "
-    "('buffer size must be a multiple of element size'), not the ledger's one-line LedgerError "
-    "(harmless: the file still fails to open, nothing is under-counted)",
-)
 def test_an_index_of_odd_length_is_refused_with_the_ledgers_error(tmp_path) -> None:
+    """(Found by the review: numpy's ValueError escaped instead of the ledger's one-line error.)"""
     n = 100
     path = tmp_path / "l.sqlite"
     with Ledger(path, node_id="me") as led:
@@ -692,24 +687,15 @@ def test_charges_after_a_reopen_decide_as_the_exact_path(tmp_path, monkeypatch, 
 
 
 # ------------------------------------------------------------------ found outside wt-A's change
-@pytest.mark.xfail(
-    strict=True,
-    reason="pre-existing (main too, not wt-A): keys that differ but map to one ledger key (1 and '1') "
-    "collapse in the per-target validation to the LAST curve given, so an entry that states a larger "
-    "cost first is charged the smaller one (under-count); it should be refused as a repeated target",
-)
 def test_two_keys_for_one_target_are_refused_not_collapsed() -> None:
+    """(Found by the review, on main too: the last curve given won — an under-count.)"""
     st = LedgerState(O, "me", LedgerBudget(1.0, 1e-5))
     entry = PrivacyEntry("r", "x", "anonymous", "certified", {1: O * 10.0, "1": O * 0.0})
     with pytest.raises(lm.LedgerError):
         st.validate(entry)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pre-existing (main too, not wt-A): check_budget accepts epsilon = NaN, and every "
-    "comparison with NaN is False, so a NaN budget silently enforces nothing",
-)
 def test_a_nan_budget_is_refused() -> None:
+    """(Found by the review, on main too: a NaN budget enforced nothing.)"""
     with pytest.raises(lm.LedgerError):
         lm.check_budget(LedgerBudget(math.nan, 1e-5), O)
