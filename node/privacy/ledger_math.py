@@ -943,7 +943,10 @@ class Projections(Mapping[str, Projection]):
         Why: a node's first charge of a run knows no best order toward any target (no hint), so every
         target was converted exactly — (n − 1) × 159 orders, most of the first charge at n = 2048
         (issue 12).  A cleared row with no hint takes the maximum's best order as its hint: the quick
-        check at the next charge is sound at any order (a value at one order bounds the minimum)."""
+        check at the next charge is sound at any order (a value at one order bounds the minimum).  So
+        does a cleared row whose old hint failed the quick check: kept, it failed again at every later
+        charge and sent the row back here (297 maximum conversions in 300 hops of a 90-target walk whose
+        cost piles up at the first hint's orders; 4 with the maximum's order)."""
         cleared = np.zeros(sel.size, dtype=bool)
         free = ~self.curve_bad[sel]
         deltas = self.deltas[sel]
@@ -957,8 +960,9 @@ class Projections(Mapping[str, Projection]):
                 continue
             ok = bound + _MARGIN * scale <= self.be[rows]
             cleared[g[ok]] = True
-            h = self.hints[rows[ok]]
-            self.hints[rows[ok]] = np.where(h >= 0, h, j)
+            # the maximum's best order, also over a hint the quick check just failed at (a stale one
+            # would send the row here again at every later charge)
+            self.hints[rows[ok]] = j
         return cleared
 
     def _all(self) -> dict[str, Projection]:
