@@ -162,6 +162,11 @@ def test_a_stored_absurd_budget_is_refused_on_open_not_ignored(tmp_path, rows) -
     with pytest.raises(LedgerError) as err:
         Ledger(path)
     assert "\n" not in str(err.value)
+    # opened with a new budget, the bad stored one is replaced; the spending is all there
+    with Ledger(path, budget=LedgerBudget(0.5, 1e-6)) as led:
+        assert led.budget.epsilon == 0.5 and led.spent("a").entries == 1
+    with Ledger(path) as led:
+        assert led.budget.epsilon == 0.5 and led.budget.per_target == {}
 
 
 def test_a_sound_stored_budget_reopens_the_same(tmp_path) -> None:
