@@ -183,6 +183,49 @@ def _rule(
     return np.maximum(best, 0.0), np.where(np.isfinite(best), alpha, np.nan)
 
 
+def rdp_epsilon_dominating(
+    orders: np.ndarray, rdp_max: np.ndarray, delta: float
+) -> tuple[float, int, float]:
+    """An upper bound on the improved rule's ε (:func:`rdp_epsilon`) of **every** curve ``c`` with
+    ``0 ≤ c ≤ rdp_max`` elementwise (no NaN) at ``delta``: ``(bound, order index, rounding scale)``.
+
+    Why: a node's first charge of a run converts its new row toward n − 1 targets (159 orders each)
+    because it knows no best order for any of them yet; one conversion of the pointwise maximum
+    clears them all when the maximum is well within budget (issue 12).
+
+    Soundness.  Per order α, :func:`_rule` gives a curve ``c`` the value ``w_c(α)``: either 0 (the
+    total-variation case) or the formula ``v_c(α)`` — ``fl(fl(r + A) − B)`` or ``fl(r + C)`` and
+    their minimum (α > 1.01), with ``r = max(c_α, 0)`` and ``A = ln(1 − 1/α)``, ``B = ln(δα)/(α − 1)``,
+    ``C = ln(1/δ)/(α − 1)`` depending on (α, δ) only; non-finite values count as +∞.  IEEE
+    round-to-nearest addition and subtraction are monotone in each operand and ``max(·, 0)`` and
+    ``min`` are monotone, so ``c_α ≤ m_α`` gives ``v_c(α) ≤ v_m(α)`` **when A, B, C are the same
+    doubles** in both evaluations.  Its ε is ``max(min_α w_c(α), 0) ≤ max(w_c(α*), 0) ≤
+    max(v_c(α*), 0)`` at any one order α*; this function returns ``max(v_m(α*), 0)`` at the α*
+    minimising ``v_m`` (the total-variation case is left out: it sets a value to 0, which the final
+    ``max(·, 0)`` never puts above ``max(v, 0)``, so the bound needs no monotonicity of ``expm1``).  The one gap is a math kernel rounding ``A``, ``B`` or ``C``
+    differently in another array layout (a few ulp): the returned scale is ``|r| + |A| + |B| + |C|`` at
+    α*, and a caller that proves ``bound + 1e-9·scale ≤ budget`` has many orders of magnitude to spare.
+    A GDP conversion that is smaller only lowers the ledger's ε further (it takes the minimum).
+    """
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    a = np.asarray(orders, dtype=np.float64)
+    r = np.maximum(np.asarray(rdp_max, dtype=np.float64), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        c = math.log(1.0 / delta) / (a - 1.0)
+        lo = np.log1p(-1.0 / a)
+        hi = np.log(delta * a) / (a - 1.0)
+        eps = r + c  # the same expressions, in the same order, as _rule's
+        better = r + lo - hi
+        eps = np.where(a > _IMPROVED_MIN_ORDER, np.minimum(eps, better), eps)
+    eps = np.where(np.isfinite(eps), eps, np.inf)
+    i = int(np.argmin(eps))
+    if not math.isfinite(eps[i]):
+        return math.inf, i, math.inf
+    scale = float(r[i] + abs(c[i]) + abs(lo[i]) + abs(hi[i]))
+    return max(float(eps[i]), 0.0), i, scale
+
+
 def gaussian_pld_epsilon(
     mus, delta: float, *, counts=None, value_discretization_interval: float = 1e-4
 ) -> float:

@@ -84,15 +84,19 @@ class Ledger:
                 ):
                     raise LedgerError("this ledger file was created with other Rényi orders")
             self.node_id = self._store.meta("node_id") or node_id
-            self._state = self._load()
+            self._state = self._load(read_budget=budget is None)
             if budget is not None:
                 self.set_budget(budget)
 
-    def _load(self) -> LedgerState:
+    def _load(self, read_budget: bool = True) -> LedgerState:
         state = LedgerState(self.orders, self.node_id)
         for bound, costs in self._store.replay(len(self.orders)):
             state.add_costs(costs, bound)
-        state.budget = self._store.read_budget()
+        if read_budget:  # else the caller replaces it: a bad stored one can be overwritten
+            state.budget = self._store.read_budget()
+            # a stored value an older build let through (a NaN ε …): refused in one line, not ignored
+            if state.budget is not None:
+                check_budget(state.budget, self.orders)
         return state
 
     # ---------------------------------------------------------------- budget

@@ -20,6 +20,7 @@ in :mod:`hushnet.privacy.ledger_store`; :class:`hushnet.privacy.ledger.Ledger` j
 from __future__ import annotations
 
 import math
+import numbers
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,14 @@ from typing import Any
 import numpy as np
 
 from hushnet.privacy import distinct as _distinct
-from hushnet.privacy.conversions import DEFAULT_ORDERS, _rule, gdp_epsilon, rdp_epsilon, rdp_to_dp
+from hushnet.privacy.conversions import (
+    DEFAULT_ORDERS,
+    _rule,
+    gdp_epsilon,
+    rdp_epsilon,
+    rdp_epsilon_dominating,
+    rdp_to_dp,
+)
 
 __all__ = [
     "BOUND_LABELS",
@@ -54,6 +62,9 @@ _RTOL = 1e-12
 #: how far under its budget a target's quick upper bound must be for its exact conversion to be
 #: skipped (:meth:`Projections.violations`): targets closer than this are converted exactly
 _MARGIN = 1e-9
+#: from this many targets left to convert, :meth:`Projections.violations` first tries to clear them
+#: all with one conversion of their pointwise maximum (below it the exact conversion is as cheap)
+_DOMINATING_MIN_ROWS = 16
 
 
 def sealed(a: np.ndarray) -> np.ndarray:
@@ -172,6 +183,20 @@ def as_key(t) -> str:
     return str(t)
 
 
+def _refuse_repeated(keys: Iterable[str], what: str = "an entry") -> None:
+    """Raise a one-line :class:`LedgerError` naming the first key that occurs twice in ``keys``.
+
+    Why: two targets that differ but map to one ledger key (``1`` and ``"1"``) would collapse into one
+    dict entry, and whichever curve (or budget) came last would win — an entry stating a larger cost
+    first would be charged the smaller one (an under-count), a tighter per-node budget be dropped.
+    Refused, never resolved: the ledger cannot know which one the caller meant."""
+    seen: set[str] = set()
+    for k in keys:
+        if k in seen:
+            raise LedgerError(f"{what} names target {k!r} twice (keys are compared as strings)")
+        seen.add(k)
+
+
 @dataclass(frozen=True)
 class PrivacyEntry:
     """One contribution or accounted release of this node.
@@ -211,10 +236,11 @@ class PrivacyEntry:
         arr = np.asarray(rdp, dtype=float)
         if arr.ndim != 2 or arr.shape[0] != len(keys):
             raise LedgerError("rdp must have shape (len(targets), len(orders))")
-        mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
         curves = {k: arr[i] for i, k in enumerate(keys)}
-        rows = arr if len(curves) == len(keys) else None  # a repeated target: the dict keeps one
-        return cls(run_id, protocol, view_model, bound, curves, mus, note, rows)
+        if len(curves) != len(keys):  # a dict would keep one of the rows: refuse, never pick one
+            _refuse_repeated(keys)
+        mus = None if gdp_mu is None else {k: float(m) for k, m in zip(keys, gdp_mu, strict=True)}
+        return cls(run_id, protocol, view_model, bound, curves, mus, note, arr)
 
     @classmethod
     def gaussian(
@@ -231,6 +257,8 @@ class PrivacyEntry:
         RDP ``α μ²/2`` on the orders, and μ-GDP."""
         o = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
         m = {as_key(k): float(v) for k, v in mu.items()}
+        if len(m) != len(mu):
+            _refuse_repeated([as_key(k) for k in mu])
         return cls(
             run_id, protocol, view_model, bound, {k: o * v * v / 2.0 for k, v in m.items()}, m, note
         )
@@ -319,20 +347,57 @@ def check_orders(orders) -> np.ndarray:
 
 
 def check_budget(budget: LedgerBudget, orders: np.ndarray) -> None:
-    """Refuse a budget the ledger cannot enforce (δ outside (0, 1), ε < 0, curves off the orders)."""
-    if not 0.0 < budget.delta < 1.0 or budget.epsilon < 0:
-        raise LedgerError("budget needs epsilon >= 0 and delta in (0, 1)")
+    """Refuse a budget the ledger cannot enforce, in one line: δ outside (0, 1) or NaN, ε negative or
+    NaN (+∞ is allowed: no (ε, δ) limit, e.g. beside an RDP curve), RDP curves off the orders or with a
+    NaN or negative value (+∞ at an order: no limit there), and per-node budgets that name one node
+    twice once keys are strings.
 
-    def check_curve(c) -> None:
-        if c is not None and np.asarray(c, dtype=np.float64).shape != orders.shape:
+    Why: every comparison with NaN is false, so a NaN budget would refuse nothing — a ledger that
+    silently enforces nothing; and of two per-node budgets for one key, the store would keep one."""
+
+    def check_pair(e, d, who: str) -> None:
+        ok = (
+            isinstance(e, numbers.Real)
+            and isinstance(d, numbers.Real)
+            and 0.0 < float(d) < 1.0
+            and float(e) >= 0.0  # False for NaN
+        )
+        if not ok:
+            raise LedgerError(
+                f"budget{who} needs epsilon >= 0 (not NaN) and delta in (0, 1), got "
+                f"epsilon={e!r}, delta={d!r}"
+            )
+
+    def check_curve(c, who: str) -> None:
+        if c is None:
+            return
+        try:
+            v = np.asarray(c, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise LedgerError(
+                f"budget RDP curve{who} must be numbers on the ledger's orders"
+            ) from None
+        if v.shape != orders.shape:
             raise LedgerError("budget RDP curves must be given on the ledger's orders")
+        if np.isnan(v).any() or (v < 0).any():
+            raise LedgerError(
+                f"budget RDP curve{who} must be >= 0 at every order (inf allowed, not NaN)"
+            )
 
-    check_curve(budget.rdp_curve)
-    for t, (e, d) in budget.per_target.items():
-        if not 0.0 < d < 1.0 or e < 0:
-            raise LedgerError(f"budget for {t!r} needs epsilon >= 0 and delta in (0, 1)")
-    for c in budget.per_target_rdp.values():
-        check_curve(c)
+    check_pair(budget.epsilon, budget.delta, "")
+    check_curve(budget.rdp_curve, "")
+    if len({as_key(t) for t in budget.per_target}) != len(budget.per_target):
+        _refuse_repeated([as_key(t) for t in budget.per_target], "a per-node budget")
+    if len({as_key(t) for t in budget.per_target_rdp}) != len(budget.per_target_rdp):
+        _refuse_repeated([as_key(t) for t in budget.per_target_rdp], "a per-node RDP budget")
+    for t, pair in budget.per_target.items():
+        try:
+            e, d = pair
+        except (TypeError, ValueError):
+            raise LedgerError(f"budget for {t!r} must be an (epsilon, delta) pair") from None
+        check_pair(e, d, f" for {t!r}")
+    for t, c in budget.per_target_rdp.items():
+        check_curve(c, f" for {t!r}")
 
 
 #: per touched target: (would-be ε, method, best order, budget ε, budget δ, RDP-curve violated)
@@ -413,8 +478,9 @@ class LedgerState:
         self._n_entries = np.zeros(0, dtype=np.int64)
         self._n_gdp = np.zeros(0, dtype=np.int64)
         self._paper = np.zeros(0, dtype=np.int64)
-        #: per row, the order index where the last exact conversion was best (-1: none yet) — only
-        #: a hint for the quick budget check, never a number that is reported
+        #: per row, the order index where the last exact conversion was best, or where the bound that
+        #: last cleared it without one was (-1: none yet) — only a hint for the quick budget check (any
+        #: order's value bounds the minimum), never a number that is reported
         self._hint = np.zeros(0, dtype=np.int64)
         self._grow(16)
         #: bumped by every add: a projection made at another version cannot be added as computed
@@ -435,17 +501,23 @@ class LedgerState:
         last_keys, last_rows = self._last
         if keys is last_keys or keys == last_keys:  # every key known (only those are kept)
             return last_rows
-        get = self._row.get
-        rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        if self._row:
+            get = self._row.get
+            rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        else:  # nothing stored yet (a node's first charge): every key is new
+            rows = np.full(len(keys), -1, dtype=np.int64)
         if create and (rows < 0).any():
-            new = [k for k, r in zip(keys, rows) if r < 0]
+            unknown = rows < 0
+            new = list(keys) if unknown.all() else [keys[i] for i in np.flatnonzero(unknown)]
             n0, n1 = len(self._keys), len(self._keys) + len(new)
             if n1 > self._rdp.shape[0]:
                 self._grow(max(n1, 2 * self._rdp.shape[0], 16))
-            for j, k in enumerate(new):
-                self._row[k] = n0 + j
+            self._row.update(zip(new, range(n0, n1)))
             self._keys.extend(new)
-            rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
+            if len(self._row) == n1:  # the new keys are distinct: rows n0, n0 + 1, … in key order
+                rows[unknown] = np.arange(n0, n1)
+            else:
+                rows = np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
         if rows.size and rows.min() >= 0:
             rows.flags.writeable = False
             self._last = (list(keys), rows)
@@ -457,7 +529,10 @@ class LedgerState:
         cap = max(cap, self._rdp.shape[0], self._n_entries.shape[0])
 
         def grow(a: np.ndarray, fill=0) -> np.ndarray:
-            out = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
+            # zeros: pages the sums never write stay untouched (a fresh ledger's sums become the first
+            # charge's sealed rows, add_costs, and the 2.6 MB at n = 2048 would be filled for nothing)
+            shape = (cap,) + a.shape[1:]
+            out = np.zeros(shape, a.dtype) if fill == 0 else np.full(shape, fill, a.dtype)
             out[: a.shape[0]] = a
             return out
 
@@ -607,7 +682,8 @@ class LedgerState:
                 for i, k in enumerate(keys):
                     if k in mus:
                         mu[i], has[i] = float(mus[k]), True
-                fast = bool(np.all(mu[has] >= 0))
+                # a μ key repeated as a string (1 and "1"): the slow path refuses it
+                fast = len(mus) == len(entry.gdp_mu) and bool(np.all(mu[has] >= 0))
         except (ValueError, TypeError):
             fast = False
         if not fast:  # find the first bad target in the entry's order, with its one-line error
@@ -620,9 +696,13 @@ class LedgerState:
     def _validate_each(self, entry: PrivacyEntry) -> dict[str, tuple[np.ndarray, float | None]]:
         """Target by target (the path that names the first bad target)."""
         mus = {as_key(k): m for k, m in entry.gdp_mu.items()} if entry.gdp_mu is not None else {}
-        out = {}
+        if entry.gdp_mu is not None and len(mus) != len(entry.gdp_mu):
+            _refuse_repeated([as_key(k) for k in entry.gdp_mu], "an entry's gdp_mu")
+        out: dict[str, tuple[np.ndarray, float | None]] = {}
         for t, vec in entry.rdp.items():
             key = as_key(t)
+            if key in out:  # a dict would keep the last curve: refuse, never pick one
+                _refuse_repeated([key, key])
             if self.node_id and key == self.node_id:
                 raise LedgerError("a node does not account a loss toward itself")
             v = np.asarray(vec, dtype=np.float64)
@@ -846,7 +926,9 @@ class Projections(Mapping[str, Projection]):
     budget without converting every curve: the improved rule's ε is a minimum over the orders, so
     its value at **any one** order bounds it from above — a target whose value at its last best
     order is under its budget (by a relative 1e-9, without the comparison slack) cannot be over it
-    — the same elementwise arithmetic as the full conversion.  Every other target is
+    — the same elementwise arithmetic as the full conversion.  Targets that check leaves (all of
+    them at a node's first charge of a run, when no best order is known) are next bounded all at once
+    by their pointwise maximum curve (:meth:`_cleared_by_maximum`).  Every other target is
     converted exactly (:meth:`LedgerState.convert_rows`), so every reported number and every
     decision is the exact conversion's.  Reading an item converts every target exactly.
     """
@@ -863,6 +945,8 @@ class Projections(Mapping[str, Projection]):
         # for a new target)
         if known.all():
             self.rdp = state._rdp[_span(rows)] + costs.rdp
+        elif not known.any():  # a run's first charge toward new targets: no stored row to gather
+            self.rdp = np.add(0.0, costs.rdp)
         else:
             self.rdp = np.where(known[:, None], state._rdp[r], 0.0) + costs.rdp
         n_e = np.where(known, state._n_entries[r], 0) + 1
@@ -921,6 +1005,8 @@ class Projections(Mapping[str, Projection]):
             # math kernel rounded the two evaluations of the same element differently
             need[cand[ub <= self.be[cand] * (1 - _MARGIN)]] = False
         sel = np.flatnonzero(need)
+        if sel.size >= _DOMINATING_MIN_ROWS:
+            sel = sel[~self._cleared_by_maximum(sel)]
         if not sel.size:
             return {}
         # exact conversion of every target the quick check could not clear (a node's first charge of a
@@ -934,6 +1020,40 @@ class Projections(Mapping[str, Projection]):
             for j, i in enumerate(sel)
             if over[j]
         }
+
+    def _cleared_by_maximum(self, sel: np.ndarray) -> np.ndarray:
+        """Which of the rows ``sel`` are proven within their (ε, δ) budget by one conversion of their
+        pointwise maximum curve (per distinct δ): :func:`~hushnet.privacy.conversions.rdp_epsilon_dominating`
+        bounds the exact ε of every curve under that maximum, so a row whose budget is above the
+        bound (with its rounding margin) cannot be over it — whatever the GDP side says, as the
+        ledger's ε is the smaller of the two.  Rows over their RDP budget curve are never cleared
+        (they are violations whatever their ε), nor rows whose budget the bound does not meet: they are
+        converted exactly, as before, so every decision and every reported number is the exact path's.
+
+        Why: a node's first charge of a run knows no best order toward any target (no hint), so every
+        target was converted exactly — (n − 1) × 159 orders, most of the first charge at n = 2048
+        (issue 12).  A cleared row with no hint takes the maximum's best order as its hint: the quick
+        check at the next charge is sound at any order (a value at one order bounds the minimum).  So
+        does a cleared row whose old hint failed the quick check: kept, it failed again at every later
+        charge and sent the row back here (297 maximum conversions in 300 hops of a 90-target walk whose
+        cost piles up at the first hint's orders; 4 with the maximum's order)."""
+        cleared = np.zeros(sel.size, dtype=bool)
+        free = ~self.curve_bad[sel]
+        deltas = self.deltas[sel]
+        for d in np.unique(deltas[free]):
+            m = free & (deltas == d)
+            g = np.arange(sel.size) if m.all() else np.flatnonzero(m)
+            rows = sel[g]
+            r = self.rdp[_span(rows)] if g.size == sel.size else self.rdp[rows]
+            bound, j, scale = rdp_epsilon_dominating(self.state.orders, r.max(axis=0), float(d))
+            if not math.isfinite(bound):
+                continue
+            ok = bound + _MARGIN * scale <= self.be[rows]
+            cleared[g[ok]] = True
+            # the maximum's best order, also over a hint the quick check just failed at (a stale one
+            # would send the row here again at every later charge)
+            self.hints[rows[ok]] = j
+        return cleared
 
     def _all(self) -> dict[str, Projection]:
         if self._exact is None:

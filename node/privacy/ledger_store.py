@@ -11,6 +11,13 @@ their μ.  An entry whose costs are bit for bit those of a recent entry (every h
 the same row) points at that block instead of writing it again, so a hop toward n targets writes
 two small rows, not n curves (issue 12: 512 rows of 1.4 kB per hop).  Files written before
 blocks (one ``costs`` row per target) still load: their entries replay from those rows.
+
+A block whose curves repeat (a walk's row: a few hundred distinct curves among 2 047 targets on
+hypercube:11) is written **compact**: its distinct curves in ``blocks.rdp`` and, in ``block_rows``,
+the index of each target's curve (uint32) — read back, ``distinct[index]`` is the row bit for bit.
+Why: the run's first charge wrote the whole 2.6 MB row at n = 2048, most of that charge's time.  A
+build from before compact blocks reads only ``blocks.rdp``, whose size then does not match the
+targets: it stops with its "does not match the ledger's orders" error, never under-counts.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hushnet.privacy.distinct import distinct_rows
 from hushnet.privacy.ledger_math import (
     DEFAULT_DELTA,
     Costs,
@@ -32,6 +40,7 @@ from hushnet.privacy.ledger_math import (
     PrivacyEntry,
     as_key,
     is_sealed,
+    sealed,
 )
 from hushnet.storage import BIND_MAX, insert_large_blob, open_store
 
@@ -55,7 +64,14 @@ CREATE TABLE IF NOT EXISTS blocks (
 CREATE TABLE IF NOT EXISTS entry_blocks (
     entry_id INTEGER PRIMARY KEY REFERENCES entries(id),
     block_id INTEGER NOT NULL REFERENCES blocks(id));
+CREATE TABLE IF NOT EXISTS block_rows (
+    block_id INTEGER PRIMARY KEY REFERENCES blocks(id), rows BLOB NOT NULL);
 """
+
+#: a block of at least this many targets is looked at for repeated curves (see the module docstring)
+COMPACT_MIN_ROWS = 64
+#: and written compact when its distinct curves and index take at most this share of the full row
+_COMPACT_MAX_SHARE = 0.75
 
 #: how many recent blocks an append compares its costs with before writing a new one
 _RECENT_BLOCKS = 2
@@ -142,13 +158,13 @@ class LedgerStore:
                 yield bound, _costs_of_rows(rows[eid], k)
 
     def _block(self, bid: int, k: int) -> Costs:
-        targets, blob, mu_blob = self._db.execute(
-            "SELECT targets, rdp, gdp_mu FROM blocks WHERE id = ?", (bid,)
+        targets, blob, mu_blob, index = self._db.execute(
+            "SELECT b.targets, b.rdp, b.gdp_mu, r.rows FROM blocks b "
+            "LEFT JOIN block_rows r ON r.block_id = b.id WHERE b.id = ?",
+            (bid,),
         ).fetchone()
         keys = json.loads(targets)
-        rdp = np.frombuffer(blob, dtype=np.float64)
-        if rdp.size != len(keys) * k:
-            raise LedgerError("stored RDP curve does not match the ledger's orders")
+        rdp = _block_curves(blob, index, len(keys), k)
         if mu_blob is None:  # no target carries a μ
             mu, has = np.zeros(len(keys)), np.zeros(len(keys), dtype=bool)
         else:  # NaN marks a target without one (a stored μ is never NaN: validate refuses it)
@@ -156,7 +172,7 @@ class LedgerStore:
             if mu.size != len(keys):
                 raise LedgerError("stored gdp_mu does not match the entry's targets")
             has = ~np.isnan(mu)
-        return Costs(keys, rdp.reshape(len(keys), k), np.where(has, mu, 0.0), has)
+        return Costs(keys, rdp, np.where(has, mu, 0.0), has)
 
     def append(self, entry: PrivacyEntry, costs: Costs) -> int:
         """Record one entry and its validated costs in one transaction; returns the entry id.
@@ -165,6 +181,8 @@ class LedgerStore:
         bytes (targets, curves, μ) — what a walk's hops charge over and over."""
         mu_blob = np.where(costs.has_mu, costs.mu, np.nan).tobytes() if costs.has_mu.any() else None
         bid = self._recent_block(costs, mu_blob)
+        if bid is None:  # found outside the transaction: its write lock is not held while hashing
+            rdp, index = _compact(costs.rdp)
         self._db.execute("BEGIN IMMEDIATE")
         try:
             cur = self._db.execute(
@@ -181,7 +199,6 @@ class LedgerStore:
             eid = cur.lastrowid
             new = bid is None
             if new:
-                rdp = np.ascontiguousarray(costs.rdp, dtype=np.float64)
                 if rdp.nbytes > BIND_MAX:  # written in place: no copy stays with the statement
                     bid = insert_large_blob(
                         self._db,
@@ -196,6 +213,11 @@ class LedgerStore:
                         "INSERT INTO blocks(targets, rdp, gdp_mu) VALUES (?,?,?)",
                         (json.dumps(costs.keys_), rdp.tobytes(), mu_blob),
                     ).lastrowid
+                if index is not None:
+                    self._db.execute(
+                        "INSERT INTO block_rows(block_id, rows) VALUES (?,?)",
+                        (bid, index.tobytes()),
+                    )
             self._db.execute(
                 "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
             )
@@ -226,12 +248,19 @@ class LedgerStore:
                 continue
             if keys != costs.keys_ or not is_sealed(costs.rdp):
                 continue
-            row = self._db.execute("SELECT rdp FROM blocks WHERE id = ?", (bid,)).fetchone()
+            row = self._db.execute(
+                "SELECT b.rdp, r.rows FROM blocks b LEFT JOIN block_rows r ON r.block_id = b.id "
+                "WHERE b.id = ?",
+                (bid,),
+            ).fetchone()
             if row is None:
                 continue
-            stored = np.frombuffer(row[0], dtype=np.uint64)
-            if stored.size == costs.rdp.size and np.array_equal(
-                stored, np.ascontiguousarray(costs.rdp).view(np.uint64).reshape(-1)
+            try:
+                stored = _block_curves(row[0], row[1], shape[0], shape[1], seal=False)
+            except LedgerError:
+                continue
+            if np.array_equal(
+                stored.view(np.uint64), np.ascontiguousarray(costs.rdp).view(np.uint64)
             ):
                 # the new curves stand for that block now (checked by identity at the next charge)
                 self._recent[i] = (bid, keys, weakref.ref(costs.rdp), shape, mu)
@@ -294,12 +323,27 @@ class LedgerStore:
 
     # ---------------------------------------------------------------- budget
     def read_budget(self) -> LedgerBudget | None:
+        """The stored budget, or a one-line :class:`LedgerError` for a row that cannot be one.
+
+        SQLite stores a NaN as NULL, and a build that accepted ε = NaN wrote it so: a per-node row
+        with a δ but no ε would otherwise fall back to the uniform budget, and a uniform row without
+        one would enforce nothing.  The caller checks the values (:func:`check_budget`) as when set."""
         rows = self._db.execute("SELECT target, epsilon, delta, rdp_curve FROM budget").fetchall()
         if not rows:
             return None
         per, per_curve, uni, curve = {}, {}, (math.inf, DEFAULT_DELTA), None
         for target, e, d, blob in rows:
+            if blob is not None and len(blob) % 8:
+                raise LedgerError(f"stored budget RDP curve for {target!r} is not float64 values")
             c = None if blob is None else np.frombuffer(blob, dtype=np.float64).copy()
+            if target == _UNIFORM or e is not None or d is not None:
+                if e is None or d is None:  # NaN (or nothing) where a number was stored
+                    raise LedgerError(
+                        f"stored budget for {target!r} has no epsilon or delta (a NaN written by an "
+                        "older build?): set the budget again"
+                    )
+            elif c is None:
+                raise LedgerError(f"stored budget for {target!r} is empty")
             if target == _UNIFORM:
                 uni, curve = (e, d), c
             else:
@@ -331,6 +375,44 @@ class LedgerStore:
         self._db.close()
 
 
+def _compact(rdp: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """What a new block stores: ``(curves, None)`` — the row as it is — or, when its curves repeat
+    enough to be worth it, ``(distinct curves, uint32 index per target)``."""
+    rdp = np.ascontiguousarray(rdp, dtype=np.float64)
+    m = rdp.shape[0]
+    if m < COMPACT_MIN_ROWS or rdp.ndim != 2 or m >= 2**32:
+        return rdp, None
+    found = distinct_rows(rdp)
+    if found is None:
+        return rdp, None
+    first, inv = found
+    if first.size * rdp.itemsize * rdp.shape[1] + 4 * m > _COMPACT_MAX_SHARE * rdp.nbytes:
+        return rdp, None
+    return rdp[first], inv.astype(np.uint32)
+
+
+def _block_curves(
+    blob: bytes, index: bytes | None, m: int, k: int, *, seal: bool = True
+) -> np.ndarray:
+    """A block's (m × k) curves from its stored bytes — sealed (read-only over ``bytes``), so a
+    reopened ledger's sums may share them as they share the first charge's rows live (``seal=False``:
+    a compact block's rows as a plain array, for a comparison)."""
+    if len(blob) % 8:
+        raise LedgerError("stored RDP curve is not whole float64 values")
+    rdp = np.frombuffer(blob, dtype=np.float64)
+    if index is None:
+        if rdp.size != m * k:
+            raise LedgerError("stored RDP curve does not match the ledger's orders")
+        return rdp.reshape(m, k)
+    if len(index) % 4:  # numpy would raise its own ValueError: the ledger's one-line error instead
+        raise LedgerError("stored compact block index is not whole uint32 values")
+    rows = np.frombuffer(index, dtype=np.uint32)
+    if rows.size != m or rdp.size % k or (m and int(rows.max()) >= rdp.size // k):
+        raise LedgerError("stored compact block does not match its targets or the ledger's orders")
+    full = rdp.reshape(-1, k)[rows]
+    return sealed(full) if seal else full
+
+
 def _costs_of_rows(rows: list, k: int) -> Costs:
     """One entry's costs from its per-target rows (the format before blocks)."""
     keys = [t for t, _, _ in rows]
@@ -338,6 +420,8 @@ def _costs_of_rows(rows: list, k: int) -> Costs:
     mu = np.zeros(len(rows))
     has = np.zeros(len(rows), dtype=bool)
     for i, (_, blob, m) in enumerate(rows):
+        if len(blob) != 8 * k:
+            raise LedgerError("stored RDP curve does not match the ledger's orders")
         v = np.frombuffer(blob, dtype=np.float64)
         if v.size != k:
             raise LedgerError("stored RDP curve does not match the ledger's orders")
