@@ -878,9 +878,7 @@ class RunDriver:
             self.run_id,
             dst,
             exc,
-            "sending it again"
-            if again
-            else "not sent again here (the protocol retries if it does)",
+            "sending it again" if again else "not sent again here (the protocol may retry)",
             self.send_failures,
         )
 
@@ -914,9 +912,8 @@ class RunDriver:
                     if again:
                         await asyncio.sleep(pause)
                         pause = min(2 * pause, REDELIVER_MAX_S)
-                        if self._worth_again(
-                            exc, queued, window
-                        ):  # the run may have ended meanwhile
+                        # the run may have ended (or the window passed) while this waited
+                        if self._worth_again(exc, queued, window):
                             self.redeliveries += 1
                             continue
                 else:
