@@ -58,13 +58,26 @@ from hushnet.tasks.data import PublicEval
 
 log = logging.getLogger("hushnet.runs")
 
-SendFn = Callable[[str, bytes], Awaitable[Any]]
+#: ``send(node_id, payload)``; given ``next_seq``, the driver also calls it with ``seq=`` (the envelope's
+#: number, kept when it sends the same bytes again — see :meth:`RunDriver._sender`)
+SendFn = Callable[..., Awaitable[Any]]
 
 #: Envelopes of a run that arrive before the operator's ``run.start`` (a neighbour that was started a
 #: moment earlier and already sent its token) are kept, at most this many and this many bytes per
 #: run, and replayed in order at the start; beyond that they are refused (counted, logged once).
 MAX_EARLY_MESSAGES = 256
 MAX_EARLY_BYTES = 64 * 1024 * 1024
+
+#: a failed delivery a machine asks to have sent again (``redeliver_for``) waits this long before its
+#: first repeat, doubling up to :data:`REDELIVER_MAX_S` between repeats
+REDELIVER_FIRST_S = 0.5
+REDELIVER_MAX_S = 8.0
+#: gRPC status names of a delivery that did not (or may not) reach the neighbour's run: worth repeating
+TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"})
+#: a neighbour's run refusals that mean "not yet", not "no": its early buffer was full before its start
+TRANSIENT_REFUSALS = frozenset({"not-started"})
+#: one log line per kind of failed delivery per this many seconds (the count is in the run status)
+FAILURE_LOG_EVERY_S = 10.0
 
 #: states a run goes through at one node
 STATES = ("accepted", "running", "paused", "finished", "closed", "stopped", "cancelled")
@@ -126,6 +139,7 @@ class RunDriver:
         journal: Callable[[LedgerEntry], None] | None = None,
         public_eval: PublicEval | None = None,
         store: Any = None,
+        next_seq: Callable[[str], int] | None = None,
     ) -> None:
         self.spec = spec
         self.run_id = spec.run_id
@@ -135,6 +149,9 @@ class RunDriver:
         self.node_id = self.ids[vertex]
         self.machine = machine
         self._send = send
+        #: the next envelope number toward a node (``Node.next_seq`` for this run), or None: a failed
+        #: delivery is sent again under the same number only (see :meth:`_sender`)
+        self._next_seq = next_seq
         self.ledger = ledger
         self.cost = cost
         self.W = _shared_matrix(W)  # read only by the report (the paper's row)
@@ -170,6 +187,8 @@ class RunDriver:
         self.messages_in = 0
         self.messages_out = 0
         self.send_failures = 0
+        self.redeliveries = 0  # failed deliveries sent again (machines with ``redeliver_for``)
+        self._failure_logged: dict[str, float] = {}  # kind of failure → when it was last logged
         #: neighbours that refused this run's envelopes as closed there (the run is held: _closed_at)
         self.closed_by: set[str] = set()
         #: called with the first such neighbour (the node's service asks for the close record at once)
@@ -825,34 +844,95 @@ class RunDriver:
             q = self._queues[dst] = asyncio.Queue()
             self._workers[dst] = asyncio.get_event_loop().create_task(self._sender(dst, q))
         self.messages_out += 1
-        q.put_nowait((payload, receipt))
+        q.put_nowait((payload, receipt, time.monotonic()))
+
+    def _redeliver_for(self) -> float:
+        """Seconds a failed delivery is sent again for (0: never).
+
+        The machine says (``redeliver_for``): the walk's ack timer already re-sends an unacknowledged
+        token, so its failures are only recorded (a second sender would double its sends); the gossip
+        round machine sends each round message once, so a transient failure would otherwise cost the
+        neighbour a whole round timeout and a deviation (issue 12).  Needs the envelope numbers
+        (``next_seq``): a copy sent again under the same number is dropped by a receiver that took the
+        first one although its answer was lost, so nothing is ever delivered twice."""
+        if self._next_seq is None:
+            return 0.0
+        return float(getattr(self.machine, "redeliver_for", 0.0) or 0.0)
+
+    def _worth_again(self, exc: BaseException, queued: float, window: float) -> bool:
+        """Whether a failed delivery is sent again: a transport failure (or a neighbour's "not yet"),
+        within the machine's window from when it was queued, while the run is live here (a finished
+        node's last messages still matter to its neighbours; a closed, cancelled or stopped run's not)."""
+        if window <= 0 or time.monotonic() - queued > window:
+            return False
+        if self.state in ("closed", "cancelled", "stopped") or self.closed_by:
+            return False
+        refusal = getattr(exc, "refusal", None)
+        if refusal is not None:
+            return refusal in TRANSIENT_REFUSALS
+        code = getattr(exc, "code", None)
+        return getattr(code, "name", None) in TRANSIENT_CODES
+
+    def _log_failure(self, dst: str, exc: BaseException, again: bool) -> None:
+        """One line per kind of failure (status or refusal code) per :data:`FAILURE_LOG_EVERY_S`."""
+        code = getattr(exc, "code", None)
+        kind = str(
+            getattr(exc, "refusal", None) or getattr(code, "name", None) or type(exc).__name__
+        )
+        now = time.monotonic()
+        last = self._failure_logged.get(kind)
+        if last is not None and now - last < FAILURE_LOG_EVERY_S:
+            return
+        if len(self._failure_logged) >= 32:  # refusal codes come from peers: keep the map bounded
+            self._failure_logged.clear()
+        self._failure_logged[kind] = now
+        log.warning(
+            "run %s: delivery to %s failed (%s); %s (%d failed so far)",
+            self.run_id,
+            dst,
+            exc,
+            "sending it again" if again else "not sent again here (the protocol may retry)",
+            self.send_failures,
+        )
 
     async def _sender(self, dst: str, q: asyncio.Queue) -> None:
-        """FIFO per destination; a failed delivery is recorded — the machine's ack timer retries it.
+        """FIFO per destination.  A failed delivery is recorded; the walk's ack timer retries it, and a
+        machine with ``redeliver_for`` (gossip) has the same bytes sent again here under the same
+        envelope number, with backoff, before anything queued after them (see :meth:`_redeliver_for`).
 
         A ``Send`` that asked for a receipt gets :class:`Delivered` once ``Deliver`` answered: the
         receiver's driver answers only after its machine accepted the bytes (a refusal is an error)."""
         while True:
-            payload, receipt = await q.get()
-            try:
-                await self._send(dst, payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any transport failure is the machine's retry business
-                self.send_failures += 1
-                if getattr(exc, "refusal", None) == "run-closed":
-                    self._closed_at(dst)
-                if self.send_failures <= 3 or self.send_failures % 50 == 0:
-                    log.warning(
-                        "run %s: delivery to %s failed (%s); the protocol will retry",
-                        self.run_id,
-                        dst,
-                        exc,
-                    )
-                self._emit("send_failed", to=dst, error=str(exc)[:300])
-            else:
-                if receipt and self.state not in TERMINAL:
-                    self._execute(self.machine.handle(Delivered(self.vertex_of[dst], receipt)))
+            payload, receipt, queued = await q.get()
+            window = self._redeliver_for()
+            seq = self._next_seq(dst) if window > 0 and self._next_seq is not None else None
+            pause = REDELIVER_FIRST_S
+            while True:
+                try:
+                    if seq is None:
+                        await self._send(dst, payload)
+                    else:
+                        await self._send(dst, payload, seq=seq)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any transport failure: recorded, maybe sent again
+                    self.send_failures += 1
+                    if getattr(exc, "refusal", None) == "run-closed":
+                        self._closed_at(dst)
+                    again = seq is not None and self._worth_again(exc, queued, window)
+                    self._log_failure(dst, exc, again)
+                    self._emit("send_failed", to=dst, error=str(exc)[:300], again=again)
+                    if again:
+                        await asyncio.sleep(pause)
+                        pause = min(2 * pause, REDELIVER_MAX_S)
+                        # the run may have ended (or the window passed) while this waited
+                        if self._worth_again(exc, queued, window):
+                            self.redeliveries += 1
+                            continue
+                else:
+                    if receipt and self.state not in TERMINAL:
+                        self._execute(self.machine.handle(Delivered(self.vertex_of[dst], receipt)))
+                break
 
     # ------------------------------------------------------------------ ending
     def _cancel_timers(self) -> None:
@@ -1106,6 +1186,7 @@ class RunDriver:
                 "in": self.messages_in,
                 "out": self.messages_out,
                 "send_failures": self.send_failures,
+                "redeliveries": self.redeliveries,
             },
             "result": self.finish_result,
             # durable runs: checkpoints written here and their time (the cost of durability per hop)

@@ -103,6 +103,10 @@ def network_walk_options(spec, *, progress_every: int | None = None) -> WalkOpti
 class RunService:
     """All runs of one node.  ``node`` is a started or starting :class:`hushnet.net.node.Node`."""
 
+    #: how long one delivery of a run's envelope may take (the transport retries UNAVAILABLE within it);
+    #: a machine that asks for it (``RunDriver``'s ``redeliver_for``) has a failed one sent again
+    send_timeout_s: float = 30.0
+
     def __init__(self, node, *, state_dir: pathlib.Path | None = None) -> None:
         # a bad HUSHNET_COST_ROWS_MB stops the service here, not at a report or top-up mid-run
         rows_limit()
@@ -258,9 +262,16 @@ class RunService:
     def _sender(self, spec):
         node = self.node
 
-        async def send(dst: str, data: bytes):
+        async def send(dst: str, data: bytes, *, seq: int | None = None):
+            # ``seq``: the envelope's number when the driver sends the same bytes again after a failed
+            # delivery — the receiver drops a copy it already took by it (never delivered twice)
             return await node.send(
-                dst, data, protocol=RUN_PROTOCOL, run_id=spec.run_id, timeout=30.0
+                dst,
+                data,
+                protocol=RUN_PROTOCOL,
+                run_id=spec.run_id,
+                seq=seq,
+                timeout=self.send_timeout_s,
             )
 
         return send
@@ -654,7 +665,13 @@ class RunService:
     # ---- close records between neighbours (issue 14: a top-up reaches a node that was down) ----------
     def _driver(self, spec, *args: Any, **kw: Any) -> RunDriver:
         """A run's driver, wired to ask the neighbours for the close record when one says the run is closed."""
-        run = RunDriver(spec, *args, **kw)
+        node = self.node
+        run = RunDriver(
+            spec,
+            *args,
+            next_seq=lambda dst, rid=spec.run_id: node.next_seq(RUN_PROTOCOL, rid, dst),
+            **kw,
+        )
         run.on_peer_closed = lambda _peer, rid=spec.run_id: self._ask_close_soon(rid)
         return run
 

@@ -675,6 +675,18 @@ class GossipMachine(Protocol):
     )
 
     @property
+    def redeliver_for(self) -> float:
+        """Seconds the node's driver sends a failed delivery again for (transport failures only).
+
+        Why: a round sends each ``AVAIL`` / ``VALUE`` / ``SKIP`` (and SecAgg envelope) once, and its timer
+        only heartbeats — a neighbour whose copy was lost waits the whole timeout and drops this node
+        (issue 12: 1 728 of 2 048 nodes with a round-0 ``availability-timeout`` after ``DEADLINE_EXCEEDED``
+        while their hosts were busy starting).  The same bytes go again under the same envelope number, so
+        a receiver that took the first copy drops the second and nothing is released twice.  After two
+        timeouts the neighbour has closed that phase anyway (it would refuse the copy as stale)."""
+        return 2.0 * self.opt.timeout
+
+    @property
     def durable(self) -> bool:  # type: ignore[override]
         """Plain gossip and secure summation alike (issue 14).  Secure summation checkpoints its
         memberships and led sums' records, never their SecAgg sessions (one-time secrets): a restarted
