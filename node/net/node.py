@@ -26,6 +26,7 @@ import collections
 import logging
 import pathlib
 import signal
+import threading
 import time
 from typing import Any
 
@@ -203,20 +204,25 @@ class Node(
         host, port = pki.split_address(self.config.listen)
         # The certificate must exist before the TLS server can start, and the directory entry
         # needs our address before that: resolve port 0 to a concrete free port up front.
-        if port == 0:
+        picked = port == 0
+        if picked:
             port = _free_port(host)
-        self.address = self.config.advertise or f"{host}:{port}"
-        self.identity = await self._join(key, x_key, ca_pem)
-        from hushnet.net import logs as _logs
+        try:
+            self.address = self.config.advertise or f"{host}:{port}"
+            self.identity = await self._join(key, x_key, ca_pem)
+            from hushnet.net import logs as _logs
 
-        _logs.bind_node(self.identity.node_id)  # this task and the server/loop tasks it creates
-        self.log.extra["node"] = self.identity.node_id
-        if self.config.builtin_handlers:
-            for h in (PingProtocol(self.store), DiscardProtocol()):
-                if h.protocol not in self.handlers.protocols():
-                    self.handlers.register(h)
-            self._register_builtin_controls()
-        await self._start_server(f"{host}:{port}")
+            _logs.bind_node(self.identity.node_id)  # this task and the server/loop tasks it creates
+            self.log.extra["node"] = self.identity.node_id
+            if self.config.builtin_handlers:
+                for h in (PingProtocol(self.store), DiscardProtocol()):
+                    if h.protocol not in self.handlers.protocols():
+                        self.handlers.register(h)
+                self._register_builtin_controls()
+            await self._start_server(f"{host}:{port}")
+        finally:
+            if picked:  # bound now (or never): the kernel's own bookkeeping holds it from here
+                _release_port(host, port)
         await self._refresh_directory(force=True)
         await self.maintain_onion_keys()
         loop = asyncio.get_running_loop()
@@ -330,12 +336,44 @@ class Node(
             self.rlog.flush()
 
 
-def _free_port(host: str) -> int:
+#: ports :func:`_free_port` handed to this process's nodes that their servers have not bound yet
+_PICKED: set[tuple[str, int]] = set()
+_PICKED_LOCK = threading.Lock()
+#: kernel answers tried before giving up on a port no other starting node of this process holds
+_PICK_TRIES = 64
+
+
+def _probe_port(host: str) -> int:
+    """A port the kernel says is free on ``host`` now (bound once, then closed: free again at once)."""
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _free_port(host: str) -> int:
+    """A free port for a node listening on ``HOST:0``, held for it until :func:`_release_port`.
+
+    Why: the port must be known before the node joins (its address is in the directory and its
+    certificate is issued then), so it is picked first and bound later.  Between the two the probe's
+    port is free again, and the kernel handed the same port to another node starting in the same host
+    process (CI: "cannot listen on 127.0.0.1:36733 … Address already in use", one of 16 hosted nodes
+    not started).  Ports picked here and not yet bound are never handed out twice."""
+    for _ in range(_PICK_TRIES):
+        port = _probe_port(host)
+        with _PICKED_LOCK:
+            if (host, port) not in _PICKED:
+                _PICKED.add((host, port))
+                return port
+    raise NodeError(
+        f"no free port on {host}: the kernel kept offering ports other nodes are starting on"
+    )
+
+
+def _release_port(host: str, port: int) -> None:
+    with _PICKED_LOCK:
+        _PICKED.discard((host, port))
 
 
 # ------------------------------------------------------------------------ process entry point
