@@ -19,7 +19,9 @@ are re-exported here (``from hushnet.privacy.ledger import PrivacyEntry`` keeps 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,7 @@ from hushnet.privacy.ledger_math import (
     LedgerError,
     LedgerState,
     PrivacyEntry,
+    RepeatKey,
     Spent,
     SpentColumns,
     as_key,
@@ -45,11 +48,24 @@ __all__ = [
     "LedgerError",
     "BudgetExceeded",
     "PrivacyEntry",
+    "RepeatKey",
     "LedgerBudget",
     "Spent",
     "SpentColumns",
     "Ledger",
 ]
+
+
+@dataclass
+class _Repeats:
+    """The charges a :class:`RepeatKey` may still make without a budget check, and those made since the
+    totals were last composed (see :meth:`Ledger.charge_repeat`)."""
+
+    key: weakref.ref
+    block: int  # the stored block every repeated charge points at
+    bound: str
+    left: int  # proven within budget (LedgerState.repeat_allowance), counted down
+    pending: int = 0  # recorded in the file, not yet added to the totals
 
 
 class Ledger:
@@ -70,6 +86,9 @@ class Ledger:
         node_id: str = "",
     ):
         self._lock = threading.RLock()
+        #: the key of the last charge made with one (a second charge with it proves an allowance)
+        self._last_key: weakref.ref | None = None
+        self._repeats: _Repeats | None = None
         self._path = str(path)
         self._store = LedgerStore(self._path)
         with self._lock:
@@ -108,6 +127,8 @@ class Ledger:
         """Replace the stored budget (persisted).  Existing spending is not re-checked."""
         check_budget(budget, self.orders)
         with self._lock:
+            self._settle()
+            self._repeats = None  # proven against the old budget
             self._store.write_budget(budget)
             self._state.budget = self._store.read_budget()
 
@@ -115,11 +136,17 @@ class Ledger:
     def would_exceed(self, entry: PrivacyEntry) -> dict[str, float]:
         """Targets whose budget the entry would break, mapped to the would-be ε (empty: it fits)."""
         with self._lock:
+            self._settle()
             proj = self._state.projection(self._state.validate(entry))
         return {t: p[0] for t, p in LedgerState.violations(proj).items()}
 
     def charge(
-        self, entry: PrivacyEntry, *, enforce_budget: bool = True, report: bool = True
+        self,
+        entry: PrivacyEntry,
+        *,
+        enforce_budget: bool = True,
+        report: bool = True,
+        repeat: RepeatKey | None = None,
     ) -> dict[str, Spent]:
         """Record the entry, or raise :class:`BudgetExceeded` (recording nothing) if it would exceed
         the budget toward any node.  Returns the new loss toward every target it touched (``report=False``:
@@ -127,23 +154,73 @@ class Ledger:
 
         ``enforce_budget=False`` records spending that has already happened (e.g. the top-up after a
         walk deviated: the data were used, so the ledger must say so even past the budget).  It is
-        never a way to release more; callers check :meth:`would_exceed` before any release."""
+        never a way to release more; callers check :meth:`would_exceed` before any release.
+
+        ``repeat``: the caller promises that every charge with this key has this entry's costs (see
+        :class:`RepeatKey`); from its second charge in a row the ledger proves how many more fit the
+        budget, and :meth:`charge_repeat` records them without checking each."""
         with self._lock:
+            self._settle()
+            self._repeats = None  # proven for totals this charge changes
             costs = self._state.validate(entry)
             proj = self._state.projection(costs)
             bad = LedgerState.violations(proj)
             if bad and enforce_budget:
                 raise LedgerState.refusal(bad, entry.run_id)
-            self._store.append(entry, costs)  # persisted before it counts: a crash loses nothing
+            eid = self._store.append(
+                entry, costs
+            )  # persisted before it counts: a crash loses nothing
             self._state.add_costs(costs, entry.bound, proj)
+            last, self._last_key = self._last_key, None
+            if repeat is not None and entry.gdp_mu is None and enforce_budget:
+                self._last_key = weakref.ref(repeat)
+                if last is not None and last() is repeat:  # a streak: worth proving an allowance
+                    left = self._state.repeat_allowance(costs)
+                    if left > 0:
+                        block = self._store.block_of(eid)
+                        self._repeats = _Repeats(self._last_key, block, entry.bound, left)
             if not report:
                 return {}
             return self._state.spent_many(costs.keys_, proj.deltas)
+
+    def charge_repeat(
+        self, repeat: RepeatKey, run_id: str, protocol: str, view_model: str, note: str = ""
+    ) -> bool:
+        """Charge once more what the last :meth:`charge` with ``repeat`` charged, if it is proven within
+        budget; ``False`` (nothing recorded) when it is not — the caller then charges the entry itself.
+
+        Why: at n = 2048 a walk hop's charge checked and composed 2 047 targets' totals (~4 ms, most of
+        a hop).  A charge made here is durable before it returns (the file gets the entry and a reference
+        to the stored block: exactly what :meth:`charge` writes for a repeated block) and is composed into
+        the totals when anything reads them; the allowance it draws on was proven by
+        :meth:`LedgerState.repeat_allowance` for totals no other charge has changed since (any other
+        charge or a new budget drops it)."""
+        with self._lock:
+            r = self._repeats
+            if r is None or r.left <= 0 or r.key() is not repeat:
+                return False
+            self._store.append_repeat(run_id, protocol, view_model, r.bound, note, r.block)
+            r.left -= 1
+            r.pending += 1
+            return True
+
+    def _settle(self) -> None:
+        """Compose the repeated charges recorded since the totals were last read (caller holds the
+        lock): the stored block added once per charge, in order — the same sums, bit for bit, as
+        charging each one through :meth:`charge` (and as a reopened ledger's replay)."""
+        r = self._repeats
+        if r is None or not r.pending:
+            return
+        costs = self._store.block_costs(r.block, len(self.orders))
+        for _ in range(r.pending):
+            self._state.add_costs(costs, r.bound)
+        r.pending = 0
 
     def spent(self, target=None, delta: float | None = None) -> Spent | dict[str, Spent]:
         """The composed (ε, δ) loss toward ``target`` (or every target), at ``delta`` (default:
         the budget's δ for that target, else 1e-6)."""
         with self._lock:
+            self._settle()
             if target is not None:
                 t = as_key(target)
                 return self._state.spent(
@@ -159,12 +236,14 @@ class Ledger:
         :class:`Spent` per target cost as much as the conversion).  ``known``: a conversion the caller
         made of curves that may be these totals (see :meth:`LedgerState.spent_columns`)."""
         with self._lock:
+            self._settle()
             keys = self._state.targets()  # every one has spending
             return self._state.spent_columns(keys, self._state.deltas(keys, delta), known)
 
     def rdp(self, target) -> np.ndarray:
         """The composed RDP curve toward ``target`` (zeros if nothing was spent)."""
         with self._lock:
+            self._settle()
             return self._state.rdp(as_key(target))
 
     def remaining(self, targets: Iterable | None = None) -> dict[str, float]:
@@ -173,6 +252,7 @@ class Ledger:
         Covers the targets with a per-node budget or spending, plus ``targets`` if given.
         """
         with self._lock:
+            self._settle()
             return self._state.remaining(targets)
 
     def entries(self, run_id: str | None = None) -> list[dict]:

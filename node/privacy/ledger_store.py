@@ -233,6 +233,40 @@ class LedgerStore:
             ]
         return int(eid)
 
+    def append_repeat(
+        self, run_id: str, protocol: str, view_model: str, bound: str, note: str, block: int
+    ) -> int:
+        """Record one entry whose costs are the stored ``block`` (the caller knows they are); returns its
+        id.  The same two rows :meth:`append` writes for a repeated block, in one transaction — replayed
+        like any other entry."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            eid = self._db.execute(
+                "INSERT INTO entries(run_id, protocol, view_model, bound, note, created) VALUES (?,?,?,?,?,?)",
+                (run_id, protocol, view_model, bound, note, time.time()),
+            ).lastrowid
+            self._db.execute(
+                "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, int(block))
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return int(eid)
+
+    def block_of(self, entry_id: int) -> int:
+        """The block an entry's costs are stored in."""
+        row = self._db.execute(
+            "SELECT block_id FROM entry_blocks WHERE entry_id = ?", (int(entry_id),)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"entry {entry_id} has no cost block")
+        return int(row[0])
+
+    def block_costs(self, block: int, k: int) -> Costs:
+        """A stored block's costs (sealed curves), as replay composes them."""
+        return self._block(int(block), k)
+
     def _recent_block(self, costs: Costs, mu_blob: bytes | None) -> int | None:
         """The id of a recent block with exactly these costs (bitwise), else ``None``.
 

@@ -31,7 +31,7 @@ from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.conversions import DEFAULT_ORDERS, rdp_to_dp
 from hushnet.privacy.distinct import Converted, convert_distinct
 from hushnet.privacy.ledger import PrivacyEntry
-from hushnet.privacy.ledger_math import FrozenCurves, as_key, sealed
+from hushnet.privacy.ledger_math import FrozenCurves, RepeatKey, as_key, sealed
 from hushnet.runs.spec import RunSpec
 
 #: megabytes of per-σ cost rows one process keeps for the nodes it hosts (the rows of the nodes charged
@@ -84,6 +84,17 @@ class ContributionCost:
     alpha_max: float
     bound_name: str
     _keys: tuple[str, ...] | None = field(default=None, init=False, repr=False)
+    _repeat: dict = field(default_factory=dict, init=False, repr=False)
+
+    def repeat_key(self, sigma: float) -> RepeatKey:
+        """The ledger's :class:`~hushnet.privacy.ledger_math.RepeatKey` of a contribution with noise
+        multiplier ``sigma``: every :meth:`entry` at that σ charges the same rows (an element-wise
+        function of the slope, the orders and σ — built again, the same bits), so a walk's later visits
+        are charged by reference (issue 12)."""
+        key = self._repeat.get(float(sigma))
+        if key is None:
+            key = self._repeat[float(sigma)] = RepeatKey(f"{self.bound_name} at sigma={sigma:g}")
+        return key
 
     def curves(self, sigma: float) -> np.ndarray:
         """(targets, orders) certified RDP of one contribution with noise multiplier ``sigma``.
@@ -131,6 +142,10 @@ class ContributionCost:
                 _ROWS_BYTES[0] -= gone[1].nbytes
         return rdp, curves
 
+    def note(self, ev: EngineEntry) -> str:
+        """The ledger note of the contribution ``ev`` (what :meth:`entry` and a charge by reference say)."""
+        return f"{ev.kind} contribution at step {ev.step} ({self.bound_name})"
+
     def entry(self, ev: EngineEntry, run_id: str, node_id: str) -> PrivacyEntry:
         # every hop of a run charges the same rows (one σ): a frozen map over the sealed rows, which the
         # ledger takes as validated when the very same map comes again
@@ -142,7 +157,7 @@ class ContributionCost:
             "certified",
             curves,
             None,
-            f"{ev.kind} contribution at step {ev.step} ({self.bound_name})",
+            self.note(ev),
             rows,
         )
 

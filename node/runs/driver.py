@@ -594,6 +594,22 @@ class RunDriver:
             return True
         self.used_sigmas[float(ev.sigma)] = self.used_sigmas.get(float(ev.sigma), 0) + 1
         if self.cost is not None:
+            # a walk's contribution costs the same rows at every visit (one σ): the ledger charges a
+            # visit it has proven within budget by reference, without building the rows (issue 12)
+            key = None
+            if type(self.cost) is ContributionCost and math.isfinite(ev.sigma) and ev.sigma > 0:
+                key = self.cost.repeat_key(float(ev.sigma))
+            if (
+                key is not None
+                and self.ledger_credit <= 0
+                and self.ledger is not None
+                and self.ledger.charge_repeat(
+                    key, self.run_id, ev.protocol, ev.view_model, self.cost.note(ev)
+                )  # durable (committed) before the Send below runs
+            ):
+                self._log_charge(self.cost, float(ev.sigma))
+                self.contributions += 1
+                return True
             try:
                 entry = self.cost.entry(ev, self.run_id, self.node_id)
             except ValueError as exc:  # an entry this node cannot account: the data must not leave
@@ -604,7 +620,7 @@ class RunDriver:
             elif self.ledger is not None:
                 try:
                     self.ledger.charge(
-                        entry, report=False
+                        entry, report=False, repeat=key
                     )  # durable (committed) before the Send below runs
                 except BudgetExceeded as exc:
                     self.used_sigmas[float(ev.sigma)] -= 1

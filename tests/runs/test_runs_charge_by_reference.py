@@ -1,0 +1,111 @@
+"""A walk's later visits are charged by reference (issue 12): at n = 2048 a hop's charge checked and
+composed 2 047 targets' totals (≈ 4 ms of the hop) and, in a host of 410 nodes whose process keeps only a
+few nodes' cost rows, built the node's (targets × orders) rows again at every visit.
+
+After the ledger has proven an allowance (its second charge of the run in a row), a visit builds no
+rows and adds nothing to the totals until they are read — and the totals, the run's charged row and the
+reopened file are the exact path's, bit for bit; the budget still stops the run at the same visit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import hushnet.runs.accounting as acc
+from hushnet.engine.actions import LedgerEntry as EngineEntry
+from hushnet.privacy.ledger import Ledger, LedgerBudget
+from hushnet.protocols.registry import transition_matrix
+from hushnet.runs.accounting import contribution_cost
+from hushnet.runs.driver import RunDriver
+from hushnet.runs.spec import Budget, RunSpec
+
+
+def _spec(n: int, eps: float) -> RunSpec:
+    return RunSpec(
+        protocol="rw-dpsgd",
+        task="logreg",
+        graph=f"hypercube:{int(np.log2(n))}",
+        steps=16 * n,
+        seed=3,
+        budget=Budget(eps, 1e-5),
+        sigma=8.0,
+        cap=None,
+    ).with_run_id()
+
+
+def _event(spec: RunSpec, v: int, step: int) -> EngineEntry:
+    s = spec.sigma
+    return EngineEntry(
+        v, step, "gradient", spec.view_model, 2.0, 2.0 * s, s, spec.protocol, spec.run_id
+    )
+
+
+def _drivers(tmp_path, spec, n, nodes, tag):
+    ids = [f"n{i}" for i in range(n)]
+    W = transition_matrix(spec.graph)
+    out = []
+    for v in nodes:
+        led = Ledger(tmp_path / f"{tag}-{v}.sqlite", node_id=ids[v])
+        led.set_budget(LedgerBudget(spec.budget.epsilon, spec.budget.delta))
+        cost = contribution_cost(spec, v, ids, W, led.orders)
+        out.append((led, RunDriver(spec, v, ids, None, None, ledger=led, cost=cost, W=W)))
+    return out
+
+
+def test_later_visits_build_no_rows(tmp_path, monkeypatch):
+    """Two nodes visited in turn with a process that keeps one node's rows (as a host of hundreds of
+    nodes keeps a few): from the third visit on, no visit builds its node's rows."""
+    monkeypatch.setenv(acc.ROWS_ENV, "0")
+    n = 64
+    spec = _spec(n, 1e6)
+    built = []
+    real = acc.ContributionCost.curves
+
+    def counting(self, sigma):
+        built.append(id(self))
+        return real(self, sigma)
+
+    monkeypatch.setattr(acc.ContributionCost, "curves", counting)
+    nodes = _drivers(tmp_path, spec, n, [3, 40], "a")
+    per_visit = []
+    for visit in range(8):
+        before = len(built)
+        for _, d in nodes:
+            assert d._charge(_event(spec, d.vertex, visit))  # noqa: SLF001 - the receiver's charge
+        per_visit.append(len(built) - before)
+    assert per_visit[2:] == [0] * 6, per_visit
+    for led, d in nodes:
+        assert d.contributions == 8
+        assert len(led.entries()) == 8
+        led.close()
+
+
+def test_same_totals_and_the_same_last_visit_as_the_exact_path(tmp_path, monkeypatch):
+    """A budget that stops the run: the node charged by reference stops at the visit the exact path
+    stops at, with the same totals, run row and file, bit for bit."""
+    n = 64
+    spec = _spec(n, 1.2)
+    ((led, d),) = _drivers(tmp_path, spec, n, [9], "fast")
+    stops = []
+    for visit in range(400):
+        if not d._charge(_event(spec, 9, visit)):  # noqa: SLF001
+            stops.append(visit)
+            break
+    # the exact path: the same charges with the ledger never given a key
+    monkeypatch.setattr(acc.ContributionCost, "repeat_key", lambda self, sigma: None)
+    ((led2, d2),) = _drivers(tmp_path, spec, n, [9], "exact")
+    for visit in range(400):
+        if not d2._charge(_event(spec, 9, visit)):  # noqa: SLF001
+            stops.append(visit)
+            break
+    assert len(stops) == 2 and stops[0] == stops[1] > 2, stops
+    assert d.contributions == d2.contributions
+    a, b = led.spent_columns(), led2.spent_columns()
+    assert a.keys == b.keys and np.array_equal(a.epsilon, b.epsilon)
+    assert np.array_equal(d.run_rdp, d2.run_rdp)
+    for k in a.keys:
+        assert np.array_equal(led.rdp(k), led2.rdp(k))
+    led.close()
+    led2.close()
+    with Ledger(tmp_path / "fast-9.sqlite") as again:
+        assert np.array_equal(again.spent_columns().epsilon, b.epsilon)
