@@ -37,6 +37,7 @@ from hushnet.privacy.ledger_math import (
     RepeatKey,
     Spent,
     SpentColumns,
+    StoredBudgetError,
     as_key,
     check_budget,
     check_orders,
@@ -46,6 +47,7 @@ from hushnet.privacy.ledger_store import LedgerStore
 __all__ = [
     "BOUND_LABELS",
     "LedgerError",
+    "StoredBudgetError",
     "BudgetExceeded",
     "PrivacyEntry",
     "RepeatKey",
@@ -115,7 +117,10 @@ class Ledger:
             state.budget = self._store.read_budget()
             # a stored value an older build let through (a NaN ε …): refused in one line, not ignored
             if state.budget is not None:
-                check_budget(state.budget, self.orders)
+                try:
+                    check_budget(state.budget, self.orders)
+                except LedgerError as exc:
+                    raise StoredBudgetError(f"stored {exc}: set the budget again") from None
         return state
 
     # ---------------------------------------------------------------- budget

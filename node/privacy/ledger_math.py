@@ -46,6 +46,7 @@ __all__ = [
     "REPEAT_CAP",
     "DEFAULT_DELTA",
     "LedgerError",
+    "StoredBudgetError",
     "BudgetExceeded",
     "PrivacyEntry",
     "LedgerBudget",
@@ -175,6 +176,13 @@ _REPEAT_ULP = 2.0**-50
 
 class LedgerError(ValueError):
     """An entry or budget the ledger cannot accept (wrong orders, bad values, unknown label)."""
+
+
+class StoredBudgetError(LedgerError):
+    """The budget stored in a ledger file cannot be read as one (a NaN ε an older build wrote, …).
+
+    Its own class so that a node can replace it with the budget of its policy on open (the spending is
+    all kept); without one to replace it with, the ledger refuses to open rather than enforce nothing."""
 
 
 class BudgetExceeded(LedgerError):

@@ -38,6 +38,7 @@ from hushnet.privacy.ledger_math import (
     LedgerBudget,
     LedgerError,
     PrivacyEntry,
+    StoredBudgetError,
     as_key,
     is_sealed,
     sealed,
@@ -368,16 +369,18 @@ class LedgerStore:
         per, per_curve, uni, curve = {}, {}, (math.inf, DEFAULT_DELTA), None
         for target, e, d, blob in rows:
             if blob is not None and len(blob) % 8:
-                raise LedgerError(f"stored budget RDP curve for {target!r} is not float64 values")
+                raise StoredBudgetError(
+                    f"stored budget RDP curve for {target!r} is not float64 values"
+                )
             c = None if blob is None else np.frombuffer(blob, dtype=np.float64).copy()
             if target == _UNIFORM or e is not None or d is not None:
                 if e is None or d is None:  # NaN (or nothing) where a number was stored
-                    raise LedgerError(
+                    raise StoredBudgetError(
                         f"stored budget for {target!r} has no epsilon or delta (a NaN written by an "
                         "older build?): set the budget again"
                     )
             elif c is None:
-                raise LedgerError(f"stored budget for {target!r} is empty")
+                raise StoredBudgetError(f"stored budget for {target!r} is empty")
             if target == _UNIFORM:
                 uni, curve = (e, d), c
             else:

@@ -43,11 +43,11 @@ from hushnet.families import FAMILIES, family_of
 from hushnet.families.walk.walker import WalkOptions
 from hushnet.net import pki
 from hushnet.net.errors import NodeStopping
-from hushnet.privacy.ledger import Ledger, LedgerBudget
+from hushnet.privacy.ledger import Ledger, LedgerBudget, StoredBudgetError
 from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost, rows_limit
 from hushnet.runs.driver import RunDriver, RunRefused
-from hushnet.runs.policy import NodePolicy, PolicyError, check_task, load_task
+from hushnet.runs.policy import POLICY_FILE, NodePolicy, PolicyError, check_task, load_task
 from hushnet.runs.report_wire import PACKED_SPENT, pack_spent
 from hushnet.runs.report_wire import VERSION as REPORT_VERSION
 from hushnet.runs.run_store import STORE_FILE as RUN_STORE_FILE
@@ -172,7 +172,33 @@ class RunService:
     def ledger(self) -> Ledger:
         self._open("privacy ledger")
         if self._ledger is None:
-            self._ledger = Ledger(self.state_dir / LEDGER_FILE, node_id=self.node.node_id)
+            path = self.state_dir / LEDGER_FILE
+            try:
+                self._ledger = Ledger(path, node_id=self.node.node_id)
+            except StoredBudgetError as exc:
+                # a budget an older build stored (a NaN ε …): the node's policy says what it is now;
+                # without a policy budget the node stops here rather than enforce nothing
+                try:
+                    budget = NodePolicy.load(self.state_dir).budget
+                except PolicyError:
+                    budget = None
+                if budget is None:
+                    raise StoredBudgetError(
+                        f"{path}: {exc}; give the node a [budget] in its {POLICY_FILE} to replace it"
+                    ) from None
+                self._ledger = Ledger(
+                    path,
+                    node_id=self.node.node_id,
+                    budget=LedgerBudget(budget.epsilon, budget.delta),
+                )
+                log.warning(
+                    "%s: the stored ledger budget could not be read (%s); replaced by the node "
+                    "policy's epsilon=%g delta=%g, all spending kept",
+                    self.node.node_id,
+                    exc,
+                    budget.epsilon,
+                    budget.delta,
+                )
         return self._ledger
 
     @property
