@@ -217,9 +217,9 @@ class Ledger:
         if r is None or not r.pending:
             return
         costs = self._store.block_costs(r.block, len(self.orders))
-        for _ in range(r.pending):
+        while r.pending:  # one at a time: an error midway leaves the count of those not yet added
             self._state.add_costs(costs, r.bound)
-        r.pending = 0
+            r.pending -= 1
 
     def spent(self, target=None, delta: float | None = None) -> Spent | dict[str, Spent]:
         """The composed (ε, δ) loss toward ``target`` (or every target), at ``delta`` (default:
