@@ -120,7 +120,10 @@ class ContributionCost:
         return self._rows_and_map(sigma)[0]
 
     def _rows_and_map(self, sigma: float) -> tuple[np.ndarray, FrozenCurves]:
-        key = (id(self), float(sigma))
+        # σ as a Python float: a NumPy float32 σ would share this cache key (and the ledger's repeat key)
+        # with its float64 value while its rows, computed in float32, differ
+        sigma = float(sigma)
+        key = (id(self), sigma)
         with _ROWS_LOCK:
             hit = _ROWS.get(key)
             if hit is not None and hit[0]() is self:

@@ -109,3 +109,20 @@ def test_same_totals_and_the_same_last_visit_as_the_exact_path(tmp_path, monkeyp
     led2.close()
     with Ledger(tmp_path / "fast-9.sqlite") as again:
         assert np.array_equal(again.spent_columns().epsilon, b.epsilon)
+
+
+def test_a_float32_sigma_charges_the_rows_of_its_float64_value():
+    """The cache key and the ledger's repeat key take σ as a float; so must the rows built for it."""
+    n = 16
+    spec = _spec(n, 1e6)
+    ids = [f"n{i}" for i in range(n)]
+    cost = contribution_cost(spec, 2, ids, transition_matrix(spec.graph))
+    s32 = np.float32(8.3)
+    ev = EngineEntry(
+        2, 0, "gradient", spec.view_model, 2.0, 2.0 * s32, s32, spec.protocol, spec.run_id
+    )
+    rows32 = np.array(cost.entry(ev, spec.run_id, ids[2]).rows)
+    acc._ROWS.clear()  # noqa: SLF001 - built again from the float64 value
+    acc._ROWS_BYTES[0] = 0  # noqa: SLF001
+    assert np.array_equal(rows32, cost.rows(float(s32)))
+    assert cost.repeat_key(s32) is cost.repeat_key(float(s32))
