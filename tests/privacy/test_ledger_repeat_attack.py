@@ -219,6 +219,36 @@ def test_allowance_near_the_cap_with_sums_that_round_up_at_every_addition():
     assert tot[0, 0] == 1.0 + k * ulp  # every addition rounded up: the sums are twice the costs
 
 
+@pytest.mark.parametrize("kind", ["eps", "curve"])
+@pytest.mark.parametrize("rounding", ["fine", "round_up"])
+def test_allowance_with_charges_finer_than_any_slack(kind, rounding):
+    """Charges that move the total by ~1e-11 of itself ("fine"), or by one ulp while costing half of one
+    ("round_up": every addition rounds up, the sums grow twice as fast as the costs), at one order (so
+    the allowance's order is the exact conversion's): an allowance that took any slack — a 1e-9
+    tolerance, or no room for the roundings of many additions — would cover charges that the exact
+    path (relative 1e-12) refuses, at the budget set at the totals after K charges."""
+    orders = np.array([8.0])
+    if rounding == "fine":
+        T, K = np.array([[0.5]]), 3000
+        B = T * 1e-11
+    else:
+        T, K = np.array([[1.0]]), 200_000
+        B = np.array([[np.spacing(1.0) / 2 * (1 + 2**-40)]])
+    S = np.cumsum(np.concatenate([T, np.broadcast_to(B, (K, 1))]), axis=0)[-1:]
+    delta = 1e-6
+    state = LedgerState(orders, "me")
+    if kind == "eps":
+        state.budget = LedgerBudget(
+            math.inf, delta, {"a": (float(rdp_epsilon(orders, S, delta)[0][0]), delta)}
+        )
+    else:
+        state.budget = LedgerBudget(math.inf, delta, {}, None, {"a": S[0]})
+    state.add_costs(Costs(["a"], T.copy(), *_no_costs(1)), "certified")
+    costs = Costs(["a"], sealed(B), *_no_costs(1))
+    k = state.repeat_allowance(costs, cap=4 * K)
+    _sequential_within(state, costs, state._rdp[:1].copy(), k)  # noqa: SLF001
+
+
 def test_edge_budgets_and_costs():
     """ε = 0 toward a target the cost does not touch (exactly 0 stays ε = 0), a total already over its
     budget (after a top-up: nothing may be covered), and a cost of +∞ at every order the budget curve
@@ -432,6 +462,54 @@ def _fill_until_full(led: Ledger) -> None:
     db = led._store._db  # noqa: SLF001 - the file's limit, not the ledger's logic
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+READERS = {
+    "spent_columns": lambda led, keys: led.spent_columns().epsilon.tobytes(),
+    "spent": lambda led, keys: led.spent(),
+    "spent_target": lambda led, keys: led.spent(keys[3]),
+    "spent_delta": lambda led, keys: led.spent(keys[3], delta=1e-3),
+    "rdp": lambda led, keys: led.rdp(keys[3]).tobytes(),
+    "remaining": lambda led, keys: led.remaining(),
+    "would_exceed": lambda led, keys: led.would_exceed(_entry(keys[:4], np.tile(O / 2.0, (4, 1)))),
+    "charge_report": lambda led, keys: led.charge(_entry(keys[:2], np.tile(O / 1e6, (2, 1)))),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_every_read_composes_the_charges_made_by_reference_first(tmp_path, reader):
+    """Charges by reference pending, then one read as the very first: it must see them all."""
+    budget = LedgerBudget(3.0, 1e-5)
+    led, key, keys, rows = _primed(tmp_path / "fast.sqlite", budget)
+    exact = Ledger(tmp_path / "exact.sqlite", budget=budget, node_id="me")
+    for _ in range(2):
+        exact.charge(_entry(keys, rows), report=False)
+    for _ in range(4):
+        assert led.charge_repeat(key, "run", "rw", "anonymous")
+        exact.charge(_entry(keys, rows), report=False)
+    assert READERS[reader](led, keys) == READERS[reader](exact, keys)
+    led.close()
+    exact.close()
+
+
+def test_a_tighter_budget_ends_the_allowance(tmp_path):
+    """An allowance proven against a loose budget covers nothing once a tighter one is set: the next
+    visit is checked exactly, and refused where the exact path refuses it."""
+    led, key, keys, rows = _primed(tmp_path / "fast.sqlite", LedgerBudget(1e3, 1e-5))
+    assert led.charge_repeat(key, "run", "rw", "anonymous")
+    spent = max(s.epsilon for s in led.spent().values())
+    led.set_budget(LedgerBudget(spent * (1 + 1e-9), 1e-5))  # room for nothing more
+    assert not led.charge_repeat(key, "run", "rw", "anonymous")
+    with pytest.raises(BudgetExceeded):
+        led.charge(_entry(keys, rows), report=False, repeat=key)
+    led.set_budget(LedgerBudget(1e3, 1e-5))
+    led.charge(_entry(keys, rows), report=False, repeat=key)
+    led.charge(_entry(keys, rows), report=False, repeat=key)
+    assert led.charge_repeat(key, "run", "rw", "anonymous")
+    per = {keys[0]: (led.spent(keys[0]).epsilon * (1 + 1e-9), 1e-5)}  # the same, toward one node
+    led.set_budget(LedgerBudget(1e3, 1e-5, per))
+    assert not led.charge_repeat(key, "run", "rw", "anonymous")
+    led.close()
 
 
 def test_a_store_write_that_fails_records_nothing_and_says_why(tmp_path):
