@@ -278,6 +278,65 @@ def test_edge_budgets_and_costs():
     assert inf.repeat_allowance(Costs(keys, sealed(c), *_no_costs(2))) == 0
 
 
+def test_equal_rows_with_different_budgets_are_not_merged():
+    """Twenty targets with the same totals and cost (the allowance groups equal rows), the last one with
+    a tighter budget (δ or ε): its own budget bounds the allowance, not its group's first row's."""
+    m = 20
+    keys = [f"t{i}" for i in range(m)]
+    B = np.tile(O / 2e4, (m, 1))
+    for tight in [(1.0, 1e-5), (3.0, 1e-12)]:
+        state = LedgerState(O, "me")
+        state.budget = LedgerBudget(3.0, 1e-5, {keys[-1]: tight})
+        costs = Costs(keys, sealed(B), *_no_costs(m))
+        state.add_costs(costs, "certified")
+        state.add_costs(costs, "certified")
+        k = state.repeat_allowance(costs, cap=2000)
+        loose = LedgerState(O, "me")
+        loose.budget = LedgerBudget(3.0, 1e-5)
+        loose.add_costs(costs, "certified")
+        loose.add_costs(costs, "certified")
+        assert 0 < k < loose.repeat_allowance(costs, cap=2000)
+        _sequential_within(state, costs, state._rdp[:m].copy(), k)  # noqa: SLF001
+
+
+def test_per_node_budgets_keyed_by_non_string_ids(tmp_path):
+    """Targets named by integers (keyed as strings) and a per-node budget given with an integer key:
+    charges by reference stop where the exact path stops, at that node's own budget."""
+    targets = list(range(1, 21))
+    rows = _walk_row(len(targets), np.random.default_rng(2), sigma=20.0)
+    budget = LedgerBudget(50.0, 1e-5, {7: (1.0, 1e-5)})
+    led = Ledger(tmp_path / "fast.sqlite", budget=budget, node_id="0")
+    exact = Ledger(tmp_path / "exact.sqlite", budget=budget, node_id="0")
+    key = RepeatKey("k")
+
+    def entry() -> PrivacyEntry:
+        return PrivacyEntry.from_row("run", "rw", "anonymous", "certified", targets, rows)
+
+    n = {"fast": 0, "exact": 0, "by_reference": 0}
+    for _ in range(400):
+        if led.charge_repeat(key, "run", "rw", "anonymous"):
+            n["fast"] += 1
+            n["by_reference"] += 1
+        else:
+            try:
+                led.charge(entry(), report=False, repeat=key)
+                n["fast"] += 1
+            except BudgetExceeded as exc:
+                assert exc.target == "7"
+                break
+    while True:
+        try:
+            exact.charge(entry(), report=False)
+            n["exact"] += 1
+        except BudgetExceeded:
+            break
+    assert n["fast"] == n["exact"] and n["by_reference"] > 0, n
+    assert led.spent(7).epsilon <= 1.0 < led.spent(7).epsilon + 0.2
+    assert np.array_equal(led.rdp(7), exact.rdp(7))
+    led.close()
+    exact.close()
+
+
 # --------------------------------------------------------------------------- 2 + 3. lockstep
 
 
