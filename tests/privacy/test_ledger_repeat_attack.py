@@ -283,7 +283,7 @@ def test_equal_rows_with_different_budgets_are_not_merged():
     a tighter budget (δ or ε): its own budget bounds the allowance, not its group's first row's."""
     m = 20
     keys = [f"t{i}" for i in range(m)]
-    B = np.tile(O / 2e4, (m, 1))
+    B = np.tile(O / 2e3, (m, 1))
     for tight in [(1.0, 1e-5), (3.0, 1e-12)]:
         state = LedgerState(O, "me")
         state.budget = LedgerBudget(3.0, 1e-5, {keys[-1]: tight})
@@ -576,6 +576,9 @@ def test_a_store_write_that_fails_records_nothing_and_says_why(tmp_path):
     transaction is active' that hides it), nothing is recorded for that charge, and the totals, the
     file and the allowance go on exactly as if it had never been tried."""
     led, key, keys, rows = _primed(tmp_path / "l.sqlite", LedgerBudget(1e6, 1e-5))
+    with pytest.raises(sqlite3.IntegrityError):  # a statement that fails inside the transaction
+        led.charge_repeat(key, None, "rw", "anonymous")  # type: ignore[arg-type]
+    assert len(led.entries()) == 2
     _fill_until_full(led)
     ok = 0
     with pytest.raises(sqlite3.OperationalError, match="full"):
