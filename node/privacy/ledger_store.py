@@ -99,6 +99,15 @@ class LedgerStore:
         #: connection wrote last — weak: the store keeps no (targets × orders) matrix alive (issue 12)
         self._recent: list[tuple[int, list[str], weakref.ref, tuple, bytes | None]] = []
 
+    def _rollback(self) -> None:
+        """Undo the open transaction after a failed statement, if SQLite has not undone it already.
+
+        Why: on some errors (a full disk: SQLITE_FULL) SQLite rolls the transaction back itself, and a
+        second ``ROLLBACK`` then raised "cannot rollback - no transaction is active" in place of the
+        error that said what went wrong (a charge refused by a full disk read as a ledger bug)."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
     # ---------------------------------------------------------------- meta
     def meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -129,7 +138,7 @@ class LedgerStore:
             self.set_meta("orders", FORMAT_MARK)
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
 
     def init_meta(self, orders: np.ndarray, node_id: str) -> None:
@@ -224,7 +233,7 @@ class LedgerStore:
             )
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
         if new and is_sealed(costs.rdp):  # only once committed: a rolled-back block must never be
             # pointed at; and only curves nobody can change (a walk's rows for a σ), referred to weakly
@@ -251,7 +260,7 @@ class LedgerStore:
             )
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
         return int(eid)
 
@@ -405,7 +414,7 @@ class LedgerStore:
             )
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
 
     def close(self) -> None:
