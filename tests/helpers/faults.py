@@ -1,0 +1,91 @@
+"""Transport failures injected into an in-process network (:mod:`hushnet.runs.local_net`), the two ways a
+busy or unreachable receiver makes a delivery fail (issue 12), for the re-send tests of every family.
+
+* :func:`hold_first` — the receiver is *busy*: it takes the sender's first run envelope and answers only
+  after the sender's deadline (``DEADLINE_EXCEEDED`` at the sender, yet delivered): a copy sent again
+  must be dropped by the receiver's replay cache, never delivered twice;
+* :func:`cut` / :func:`mend_after_failure` — the receiver *refuses* the sender's envelopes (``UNAVAILABLE``,
+  the link cut at the receiver's real server) until the sender has recorded a failed delivery: not
+  delivered, so only a second delivery brings it.
+
+Both act on the real RPC path (the run service's handler, the node's server); no network is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hushnet.runs.service import RUN_PROTOCOL
+
+#: the senders' run delivery deadline (the service's default is 30 s): short, so a failure comes fast
+DEADLINE_S = 1.5
+
+
+def short_deadlines(net: Any) -> None:
+    """Every node's run deliveries time out after :data:`DEADLINE_S`."""
+    for svc in net.services:
+        svc.send_timeout_s = DEADLINE_S
+
+
+def node_at(net: Any, vertex: int) -> Any:
+    return next(nd for nd in net.nodes if nd.identity.vertex == vertex)
+
+
+def hold_first(net: Any, receiver: int, sender: int, kind: int | None = None) -> dict[str, int]:
+    """``receiver`` takes ``sender``'s first run envelope (whose payload starts with byte ``kind``, if
+    given) and answers it after three deadlines.  Returns a counter (``held``: envelopes held, 0 or 1)."""
+    svc = net.svc_by_vertex[receiver]
+    src = node_at(net, sender).node_id
+    inner = svc.handle
+    state = {"held": 0}
+
+    def handle(envelope):
+        out = inner(envelope)  # taken by the run (or buffered for its start) ...
+        if (
+            envelope.protocol == RUN_PROTOCOL
+            and envelope.sender == src
+            and not state["held"]
+            and (kind is None or envelope.payload[:1] == bytes([kind]))
+        ):
+            state["held"] += 1
+
+            async def late():  # ... and answered after the sender's deadline
+                await asyncio.sleep(3 * DEADLINE_S)
+                return out
+
+            return late()
+        return out
+
+    svc.handle = handle  # type: ignore[method-assign]
+    return state
+
+
+def cut(net: Any, receiver: int, sender: int) -> None:
+    """``receiver``'s server answers ``sender``'s deliveries ``UNAVAILABLE`` (until :func:`mend`)."""
+    node_at(net, receiver).cut.add(node_at(net, sender).node_id)
+
+
+def mend(net: Any, receiver: int, sender: int) -> None:
+    node_at(net, receiver).cut.discard(node_at(net, sender).node_id)
+
+
+async def mend_after_failure(
+    net: Any, run_id: str, receiver: int, sender: int, timeout: float = 60.0
+) -> None:
+    """Wait until ``sender``'s driver recorded a failed delivery, then restore the link."""
+    d = net.driver(sender, run_id)
+    await net.wait(
+        lambda: d.send_failures >= 1,
+        timeout,
+        what=f"node {sender}'s delivery to {receiver} to fail",
+    )
+    mend(net, receiver, sender)
+
+
+def failed_to(driver: Any, node_id: str, code: str) -> bool:
+    """Whether ``driver`` recorded a delivery to ``node_id`` that failed with gRPC status ``code``."""
+    return any(
+        e["type"] == "send_failed" and e["to"] == node_id and code in e["error"]
+        for e in driver.events
+    )
