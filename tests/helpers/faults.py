@@ -4,9 +4,9 @@ busy or unreachable receiver makes a delivery fail (issue 12), for the re-send t
 * :func:`hold_first` — the receiver is *busy*: it takes the sender's first run envelope and answers only
   after the sender's deadline (``DEADLINE_EXCEEDED`` at the sender, yet delivered): a copy sent again
   must be dropped by the receiver's replay cache, never delivered twice;
-* :func:`cut` / :func:`mend_after_failure` — the receiver *refuses* the sender's envelopes (``UNAVAILABLE``,
-  the link cut at the receiver's real server) until the sender has recorded a failed delivery: not
-  delivered, so only a second delivery brings it.
+* :func:`cut` / :func:`mend_after_failure` — the receiver *refuses* the sender's envelopes (``UNAVAILABLE``
+  from its real server, one way only) until the sender has recorded a failed delivery: not delivered, so
+  only a second delivery brings it.
 
 Both act on the real RPC path (the run service's handler, the node's server); no network is mocked.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hushnet.net.errors import NodeStopping
 from hushnet.runs.service import RUN_PROTOCOL
 
 #: the senders' run delivery deadline (the service's default is 30 s): short, so a failure comes fast
@@ -62,12 +63,28 @@ def hold_first(net: Any, receiver: int, sender: int, kind: int | None = None) ->
 
 
 def cut(net: Any, receiver: int, sender: int) -> None:
-    """``receiver``'s server answers ``sender``'s deliveries ``UNAVAILABLE`` (until :func:`mend`)."""
-    node_at(net, receiver).cut.add(node_at(net, sender).node_id)
+    """``receiver`` refuses ``sender``'s run envelopes (until :func:`mend`); ``receiver``'s own sends to
+    ``sender`` still go.  The refusal is the node's real one for a service that cannot take envelopes
+    (:class:`~hushnet.net.errors.NodeStopping`): its server answers ``UNAVAILABLE`` and forgets the
+    envelope's number, so a later copy is delivered.  (The node's ``cut`` set would cut both ways.)"""
+    svc = net.svc_by_vertex[receiver]
+    src = node_at(net, sender).node_id
+    refused: set[str] = getattr(svc, "_test_refused", set())
+    if not hasattr(svc, "_test_refused"):
+        inner = svc.handle
+
+        def handle(envelope):
+            if envelope.protocol == RUN_PROTOCOL and envelope.sender in refused:
+                raise NodeStopping(f"refusing {envelope.sender} (fault injection)")
+            return inner(envelope)
+
+        svc.handle = handle  # type: ignore[method-assign]
+        svc._test_refused = refused  # noqa: SLF001
+    refused.add(src)
 
 
 def mend(net: Any, receiver: int, sender: int) -> None:
-    node_at(net, receiver).cut.discard(node_at(net, sender).node_id)
+    net.svc_by_vertex[receiver]._test_refused.discard(node_at(net, sender).node_id)  # noqa: SLF001
 
 
 async def mend_after_failure(
