@@ -62,29 +62,34 @@ def hold_first(net: Any, receiver: int, sender: int, kind: int | None = None) ->
     return state
 
 
-def cut(net: Any, receiver: int, sender: int) -> None:
-    """``receiver`` refuses ``sender``'s run envelopes (until :func:`mend`); ``receiver``'s own sends to
-    ``sender`` still go.  The refusal is the node's real one for a service that cannot take envelopes
+def cut(net: Any, receiver: int, sender: int, prefix: bytes = b"") -> None:
+    """``receiver`` refuses ``sender``'s run envelopes whose payload starts with ``prefix`` (until
+    :func:`mend`); the others, and ``receiver``'s own sends to ``sender``, still go.  The refusal is the node's real one for a service that cannot take envelopes
     (:class:`~hushnet.net.errors.NodeStopping`): its server answers ``UNAVAILABLE`` and forgets the
     envelope's number, so a later copy is delivered.  (The node's ``cut`` set would cut both ways.)"""
     svc = net.svc_by_vertex[receiver]
     src = node_at(net, sender).node_id
-    refused: set[str] = getattr(svc, "_test_refused", set())
+    refused: dict[str, bytes] = getattr(svc, "_test_refused", {})
     if not hasattr(svc, "_test_refused"):
         inner = svc.handle
 
         def handle(envelope):
-            if envelope.protocol == RUN_PROTOCOL and envelope.sender in refused:
+            p = refused.get(envelope.sender)
+            if (
+                envelope.protocol == RUN_PROTOCOL
+                and p is not None
+                and bytes(envelope.payload[: len(p)]) == p
+            ):
                 raise NodeStopping(f"refusing {envelope.sender} (fault injection)")
             return inner(envelope)
 
         svc.handle = handle  # type: ignore[method-assign]
         svc._test_refused = refused  # noqa: SLF001
-    refused.add(src)
+    refused[src] = prefix
 
 
 def mend(net: Any, receiver: int, sender: int) -> None:
-    net.svc_by_vertex[receiver]._test_refused.discard(node_at(net, sender).node_id)  # noqa: SLF001
+    net.svc_by_vertex[receiver]._test_refused.pop(node_at(net, sender).node_id, None)  # noqa: SLF001
 
 
 async def mend_after_failure(
