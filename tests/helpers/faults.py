@@ -111,3 +111,16 @@ def failed_to(driver: Any, node_id: str, code: str) -> bool:
         e["type"] == "send_failed" and e["to"] == node_id and code in e["error"]
         for e in driver.events
     )
+
+
+async def until_finished_or_deviated(net: Any, run_id: str, n: int, timeout: float = 120.0) -> None:
+    """Wait until every node finished the run, or any node recorded a deviation (the failure a lost
+    message causes in the round protocols: the test then says which)."""
+    await net.wait(
+        lambda: (
+            all(net.driver(v, run_id).state == "finished" for v in range(n))
+            or any(net.driver(v, run_id).deviations for v in range(n))
+        ),
+        timeout,
+        what="the run to finish (or a deviation)",
+    )

@@ -25,7 +25,14 @@ import pathlib
 
 import numpy as np
 import pytest
-from helpers.faults import cut, failed_to, hold_first, mend_after_failure, short_deadlines
+from helpers.faults import (
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+    until_finished_or_deviated,
+)
 from helpers.gossipnet import simulate, spec  # noqa: E402
 
 from hushnet.families.gossip.node import schedule_records  # noqa: E402
@@ -68,14 +75,7 @@ def test_failed_activation_values_are_sent_again(tmp_path: pathlib.Path) -> None
             cut(net, b, a)
             run_id = await net.client.start_run(sp)
             await mend_after_failure(net, run_id, b, a)
-            await net.wait(
-                lambda: (
-                    all(net.driver(v, run_id).state == "finished" for v in range(N))
-                    or any(net.driver(v, run_id).deviations for v in range(N))
-                ),
-                120,
-                what="the run to finish (or a deviation)",
-            )
+            await until_finished_or_deviated(net, run_id, N)
             return ids, busy, [net.driver(v, run_id) for v in range(N)]
 
     ids, busy, drivers = asyncio.run(go())

@@ -25,7 +25,14 @@ import pathlib
 
 import numpy as np
 import pytest
-from helpers.faults import cut, failed_to, hold_first, mend_after_failure, short_deadlines
+from helpers.faults import (
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+    until_finished_or_deviated,
+)
 from helpers.gossipnet import sim_records, simulate, spec  # noqa: E402
 
 from hushnet.crypto.masks import FixedPoint  # noqa: E402
@@ -55,14 +62,7 @@ def test_failed_secagg_envelopes_in_gossip_are_sent_again(tmp_path: pathlib.Path
             topo = net.driver(0, run_id).machine.topo
             assert 1 in topo.neighbour_set(0, 0) and 4 in topo.neighbour_set(5, 0)
             await mend_after_failure(net, run_id, 1, 0)
-            await net.wait(
-                lambda: (
-                    all(net.driver(v, run_id).state == "finished" for v in range(N))
-                    or any(net.driver(v, run_id).deviations for v in range(N))
-                ),
-                120,
-                what="the run to finish (or a deviation)",
-            )
+            await until_finished_or_deviated(net, run_id, N)
             return ids, busy, [net.driver(v, run_id) for v in range(N)]
 
     ids, busy, drivers = asyncio.run(go())
