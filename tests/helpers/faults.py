@@ -70,6 +70,7 @@ def cut(net: Any, receiver: int, sender: int, prefix: bytes = b"") -> None:
     svc = net.svc_by_vertex[receiver]
     src = node_at(net, sender).node_id
     refused: dict[str, bytes] = getattr(svc, "_test_refused", {})
+    refusals: dict[str, int] = getattr(svc, "_test_refusals", {})
     if not hasattr(svc, "_test_refused"):
         inner = svc.handle
 
@@ -80,12 +81,20 @@ def cut(net: Any, receiver: int, sender: int, prefix: bytes = b"") -> None:
                 and p is not None
                 and bytes(envelope.payload[: len(p)]) == p
             ):
+                refusals[envelope.sender] = refusals.get(envelope.sender, 0) + 1
                 raise NodeStopping(f"refusing {envelope.sender} (fault injection)")
             return inner(envelope)
 
         svc.handle = handle  # type: ignore[method-assign]
         svc._test_refused = refused  # noqa: SLF001
+        svc._test_refusals = refusals  # noqa: SLF001
     refused[src] = prefix
+
+
+def refusals(net: Any, receiver: int, sender: int) -> int:
+    """How many of ``sender``'s envelopes ``receiver`` refused (:func:`cut`)."""
+    svc = net.svc_by_vertex[receiver]
+    return getattr(svc, "_test_refusals", {}).get(node_at(net, sender).node_id, 0)
 
 
 def mend(net: Any, receiver: int, sender: int) -> None:
@@ -95,20 +104,27 @@ def mend(net: Any, receiver: int, sender: int) -> None:
 async def mend_after_failure(
     net: Any, run_id: str, receiver: int, sender: int, timeout: float = 60.0
 ) -> None:
-    """Wait until ``sender``'s driver recorded a failed delivery, then restore the link."""
+    """Wait until ``sender``'s driver recorded a failed delivery *to* ``receiver``, then restore the link."""
     d = net.driver(sender, run_id)
+    to = node_at(net, receiver).node_id
     await net.wait(
-        lambda: d.send_failures >= 1,
+        lambda: any(e["type"] == "send_failed" and e["to"] == to for e in d.events),
         timeout,
         what=f"node {sender}'s delivery to {receiver} to fail",
     )
     mend(net, receiver, sender)
 
 
-def failed_to(driver: Any, node_id: str, code: str) -> bool:
-    """Whether ``driver`` recorded a delivery to ``node_id`` that failed with gRPC status ``code``."""
+#: how a refused delivery fails at its sender: the node's transport retries ``UNAVAILABLE`` until the
+#: deadline, and its last attempt, given what is left of it, may end ``DEADLINE_EXCEEDED`` instead
+REFUSED = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def failed_to(driver: Any, node_id: str, *codes: str) -> bool:
+    """Whether ``driver`` recorded a delivery to ``node_id`` that failed with one of the gRPC statuses
+    ``codes``."""
     return any(
-        e["type"] == "send_failed" and e["to"] == node_id and code in e["error"]
+        e["type"] == "send_failed" and e["to"] == node_id and any(c in e["error"] for c in codes)
         for e in driver.events
     )
 

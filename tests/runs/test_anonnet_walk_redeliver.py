@@ -16,7 +16,13 @@ import pathlib
 
 import pytest
 import uvloop
-from helpers.faults import cut, failed_to, mend, short_deadlines
+from helpers.faults import (
+    REFUSED,
+    cut,
+    failed_to,
+    mend,
+    short_deadlines,
+)
 
 from hushnet.runs import local_net
 from hushnet.runs.spec import Budget, RunSpec
@@ -65,9 +71,7 @@ def test_anonymous_walk_recovers_from_a_refused_handoff(tmp_path: pathlib.Path) 
             return ids, near, drivers, outcome, charges
 
     ids, near, drivers, outcome, charges = uvloop.run(go())
-    assert any(failed_to(drivers[START], ids[v], "UNAVAILABLE") for v in near), drivers[
-        START
-    ].events
+    assert any(failed_to(drivers[START], ids[v], *REFUSED) for v in near), drivers[START].events
     assert outcome.state == "finished", outcome
     assert [d.faults for d in drivers.values()] == [[]] * N
     assert [d.deviations for d in drivers.values()] == [[]] * N

@@ -27,7 +27,14 @@ import pathlib
 import numpy as np
 import pytest
 from helpers.ddp import shards
-from helpers.faults import cut, failed_to, hold_first, mend_after_failure, short_deadlines
+from helpers.faults import (
+    REFUSED,
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+)
 
 from hushnet.families.secagg.wire import DDP_HEAD, OUTCOME, ROUND
 from hushnet.protocols.registry import build_from_spec
@@ -93,8 +100,8 @@ def test_failed_ddp_deliveries_are_sent_again(tmp_path: pathlib.Path) -> None:
 
     ids, busy, drivers, charges = asyncio.run(go())
     assert busy["held"] == 1
-    assert failed_to(drivers[0], ids[E], "UNAVAILABLE"), drivers[0].events
-    assert failed_to(drivers[1], ids[F], "UNAVAILABLE"), drivers[1].events
+    assert failed_to(drivers[0], ids[E], *REFUSED), drivers[0].events
+    assert failed_to(drivers[1], ids[F], *REFUSED), drivers[1].events
     assert failed_to(drivers[C], ids[0], "DEADLINE_EXCEEDED"), drivers[C].events
     assert [d.deviations for d in drivers] == [[]] * N
     assert [d.faults for d in drivers] == [[]] * N

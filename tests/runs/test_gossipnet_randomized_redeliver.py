@@ -26,6 +26,7 @@ import pathlib
 import numpy as np
 import pytest
 from helpers.faults import (
+    REFUSED,
     cut,
     failed_to,
     hold_first,
@@ -80,7 +81,7 @@ def test_failed_activation_values_are_sent_again(tmp_path: pathlib.Path) -> None
 
     ids, busy, drivers = asyncio.run(go())
     assert busy["held"] == 1
-    assert failed_to(drivers[a], ids[b], "UNAVAILABLE"), drivers[a].events
+    assert failed_to(drivers[a], ids[b], *REFUSED), drivers[a].events
     assert failed_to(drivers[c], ids[d], "DEADLINE_EXCEEDED"), drivers[c].events
     assert [d.deviations for d in drivers] == [[]] * N
     # the busy receiver's second copy was the transport's duplicate, never a second activation value

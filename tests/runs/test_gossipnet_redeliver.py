@@ -26,6 +26,7 @@ import pathlib
 import numpy as np
 import pytest
 from helpers.faults import (
+    REFUSED,
     cut,
     failed_to,
     hold_first,
@@ -66,7 +67,7 @@ def test_failed_round_deliveries_are_sent_again(tmp_path: pathlib.Path) -> None:
     ids, busy, drivers = asyncio.run(go())
     assert busy["held"] == 1
     assert failed_to(drivers[1], ids[0], "DEADLINE_EXCEEDED"), drivers[1].events
-    assert failed_to(drivers[3], ids[2], "UNAVAILABLE"), drivers[3].events
+    assert failed_to(drivers[3], ids[2], *REFUSED), drivers[3].events
     assert [d.deviations for d in drivers] == [[]] * N
     # the busy receiver's second copy was the transport's duplicate, never a second round message
     assert [d.faults for d in drivers] == [[]] * N

@@ -25,7 +25,14 @@ import pathlib
 
 import numpy as np
 import pytest
-from helpers.faults import cut, failed_to, hold_first, mend_after_failure, short_deadlines
+from helpers.faults import (
+    REFUSED,
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+)
 
 from hushnet.families.walk.wire import KIND_TOKEN
 from hushnet.protocols.registry import build_from_spec
@@ -74,7 +81,7 @@ def test_pad_token_recovers_from_failed_deliveries(tmp_path: pathlib.Path) -> No
 
     ids, busy, drivers = asyncio.run(go())
     assert busy["held"] == 1
-    assert failed_to(drivers[0], ids[1], "UNAVAILABLE"), drivers[0].events
+    assert failed_to(drivers[0], ids[1], *REFUSED), drivers[0].events
     assert failed_to(drivers[2], ids[3], "DEADLINE_EXCEEDED"), drivers[2].events
     assert [d.faults for d in drivers] == [[]] * N
     assert [d.deviations for d in drivers] == [[]] * N

@@ -27,7 +27,14 @@ import pathlib
 
 import numpy as np
 import pytest
-from helpers.faults import cut, failed_to, hold_first, mend_after_failure, short_deadlines
+from helpers.faults import (
+    REFUSED,
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+)
 
 from hushnet.crypto.masks import FixedPoint
 from hushnet.engine.rng import node_generator
@@ -86,8 +93,8 @@ def test_failed_secure_sum_deliveries_are_sent_again(tmp_path: pathlib.Path) -> 
     ids, busy, drivers, charges = asyncio.run(go())
     lead = drivers[LEADER]
     assert busy["held"] == 1
-    assert failed_to(drivers[A], ids[LEADER], "UNAVAILABLE"), drivers[A].events
-    assert failed_to(lead, ids[E], "UNAVAILABLE"), lead.events
+    assert failed_to(drivers[A], ids[LEADER], *REFUSED), drivers[A].events
+    assert failed_to(lead, ids[E], *REFUSED), lead.events
     assert failed_to(drivers[C], ids[LEADER], "DEADLINE_EXCEEDED"), drivers[C].events
     res = lead.finish_result
     assert res["status"] == "released", res
