@@ -49,7 +49,13 @@ def watch_pacing(
 
 
 class ClientError(RuntimeError):
-    """An expected failure, with a message meant for the user (no traceback needed)."""
+    """An expected failure, with a message meant for the user (no traceback needed).
+
+    ``code``: the gRPC status name when a node could not be reached or did not answer in time
+    (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, …), so a caller can tell a transport failure worth asking
+    again from a node's refusal (``""``)."""
+
+    code: str = ""
 
 
 class RunRefusedError(ClientError):
@@ -267,9 +273,9 @@ class AsyncClient:
                     f"{node_id} does not serve runs ({exc.details()}); start nodes with "
                     "'hushnet node serve' / 'hushnet up' from this version"
                 ) from None
-            raise ClientError(
-                f"{node_id} at {m.address} unreachable: {code.name}: {exc.details()}"
-            ) from None
+            err = ClientError(f"{node_id} at {m.address} unreachable: {code.name}: {exc.details()}")
+            err.code = code.name
+            raise err from None
         except OperatorError as exc:
             raise ClientError(str(exc).replace("OperatorError: ", "")) from None
 

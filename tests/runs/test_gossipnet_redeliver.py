@@ -7,12 +7,12 @@ the neighbour waited the whole round timeout and dropped the sender: 1 728 of 2 
 ``availability-timeout`` deviation in round 0 and the run lost its parity with the simulator.
 
 Here, over a real in-process network of 8 nodes (mutual TLS on 127.0.0.x), two round-0 deliveries
-fail the two ways a busy or unreachable receiver makes them fail:
+fail the two ways a busy or unreachable receiver makes them fail (:mod:`helpers.faults`):
 
 * node 0 is *busy*: it takes node 1's first envelope and answers only after node 1's deadline
   (``DEADLINE_EXCEEDED`` at the sender, yet delivered) — sending it again must not deliver it twice;
-* node 2 *refuses* node 3's envelopes (``UNAVAILABLE``, the link cut at the receiver) until node 3
-  has recorded a failed delivery — not delivered, so only a second delivery brings it.
+* node 2 *refuses* node 3's envelopes (``UNAVAILABLE`` from its server, one way) until node 3 has
+  recorded a failed delivery — not delivered, so only a second delivery brings it.
 
 The run finishes with no deviation and no fault anywhere, every model equals the simulator's to
 1e-12 and every recorded schedule is the simulator's (the public one).
@@ -25,6 +25,15 @@ import pathlib
 
 import numpy as np
 import pytest
+from helpers.faults import (
+    REFUSED,
+    cut,
+    failed_to,
+    hold_first,
+    mend_after_failure,
+    short_deadlines,
+    until_finished_or_deviated,
+)
 from helpers.gossipnet import sim_records, spec  # noqa: E402
 from test_gossipnet_gd_stream import GRAPH, N, _shards, _simulate  # noqa: E402
 
@@ -33,76 +42,38 @@ from hushnet.runs import local_net  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
-#: the senders' run delivery deadline (the service's default is 30 s): short, so a failure comes fast
-DEADLINE_S = 1.5
-
 
 @pytest.mark.timeout(240)
 def test_failed_round_deliveries_are_sent_again(tmp_path: pathlib.Path) -> None:
     shards = _shards(4)
     # a round timeout far above the injected failures (a failure the run absorbs must not be a timeout)
     sp = spec("muffliato-gd", GRAPH, 3, 41, sigma=2.0, task="logreg", K=2, timeout=30.0)
-    busy: dict[str, int] = {"held": 0}
-    ids: list[str] = []  # node id of each vertex (known once the network is up)
-
-    def observe(nd, svc):
-        inner = svc.handle
-
-        def handle(envelope):
-            out = inner(envelope)  # taken by the run (or buffered for its start) ...
-            if nd.identity.vertex == 0 and envelope.sender == ids[1] and not busy["held"]:
-                busy["held"] += 1
-
-                async def late():  # ... and answered after the sender's deadline
-                    await asyncio.sleep(3 * DEADLINE_S)
-                    return out
-
-                return late()
-            return out
-
-        svc.handle = handle
-        return None
 
     async def go():
-        async with local_net.network(
-            tmp_path, GRAPH, N, shards=shards, base_ip=200, observe=observe
-        ) as net:
-            by_v = {nd.identity.vertex: nd for nd in net.nodes}
-            ids.extend(nd.node_id for nd in net.ordered)
-            for v in range(N):
-                net.svc_by_vertex[v].send_timeout_s = DEADLINE_S
-            by_v[2].cut.add(ids[3])  # node 2 answers node 3 UNAVAILABLE until node 3 saw a failure
+        async with local_net.network(tmp_path, GRAPH, N, shards=shards, base_ip=200) as net:
+            ids = [nd.node_id for nd in net.ordered]
+            short_deadlines(net)
+            busy = hold_first(net, 0, 1)
+            cut(net, 2, 3)  # node 2 answers node 3 UNAVAILABLE until node 3 saw a failure
             run_id = await net.client.start_run(sp)
             d3 = net.driver(3, run_id)
             # both pairs are round-0 neighbours (vertices 0–1 and 2–3 of the cube differ in one bit)
             assert 1 in net.driver(0, run_id).machine.topo.neighbour_set(0, 0)
             assert 2 in d3.machine.topo.neighbour_set(3, 0)
-            await net.wait(
-                lambda: d3.send_failures >= 1, 60, what="node 3's delivery to node 2 to fail"
-            )
-            by_v[2].cut.discard(ids[3])
-            await net.wait(
-                lambda: (
-                    all(net.driver(v, run_id).state == "finished" for v in range(N))
-                    or any(net.driver(v, run_id).deviations for v in range(N))
-                ),
-                120,
-                what="the run to finish (or a deviation)",
-            )
-            return [net.driver(v, run_id) for v in range(N)]
+            await mend_after_failure(net, run_id, 2, 3)
+            await until_finished_or_deviated(net, run_id, N)
+            return ids, busy, [net.driver(v, run_id) for v in range(N)]
 
-    drivers = asyncio.run(go())
+    ids, busy, drivers = asyncio.run(go())
     assert busy["held"] == 1
-    d1, d3 = drivers[1], drivers[3]
-    failed = [e for e in d1.events if e["type"] == "send_failed"]
-    assert any(e["to"] == ids[0] and "DEADLINE_EXCEEDED" in e["error"] for e in failed), failed
-    failed = [e for e in d3.events if e["type"] == "send_failed"]
-    assert any(e["to"] == ids[2] and "UNAVAILABLE" in e["error"] for e in failed), failed
-    assert d1.redeliveries >= 1 and d3.redeliveries >= 1, (d1.redeliveries, d3.redeliveries)
+    assert failed_to(drivers[1], ids[0], "DEADLINE_EXCEEDED"), drivers[1].events
+    assert failed_to(drivers[3], ids[2], *REFUSED), drivers[3].events
     assert [d.deviations for d in drivers] == [[]] * N
     # the busy receiver's second copy was the transport's duplicate, never a second round message
     assert [d.faults for d in drivers] == [[]] * N
     assert all(d.state == "finished" for d in drivers), [d.state for d in drivers]
+    d1, d3 = drivers[1], drivers[3]
+    assert d1.redeliveries >= 1 and d3.redeliveries >= 1, (d1.redeliveries, d3.redeliveries)
     res, ms = _simulate(sp, shards)
     assert res.status == "finished"
     np.testing.assert_allclose(np.stack([d.model for d in drivers]), res.models, rtol=0, atol=1e-12)

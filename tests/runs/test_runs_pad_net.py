@@ -335,8 +335,11 @@ def test_central_gradient_requests_replayed_or_malformed_are_refused_ledger_exac
         req = encode_token(0, spec.steps, 0, N, np.zeros(dim), kind=KIND_GRADIENT_REQUEST)
         reply = ask(req)
         assert reply["node"] == "n1" and reply["reply_b64"]
+        # the same request again (the operator's call failed after the node answered): the same reply,
+        # not charged again; another request for the same step is a replay
+        assert ask(req) == reply
         with pytest.raises(ClientError, match="(?i)replay|step 0"):
-            ask(req)  # the same step again
+            ask(encode_token(0, spec.steps, 0, N, np.ones(dim), kind=KIND_GRADIENT_REQUEST))
         with pytest.raises(ClientError):
             ask(
                 encode_token(1, spec.steps, 0, N, np.zeros(dim + 3), kind=KIND_GRADIENT_REQUEST)

@@ -4,7 +4,9 @@ request of the operator's aggregator to this node's :class:`~hushnet.families.ce
 Requests travel over the operator's authenticated control channel (the ``Control`` RPC, served only
 to callers whose mutual-TLS certificate is an operator certificate of the node's own network CA); the
 client machine additionally refuses a request that does not come from the aggregator vertex or replays
-an earlier step.  The ledger is charged before the gradient leaves.
+an earlier step with other contents; the very request it answered last, asked again (the operator's call
+failed in transport, perhaps after the answer left), gets the same reply and no second charge.  The
+ledger is charged before the gradient leaves.
 """
 
 from __future__ import annotations

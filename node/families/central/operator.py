@@ -16,8 +16,10 @@ networked run equals :func:`hushnet.protocols.registry.build_from_spec` + the si
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -46,6 +48,8 @@ from hushnet.runs.spec import RunSpec
 if TYPE_CHECKING:  # pragma: no cover
     from hushnet.client.core import AsyncClient
 
+log = logging.getLogger("hushnet.runs")
+
 
 @dataclass
 class CentralOutcome:
@@ -63,6 +67,8 @@ class CentralOutcome:
     holder: str = "operator (trusted aggregator)"
     deviations: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: requests asked again after a call failed in transport (the same bytes, see ``_ask``)
+    redeliveries: int = 0
 
 
 def aggregator_for(spec: RunSpec, n: int, dim: int) -> CentralAggregator:
@@ -118,6 +124,7 @@ async def run_central(
         bar = tqdm(total=spec.steps, desc=f"{spec.run_id} ({LABEL})", unit="step")
     fx = _AggregatorEffects()
     step = 0
+    redeliveries = 0
     try:
         acts = agg.handle(RunStarted())
         while True:
@@ -128,12 +135,10 @@ async def run_central(
                 node = ids[dst]
                 requests[node] += 1
                 try:
-                    r = await client._control(
-                        node,
-                        GRADIENT_COMMAND,
-                        {"run_id": spec.run_id, "request_b64": base64.b64encode(request).decode()},
-                        timeout=request_timeout,
+                    r, again = await _ask(
+                        client, node, spec.run_id, request, request_timeout, agg.redeliver_for
                     )
+                    redeliveries += again
                 except ClientError as exc:
                     fx.state, fx.reason = "stopped", f"{node}: {exc}"
                     break
@@ -167,7 +172,41 @@ async def run_central(
         reason,
         deviations=fx.deviations,
         faults=fx.faults,
+        redeliveries=redeliveries,
     )
+
+
+async def _ask(
+    client: "AsyncClient",
+    node: str,
+    run_id: str,
+    request: bytes,
+    timeout: float,
+    window: float,
+) -> tuple[Any, int]:
+    """One gradient request: its reply, and how many times it was asked again.
+
+    A call that failed in transport (:data:`~hushnet.runs.driver.TRANSIENT_CODES`: unreachable, deadline
+    passed) is asked again with the same bytes, with backoff, for ``window`` seconds from the first call
+    (the aggregator's ``redeliver_for``) — the node answers a repeat of its last request with the same
+    reply and no second charge.  A node's refusal is not asked again."""
+    from hushnet.client.core import ClientError
+    from hushnet.runs.driver import REDELIVER_FIRST_S, REDELIVER_MAX_S, TRANSIENT_CODES
+
+    args = {"run_id": run_id, "request_b64": base64.b64encode(request).decode()}
+    start, pause, again = time.monotonic(), REDELIVER_FIRST_S, 0
+    while True:
+        try:
+            return await client._control(node, GRADIENT_COMMAND, args, timeout=timeout), again
+        except ClientError as exc:
+            if exc.code not in TRANSIENT_CODES or time.monotonic() + pause - start > window:
+                raise
+            log.warning(
+                "run %s: gradient request to %s failed (%s); asking again", run_id, node, exc
+            )
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, REDELIVER_MAX_S)
+        again += 1
 
 
 class _AggregatorEffects:

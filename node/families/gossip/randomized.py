@@ -84,6 +84,19 @@ class RandomizedMuffliato(Protocol):
         self._buf: dict[int, np.ndarray] = {}
         self._seen: dict[int, int] = {}  # activation -> hash of the payload
 
+    @property
+    def redeliver_for(self) -> float:
+        """Seconds the node's driver sends a failed delivery again for (transport failures only).
+
+        Why: an activation's ``VALUE`` is sent once and the timer only heartbeats (which say "alive", not
+        "resend"), so a partner whose copy was lost skips the activation after the timeout
+        (``activation-timeout``; measured: ``test_gossipnet_randomized_redeliver.py``).  The driver sends the
+        same bytes again under the same envelope number: a partner that took the first copy (its answer
+        lost) drops the second by its replay cache, so a value is never drawn again nor averaged twice
+        (the machine would refuse it as a replay anyway).  After two timeouts the partner has skipped the
+        activation and would refuse the copy as stale."""
+        return 2.0 * self.opt.timeout
+
     def on_start(self) -> list[Action]:
         if self.x is not None:
             return []

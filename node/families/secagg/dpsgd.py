@@ -257,6 +257,21 @@ class SecAggDPSGD(Protocol):
             None  # ended: {"leader", "round"} of the leader that never answered
         )
 
+    @property
+    def redeliver_for(self) -> float:
+        """Seconds the node's driver sends a failed delivery again for (transport failures only).
+
+        Why: each message is sent once (``SYNC`` is only for a restarted node), so a lost announcement or
+        masked input makes a member a dropout of the round, and a lost ``OUTCOME`` leaves a node waiting
+        until :func:`leader_timeout`, when it ends the whole run ``leader-lost`` (measured:
+        ``test_ddpnet_redeliver.py``).  The driver sends the *same bytes* again under the same envelope
+        number: nothing is drawn, masked or charged again, a receiver that took the first copy drops the
+        second by its replay cache, and the machines refuse a copy that slips past it (a second input,
+        signature or unmask answer in the secure sum; an ``OUTCOME`` of a round already applied is late).
+        For as long as a receiver may still wait for it: the leader timeout (a round's own messages are
+        refused as out of phase sooner, which ends their repeats)."""
+        return max(leader_timeout(self.p), 2.0 * float(self.p.round_timeout))
+
     # ---- rounds ---------------------------------------------------------------------------------
 
     def on_start(self) -> list[Action]:

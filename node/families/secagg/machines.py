@@ -325,6 +325,22 @@ class SecAggMachine(Protocol):
         # (U3, D) → the shares every unmask answer must reveal (checked once per answer)
         self._wanted_for: tuple[tuple[tuple[int, ...], tuple[int, ...]], frozenset] | None = None
 
+    @property
+    def redeliver_for(self) -> float:
+        """Seconds the node's driver sends a failed delivery again for (transport failures only).
+
+        Why: every message of the round is sent once and only the leader has a timer, which closes a phase
+        and never asks again — one lost delivery makes a member a dropout (its masked input, charged when
+        it left, is left out), and a member that never got the announcement or the sum waits forever
+        (measured: ``test_secaggnet_redeliver.py``).  The driver sends the *same bytes* again under the same
+        envelope number, so nothing is drawn or masked again and a receiver that took the first copy (its
+        answer lost) drops the second by its replay cache; the phase checks here refuse a copy that slips
+        past it (a second masked input, signature or unmask answer is a :class:`ReplayedMessage`).  A
+        repeat reveals nothing new: it is the message already sent, to the node it was sent to (a member
+        answers one unmask request, whatever the copies).  Two round timeouts: by then the leader closed
+        the phase and refuses the copy as out of phase, which ends the repeats."""
+        return 2.0 * self.p.round_timeout
+
     # plumbing -----------------------------------------------------------------------------------
 
     def _send(self, dst: int, data: bytes) -> list[Action]:

@@ -111,6 +111,12 @@ class NetworkSecAgg(Protocol):
         )
 
     @property
+    def redeliver_for(self) -> float:
+        """The secure sum's re-send window (:attr:`SecAggMachine.redeliver_for`): the driver asks the
+        machine it holds, which is this wrapper."""
+        return float(getattr(self.inner, "redeliver_for", 0.0) or 0.0)
+
+    @property
     def finished(self) -> bool:  # type: ignore[override]
         return getattr(self, "inner", None) is not None and self.inner.finished
 
