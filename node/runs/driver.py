@@ -867,8 +867,9 @@ class RunDriver:
 
         The machine says (``redeliver_for``): the walk's ack timer already re-sends an unacknowledged
         token, so its failures are only recorded (a second sender would double its sends); the gossip
-        round machine sends each round message once, so a transient failure would otherwise cost the
-        neighbour a whole round timeout and a deviation (issue 12).  Needs the envelope numbers
+        round machines (plain, randomized, secure), secure aggregation and distributed-DP SGD send each
+        message once, so a transient failure would otherwise cost the neighbour a whole round timeout and
+        a deviation (issue 12; docs/runs.md has the table per family).  Needs the envelope numbers
         (``next_seq``): a copy sent again under the same number is dropped by a receiver that took the
         first one although its answer was lost, so nothing is ever delivered twice."""
         if self._next_seq is None:
@@ -913,7 +914,7 @@ class RunDriver:
 
     async def _sender(self, dst: str, q: asyncio.Queue) -> None:
         """FIFO per destination.  A failed delivery is recorded; the walk's ack timer retries it, and a
-        machine with ``redeliver_for`` (gossip) has the same bytes sent again here under the same
+        machine with ``redeliver_for`` (gossip, secure aggregation, …) has the same bytes sent again here under the same
         envelope number, with backoff, before anything queued after them (see :meth:`_redeliver_for`).
 
         A ``Send`` that asked for a receipt gets :class:`Delivered` once ``Deliver`` answered: the
