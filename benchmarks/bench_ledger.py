@@ -15,6 +15,10 @@ with the time of each part.  The first visit's budget check knows no best order 
 its block is the run's whole (n − 1) × 159 row; nodes alternate between the ledger as it is and its
 exact path (the pointwise-maximum bound and compact blocks switched off), so the ratio of the two is
 paired under the same load.
+
+Since session 24 a visit from the third on is charged by reference (``Ledger.charge_repeat``: no rows, no
+check, no sums — the allowance the second visit proves), in both modes: the first / later ratio now
+compares the exact first charge with a charge by reference, and the second visit carries the proof.
 """
 
 from __future__ import annotations
