@@ -67,3 +67,13 @@ def insert_large_blob(
     with db.blobopen(table, column, cur.lastrowid) as blob:
         blob.write(view)
     return int(cur.lastrowid)
+
+
+def rollback(db: sqlite3.Connection) -> None:
+    """Undo the open transaction after a failed statement, if SQLite has not undone it already.
+
+    Why: on some errors (a full disk: SQLITE_FULL) SQLite rolls the transaction back itself, and a second
+    ``ROLLBACK`` then raised "cannot rollback - no transaction is active" in place of the error that said
+    what went wrong (a 2048-node walk stopped with that message when the disk filled, issue 12)."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")

@@ -43,7 +43,7 @@ from hushnet.privacy.ledger_math import (
     is_sealed,
     sealed,
 )
-from hushnet.storage import BIND_MAX, insert_large_blob, open_store
+from hushnet.storage import BIND_MAX, insert_large_blob, open_store, rollback
 
 __all__ = ["LedgerStore"]
 
@@ -100,13 +100,8 @@ class LedgerStore:
         self._recent: list[tuple[int, list[str], weakref.ref, tuple, bytes | None]] = []
 
     def _rollback(self) -> None:
-        """Undo the open transaction after a failed statement, if SQLite has not undone it already.
-
-        Why: on some errors (a full disk: SQLITE_FULL) SQLite rolls the transaction back itself, and a
-        second ``ROLLBACK`` then raised "cannot rollback - no transaction is active" in place of the
-        error that said what went wrong (a charge refused by a full disk read as a ledger bug)."""
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+        """Undo the open transaction after a failed statement (:func:`hushnet.storage.rollback`)."""
+        rollback(self._db)
 
     # ---------------------------------------------------------------- meta
     def meta(self, key: str) -> str | None:

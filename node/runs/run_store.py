@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hushnet.privacy.ledger_math import sealed_bytes
-from hushnet.storage import BIND_MAX, insert_large_blob, open_store
+from hushnet.storage import BIND_MAX, insert_large_blob, open_store, rollback
 
 #: the store's file in a node's state directory
 STORE_FILE = "runs.sqlite"
@@ -328,9 +328,9 @@ class RunStore:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
                 self._blob_keys.pop(run_id, None)  # re-read from disk at the next checkpoint
                 self._blob_ids.pop(run_id, None)
+                rollback(self._db)  # a full disk's error, not "no transaction is active"
                 raise
             self._blob_keys[run_id] = set(refs)
             self._blob_ids[run_id] = fresh
