@@ -58,6 +58,11 @@ __all__ = [
 ]
 
 
+def _GONE() -> None:  # noqa: N802 - stands for a weak reference whose key is gone
+    """What :attr:`Ledger._last_key` holds before any charge: a dead reference (no other run's key)."""
+    return None
+
+
 @dataclass
 class _Repeats:
     """The charges a :class:`RepeatKey` may still make without a budget check, and those made since the
@@ -88,8 +93,9 @@ class Ledger:
         node_id: str = "",
     ):
         self._lock = threading.RLock()
-        #: the key of the last charge made with one (a second charge with it proves an allowance)
-        self._last_key: weakref.ref | None = None
+        #: the key of the last charge (``None``: it had none; a reference that answers ``None``: no charge
+        #: yet here, or its key is gone) — a keyed charge after it or after its own key proves an allowance
+        self._last_key: weakref.ref | None = _GONE
         self._repeats: _Repeats | None = None
         self._path = str(path)
         self._store = LedgerStore(self._path)
@@ -162,8 +168,8 @@ class Ledger:
         never a way to release more; callers check :meth:`would_exceed` before any release.
 
         ``repeat``: the caller promises that every charge with this key has this entry's costs (see
-        :class:`RepeatKey`); from its second charge in a row the ledger proves how many more fit the
-        budget, and :meth:`charge_repeat` records them without checking each."""
+        :class:`RepeatKey`); unless the last charge had another live key or none, the ledger proves how
+        many more fit the budget, and :meth:`charge_repeat` records them without checking each."""
         with self._lock:
             self._settle()
             self._repeats = None  # proven for totals this charge changes
@@ -179,7 +185,9 @@ class Ledger:
             last, self._last_key = self._last_key, None
             if repeat is not None and entry.gdp_mu is None and enforce_budget:
                 self._last_key = weakref.ref(repeat)
-                if last is not None and last() is repeat:  # a streak: worth proving an allowance
+                # worth proving an allowance unless another run's charges come between (two runs
+                # alternating at a node would prove one at every charge and use none of it)
+                if last is not None and ((k := last()) is None or k is repeat):
                     left = self._state.repeat_allowance(costs)
                     if left > 0:
                         block = self._store.block_of(eid)
