@@ -830,9 +830,13 @@ class LedgerState:
         if m == 0 or costs.has_mu.any():
             return 0
         rows = self._rows(costs.keys_, create=False)
-        if rows.size == 0 or rows.min() < 0:
+        if rows.size == 0:
             return 0
-        T = self._rdp[_span(rows)]
+        known = rows >= 0
+        if known.all():
+            T = self._rdp[_span(rows)]
+        else:  # targets nothing was spent toward yet (a run prepared before its first charge): 0
+            T = np.where(known[:, None], self._rdp[np.where(known, rows, 0)], 0.0)
         B = costs.rdp
         be, bd, curves, has_curve = self.budget_arrays(costs)
         if curves is None and m >= _DOMINATING_MIN_ROWS:

@@ -184,24 +184,38 @@ class LedgerStore:
 
         The costs go in as one block, or as a reference to a recent block with the very same
         bytes (targets, curves, μ) — what a walk's hops charge over and over."""
+        return self._write(entry, costs)[0]
+
+    def put_block(self, costs: Costs) -> int:
+        """Store validated costs as a block no entry points at yet (or find a recent one with the same
+        bytes); returns its id.  Nothing counts until an entry points at it: replay composes entries.
+
+        Why: a run's contribution rows can be stored when the node accepts the run, so that even its
+        first visit is charged by reference (issue 12)."""
+        return self._write(None, costs)[1]
+
+    def _write(self, entry: PrivacyEntry | None, costs: Costs) -> tuple[int, int]:
+        """(entry id or 0, block id): :meth:`append` and :meth:`put_block` in one transaction."""
         mu_blob = np.where(costs.has_mu, costs.mu, np.nan).tobytes() if costs.has_mu.any() else None
         bid = self._recent_block(costs, mu_blob)
         if bid is None:  # found outside the transaction: its write lock is not held while hashing
             rdp, index = _compact(costs.rdp)
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            cur = self._db.execute(
-                "INSERT INTO entries(run_id, protocol, view_model, bound, note, created) VALUES (?,?,?,?,?,?)",
-                (
-                    entry.run_id,
-                    entry.protocol,
-                    entry.view_model,
-                    entry.bound,
-                    entry.note,
-                    time.time(),
-                ),
-            )
-            eid = cur.lastrowid
+            eid = 0
+            if entry is not None:
+                eid = self._db.execute(
+                    "INSERT INTO entries(run_id, protocol, view_model, bound, note, created) "
+                    "VALUES (?,?,?,?,?,?)",
+                    (
+                        entry.run_id,
+                        entry.protocol,
+                        entry.view_model,
+                        entry.bound,
+                        entry.note,
+                        time.time(),
+                    ),
+                ).lastrowid
             new = bid is None
             if new:
                 if rdp.nbytes > BIND_MAX:  # written in place: no copy stays with the statement
@@ -223,9 +237,10 @@ class LedgerStore:
                         "INSERT INTO block_rows(block_id, rows) VALUES (?,?)",
                         (bid, index.tobytes()),
                     )
-            self._db.execute(
-                "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
-            )
+            if entry is not None:
+                self._db.execute(
+                    "INSERT INTO entry_blocks(entry_id, block_id) VALUES (?,?)", (eid, bid)
+                )
             self._db.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -236,7 +251,7 @@ class LedgerStore:
             self._recent = [(int(bid), costs.keys_, ref, costs.rdp.shape, mu_blob)] + self._recent[
                 : _RECENT_BLOCKS - 1
             ]
-        return int(eid)
+        return int(eid), int(bid)
 
     def append_repeat(
         self, run_id: str, protocol: str, view_model: str, bound: str, note: str, block: int

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import pathlib
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -43,7 +44,7 @@ from hushnet.families import FAMILIES, family_of
 from hushnet.families.walk.walker import WalkOptions
 from hushnet.net import pki
 from hushnet.net.errors import NodeStopping
-from hushnet.privacy.ledger import Ledger, LedgerBudget, StoredBudgetError
+from hushnet.privacy.ledger import Ledger, LedgerBudget, LedgerError, StoredBudgetError
 from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost, rows_limit
 from hushnet.runs.driver import RunDriver, RunRefused
@@ -425,7 +426,7 @@ class RunService:
             return journal, store
 
         journal, store = await asyncio.get_running_loop().run_in_executor(None, durable)
-        self.runs[spec.run_id] = self._driver(
+        self.runs[spec.run_id] = run = self._driver(
             spec,
             decision["vertex"],
             self._ids(),
@@ -439,6 +440,14 @@ class RunService:
             journal=journal,
             store=store,
         )
+        # a walk's charges proven within budget now, off the token's path (issue 12); a failure here
+        # only leaves them to the exact path
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, run.prepare_charges)
+        except (LedgerError, ValueError, sqlite3.Error) as exc:
+            log.warning(
+                "run %s: charges not prepared (%s); each is checked at its visit", spec.run_id, exc
+            )
         log.info("accepted run %s (%s): %s", spec.run_id, spec.protocol, decision["reason"])
         return _json(out)
 

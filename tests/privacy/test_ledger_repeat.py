@@ -233,3 +233,60 @@ def test_nothing_is_charged_past_the_budget_by_reference(tmp_path):
     else:
         pytest.fail("stopped although every target had room")
     led.close()
+
+
+def test_a_prepared_run_charges_its_first_visit_by_reference(tmp_path):
+    """``prepare_repeat`` at acceptance: no charge recorded, the block stored; the first charge is by
+    reference, and the totals, file and refusals are the exact path's — also with spending toward some
+    of the targets already there, and a budget the run reaches."""
+    keys = tuple(f"n{i}" for i in range(1, 41))
+    rows = _row(len(keys), seed=5)
+    budget = LedgerBudget(2.0, 1e-5, {keys[4]: (1.1, 1e-6)})
+    fast = Ledger(tmp_path / "fast.sqlite", budget=budget, node_id="me")
+    exact = Ledger(tmp_path / "exact.sqlite", budget=budget, node_id="me")
+    earlier = _entry(keys[:7], rows[20:27] * 3.0)  # another run's spending toward 7 of the targets
+    fast.charge(earlier, report=False)
+    exact.charge(earlier, report=False)
+    key = RepeatKey("run")
+    assert fast.prepare_repeat(_entry(keys, rows), key) > 0
+    assert len(fast.entries()) == 1  # nothing charged by preparing
+    taken = {"fast": 0, "exact": 0, "ref": 0}
+    for h in range(300):
+        if fast.charge_repeat(key, "run", "rw", "anonymous", f"step {h}"):
+            taken["fast"] += 1
+            taken["ref"] += 1
+        else:
+            try:
+                fast.charge(_entry(keys, rows, h), report=False, repeat=key)
+                taken["fast"] += 1
+            except BudgetExceeded:
+                pass
+        try:
+            exact.charge(_entry(keys, rows, h), report=False)
+            taken["exact"] += 1
+        except BudgetExceeded:
+            pass
+        if h == 0:
+            assert taken["ref"] == 1  # the very first visit
+    assert taken["fast"] == taken["exact"] and 0 < taken["exact"] < 300
+    for k in keys:
+        assert np.array_equal(fast.rdp(k), exact.rdp(k))
+    fast.close()
+    exact.close()
+    with Ledger(tmp_path / "fast.sqlite") as a, Ledger(tmp_path / "exact.sqlite") as b:
+        assert np.array_equal(a.spent_columns().epsilon, b.spent_columns().epsilon)
+
+
+def test_a_charge_between_preparing_and_the_first_visit_drops_it(tmp_path):
+    keys = tuple(f"n{i}" for i in range(1, 9))
+    rows = _row(len(keys), seed=6)
+    led = Ledger(tmp_path / "l.sqlite", budget=LedgerBudget(50.0, 1e-5), node_id="me")
+    key = RepeatKey("run")
+    assert led.prepare_repeat(_entry(keys, rows), key) > 0
+    led.charge(_entry(keys[:2], rows[:2]), report=False)  # another run's charge
+    assert not led.charge_repeat(key, "run", "rw", "anonymous")
+    # a budget with no room: nothing is prepared
+    led.set_budget(LedgerBudget(0.0, 1e-5))
+    assert led.prepare_repeat(_entry(keys, rows), key) == 0
+    assert not led.charge_repeat(key, "run", "rw", "anonymous")
+    led.close()

@@ -126,3 +126,53 @@ def test_a_float32_sigma_charges_the_rows_of_its_float64_value():
     acc._ROWS_BYTES[0] = 0  # noqa: SLF001
     assert np.array_equal(rows32, cost.rows(float(s32)))
     assert cost.repeat_key(s32) is cost.repeat_key(float(s32))
+
+
+def test_an_accepted_walk_charges_even_its_first_visit_by_reference(tmp_path, monkeypatch):
+    """The run service prepares a walk's charges when it accepts it (``RunDriver.prepare_charges``, at the
+    σ the machine reports): no visit builds rows, and the file is the exact path's."""
+    monkeypatch.setenv(acc.ROWS_ENV, "0")
+    n = 64
+    spec = _spec(n, 1e6)
+    ((led, d),) = _drivers(tmp_path, spec, n, [5], "prep")
+    assert d.prepare_charges() == 0  # no machine says its σ: nothing prepared
+    d.machine = _machine(spec, 5)
+    assert d.prepare_charges() > 0
+    built = []
+    real = acc.ContributionCost.curves
+    monkeypatch.setattr(
+        acc.ContributionCost, "curves", lambda self, s: built.append(1) or real(self, s)
+    )
+    for visit in range(5):
+        assert d._charge(_visit(d.machine, visit))  # noqa: SLF001
+    assert built == []
+    assert len(led.entries()) == 5
+    led.close()
+
+
+def _machine(spec: RunSpec, v: int):
+    """A real walk machine of node ``v`` (the σ it reports is derived, not the spec's number)."""
+    from hushnet.engine.protocol import NodeContext
+    from hushnet.families.walk.hops import TransitionRow
+    from hushnet.families.walk.machines import RWDPSGD
+    from hushnet.families.walk.params import RWParams
+    from hushnet.tasks.logistic import LogisticRegressionTask
+
+    rng = np.random.default_rng(v)
+    X = rng.normal(size=(8, 3))
+    task = LogisticRegressionTask(X, np.where(X[:, 0] > 0, 1.0, -1.0), clip=0.3)
+    ctx = NodeContext(v, 64, spec.run_id, rng, spec.view_model)
+    W = transition_matrix(spec.graph)
+    return RWDPSGD(ctx, TransitionRow.from_matrix(W, v), task, RWParams(100, 0.1, 7.3))
+
+
+def _visit(m, step: int) -> EngineEntry:
+    """The ledger entry of a data visit, as the machine emits it."""
+    return m.ledger(step, "gradient", m.sens, m.noise_std)
+
+
+def test_the_walk_machine_reports_the_sigma_of_its_visits():
+    """``contribution_sigma`` is bit for bit the σ of the entries its data visits emit (0.6 · 7.3 / 0.6
+    need not be 7.3)."""
+    m = _machine(_spec(64, 1.0), 3)
+    assert _visit(m, 0).sigma == m.contribution_sigma

@@ -56,6 +56,12 @@ class RWDPSGD(WalkMachine):
         if params.x0 is not None and len(params.x0) != task.dim:
             raise ValueError(f"x0 has {len(params.x0)} entries, the model has {task.dim}")
 
+    @property
+    def contribution_sigma(self) -> float:
+        """The noise multiplier its data visits give the ledger (what :meth:`LedgerEntry.of_noise` derives
+        from ``noise_std`` and ``sens``, bit for bit): the driver prepares the run's charges at it."""
+        return self.noise_std / self.sens if self.sens > 0 else float("inf")
+
     def _checkpoint_extra(self) -> dict[str, Any]:
         # the buffer holds a draw only while ``eta_ready``; otherwise it is scratch the next visit
         # overwrites, and a hop's checkpoint (written before the prefetch timer fires) skips it
