@@ -37,7 +37,9 @@ import os
 import pathlib
 import resource
 import signal
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,6 +252,10 @@ def default_per_process(
 
 # ------------------------------------------------------------------------ the host
 
+#: seconds a host's whole stop may take before the nodes still stopping are abandoned (:meth:`NodeHost.stop`);
+#: ``hushnet up`` and the experiment runner wait 15 s before they kill a host
+STOP_TIMEOUT_S = 10.0
+
 
 @dataclass
 class HostedNode:
@@ -281,9 +287,20 @@ class NodeHost:
         concurrency: int = 16,
         watchdog_s: float = 1.0,
         load_log_s: float | None = None,
+        stop_timeout_s: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if stop_timeout_s is None:
+            raw = os.environ.get("HUSHNET_HOST_STOP_S", "")
+            try:
+                stop_timeout_s = float(raw) if raw else STOP_TIMEOUT_S
+            except ValueError:
+                raise ValueError(
+                    f"HUSHNET_HOST_STOP_S must be a number of seconds, got {raw!r}"
+                ) from None
+        if not stop_timeout_s > 0:
+            raise ValueError(f"the host's stop timeout must be positive, got {stop_timeout_s}")
         if load_log_s is None:
             raw = os.environ.get("HUSHNET_HOST_LOAD_S", "")
             try:
@@ -303,6 +320,9 @@ class NodeHost:
         self.fd_base = open_fds()
         self._admit = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
+        #: the bound on a whole :meth:`stop` (seconds; default ``HUSHNET_HOST_STOP_S`` or :data:`STOP_TIMEOUT_S`)
+        self.stop_timeout_s = stop_timeout_s
+        self.last_stop_s: float | None = None  # how long the last stop took
         #: names this process's set of nodes: each answers the operator's ``host.batch`` for all of them
         self.host_id = new_host_id()
 
@@ -435,16 +455,28 @@ class NodeHost:
             )
             await self._close_entry(entry, leave=False)
 
-    async def _close_entry(self, entry: HostedNode, leave: bool = True) -> None:
+    async def _close_entry(
+        self, entry: HostedNode, leave: bool = True, grace: float | None = None
+    ) -> None:
         """Stop one hosted node; its plugins close inside :meth:`Node.stop`, after its server stopped
         accepting (see :meth:`Node.attach`)."""
         entry.installed = []
         try:
-            await entry.node.stop(leave=leave)
+            await entry.node.stop(grace=grace, leave=leave)
         except Exception:
             log.exception("stopping node %s failed", entry.node.node_id or entry.config.state_dir)
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float | None = None, timeout: float | None = None) -> int:
+        """Stop every hosted node at once; returns how many did not stop within ``timeout``.
+
+        All nodes stop concurrently, each with the same ``grace`` for its running handlers (default: its
+        ``NodeConfig.stop_grace_s``), so a host's stop takes one grace, not one per node; their files close in
+        worker threads (:func:`hushnet.net.node.close_off_loop`).  ``timeout`` (default
+        :attr:`stop_timeout_s`) bounds the whole stop: the nodes still stopping then are cancelled and named
+        in the log — their SQLite files stay as the last commit left them (WAL: nothing half-written is
+        ever read back), the process may exit.  Logs one ``host_stopped`` line: how many nodes, how long."""
+        t0 = time.monotonic()
+        timeout = self.stop_timeout_s if timeout is None else timeout
         if self._watchdog is not None:
             self._watchdog.cancel()
             try:
@@ -452,15 +484,58 @@ class NodeHost:
             except (asyncio.CancelledError, Exception):
                 pass
             self._watchdog = None
+        loop = asyncio.get_running_loop()
         # started nodes, and nodes whose start a stop cancelled half-way (admitted: their store, lock and
         # maybe their server are open — left so, the server outlived the host's loop)
-        await asyncio.gather(
-            *(
-                self._close_entry(e)
-                for e in self.entries
-                if (e.started or e.admitted) and not e.error
+        stopping = {
+            loop.create_task(self._close_entry(e, grace=grace), name="host-stop-node"): e
+            for e in self.entries
+            if (e.started or e.admitted) and not e.error
+        }
+        # a node the watchdog is stopping already (a crashed background task) counts too
+        closing = [
+            e.closing for e in self.entries if e.closing is not None and not e.closing.done()
+        ]
+        late: set[asyncio.Task] = set()
+        if stopping or closing:
+            _, late = await asyncio.wait([*stopping, *closing], timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(
+                late, timeout=1.0
+            )  # let them unwind their cancellation (best effort)
+        names = [
+            stopping[t].node.node_id or str(stopping[t].config.state_dir)
+            for t in late
+            if t in stopping
+        ]
+        took = time.monotonic() - t0
+        if late:
+            log.error(
+                "stopped %d of %d hosted nodes in %.1f s; %d did not stop within %.0f s and were abandoned: %s",
+                len(stopping) - len(names),
+                len(stopping),
+                took,
+                len(late),
+                timeout,
+                ", ".join(sorted(names)[:10]) + (" …" if len(names) > 10 else ""),
+                extra={
+                    "event": "host_stopped",
+                    "nodes": len(stopping),
+                    "late": len(late),
+                    "stop_s": round(took, 2),
+                },
             )
-        )
+        else:
+            log.info(
+                "stopped %d hosted nodes in %.1f s",
+                len(stopping),
+                took,
+                extra={"event": "host_stopped", "nodes": len(stopping), "stop_s": round(took, 2)},
+            )
+        self.last_stop_s = took
+        return len(late)
 
     # ------------------------------------------------------------------ watchdog
     def _log_load(
@@ -553,8 +628,14 @@ async def serve_host(
     limits: HostLimits = HostLimits(),
     concurrency: int = 16,
     stop: asyncio.Event | None = None,
+    exit_now: Callable[[int], Any] | None = None,
 ) -> NodeHost:
-    """Host ``configs`` until ``stop`` is set (default: SIGINT/SIGTERM); returns the stopped host."""
+    """Host ``configs`` until ``stop`` is set (default: SIGINT/SIGTERM); returns the stopped host.
+
+    ``exit_now(code)`` (a host process's: :func:`exit_process`) ends the process at once: on a second
+    SIGINT/SIGTERM while the nodes stop (an operator's second Ctrl-C), and when nodes did not stop within
+    the host's stop timeout (their stuck tasks or threads would otherwise hold the loop's shutdown).
+    In process (tests) it is None: a second signal is ignored and the host returns."""
     if stop is None:
         stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -566,12 +647,13 @@ async def serve_host(
     waiter = loop.create_task(stop.wait())
     await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if not start.done():  # stopped while still starting
+        _force_on_second_signal(loop, host, exit_now)
         start.cancel()
         try:
             await start
         except (asyncio.CancelledError, NodeError):
             pass
-        await host.stop()
+        await _stop_host(host, exit_now)
         return host
     waiter.cancel()
     try:
@@ -591,8 +673,60 @@ async def serve_host(
         extra={"event": "host_serving", **{k: doc[k] for k in ("running", "rss_mb", "open_fds")}},
     )
     await stop.wait()
-    await host.stop()
+    _force_on_second_signal(loop, host, exit_now)
+    await _stop_host(host, exit_now)
     return host
+
+
+def _force_on_second_signal(
+    loop: asyncio.AbstractEventLoop, host: NodeHost, exit_now: Callable[[int], Any] | None
+) -> None:
+    """From now on SIGINT/SIGTERM end the process at once (exit code 128 + signal), with one log line.
+
+    Why: the first signal stops the nodes in order (handlers finish, leaves, files closed); an operator who
+    does not want to wait for that — a second Ctrl-C, or a supervisor's second SIGTERM — gets the process
+    back now.  Nothing durable is lost beyond what a kill loses: every store is SQLite in WAL mode, a commit
+    is atomic, an open transaction is rolled back when the file is next opened."""
+    if exit_now is None:
+        return
+
+    def force(sig: int) -> None:
+        left = sum(1 for e in host.entries if e.node.store is not None)
+        log.warning(
+            "%s again while stopping: exiting now, %d of %d nodes not closed (their stores keep their last "
+            "commit)",
+            signal.Signals(sig).name,
+            left,
+            len(host.entries),
+            extra={"event": "host_forced_exit", "nodes_open": left},
+        )
+        exit_now(128 + sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, force, sig)
+
+
+async def _stop_host(host: NodeHost, exit_now: Callable[[int], Any] | None) -> None:
+    """Stop the host; in a host process, exit at once if nodes were abandoned (see :meth:`NodeHost.stop`)."""
+    late = await host.stop()
+    if late and exit_now is not None:
+        exit_now(1)
+
+
+def exit_process(code: int) -> None:
+    """End this process now (``os._exit``) after flushing the log handlers: no ``atexit``, no waiting for the
+    event loop's tasks or the worker threads a stuck node left behind."""
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def tune_gc(gen0: int = 10_000) -> None:
@@ -622,7 +756,9 @@ def run_host(
     raise_fd_limit()
     tune_gc()
     try:
-        uvloop.run(serve_host(configs, limits=limits, concurrency=concurrency))
+        uvloop.run(
+            serve_host(configs, limits=limits, concurrency=concurrency, exit_now=exit_process)
+        )
     except NodeError as exc:
         node_log.error("%s", exc, extra={"event": "fatal"})
         return 1
@@ -694,7 +830,9 @@ __all__ = [
     "HostLimits",
     "NodeHost",
     "check_capacity",
+    "STOP_TIMEOUT_S",
     "default_per_process",
+    "exit_process",
     "fd_limit",
     "hosted_configs",
     "mem_available_mb",
