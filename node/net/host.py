@@ -37,7 +37,6 @@ import os
 import pathlib
 import resource
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from typing import Any
 
 from hushnet.net import load as _load
 from hushnet.net.hostcontrol import new_host_id
-from hushnet.net.node import Node, NodeConfig, NodeError
+from hushnet.net.node import Node, NodeConfig, NodeError, exit_on_signal, exit_process
 
 log = logging.getLogger("hushnet.host")
 
@@ -681,29 +680,13 @@ async def serve_host(
 def _force_on_second_signal(
     loop: asyncio.AbstractEventLoop, host: NodeHost, exit_now: Callable[[int], Any] | None
 ) -> None:
-    """From now on SIGINT/SIGTERM end the process at once (exit code 128 + signal), with one log line.
+    """From now on SIGINT/SIGTERM end the host process at once (:func:`hushnet.net.node.exit_on_signal`)."""
 
-    Why: the first signal stops the nodes in order (handlers finish, leaves, files closed); an operator who
-    does not want to wait for that — a second Ctrl-C, or a supervisor's second SIGTERM — gets the process
-    back now.  Nothing durable is lost beyond what a kill loses: every store is SQLite in WAL mode, a commit
-    is atomic, an open transaction is rolled back when the file is next opened."""
-    if exit_now is None:
-        return
+    def left() -> str:
+        n = sum(1 for e in host.entries if e.node.store is not None)
+        return f"{n} of {len(host.entries)} nodes not closed (their stores keep their last commit)"
 
-    def force(sig: int) -> None:
-        left = sum(1 for e in host.entries if e.node.store is not None)
-        log.warning(
-            "%s again while stopping: exiting now, %d of %d nodes not closed (their stores keep their last "
-            "commit)",
-            signal.Signals(sig).name,
-            left,
-            len(host.entries),
-            extra={"event": "host_forced_exit", "nodes_open": left},
-        )
-        exit_now(128 + sig)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, force, sig)
+    exit_on_signal(loop, exit_now, left)
 
 
 async def _stop_host(host: NodeHost, exit_now: Callable[[int], Any] | None) -> None:
@@ -711,22 +694,6 @@ async def _stop_host(host: NodeHost, exit_now: Callable[[int], Any] | None) -> N
     late = await host.stop()
     if late and exit_now is not None:
         exit_now(1)
-
-
-def exit_process(code: int) -> None:
-    """End this process now (``os._exit``) after flushing the log handlers: no ``atexit``, no waiting for the
-    event loop's tasks or the worker threads a stuck node left behind."""
-    for handler in logging.getLogger().handlers:
-        try:
-            handler.flush()
-        except Exception:
-            pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(code)
 
 
 def tune_gc(gen0: int = 10_000) -> None:

@@ -408,8 +408,50 @@ def _release_port(host: str, port: int) -> None:
 # ------------------------------------------------------------------------ process entry point
 
 
-async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
-    """Start a node and run it until ``stop`` is set (default: SIGINT/SIGTERM)."""
+def exit_on_signal(loop: asyncio.AbstractEventLoop, exit_now, what) -> None:
+    """From now on SIGINT/SIGTERM end the process at once (``exit_now(128 + signal)``), after one log line
+    naming ``what()`` (what is left open).  Why: the first signal stops in order; a second one (the operator's
+    second Ctrl-C, a supervisor's second SIGTERM) means "now".  Every store is SQLite in WAL mode: a commit
+    is atomic and an open transaction is rolled back when the file is next opened, so nothing durable is
+    lost that a kill would not lose."""
+    if exit_now is None:
+        return
+
+    def force(sig: int) -> None:
+        log.warning(
+            "%s again while stopping: exiting now, %s",
+            signal.Signals(sig).name,
+            what(),
+            extra={"event": "forced_exit"},
+        )
+        exit_now(128 + sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, force, sig)
+
+
+def exit_process(code: int) -> None:
+    """End this process now (``os._exit``) after flushing the log handlers: no ``atexit``, no waiting for the
+    event loop's tasks or worker threads a stuck stop left behind."""
+    import os
+    import sys
+
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+async def serve(config: NodeConfig, stop: asyncio.Event | None = None, exit_now=None) -> None:
+    """Start a node and run it until ``stop`` is set (default: SIGINT/SIGTERM); ``exit_now``: see
+    :func:`exit_on_signal` (a node process's :func:`exit_process`; None in process)."""
     if stop is None:
         stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -421,7 +463,12 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
     start = loop.create_task(node.start())
     waiter = loop.create_task(stop.wait())
     done, _ = await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
+
+    def left() -> str:
+        return "its stores not closed" if node.store is not None else "its stores closed"
+
     if start not in done:  # stopped while still joining
+        exit_on_signal(loop, exit_now, left)
         start.cancel()
         try:
             await start
@@ -437,6 +484,7 @@ async def serve(config: NodeConfig, stop: asyncio.Event | None = None) -> None:
         node.node_id
     )  # a process of one node: every record of the process is its own
     await stop.wait()
+    exit_on_signal(loop, exit_now, left)
     await node.stop()
 
 
@@ -445,7 +493,7 @@ def run(config: NodeConfig) -> int:
     import uvloop
 
     try:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, exit_now=exit_process))
     except NodeError as exc:
         log.error("%s", exc, extra={"event": "fatal"})
         return 1

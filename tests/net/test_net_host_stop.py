@@ -197,7 +197,7 @@ def _stores_intact(tmp: pathlib.Path, ids: list[str]) -> None:
 
 def test_a_second_sigterm_ends_a_stopping_host_at_once(tmp_path: pathlib.Path) -> None:
     """SIGTERM starts the orderly stop; a second SIGTERM while it runs (here: it never ends) exits the
-    process at once with 128 + 15 and one ``host_forced_exit`` line; the nodes' files are intact."""
+    process at once with 128 + 15 and one ``forced_exit`` line; the nodes' files are intact."""
     bproc, addr = _start_bootstrap_process(tmp_path, "complete:4")
     try:
         host, log = _host_process(tmp_path, addr, 4, HUSHNET_HOST_STOP_S="600")
