@@ -729,6 +729,13 @@ def run_host(
     except NodeError as exc:
         node_log.error("%s", exc, extra={"event": "fatal"})
         return 1
+    # every node is stopped and its files closed: what is left is the interpreter's exit, whose cycle
+    # collection walked the whole heap of the hosted nodes (64 nodes after a walk: 0.8 s of a 1.35 s exit
+    # after SIGTERM; 0.2 s with the heap frozen first).  Frozen objects are never collected, which no longer
+    # matters; atexit handlers (logging, coverage) still run.
+    import gc
+
+    gc.freeze()
     return 0
 
 
