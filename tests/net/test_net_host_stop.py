@@ -243,3 +243,33 @@ def test_a_host_whose_nodes_do_not_stop_exits_after_its_stop_timeout(
     finally:
         bproc.terminate()
         bproc.wait(timeout=30)
+
+
+def test_a_second_ctrl_c_on_up_reaches_the_host_processes(tmp_path: pathlib.Path) -> None:
+    """``hushnet up`` passes a second Ctrl-C on to its node/host processes (each then exits at once, as
+    above) through :meth:`LocalCluster.signal_processes`: every process still running gets the signal."""
+    from hushnet.net.cluster import Child, LocalCluster
+
+    cluster = LocalCluster(tmp_path, 2, "complete:2", restart=False)
+    code = (
+        "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(120)"
+    )
+    for i in range(2):
+        ready = tmp_path / f"p{i}.ready"
+        child = Child(f"p{i}", [sys.executable, "-c", code, str(ready)], tmp_path / f"p{i}.log")
+        child.spawn()
+        cluster.processes.append(child)
+    try:
+        end = time.monotonic() + 60  # hang detector
+        while not all((tmp_path / f"p{i}.ready").exists() for i in range(2)):
+            assert time.monotonic() < end, "the children did not start"
+            time.sleep(0.05)
+        cluster.signal_processes(signal.SIGTERM)
+        assert [c.proc.wait(timeout=60) for c in cluster.processes] == [7, 7]
+        cluster.signal_processes(signal.SIGTERM)  # nothing left to signal: no error
+    finally:
+        for c in cluster.processes:
+            if c.proc.poll() is None:
+                c.proc.kill()
+                c.proc.wait()
