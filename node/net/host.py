@@ -511,18 +511,25 @@ class NodeHost:
         ]
         took = time.monotonic() - t0
         if late:
+            # a node's files close before its Leave (Node.stop), so a node late only in its leave has none open
+            still_open = sum(
+                1 for t in late if t in stopping and stopping[t].node.store is not None
+            )
             log.error(
-                "stopped %d of %d hosted nodes in %.1f s; %d did not stop within %.0f s and were abandoned: %s",
+                "stopped %d of %d hosted nodes in %.1f s; %d did not stop within %.0f s and were abandoned "
+                "(%d with files still open): %s",
                 len(stopping) - len(names),
                 len(stopping),
                 took,
                 len(late),
                 timeout,
+                still_open,
                 ", ".join(sorted(names)[:10]) + (" …" if len(names) > 10 else ""),
                 extra={
                     "event": "host_stopped",
                     "nodes": len(stopping),
                     "late": len(late),
+                    "files_open": still_open,
                     "stop_s": round(took, 2),
                 },
             )

@@ -253,9 +253,13 @@ class Node(
         1. stop accepting: new RPCs are refused (UNAVAILABLE "node stopping"); handlers already running get
            ``grace`` seconds (default ``config.stop_grace_s``) to finish, so what they commit before
            answering is committed before anything closes — and their callers get their answer;
-        2. the background tasks, the Leave, the links and the sends still pending;
+        2. the background tasks, the links and the sends still pending;
         3. what :meth:`attach` registered (plugins: the run service with its run store and ledger);
-        4. the node's own stores, then the state directory's lock.
+        4. the node's own stores (3 and 4 close their files in worker threads);
+        5. the Leave (a hosted node's goes with its process's others, in one call), then the state
+           directory's lock.  Last, because it waits for the bootstrap: a host whose bounded stop runs out
+           of time during the leaves has every file closed already (n = 512, 410-node host, load 11: every
+           node was still waiting for the leave batch when the 10 s bound ran out, its files still open).
         """
         if self._stopping:
             return
@@ -294,18 +298,6 @@ class Node(
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if leave and self.identity is not None:
-            try:
-                if self._boot is not None:  # with the process's other nodes stopping now: one call
-                    await self._boot.leaves.leave(self._signed("Leave"))
-                else:
-                    async with self._bootstrap_channel() as ch:
-                        await bpb_grpc.BootstrapStub(ch).Leave(self._signed("Leave"), timeout=1.5)
-            except (grpc.aio.AioRpcError, asyncio.TimeoutError, OSError):
-                pass
-        if self._boot is not None:
-            await _shared.release(self._boot)
-            self._boot = None
         for link in list(self.links.values()):
             if link.probing is not None:
                 link.probing.cancel()
@@ -329,8 +321,28 @@ class Node(
         self.store = self.onion_keys = None
         if stores:
             await close_off_loop(*stores)
-        self.rlog.flush(force=True)
-        self._unlock_state_dir()
+        # the Leave last: it waits for the bootstrap (and, hosted, for the process's other nodes' leaves, in
+        # one call), so a host whose stop runs out of time (NodeHost.stop) has closed every file by then
+        try:
+            if leave and self.identity is not None:
+                try:
+                    if (
+                        self._boot is not None
+                    ):  # with the process's other nodes stopping now: one call
+                        await self._boot.leaves.leave(self._signed("Leave"))
+                    else:
+                        async with self._bootstrap_channel() as ch:
+                            await bpb_grpc.BootstrapStub(ch).Leave(
+                                self._signed("Leave"), timeout=1.5
+                            )
+                except (grpc.aio.AioRpcError, asyncio.TimeoutError, OSError):
+                    pass
+            if self._boot is not None:
+                await _shared.release(self._boot)
+                self._boot = None
+        finally:
+            self.rlog.flush(force=True)
+            self._unlock_state_dir()
         self.log.info("node %s stopped", self.node_id, extra={"event": "stopped"})
 
     async def _log_flush_loop(self) -> None:

@@ -124,6 +124,49 @@ def test_a_stuck_node_does_not_hold_its_hosts_stop(tmp_path: pathlib.Path, caplo
     uvloop.run(go())
 
 
+def test_a_host_out_of_time_in_its_leaves_has_closed_every_file(
+    tmp_path: pathlib.Path, monkeypatch, caplog
+) -> None:
+    """A node's files close before its Leave: when the bootstrap does not answer the host's leaves and the
+    host's stop runs out of time, every node's store, ledger and run store is closed and its state directory
+    free.  Why: at n = 512 (a 410-node host, load 11) every node was still waiting for the leave batch when
+    the 10 s bound ran out — with the Leave before the closes, all 410 nodes' files were left open."""
+    from hushnet.net import shared
+
+    async def never(self, leaves):  # a bootstrap that takes the call and never answers
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(shared.HostLeaves, "_one_call", never)
+
+    async def go() -> None:
+        addr, bstop, btask = await inprocess_bootstrap(tmp_path, "complete:4")
+        ids = [f"n{i}" for i in range(4)]
+        configs = [
+            dataclasses.replace(c, plugins=(runs_service.install,))
+            for c in _configs(tmp_path, addr, ids)
+        ]
+        host = NodeHost(configs, stop_timeout_s=5.0)
+        try:
+            await host.start()
+            await _healthy(host.running, 4)
+            services = [e.installed[0] for e in host.entries]
+            for svc in services:
+                svc.ledger, svc.store  # noqa: B018 - opened on first use
+            with caplog.at_level(logging.INFO, logger="hushnet.host"):
+                late = await asyncio.wait_for(host.stop(), 60)  # hang detector
+        finally:
+            bstop.set()
+            await btask
+        assert late == 4  # all stuck in the leave
+        for e, svc in zip(host.entries, services):
+            assert e.node.store is None and e.node._lock_fd is None, e.config.node_id  # noqa: SLF001
+            assert svc._ledger is None and svc._store is None, e.config.node_id  # noqa: SLF001
+        (line,) = [r for r in caplog.records if getattr(r, "event", "") == "host_stopped"]
+        assert line.late == 4 and line.files_open == 0
+
+    uvloop.run(go())
+
+
 def test_bad_host_stop_timeout_is_one_clear_line(monkeypatch) -> None:
     monkeypatch.setenv("HUSHNET_HOST_STOP_S", "soon")
     with pytest.raises(
