@@ -472,8 +472,10 @@ class NodeHost:
         ``NodeConfig.stop_grace_s``), so a host's stop takes one grace, not one per node; their files close in
         worker threads (:func:`hushnet.net.node.close_off_loop`).  ``timeout`` (default
         :attr:`stop_timeout_s`) bounds the whole stop: the nodes still stopping then are cancelled and named
-        in the log — their SQLite files stay as the last commit left them (WAL: nothing half-written is
-        ever read back), the process may exit.  Logs one ``host_stopped`` line: how many nodes, how long."""
+        in the log, and the process may exit.  A node closes its files before its Leave (the step that waits
+        for the bootstrap and for the host's other nodes), so one late in its leave has closed them; one stuck
+        before that leaves them as its last commit left them (WAL: nothing half-written is ever read back).
+        Logs one ``host_stopped`` line: how many nodes, how long, how many abandoned with files open."""
         t0 = time.monotonic()
         timeout = self.stop_timeout_s if timeout is None else timeout
         if self._watchdog is not None:
