@@ -13,6 +13,7 @@ import pathlib
 import signal
 import sys
 import time
+from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7400"
 
@@ -356,9 +357,13 @@ def cmd_up(args) -> int:
         spec = _check_topology(args.nodes, args.topology)
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
-    stop = {"flag": False}
+    stop: dict[str, Any] = {"flag": False, "cluster": None}
 
     def on_signal(signum, frame):
+        if stop["flag"] and stop["cluster"] is not None:
+            # a second Ctrl-C / SIGTERM while the network stops: pass it on, so each host process exits
+            # at once instead of finishing its orderly stop (hushnet.net.host: a host's second signal)
+            stop["cluster"].signal_processes(signal.SIGTERM)
         stop["flag"] = True
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -378,6 +383,7 @@ def cmd_up(args) -> int:
         supervisor=True,
         per_process=per_process,
     )
+    stop["cluster"] = cluster
     try:
         cluster.start()
         doc = cluster.wait_healthy(timeout=args.timeout, should_stop=lambda: stop["flag"])

@@ -569,6 +569,15 @@ class LocalCluster:
             self._write_state()
         return restarted
 
+    def signal_processes(self, sig: int) -> None:
+        """Send ``sig`` to every node or host process still running (not the bootstrap)."""
+        for child in self.processes:
+            if child.alive():
+                try:
+                    child.proc.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM nodes (they leave the network), then the bootstrap; SIGKILL what lingers."""
         self.restart = False

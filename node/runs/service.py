@@ -751,8 +751,25 @@ class RunService:
         A node closes it after its server stopped accepting (:meth:`hushnet.net.node.Node.attach`); a
         handler or command that still reaches the service afterwards gets :class:`NodeStopping`
         (UNAVAILABLE "node stopping" to its caller), and nothing reopens the stores."""
+        for f in self._detach():
+            f.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, with the ledger and the run store closed in a worker thread.
+
+        Why: closing a SQLite file checkpoints and fsyncs it; a host stopping hundreds of nodes did that on its
+        event loop for every node in turn (see :func:`hushnet.net.node.close_off_loop`).  The runs' timers and
+        workers are stopped first, on the loop, so nothing writes the files while they close."""
+        files = self._detach()
+        if files:
+            from hushnet.net.node import close_off_loop
+
+            await close_off_loop(*files)
+
+    def _detach(self) -> list[Any]:
+        """Stop the runs' timers and senders and refuse further work (once); returns the files to close."""
         if self._closed:
-            return
+            return []
         self._closed = True
         if self._restore_task is not None:
             self._restore_task.cancel()
@@ -760,12 +777,9 @@ class RunService:
             t.cancel()
         for r in self.runs.values():
             r.shutdown()
-        if self._ledger is not None:
-            self._ledger.close()
-            self._ledger = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        files = [f for f in (self._ledger, self._store) if f is not None]
+        self._ledger = self._store = None
+        return files
 
 
 CLOSE_PROTOCOL = "hushnet.run-close"
