@@ -11,6 +11,8 @@ the same bit for bit, and so must every visit's outcome.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,18 @@ from hushnet.runs.spec import Budget, RunSpec
 N = 32
 IDS = [f"n{i}" for i in range(N)]
 V = 5
+
+
+@pytest.fixture(autouse=True)
+def _a_loop():
+    """A driver lives on an event loop (its events notify watchers there, e.g. when the budget stops
+    the run): give it one, whatever loop state an earlier test left behind."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.run_until_complete(asyncio.sleep(0))  # the notifications the driver queued
+    asyncio.set_event_loop(None)
+    loop.close()
 
 
 def _spec(seed: int, sigma: float, eps: float = 1e6) -> RunSpec:
