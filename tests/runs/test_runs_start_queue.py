@@ -171,3 +171,18 @@ def test_start_completes_a_queued_first_round_at_once(tmp_path) -> None:
             d.shutdown()
 
     asyncio.run(go())
+
+
+def test_net_experiments_reports_both_start_spreads() -> None:
+    from hushnet.runs.net_experiments import start_spreads
+
+    per_node = {
+        "n0": {"timings": {"started": 10.0, "begun": 10.5}},
+        "n1": {"timings": {"started": 10.25, "begun": 12.0}},
+        "n2": {"timings": {"started": 11.0}},  # a report of an older node: no first-round time
+        "n3": {"error": "unreachable"},
+    }
+    assert start_spreads(per_node) == {
+        "start_spread_seconds": 1.0,
+        "first_round_spread_seconds": 1.5,
+    }
