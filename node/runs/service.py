@@ -757,12 +757,17 @@ class StartQueue:
         self._idle.set()
         #: first rounds run by this queue (the machine's RunStarted delivered)
         self.begun = 0
+        #: since the queue was last empty: first rounds run, their seconds on the loop (sum, longest), and
+        #: when the first of them was queued — logged when it drains (what a host's starts cost)
+        self._drain_stats = [0, 0.0, 0.0, 0.0]
 
     def __len__(self) -> int:
         return len(self._queue)
 
     def put(self, service: RunService, run: RunDriver) -> None:
         """Queue ``run``'s first round (``service``: its node's, skipped if that node stops meanwhile)."""
+        if not self._queue and self._idle.is_set():
+            self._drain_stats = [0, 0.0, 0.0, time.monotonic()]
         self._queue.append((service, run))
         self._idle.clear()
         if self._worker is None or self._worker.done():
@@ -779,15 +784,30 @@ class StartQueue:
                 service, run = self._queue.popleft()
                 if service._closed:  # the node is stopping: its ledger and store are closed
                     continue
+                t = time.perf_counter()
                 try:
                     run.begin()
                     self.begun += 1
                 except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others' starts
                     log.exception("run %s at %s: first round failed", run.run_id, run.node_id)
                     run._stop(f"its first round failed: {type(exc).__name__}: {exc}")
+                took = time.perf_counter() - t
+                st = self._drain_stats
+                st[0], st[1], st[2] = st[0] + 1, st[1] + took, max(st[2], took)
         finally:
             if not self._queue:
                 self._idle.set()
+                k, total, longest, since = self._drain_stats
+                if k:
+                    log.info(
+                        "first rounds of %d started runs in %.2f s: %.2f s of it in them "
+                        "(%.1f ms each on average, longest %.1f ms)",
+                        k,
+                        time.monotonic() - since,
+                        total,
+                        1e3 * total / k,
+                        1e3 * longest,
+                    )
 
 
 #: one start queue per event loop (a host process runs all its nodes on one)
