@@ -277,12 +277,22 @@ class RunDriver:
         host acknowledge its nodes one after the other (issue 12: 82 s from the first start to the last
         at n = 2048), so early nodes waited for late ones.  A host now marks all its nodes started in one
         cheap sweep and runs their first rounds as scheduled work.  Until :meth:`begin` the machine sees
-        nothing: envelopes are buffered as before the start.  True if this call started the run."""
+        nothing: envelopes are buffered as before the start.  True if this call started the run.
+
+        A durable run records the start before it is answered (state ``running``, no machine yet): a node
+        that dies before its first round restarts it (:meth:`restore`), as it did when the start's own
+        first checkpoint was the record — not left ``accepted`` while the operator thinks it started.  A
+        record that cannot be written stops the run here (the operator's status says why)."""
         if self.state != "accepted":
             return False
         self.state = "running"
         self.timings.started = time.time()
         self._emit("started")
+        if self.store is not None:
+            try:
+                self.persist()
+            except Exception as exc:  # noqa: BLE001 - not on disk: the run must not start here
+                self._stop(f"cannot record the run's start durably ({exc})")
         return True
 
     @property

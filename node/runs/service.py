@@ -548,7 +548,7 @@ class RunService:
         """Mark the run started and answer; its first round runs afterwards on the host's
         :class:`StartQueue` (so a host answers every ``run.start`` of a batch before any first round)."""
         run, _ = self._run(payload)
-        if run.mark_started():
+        if run.mark_started() and run.state == "running":
             start_queue().put(self, run)
         return _json(run.status())
 

@@ -186,3 +186,37 @@ def test_net_experiments_reports_both_start_spreads() -> None:
         "start_spread_seconds": 1.0,
         "first_round_spread_seconds": 1.5,
     }
+
+
+def test_a_durable_start_is_on_disk_before_its_answer_and_a_restart_runs_the_first_round(
+    tmp_path,
+) -> None:
+    """The start is answered before the first round's checkpoint, so it is recorded itself: a node that
+    dies in between restarts the machine (it is not left ``accepted`` while the operator thinks it started)."""
+    from hushnet.runs.run_store import RunStore
+
+    async def go():
+        sp = _spec(steps=10)
+        drivers, _ = _drivers(tmp_path, sp)
+        d = drivers[sp.start]
+        store = RunStore(tmp_path / "runs.sqlite")
+        store.accept(sp.run_id, b"signed", d.vertex, {})
+        d.store = store  # a durable walk (the service gives it its node's store)
+        assert d.mark_started()
+        (row,) = store.runs()
+        assert row["state"] == "running" and row["machine"] is None and not d.begun
+        # the node dies here; the restarted node's driver, from that record, starts the machine
+        (tmp_path / "again").mkdir()
+        again, outbox = _drivers(tmp_path / "again", sp)
+        fresh = again[sp.start]
+        fresh.store = store
+        fresh.restore(row["driver"], row["machine"], row["state"], row["reason"], 0)
+        await asyncio.sleep(0.05)
+        assert fresh.begun and fresh.state == "running" and fresh.contributions and outbox
+        (row,) = store.runs()
+        assert row["machine"] is not None  # the first round's own checkpoint
+        for x in drivers + again:
+            x.shutdown()
+        store.close()
+
+    asyncio.run(go())
