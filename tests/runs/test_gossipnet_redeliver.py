@@ -97,7 +97,13 @@ def test_failed_round_deliveries_are_sent_again(tmp_path: pathlib.Path) -> None:
     failed = [e for e in d1.events if e["type"] == "send_failed"]
     assert any(e["to"] == ids[0] and "DEADLINE_EXCEEDED" in e["error"] for e in failed), failed
     failed = [e for e in d3.events if e["type"] == "send_failed"]
-    assert any(e["to"] == ids[2] and "UNAVAILABLE" in e["error"] for e in failed), failed
+    # the transport retries the cut link's UNAVAILABLE (0.2, 0.4, 0.8 s apart) within the 1.5 s deadline: its
+    # last attempt starts ~0.1 s before it, and a loop that stalls that long ends it DEADLINE_EXCEEDED
+    # (seen 2 times in ~60 runs on a loaded machine) — either way not delivered, so only a re-send brings it
+    assert any(
+        e["to"] == ids[2] and ("UNAVAILABLE" in e["error"] or "DEADLINE_EXCEEDED" in e["error"])
+        for e in failed
+    ), failed
     assert d1.redeliveries >= 1 and d3.redeliveries >= 1, (d1.redeliveries, d3.redeliveries)
     assert [d.deviations for d in drivers] == [[]] * N
     # the busy receiver's second copy was the transport's duplicate, never a second round message
