@@ -786,8 +786,9 @@ class StartQueue:
                     continue
                 t = time.perf_counter()
                 try:
-                    run.begin()
-                    self.begun += 1
+                    was = run.begun
+                    run.begin()  # nothing for a run cancelled, stopped or begun meanwhile
+                    self.begun += run.begun and not was
                 except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others' starts
                     log.exception("run %s at %s: first round failed", run.run_id, run.node_id)
                     run._stop(f"its first round failed: {type(exc).__name__}: {exc}")

@@ -85,6 +85,7 @@ def test_run_start_answers_before_first_rounds_which_run_one_per_loop_turn(
                 queue = run_service.start_queue()
                 assert len(queue) == N
                 await queue.idle()
+                assert queue.begun == N and len(queue) == 0
             finally:
                 tick.cancel()
             # the first rounds ran in the order of the starts, each in its own turn of the loop
