@@ -97,7 +97,10 @@ class RunRefused(ValueError):
 @dataclass
 class Timings:
     accepted: float = field(default_factory=time.time)
-    started: float | None = None
+    started: float | None = None  # the operator's run.start reached the node (acknowledged)
+    #: the machine got ``RunStarted`` (its first round's work ran): after ``started``, on the host's
+    #: start queue (:class:`hushnet.runs.service.StartQueue`), so a host acknowledges all its starts first
+    begun: float | None = None
     finished: float | None = None
     closed: float | None = None
 
@@ -109,6 +112,7 @@ class Timings:
         return {
             "accepted": self.accepted,
             "started": self.started,
+            "begun": self.begun,
             "finished": self.finished,
             "closed": self.closed,
             "run_seconds": wall,
@@ -197,7 +201,11 @@ class RunDriver:
         self._unsaved = False
         self.last_step = -1
         self.topped_up = False
-        self._early: list[tuple[str, bytes]] = []  # (sender, payload) received before run.start
+        #: the machine got ``RunStarted`` (see :meth:`mark_started` / :meth:`begin`)
+        self._begun = False
+        self._early: list[
+            tuple[str, bytes]
+        ] = []  # (sender, payload) received before the machine's start
         self._early_bytes = 0
         self.early_dropped = 0
         # durable runs (issue 14): a RunStore and a machine with checkpoint/restore hooks
@@ -256,13 +264,49 @@ class RunDriver:
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
-        """Deliver ``RunStarted`` — only the operator's ``run.start`` calls this (idempotent) — then
-        replay, in arrival order, the envelopes neighbours sent before it arrived."""
+        """Deliver ``RunStarted`` now — the operator's ``run.start`` (idempotent): :meth:`mark_started`
+        then :meth:`begin` in one go.  The node's service splits the two (its host's start queue)."""
+        self.mark_started()
+        self.begin()
+
+    def mark_started(self) -> bool:
+        """The operator started the run here: state ``running``, the ``started`` event — no machine work.
+
+        Why split from :meth:`begin`: the first round's work (Muffliato-GD: a gradient, noise, a ledger
+        charge toward every node, a checkpoint, the first messages) done inline in ``run.start`` made a
+        host acknowledge its nodes one after the other (issue 12: 82 s from the first start to the last
+        at n = 2048), so early nodes waited for late ones.  A host now marks all its nodes started in one
+        cheap sweep and runs their first rounds as scheduled work.  Until :meth:`begin` the machine sees
+        nothing: envelopes are buffered as before the start.  True if this call started the run.
+
+        A durable run records the start before it is answered (state ``running``, no machine yet): a node
+        that dies before its first round restarts it (:meth:`restore`), as it did when the start's own
+        first checkpoint was the record — not left ``accepted`` while the operator thinks it started.  A
+        record that cannot be written stops the run here (the operator's status says why)."""
         if self.state != "accepted":
-            return
+            return False
         self.state = "running"
         self.timings.started = time.time()
         self._emit("started")
+        if self.store is not None:
+            try:
+                self.persist()
+            except Exception as exc:  # noqa: BLE001 - not on disk: the run must not start here
+                self._stop(f"cannot record the run's start durably ({exc})")
+        return True
+
+    @property
+    def begun(self) -> bool:
+        """The machine got ``RunStarted`` (envelopes reach it instead of the early buffer)."""
+        return self._begun
+
+    def begin(self) -> None:
+        """The machine's ``RunStarted`` (its first round's work), then, in arrival order, the envelopes
+        neighbours sent before it.  Once, and only for a run marked started and not over since."""
+        if self._begun or self.state != "running":
+            return
+        self._begun = True
+        self.timings.begun = time.time()
         self._execute(self.machine.handle(RunStarted()), persist=True)
         early, self._early, self._early_bytes = self._early, [], 0
         for sender, payload in early:
@@ -278,7 +322,8 @@ class RunDriver:
         Before the operator's ``run.start`` nothing reaches the machine: a neighbour cannot start a run
         here (and make this node charge its ledger and send its data) by sending anything for it.  The
         envelope is buffered for the start instead — a started neighbour's token legitimately races
-        ahead of our own ``run.start`` — up to :data:`MAX_EARLY_MESSAGES` / :data:`MAX_EARLY_BYTES`.
+        ahead of our own ``run.start`` — up to :data:`MAX_EARLY_MESSAGES` / :data:`MAX_EARLY_BYTES`; so
+        is one that arrives after ``run.start`` but before the machine's own start (:meth:`begin`).
         """
         if self.state in TERMINAL and not self._serves_finished():
             raise self._over()
@@ -287,7 +332,7 @@ class RunDriver:
             raise RunRefused(
                 "unknown-sender", f"{sender} is not a vertex of run {self.run_id}'s graph"
             )
-        if self.state == "accepted":
+        if not self._begun:
             if (
                 len(self._early) < MAX_EARLY_MESSAGES
                 and self._early_bytes + len(payload) <= MAX_EARLY_BYTES
@@ -416,7 +461,8 @@ class RunDriver:
         if self.store is None:
             return
         t0 = time.perf_counter()
-        machine = None if self.state == "accepted" else self.machine.checkpoint()
+        # not begun: nothing of the machine to keep (a restored ``running`` run without one starts it)
+        machine = None if not self._begun else self.machine.checkpoint()
         self.store.checkpoint(self.run_id, self.state, self.reason, self.durable_state(), machine)
         self.checkpoints += 1
         self.checkpoint_seconds += time.perf_counter() - t0
@@ -468,6 +514,7 @@ class RunDriver:
         self.state, self.reason = state, reason
         if state == "accepted":
             return
+        self._begun = True  # below: the machine is restored, or (no checkpoint of it) started again
         if state in TERMINAL:
             if self._serves_finished() and machine is not None:
                 # it answers catch-up requests from its history, and re-sends what may not have left
@@ -514,7 +561,7 @@ class RunDriver:
 
     def whereabouts(self) -> dict[str, Any] | None:
         fn = getattr(self.machine, "whereabouts", None)
-        if fn is None or self.state == "accepted":
+        if fn is None or not self._begun:
             return None
         w = fn()
         for k in ("pending_to", "passed_to"):
@@ -1100,6 +1147,7 @@ class RunDriver:
             "node": self.node_id,
             "vertex": self.vertex,
             "state": self.state,
+            "begun": self._begun,  # running: the machine's first round ran (not only acknowledged)
             "reason": self.reason,
             "step": self.last_step,
             "contributions": self.contributions,

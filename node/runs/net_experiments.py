@@ -293,6 +293,7 @@ def run_network(
                     f"only {len(models_by_id)} of {want} nodes hold a model after {rpc_timeout:.0f} s",
                 )
             report = client.report(run_id)
+            timings.update(start_spreads(report.per_node))
     finally:
         cluster.stop(timeout=15)
         if tmp is not None:
@@ -313,6 +314,22 @@ def run_network(
         per_process,
         outcome.state,
     )
+
+
+def start_spreads(per_node: dict[str, Any]) -> dict[str, float]:
+    """Seconds from the first node's start to the last one's, from the nodes' report timings: the
+    operator's ``run.start`` acknowledged (``started``) and the machines' first rounds run (``begun``;
+    the same moment before ``run.start`` was split, issue 12)."""
+    out: dict[str, float] = {}
+    for key, name in (("started", "start_spread_seconds"), ("begun", "first_round_spread_seconds")):
+        ts = [
+            float(r["timings"][key])
+            for r in per_node.values()
+            if isinstance(r, dict) and (r.get("timings") or {}).get(key) is not None
+        ]
+        if ts:
+            out[name] = round(max(ts) - min(ts), 3)
+    return out
 
 
 def _wait_rounds_done(client, run_id: str, n: int, round_timeout: float, say) -> None:

@@ -34,6 +34,7 @@ import pathlib
 import sqlite3
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -579,8 +580,11 @@ class RunService:
         return run, args
 
     async def c_start(self, payload: bytes) -> bytes:
+        """Mark the run started and answer; its first round runs afterwards on the host's
+        :class:`StartQueue` (so a host answers every ``run.start`` of a batch before any first round)."""
         run, _ = self._run(payload)
-        run.start()
+        if run.mark_started() and run.state == "running":
+            start_queue().put(self, run)
         return _json(run.status())
 
     async def c_events(self, payload: bytes) -> bytes:
@@ -780,6 +784,95 @@ class RunService:
         files = [f for f in (self._ledger, self._store) if f is not None]
         self._ledger = self._store = None
         return files
+
+
+class StartQueue:
+    """The first rounds of the runs started in one host process (one event loop), one at a time, in order.
+
+    Why (issue 12): ``run.start`` used to run the machine's first round inline — Muffliato-GD's gradient,
+    noise, ledger charge toward every node, checkpoint and first messages — so a host answering the
+    operator's batched ``run.start`` for its 410 nodes acknowledged them one first round after the other
+    (82 s from the first start to the last at n = 2048), and its early nodes waited for its late ones.
+    Now :meth:`RunService.c_start` only marks the run started (:meth:`RunDriver.mark_started`) and queues
+    it here; one worker task per loop runs the queued first rounds (:meth:`RunDriver.begin`), one per
+    turn of the loop: between two of them the loop serves its links and commands (first messages leave,
+    neighbours' arrive, a batch's answers go out).  One at a time is the bound on concurrency per host: a
+    first round is synchronous work on the loop, and several per turn would only lengthen its stalls."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[tuple[RunService, RunDriver]] = collections.deque()
+        self._worker: asyncio.Task | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        #: first rounds run by this queue (the machine's RunStarted delivered)
+        self.begun = 0
+        #: since the queue was last empty: first rounds run, their seconds on the loop (sum, longest), and
+        #: when the first of them was queued — logged when it drains (what a host's starts cost)
+        self._drain_stats = [0, 0.0, 0.0, 0.0]
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def put(self, service: RunService, run: RunDriver) -> None:
+        """Queue ``run``'s first round (``service``: its node's, skipped if that node stops meanwhile)."""
+        if not self._queue and self._idle.is_set():
+            self._drain_stats = [0, 0.0, 0.0, time.monotonic()]
+        self._queue.append((service, run))
+        self._idle.clear()
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def idle(self) -> None:
+        """Return once every queued first round has run (or been skipped)."""
+        await self._idle.wait()
+
+    async def _work(self) -> None:
+        try:
+            while self._queue:
+                await asyncio.sleep(0)  # the start's answer (and the loop's other work) first
+                service, run = self._queue.popleft()
+                if service._closed:  # the node is stopping: its ledger and store are closed
+                    continue
+                t = time.perf_counter()
+                try:
+                    was = run.begun
+                    run.begin()  # nothing for a run cancelled, stopped or begun meanwhile
+                    self.begun += run.begun and not was
+                except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others' starts
+                    log.exception("run %s at %s: first round failed", run.run_id, run.node_id)
+                    run._stop(f"its first round failed: {type(exc).__name__}: {exc}")
+                took = time.perf_counter() - t
+                st = self._drain_stats
+                st[0], st[1], st[2] = st[0] + 1, st[1] + took, max(st[2], took)
+        finally:
+            if not self._queue:
+                self._idle.set()
+                k, total, longest, since = self._drain_stats
+                if k:
+                    log.info(
+                        "first rounds of %d started runs in %.2f s: %.2f s of it in them "
+                        "(%.1f ms each on average, longest %.1f ms)",
+                        k,
+                        time.monotonic() - since,
+                        total,
+                        1e3 * total / k,
+                        1e3 * longest,
+                    )
+
+
+#: one start queue per event loop (a host process runs all its nodes on one)
+_START_QUEUES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StartQueue]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def start_queue() -> StartQueue:
+    """The running loop's :class:`StartQueue`."""
+    loop = asyncio.get_running_loop()
+    q = _START_QUEUES.get(loop)
+    if q is None:
+        q = _START_QUEUES[loop] = StartQueue()
+    return q
 
 
 CLOSE_PROTOCOL = "hushnet.run-close"

@@ -68,6 +68,7 @@ def test_failed_round_deliveries_are_sent_again(tmp_path: pathlib.Path) -> None:
     assert busy["held"] == 1
     assert failed_to(drivers[1], ids[0], "DEADLINE_EXCEEDED"), drivers[1].events
     assert failed_to(drivers[3], ids[2], *REFUSED), drivers[3].events
+    assert drivers[1].redeliveries >= 1 and drivers[3].redeliveries >= 1
     assert [d.deviations for d in drivers] == [[]] * N
     # the busy receiver's second copy was the transport's duplicate, never a second round message
     assert [d.faults for d in drivers] == [[]] * N

@@ -62,7 +62,7 @@ async def c_gradient(service, payload: bytes) -> bytes:
         request = base64.b64decode(str(args.get("request_b64", "")), validate=True)
     except ValueError as exc:
         raise RunRefused("malformed", f"request is not base64: {exc}") from None
-    if run.state == "accepted":
+    if not run.begun:  # not started, or started and its first round still queued: start it now
         run.start()
     run.messages_in += 1
     fx = _GradientEffects(run, aggregator=len(run.ids))
