@@ -9,10 +9,8 @@ reopened file are the exact path's, bit for bit; the budget still stops the run 
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
-import pytest
+from helpers.driver_loop import driver_loop  # noqa: F401 - autouse: the driver's event loop
 
 import hushnet.runs.accounting as acc
 from hushnet.engine.actions import LedgerEntry as EngineEntry
@@ -21,18 +19,6 @@ from hushnet.protocols.registry import transition_matrix
 from hushnet.runs.accounting import contribution_cost
 from hushnet.runs.driver import RunDriver
 from hushnet.runs.spec import Budget, RunSpec
-
-
-@pytest.fixture(autouse=True)
-def _a_loop():
-    """A driver lives on an event loop (its events notify watchers there, e.g. when the budget stops
-    the run): give it one, whatever loop state an earlier test left behind."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.run_until_complete(asyncio.sleep(0))  # the notifications the driver queued
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def _spec(n: int, eps: float) -> RunSpec:

@@ -11,10 +11,9 @@ the same bit for bit, and so must every visit's outcome.
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
+from helpers.driver_loop import driver_loop  # noqa: F401 - autouse: the driver's event loop
 
 from hushnet.engine.actions import LedgerEntry as EngineEntry
 from hushnet.privacy.ledger import Ledger, LedgerBudget
@@ -27,18 +26,6 @@ from hushnet.runs.spec import Budget, RunSpec
 N = 32
 IDS = [f"n{i}" for i in range(N)]
 V = 5
-
-
-@pytest.fixture(autouse=True)
-def _a_loop():
-    """A driver lives on an event loop (its events notify watchers there, e.g. when the budget stops
-    the run): give it one, whatever loop state an earlier test left behind."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.run_until_complete(asyncio.sleep(0))  # the notifications the driver queued
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def _spec(seed: int, sigma: float, eps: float = 1e6) -> RunSpec:
