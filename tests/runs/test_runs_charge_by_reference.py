@@ -10,6 +10,7 @@ reopened file are the exact path's, bit for bit; the budget still stops the run 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers.driver_loop import driver_loop  # noqa: F401 - autouse: the driver's event loop
 
 import hushnet.runs.accounting as acc
@@ -177,3 +178,67 @@ def test_the_walk_machine_reports_the_sigma_of_its_visits():
     need not be 7.3)."""
     m = _machine(_spec(64, 1.0), 3)
     assert _visit(m, 0).sigma == m.contribution_sigma
+
+
+def _logreg_tasks(n: int):
+    from hushnet.tasks.logistic import LogisticRegressionTask
+
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(n):
+        X = rng.standard_normal((6, 3))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        out.append(LogisticRegressionTask(X, np.where(X[:, 0] > 0, 1.0, -1.0), clip=0.7))
+    return out
+
+
+WALKS = {
+    "rw-dpsgd": dict(steps=40, step_size=0.1, sigma=3.3),
+    "rw-dpsgd-onion": dict(
+        steps=40, step_size=0.1, sigma=3.3, onion_hops=2, onion_cell_body=1024, secret_seed=1
+    ),
+    "anon-walk-sgd": dict(
+        updates_per_node=1, step_size=0.1, sigma=3.3, ell1=2, ell2=4, cell_body=512
+    ),
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(WALKS))
+def test_every_walk_machine_reports_the_sigma_its_visits_charge(protocol, tmp_path, monkeypatch):
+    """The onion-relayed walk and the source-anonymous walk report ``contribution_sigma`` too (their outer
+    machines were not prepared: their first charge took the exact path), and it is the σ of every data
+    entry they emit, bit for bit — a prepared σ that differed would only waste the allowance, but one
+    that matches is what lets the first visit be charged by reference."""
+    from hushnet.protocols.registry import build_machines
+    from hushnet.sim import Simulator
+
+    W = transition_matrix("regular:24:3:1")
+    ms = build_machines(protocol, _logreg_tasks(24), run_seed=5, W=W, params=WALKS[protocol])
+    res = Simulator(ms).run()
+    assert res.status == "finished"
+    data = [(v, e) for v, es in res.ledgers.items() for e in es if e.uses_data]
+    assert len(data) >= 8
+    for v, e in data:
+        sigma = ms[v].contribution_sigma
+        assert 0 < sigma < float("inf")
+        assert e.sigma == sigma
+    # and a node's driver prepares at that σ: its visits then build no rows, the first one included
+    monkeypatch.setenv(acc.ROWS_ENV, "0")
+    v = data[0][0]
+    spec = RunSpec(
+        protocol=protocol, task="logreg", graph="regular:24:3:1", steps=40, seed=5,
+        budget=Budget(1e6, 1e-5), sigma=3.3,
+    ).with_run_id()  # fmt: skip
+    ((led, d),) = _drivers(tmp_path, spec, 24, [v], protocol)
+    d.machine = ms[v]
+    assert d.prepare_charges() > 0
+    built = []
+    real = acc.ContributionCost.curves
+    monkeypatch.setattr(
+        acc.ContributionCost, "curves", lambda self, s: built.append(1) or real(self, s)
+    )
+    mine = [e for u, e in data if u == v]
+    for e in mine:
+        assert d._charge(e)  # noqa: SLF001
+    assert built == [] and len(led.entries()) == len(mine)
+    led.close()

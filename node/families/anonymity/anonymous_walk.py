@@ -181,6 +181,12 @@ class AnonymousWalk(Protocol):
         if params.x0 is not None and len(params.x0) != self.dim:
             raise ValueError(f"x0 has {len(params.x0)} entries, the model has {self.dim}")
 
+    @property
+    def contribution_sigma(self) -> float:
+        """The noise multiplier of its updates' ledger entries (the entry is built from this very value):
+        the driver prepares the run's charges at it, so every update is charged by reference (issue 12)."""
+        return self.noise_std / self.sens if self.sens > 0 else float("inf")
+
     # events -------------------------------------------------------------------------------------
 
     def on_start(self) -> list[Action]:
@@ -374,7 +380,7 @@ class AnonymousWalk(Protocol):
             ACCOUNTING_VIEW.view_model,
             self.sens,
             self.noise_std,
-            self.noise_std / self.sens if self.sens > 0 else float("inf"),
+            self.contribution_sigma,
             self.name,
             self.ctx.run_id,
             {"mechanism": ACCOUNTING_VIEW.mechanism, "anonymity_credited": False},

@@ -359,6 +359,12 @@ class OnionLayer(Protocol):
     def finished(self, value: bool) -> None:  # Protocol.__init__ sets it; the inner machine owns it
         pass
 
+    @property
+    def contribution_sigma(self) -> float:
+        """The inner machine's (0.0 when it does not say): the layer relays the inner machine's ledger
+        entries unchanged, so the run's charges can be prepared at the same σ (issue 12)."""
+        return float(getattr(self.inner, "contribution_sigma", 0.0) or 0.0)
+
     def on_start(self) -> list[Action]:
         return self._translate(self.inner.handle(RunStarted()))
 
