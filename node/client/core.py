@@ -466,6 +466,11 @@ class AsyncClient:
         asked = (poll, pause_timeout)
         n_calls = len(ids)  # RPCs a sweep makes: one per host once the hosts are known (see _all)
         cursors = {i: 0 for i in ids}
+        # each node's last status and its digest: a brief sweep's node with nothing new answers nothing
+        # (``run.events`` with ``seen``) and keeps the status it gave last
+        seen: dict[str, dict[str, Any]] = {}
+        digests: dict[str, str] = {}
+        full = True  # ask whole statuses (with the token's whereabouts): the first sweep, and while stalled
         t0 = time.monotonic()
         total = 0
         step = 0
@@ -497,7 +502,16 @@ class AsyncClient:
                     timeout=poll + 10,
                     nodes=ids,
                     per_node={
-                        i: {"run_id": run_id, "after": cursors[i], "wait": hold} for i in ids
+                        i: {"run_id": run_id, "after": cursors[i], "wait": hold}
+                        if full
+                        else {
+                            "run_id": run_id,
+                            "after": cursors[i],
+                            "wait": hold,
+                            "brief": True,
+                            **({"seen": digests[i]} if i in digests else {}),
+                        }
+                        for i in ids
                     },
                     wait=poll,
                 )
@@ -511,10 +525,18 @@ class AsyncClient:
                     if isinstance(r, BaseException):
                         raise r
                     unreachable.pop(i, None)
+                    if r is None:  # nothing new since the status it gave last (a brief sweep)
+                        if i in seen:
+                            states[i] = seen[i]
+                        continue
                     cursors[i] = r["next"]
                     st = r["status"]
                     total = st.get("steps") or total
-                    states[i] = st
+                    states[i] = seen[i] = st
+                    if "digest" in r:
+                        digests[i] = r["digest"]
+                    else:
+                        digests.pop(i, None)
                     for ev in r["events"]:
                         if ev["type"] in ("progress", "finished", "resumed", "paused"):
                             step = max(step, int(ev.get("step", 0)))
@@ -576,6 +598,9 @@ class AsyncClient:
                         f"{stopped[0]['node']}: {stopped[0].get('reason', '')}",
                     )
                     break
+                # a sweep with progress can be brief: the token's whereabouts (left out of a brief status)
+                # are read only when the walk stalls or pauses, so those sweeps ask whole statuses
+                full = step == last_step
                 if step != last_step:
                     last_step, paused_since, stalled_since = step, None, time.monotonic()
                 if total and step < total and time.monotonic() - stalled_since > pause_timeout:

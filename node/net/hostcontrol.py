@@ -155,6 +155,7 @@ class HostBatch:
         answers: list[dict[str, Any]] = []
         bodies: list[bytes] = []
         more: list[str] = []
+        same: list[str] = []
         size, budget = 0, self.budget or self.node.config.max_message_bytes // 2
         t0 = time.monotonic()
         # seconds on this loop, reported to the client: wall time, and the loop thread's CPU time in the
@@ -175,6 +176,11 @@ class HostBatch:
                 ok is None
             ):  # stopping meanwhile: the client asks it on its own (and learns it is down)
                 absent.append(i)
+                continue
+            if ok and not body and command == "run.events":
+                # nothing new since the status the watcher holds (``seen``): named, not signed — a
+                # host can withhold its nodes' answers anyway, and the watcher keeps what they signed
+                same.append(i)
                 continue
             if answers and size + len(body) > budget:  # the rest in the client's next page
                 more = here[k:]
@@ -205,6 +211,7 @@ class HostBatch:
             "answers": answers,
             "absent": absent,
             "more": more,
+            "same": same,
             "work_s": {k: round(v, 6) for k, v in work.items()},
         }
         return json.dumps(head).encode() + b"\n" + b"".join(bodies)
@@ -298,10 +305,11 @@ class HostBatchClient:
         self._keys: dict[bytes, Any] = {}  # DER public key → loaded key (answers' signatures)
         #: calls made since :meth:`reset` (batches), and the hosts' loop seconds they reported
         self.calls = self.batches = 0
+        self.same = 0  # run.events answers that said "nothing new" (see HostBatch)
         self.host_work_s: dict[str, float] = {}
 
     def reset(self) -> None:
-        self.calls = self.batches = 0
+        self.calls = self.batches = self.same = 0
         self.host_work_s = {}
 
     async def ask(
@@ -448,6 +456,14 @@ class HostBatchClient:
                     got[i] = json.loads(body) if body else None
                 except ValueError:
                     got[i] = bytes(body)
+        if command == "run.events":  # nothing new since the digest the caller sent (``seen``)
+            seen = [
+                i
+                for i in head.get("same", [])
+                if i in part and isinstance(per_node.get(i), dict) and per_node[i].get("seen")
+            ]
+            got.update(dict.fromkeys(seen))
+            self.same += len(seen)
         for i in head.get("absent", []):
             self.host_of.pop(i, None)
         return got, [i for i in head.get("more", []) if i in part]

@@ -1141,7 +1141,20 @@ class RunDriver:
         self._emit("accounted_deviation", contributions=used)
 
     # ------------------------------------------------------------------ reports
-    def status(self) -> dict[str, Any]:
+    #: what a visit changes in :meth:`status` without an event: left out of a watch's brief status
+    #: (:meth:`status` with ``brief``), so a node the token only passed through has nothing new to say
+    VISIT_FIELDS = ("contributions", "token")
+
+    def status(self, *, brief: bool = False) -> dict[str, Any]:
+        """The run here.  ``brief``: without :data:`VISIT_FIELDS` — what changes only with an event or a
+        change of state, which a watch compares to what it saw (``run.events`` with ``seen``)."""
+        st = self._status()
+        if brief:
+            for k in self.VISIT_FIELDS:
+                del st[k]
+        return st
+
+    def _status(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "node": self.node_id,

@@ -97,6 +97,43 @@ def test_batched_operator_commands_equal_per_node_ones(tmp_path: pathlib.Path) -
                     assert np.array_equal(m_fast[k], m_slow[k])
                 assert await batch.list_runs() == await per_node.list_runs()
 
+                # a watch's brief sweep (issue 12): events and the status without what a visit changes,
+                # with its digest; asked again with the digests, a node with nothing new answers
+                # nothing (named by its host, unsigned) — a node with events still answers in full
+                ids = sorted(fast)
+
+                def events(c, digests=None, after=None):
+                    return c._all(  # noqa: SLF001
+                        "run.events",
+                        nodes=ids,
+                        per_node={
+                            i: {
+                                "run_id": run_id,
+                                "after": (after or {}).get(i, 10**6),
+                                "brief": True,
+                                **({"seen": digests[i]} if digests else {}),
+                            }
+                            for i in ids
+                        },
+                    )
+
+                first = await events(batch)
+                assert all(
+                    r["events"] == [] and "token" not in r["status"] and "digest" in r
+                    for r in first.values()
+                ), first
+                digests = {i: r["digest"] for i, r in first.items()}
+                assert await events(per_node) == first  # the same bytes per node
+                again = await events(batch, digests)
+                assert again == dict.fromkeys(ids) and batch.hosts.same == N
+                assert batch.last_calls == 3
+                assert await events(per_node, digests) == dict.fromkeys(ids)
+                news = await events(batch, digests, after={"n0": 0})
+                assert news["n0"]["events"] and news["n0"]["status"] == first["n0"]["status"]
+                assert [i for i, r in news.items() if r is not None] == ["n0"]
+                stale = await events(batch, {**digests, "n1": "0" * 32})
+                assert stale["n1"] == first["n1"]
+
                 # an unknown run: each node's own error, as per node
                 nope_fast = await batch.statuses("no-such-run")
                 nope_slow = await per_node.statuses("no-such-run")
