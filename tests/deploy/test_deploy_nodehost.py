@@ -15,6 +15,7 @@ both containers, each node's run policy (data shard, budget) written per hosted 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -58,10 +59,27 @@ def _free_range(host: str, count: int, start: int = 21000) -> int:
     raise AssertionError(f"no {count} consecutive free ports on {host}")
 
 
+def bridge_gateway() -> str:
+    """The host's address on Docker's default bridge, which the containers reach it at.  An engine just
+    started may list the bridge's subnet without its gateway (CI: ``KeyError: 'Gateway'``): then it is
+    the address of the bridge's own interface in that subnet."""
+    net = json.loads(docker("network", "inspect", "bridge").stdout)[0]
+    cfg = net["IPAM"]["Config"][0]
+    if cfg.get("Gateway"):
+        return cfg["Gateway"]
+    dev = net.get("Options", {}).get("com.docker.network.bridge.name", "docker0")
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", dev], capture_output=True, text=True, check=True
+    ).stdout
+    subnet = ipaddress.ip_network(cfg["Subnet"])
+    for word in out.split():
+        if "/" in word and ipaddress.ip_interface(word).ip in subnet:
+            return str(ipaddress.ip_interface(word).ip)
+    raise AssertionError(f"no address of {dev} in Docker's bridge subnet {subnet}: {out!r}")
+
+
 def test_node_host_containers_reached_through_published_ports(hushnet_image, tmp_path):
-    gateway = json.loads(docker("network", "inspect", "bridge").stdout)[0]["IPAM"]["Config"][0][
-        "Gateway"
-    ]
+    gateway = bridge_gateway()
     n = K * REPLICAS
     boot_port = _free_range(gateway, 1, start=20400)
     boot_state = tmp_path / "bootstrap"

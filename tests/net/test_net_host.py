@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import pathlib
-import resource
 import subprocess
 import sys
 import time
@@ -195,11 +194,21 @@ def _start_bootstrap_process(tmp: pathlib.Path, spec: str) -> tuple[subprocess.P
     raise AssertionError("bootstrap did not start")
 
 
-def _limit_fds(n: int):
-    def pre() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+def _limit_fds(n: int) -> list[str]:
+    """A command prefix that runs the rest of the command with an open-file limit of ``n``.
 
-    return pre
+    Not ``preexec_fn``: that makes subprocess fork without exec in between, and a fork of this process —
+    which runs gRPC in other tests — restarts gRPC's poller thread in the child, where it found its
+    epoll descriptor closed and aborted before the exec (CI: ``epoll_wait error: Bad file descriptor``,
+    the host "exited" with -6 before it ran).  Here the child is a fresh interpreter that sets the
+    limit and execs."""
+    return [
+        sys.executable,
+        "-c",
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n})); "
+        "os.execv(sys.argv[1], sys.argv[1:])",
+    ]
 
 
 def test_descriptor_limit_refuses_the_nodes_that_do_not_fit(tmp_path: pathlib.Path) -> None:
@@ -210,6 +219,7 @@ def test_descriptor_limit_refuses_the_nodes_that_do_not_fit(tmp_path: pathlib.Pa
         with open(out, "wb") as fh:
             host = subprocess.Popen(
                 [
+                    *_limit_fds(400),
                     *HUSHNET,
                     "node",
                     "serve",
@@ -232,7 +242,6 @@ def test_descriptor_limit_refuses_the_nodes_that_do_not_fit(tmp_path: pathlib.Pa
                 cwd=REPO,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_limit_fds(400),
             )
         try:
             for _ in range(600):

@@ -79,7 +79,9 @@ def test_host_batch_answers_like_per_node_calls(tmp_path: pathlib.Path) -> None:
             # the hosts are known after the first call: one call per host, the lone node its own host
             assert batch.last_calls == 3, batch.last_calls
             assert batch.op.calls["host.batch"] - calls["host.batch"] == 3
-            assert batch.op.calls["status"] == 0
+            # (the first call may have asked one node on its own: a node of no known host that comes
+            # after a full discovery wave naming nobody else — e.g. the lone node — is asked per node)
+            assert batch.op.calls["status"] - calls.get("status", 0) == 0
             slow = await per_node._all("status")
             assert per_node.op.calls["status"] == len(ALL) and per_node.op.calls["host.batch"] == 0
             for res in (first, again):
