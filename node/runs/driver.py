@@ -220,6 +220,9 @@ class RunDriver:
         self._event_base = 0  # events before the last restart are gone; seq numbers go on from here
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
+        #: seconds this node spent handling its run's envelopes (machine, charges, checkpoints: a hop's
+        #: work at its receiver, which the report sets beside the hop's whole time)
+        self.handle_seconds = 0.0
         self._journal_pending: list[
             LedgerEntry
         ] = []  # durable run: journal entries of the batch in progress
@@ -357,7 +360,11 @@ class RunDriver:
             )
         self.messages_in += 1
         self._unsaved = False
-        faults = self._execute(self.machine.handle(MessageArrived(src, payload)))
+        t0 = time.perf_counter()
+        try:
+            faults = self._execute(self.machine.handle(MessageArrived(src, payload)))
+        finally:
+            self.handle_seconds += time.perf_counter() - t0
         if faults:
             err = faults[0].error
             raise RunRefused(getattr(err, "code", "protocol-error"), str(err))
@@ -1290,6 +1297,7 @@ class RunDriver:
                 "out": self.messages_out,
                 "send_failures": self.send_failures,
                 "redeliveries": self.redeliveries,
+                "handle_seconds": self.handle_seconds,
             },
             "result": self.finish_result,
             # durable runs: checkpoints written here and their time (the cost of durability per hop)
