@@ -603,12 +603,11 @@ class RunService:
         doc: dict[str, Any] = {"node": self.node.node_id, "events": events, "next": nxt}
         if not brief:
             return _json({**doc, "status": run.status()})
-        status = _json(run.status(brief=True))
-        digest = hashlib.sha256(status).hexdigest()[:32]
+        status = run.status(brief=True)
+        digest = hashlib.sha256(_json(status)).hexdigest()[:32]
         if not events and args.get("seen") == digest:
             return b""
-        # the status's own bytes spliced in: the digest is of exactly what the watcher decodes
-        return _json({**doc, "digest": digest})[:-1] + b', "status": ' + status + b"}"
+        return _json({**doc, "digest": digest, "status": status})
 
     async def c_status(self, payload: bytes) -> bytes:
         run, _ = self._run(payload)
