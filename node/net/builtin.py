@@ -64,6 +64,11 @@ class BuiltinControlsMixin:
             run_id = str(args.get("run_id", "ping"))
             size = int(args.get("size", 32))
             targets = args.get("to") or list(self.neighbors)
+            # net.ping records each envelope in the receiver's inbox (proof of delivery); net.discard only
+            # counts it, so its round trip is the transport's alone (no store write at the receiver)
+            protocol = str(args.get("protocol", "net.ping"))
+            if protocol not in ("net.ping", "net.discard"):
+                raise ValueError(f"ping_neighbors sends net.ping or net.discard, not {protocol!r}")
             results: dict[str, Any] = {}
 
             async def one(peer: str) -> None:
@@ -73,7 +78,7 @@ class BuiltinControlsMixin:
                     ack = await self.send(
                         peer,
                         body,
-                        protocol="net.ping",
+                        protocol=protocol,
                         run_id=run_id,
                         timeout=float(args.get("timeout", 30)),
                     )

@@ -130,6 +130,25 @@ def test_64mb_payload_crosses_one_edge_intact(net: UpProcess) -> None:
     assert box[0]["sha256"] == res["sha256"]
 
 
+@pytest.mark.timeout(200)
+def test_ping_neighbors_discard_measures_the_transport_alone(net: UpProcess) -> None:
+    """``protocol: net.discard`` sends the same envelope, counted and dropped by the receiver, so the
+    round trip has no inbox write in it (issue 12: a receiver's first ``net.ping`` record, not the link,
+    made a link's "first use" look 2 ms slow); anything else is refused with one clear line."""
+    from hushnet.net.operator import OperatorError
+
+    sent = operator_control(
+        net, "n0", "ping_neighbors", {"run_id": "discarded", "size": 100, "protocol": "net.discard"}
+    )
+    assert set(sent["sent"]) == graph_neighbours()["n0"]
+    assert all(r["ok"] and not r["duplicate"] for r in sent["sent"].values()), sent
+    for peer in sent["sent"]:  # dropped, not recorded
+        box = operator_control(net, peer, "inbox", {"run_id": "discarded"})["inbox"]
+        assert box == []
+    with pytest.raises(OperatorError, match="sends net.ping or net.discard, not 'net.run'"):
+        operator_control(net, "n0", "ping_neighbors", {"protocol": "net.run"})
+
+
 # ---------------------------------------------------------------------------- refused connections
 
 
