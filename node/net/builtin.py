@@ -66,8 +66,8 @@ class BuiltinControlsMixin:
             targets = args.get("to") or list(self.neighbors)
             # net.ping records each envelope in the receiver's inbox (proof of delivery); net.discard only
             # counts it, so its round trip is the transport's alone (no store write at the receiver)
-            protocol = str(args.get("protocol", "net.ping"))
-            if protocol not in ("net.ping", "net.discard"):
+            protocol = str(args.get("protocol", PingProtocol.protocol))
+            if protocol not in (PingProtocol.protocol, DiscardProtocol.protocol):
                 raise ValueError(f"ping_neighbors sends net.ping or net.discard, not {protocol!r}")
             results: dict[str, Any] = {}
 
