@@ -67,8 +67,9 @@ class BuiltinControlsMixin:
             # net.ping records each envelope in the receiver's inbox (proof of delivery); net.discard only
             # counts it, so its round trip is the transport's alone (no store write at the receiver)
             protocol = str(args.get("protocol", PingProtocol.protocol))
-            if protocol not in (PingProtocol.protocol, DiscardProtocol.protocol):
-                raise ValueError(f"ping_neighbors sends net.ping or net.discard, not {protocol!r}")
+            allowed = (PingProtocol.protocol, DiscardProtocol.protocol)
+            if protocol not in allowed:
+                raise ValueError(f"ping_neighbors sends {' or '.join(allowed)}, not {protocol!r}")
             results: dict[str, Any] = {}
 
             async def one(peer: str) -> None:
