@@ -7,6 +7,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,12 +120,17 @@ class ChannelsMixin:
         run_id: str = "",
         seq: int | None = None,
         timeout: float = 60.0,
+        started: Callable[[], None] | None = None,
     ) -> epb.DeliveryAck:
         """Send one envelope to neighbour ``to`` and wait for its delivery receipt.
 
         Raises :class:`NotANeighbour`, :class:`PayloadTooLarge` or :class:`DeliveryError`.
         Transient failures are retried until ``timeout``; the receiver drops duplicates by
         ``(sender, protocol, run_id, seq)``, so a retry never delivers twice.
+
+        ``started`` is called once, as soon as the first attempt's call exists: gRPC starts it from a
+        task of its own, and whatever ``started`` schedules on the loop runs after that task (a run
+        driver's work that must not delay the envelope: :class:`hushnet.runs.driver._Soon`).
         """
         link = self.links.get(to)
         if link is None:
@@ -152,7 +158,11 @@ class ChannelsMixin:
                 await asyncio.sleep(min(0.2, remaining))
                 continue
             try:
-                ack = await link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
+                call = link.deliver(wire, timeout=max(remaining, 0.01), wait_for_ready=True)
+                if started is not None:
+                    started, notify = None, started
+                    notify()
+                ack = await call
                 link.sent += 1
                 link.last_heard = time.monotonic()
                 link.missed = link.excused = 0

@@ -290,9 +290,10 @@ class RunService:
     def _sender(self, spec):
         node = self.node
 
-        async def send(dst: str, data: bytes, *, seq: int | None = None):
+        async def send(dst: str, data: bytes, *, seq: int | None = None, started=None):
             # ``seq``: the envelope's number when the driver sends the same bytes again after a failed
-            # delivery — the receiver drops a copy it already took by it (never delivered twice)
+            # delivery — the receiver drops a copy it already took by it (never delivered twice);
+            # ``started``: called once the delivery is under way (see hushnet.runs.driver.SendFn)
             return await node.send(
                 dst,
                 data,
@@ -300,6 +301,7 @@ class RunService:
                 run_id=spec.run_id,
                 seq=seq,
                 timeout=self.send_timeout_s,
+                started=started,
             )
 
         return send

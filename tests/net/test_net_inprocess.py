@@ -322,3 +322,32 @@ def test_membership_leave_and_lease_expiry(tmp_path: pathlib.Path) -> None:
             await _shutdown(nodes[1:], stop, task)
 
     uvloop.run(go())
+
+
+@pytest.mark.timeout(120)
+def test_send_says_once_when_the_delivery_is_under_way(tmp_path: pathlib.Path) -> None:
+    """``Node.send(started=…)`` is called once, when the gRPC call exists and before its answer: what
+    it schedules on the loop runs after the call's own start (a run driver holds zero-delay timers for
+    it: ``hushnet.runs.driver._Soon``)."""
+
+    async def go():
+        nodes, stop, task = await _network(tmp_path, "ring:3", 3)
+        try:
+            a = nodes[0]
+            log: list[str] = []
+            loop = asyncio.get_running_loop()
+
+            def started() -> None:
+                log.append("started")
+                loop.call_soon(log.append, "scheduled by started")
+
+            ack = await a.send("n1", b"x" * 80_000, protocol="net.ping", started=started)
+            log.append("answered")
+            assert ack.accepted
+            assert log == ["started", "scheduled by started", "answered"]
+            # no callable: as before
+            assert (await a.send("n1", b"y", protocol="net.ping")).accepted
+        finally:
+            await _shutdown(nodes, stop, task)
+
+    uvloop.run(go())

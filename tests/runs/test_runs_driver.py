@@ -55,7 +55,7 @@ def _drivers(tmp_path, spec, ledger_budget=None, options=None, send_fn=None):
 
             led.set_budget(LB(ledger_budget, spec.budget.delta))
 
-        async def send(dst, data, src=ids[v]):
+        async def send(dst, data, src=ids[v], **kw):
             if send_fn is not None:
                 return await send_fn(src, dst, data)
             outbox.append((src, dst, data))

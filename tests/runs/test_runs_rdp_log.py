@@ -58,7 +58,7 @@ def _restarted(d: RunDriver, store: RunStore, cost=None) -> RunDriver:
         options=network_walk_options(spec, progress_every=1),
     )
 
-    async def send(dst, data):
+    async def send(dst, data, **kw):
         return None
 
     again = RunDriver(

@@ -152,9 +152,11 @@ class RWDPSGD(WalkMachine):
         depend on the model, so it need not wait for the token.  It is drawn right after this node
         sampled its next hop — exactly where the next visit would have drawn it, since nothing else
         uses this node's generator in between — so the sequence of draws, and every model, is
-        bit-identical to drawing at the visit (the drivers run a zero-delay timer before any
-        message can come back).  Only the draws a visit will use are taken ahead (not past the cap
-        of the local-DP baseline, not on the reference code's clip-after-noise path).
+        bit-identical to drawing at the visit.  The network driver fires it once the handoff is under
+        way (its gRPC call started: :class:`hushnet.runs.driver._Soon`), so the draw never delays the
+        token; a token that came back first would find no draw ready and draw at its visit — the same
+        draws in the same order either way.  Only the draws a visit will use are taken ahead (not past
+        the cap of the local-DP baseline, not on the reference code's clip-after-noise path).
         """
         if name == _PREFETCH:
             if not self._eta_ready and not self.finished:
