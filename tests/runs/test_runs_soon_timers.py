@@ -87,12 +87,12 @@ def test_a_transport_that_never_says_still_gets_the_timer_fired() -> None:
         log: list[str] = []
 
         async def send(dst: str, payload: bytes, **kw: Any) -> None:
-            await asyncio.sleep(0.01)
+            await _idle(3)
             log.append(f"sent to {dst}")
 
         d = _driver(_Machine(log), send)
         d._execute(d.machine.handle(RunStarted()))
-        await asyncio.sleep(0.05)
+        await _idle()
         d.shutdown()
         return log
 
