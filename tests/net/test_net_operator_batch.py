@@ -126,9 +126,11 @@ def test_host_batch_answers_like_per_node_calls(tmp_path: pathlib.Path) -> None:
             for n in host_a.running:
                 n.host_peers = host_a.peers
             batch._host_of["lone"] = host_a.host_id  # as if host A had claimed it
+            # counted from here: the first sweep above may already have asked the lone node on its own
+            asked = batch.op.calls.get("status", 0)
             res = await batch._all("status")
             assert res["lone"]["node"] == "lone"  # asked on its own after the bad signature
-            assert batch.op.calls["status"] == 1
+            assert batch.op.calls["status"] - asked == 1
 
             # host B is gone: its nodes are asked one by one and reported unreachable; the rest answer
             await host_b.stop()
