@@ -146,6 +146,17 @@ class _Soon:
         self.cancelled = True
 
 
+@dataclass(slots=True)
+class _Queued:
+    """An envelope in a destination's queue: its bytes, the receipt it asks for, when it was queued, and
+    what waits for its delivery to be under way (see :meth:`RunDriver._release`)."""
+
+    payload: bytes
+    receipt: str
+    queued: float
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+
 class RunDriver:
     """One run at one node: feeds the machine, executes its actions, keeps the event stream.
 
@@ -475,7 +486,7 @@ class RunDriver:
                 loop.call_soon(self._fire_soon, name, handle)
 
         if fx.last_sent is not None:
-            fx.last_sent[3].append(fire)
+            fx.last_sent.after.append(fire)
         else:
             fire()
 
@@ -989,7 +1000,7 @@ class RunDriver:
         if self.on_peer_closed is not None:
             self.on_peer_closed(dst)
 
-    def _enqueue(self, dst: str, payload: bytes, receipt: str = "") -> list | None:
+    def _enqueue(self, dst: str, payload: bytes, receipt: str = "") -> _Queued | None:
         """Queue an envelope for ``dst``'s sender; returns its queue item when it goes out at once (the
         sender was idle: see :meth:`_release`), else None."""
         q = self._queues.get(dst)
@@ -998,7 +1009,7 @@ class RunDriver:
             self._workers[dst] = asyncio.get_event_loop().create_task(self._sender(dst, q))
         self.messages_out += 1
         at_once = q.empty() and dst not in self._sending
-        item = [payload, receipt, time.monotonic(), []]
+        item = _Queued(payload, receipt, time.monotonic())
         q.put_nowait(item)
         return item if at_once else None
 
@@ -1060,19 +1071,18 @@ class RunDriver:
         A ``Send`` that asked for a receipt gets :class:`Delivered` once ``Deliver`` answered: the
         receiver's driver answers only after its machine accepted the bytes (a refusal is an error)."""
         while True:
-            payload, receipt, queued, after = await q.get()
+            item = await q.get()
             self._sending.add(dst)
             try:
-                await self._deliver_one(dst, payload, receipt, queued, after)
+                await self._deliver_one(dst, item)
             finally:
                 self._sending.discard(dst)
 
-    async def _deliver_one(
-        self, dst: str, payload: bytes, receipt: str, queued: float, after: list
-    ) -> None:
+    async def _deliver_one(self, dst: str, item: _Queued) -> None:
         """One queued envelope: sent (again, for a machine with ``redeliver_for``), then its receipt.
-        ``after``: what waits for the delivery to be under way (see :meth:`_release`) — called by the
-        transport (``started=``), or here when the first attempt returned without doing so."""
+        ``item.after``: what waits for the delivery to be under way (see :meth:`_release`) — called by
+        the transport (``started=``), or here when the first attempt returned without doing so."""
+        payload, receipt, queued, after = item.payload, item.receipt, item.queued, item.after
         window = self._redeliver_for()
         seq = self._next_seq(dst) if window > 0 and self._next_seq is not None else None
         pause = REDELIVER_FIRST_S
@@ -1398,7 +1408,7 @@ class NodeEffects:
         #: the batch's zero-delay timers, scheduled by :meth:`RunDriver._release` (see :class:`_Soon`)
         self.soon: list[tuple[str, _Soon]] = []
         #: the queue item of the batch's last envelope, when it went out at once (else None)
-        self.last_sent: list | None = None
+        self.last_sent: _Queued | None = None
 
     def send(self, act: Send) -> None:
         d = self.driver

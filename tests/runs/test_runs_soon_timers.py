@@ -70,33 +70,34 @@ async def _idle(steps: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-def test_the_timer_fires_after_the_send_is_under_way() -> None:
+def _one_batch(send_for) -> list[str]:
+    """The start's batch (a send to n1 and a zero-delay timer) through a driver whose send is
+    ``send_for(log)``; what was logged once the loop is idle."""
+
     async def go() -> list[str]:
         log: list[str] = []
-        d = _driver(_Machine(log), _grpc_like(log))
+        d = _driver(_Machine(log), send_for(log))
         d._execute(d.machine.handle(RunStarted()))
         await _idle()
         d.shutdown()
         return log
 
-    assert asyncio.run(go()) == ["under way to n1", "timer draw"]
+    return asyncio.run(go())
+
+
+def test_the_timer_fires_after_the_send_is_under_way() -> None:
+    assert _one_batch(_grpc_like) == ["under way to n1", "timer draw"]
 
 
 def test_a_transport_that_never_says_still_gets_the_timer_fired() -> None:
-    async def go() -> list[str]:
-        log: list[str] = []
-
+    def silent(log: list[str]):
         async def send(dst: str, payload: bytes, **kw: Any) -> None:
             await _idle(3)
             log.append(f"sent to {dst}")
 
-        d = _driver(_Machine(log), send)
-        d._execute(d.machine.handle(RunStarted()))
-        await _idle()
-        d.shutdown()
-        return log
+        return send
 
-    assert asyncio.run(go()) == ["sent to n1", "timer draw"]
+    assert _one_batch(silent) == ["sent to n1", "timer draw"]
 
 
 def test_behind_a_busy_destination_the_timer_does_not_wait() -> None:
