@@ -59,9 +59,9 @@ class HostLimits:
 
     ``fds_per_node`` is what a node is assumed to need at most: one listening socket, one client
     socket per neighbour channel, one server-side socket per neighbour's channel to it (a link
-    between two nodes of the same process therefore holds two descriptors), its SQLite files and
-    a transient bootstrap channel.  The default fits degrees up to ~12 (hypercube:12); raise it
-    for denser graphs.
+    between two nodes of the same process therefore holds two descriptors), its SQLite files, the run
+    store's checkpoint log and a transient bootstrap channel.  The default fits degrees up to ~12
+    (hypercube:12); raise it for denser graphs.
     """
 
     max_nodes: int | None = None  # None: as many as descriptors and memory allow

@@ -16,6 +16,11 @@ so it also survives a power loss), holding per run
   held refers to it again without writing it (a walk's resume copy is its previous handoff), and
   buffers nothing refers to any more go in the same transaction.
 
+A checkpoint that keeps the run's state (a walk's hop, a gossip round) is not a transaction but one
+record appended to the **checkpoint log** beside the file (:mod:`hushnet.runs.checkpoint_log`), folded
+into SQLite when it is full, when the store is opened after a crash and when it is closed: a SQLite
+transaction with an 80 kB token was the largest part of a hop after the transport.
+
 The invariant the driver keeps (:class:`hushnet.runs.driver.RunDriver`): a batch of actions that
 sends anything, finishes or deviates is checkpointed *after* its ledger charges and *before* any of
 its messages leave.  So an acknowledgement (which is one of those messages) is only ever sent for a
@@ -35,11 +40,14 @@ import pathlib
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from hushnet.privacy.ledger_math import sealed_bytes
+from hushnet.runs import checkpoint_log
+from hushnet.runs.checkpoint_log import LogEntry
 from hushnet.storage import BIND_MAX, insert_large_blob, open_store, rollback
 
 #: the store's file in a node's state directory
@@ -54,6 +62,14 @@ SYNC_ENV = "HUSHNET_RUNS_SYNC"
 #: 10⁶-float token and the same 0.37–0.43 ms (within 3 %) for a 10⁴-float one; 32–64 kB pages made the
 #: small token's transaction slower (more bytes per small row update).
 PAGE_SIZE = 16384
+#: environment variable: how large the checkpoint log (:mod:`hushnet.runs.checkpoint_log`) may grow, in
+#: MiB, before it is folded into SQLite; ``0`` writes every checkpoint as a SQLite transaction
+LOG_ENV = "HUSHNET_RUNS_LOG_MB"
+#: its default: at 10⁴ floats a fold every ~100 hops of a node (one synced commit, ~1 ms), and at most
+#: this much disk a node beyond its SQLite file (or four checkpoints, if one checkpoint is larger)
+LOG_MB_DEFAULT = 8.0
+#: the log's file name beside the store's (``runs.sqlite`` → ``runs.ckpt``)
+LOG_SUFFIX = ".ckpt"
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -185,6 +201,36 @@ def unpack(blob: bytes | str, blobs: dict[bytes, bytes] | None = None) -> Any:
     return decode(head["v"], bufs)
 
 
+def log_limit() -> int:
+    """The checkpoint log's size limit in bytes (``HUSHNET_RUNS_LOG_MB``, default 8 MiB; 0: no log)."""
+    raw = os.environ.get(LOG_ENV, "").strip()
+    if not raw:
+        return int(LOG_MB_DEFAULT * 2**20)
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise ValueError(
+            f"{LOG_ENV} must be a number of MiB (0 turns the log off), got {raw!r}"
+        ) from None
+    if not 0 <= mb <= 2**20:  # NaN fails both comparisons
+        raise ValueError(f"{LOG_ENV} must be between 0 and {2**20} MiB, got {raw!r}")
+    return int(mb * 2**20)
+
+
+@dataclass
+class _Row:
+    """One run's checkpoint as a SQLite transaction writes it; ``fetch(key)`` gives a blob's bytes."""
+
+    run_id: str
+    seq: int
+    state: str
+    reason: str
+    driver: bytes
+    machine: bytes | None
+    keys: frozenset[bytes]
+    fetch: Callable[[bytes], Any]
+
+
 def sync_mode() -> str:
     """``normal`` or ``full``: how a node's durable run stores commit (``HUSHNET_RUNS_SYNC``, default normal)."""
     mode = os.environ.get(SYNC_ENV, "normal").strip().lower()
@@ -194,18 +240,27 @@ def sync_mode() -> str:
 
 
 class RunStore:
-    """The durable runs of one node (all of them, one SQLite file)."""
+    """The durable runs of one node (all of them, one SQLite file and its checkpoint log).
 
-    def __init__(self, path: str | pathlib.Path) -> None:
+    A checkpoint that leaves the run's state as this store last wrote it (every hop of a walk) is
+    appended to the checkpoint log (:mod:`hushnet.runs.checkpoint_log`); one that changes it, the first
+    after the store is opened, and every one with ``HUSHNET_RUNS_LOG_MB=0`` is a SQLite transaction.  The
+    log is folded into SQLite (a synced transaction, then the log is emptied) when it reaches its size
+    limit, when the store is opened (after a crash) and when it is closed."""
+
+    def __init__(self, path: str | pathlib.Path, *, log_bytes: int | None = None) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        # NORMAL (default): every checkpoint is in the WAL (the OS has it) before the batch's messages
-        # leave — survives any process crash (kill -9), like the privacy ledger, whose commits are NORMAL
-        # too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
+        # NORMAL (default): every checkpoint is in the WAL or the log (the OS has it) before the batch's
+        # messages leave — survives any process crash (kill -9), like the privacy ledger, whose commits are
+        # NORMAL too; a power loss may lose the last checkpoints.  ``HUSHNET_RUNS_SYNC=full``: fsync'd per
         # checkpoint — survives power loss, at several ms per hop (benchmarks/bench_durable.py).
         # The page size applies to a new file (an existing file keeps its own: nothing to migrate).
         mode = sync_mode()
         self.sync = mode
+        self._log_limit = log_limit() if log_bytes is None else int(log_bytes)
+        if self._log_limit < 0:
+            raise ValueError(f"log_bytes must be 0 or more, got {log_bytes}")
         self._db = open_store(self.path, synchronous=mode, page_size=PAGE_SIZE)
         self._db.executescript(
             """
@@ -218,9 +273,10 @@ class RunStore:
             CREATE TABLE IF NOT EXISTS closes (run_id TEXT PRIMARY KEY, record TEXT NOT NULL, stored REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS blobs (
                 run_id TEXT NOT NULL, key BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(run_id, key));
+            CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
             """
         )
-        # per run: the keys of the blobs on disk, and the machine's own bytes objects of the last checkpoint
+        # per run: the keys of the blobs in SQLite, and the machine's own bytes objects of the last checkpoint
         # by identity (id → (buffer, key)), so one a checkpoint refers to again is neither hashed nor written
         self._blob_keys: dict[str, set[bytes]] = {}
         self._blob_ids: dict[str, dict[int, tuple[bytes, bytes]]] = {}
@@ -229,6 +285,24 @@ class RunStore:
         # row (2 047 targets, ~60 kB), and rewriting it at every hop only to restamp ``updated`` wrote its
         # overflow pages again.  ``updated`` is thus when the run's state last changed (``runs`` orders by it).
         self._row: dict[str, tuple[str, str]] = {}
+        # the checkpoint log: its file (opened at the first logged checkpoint), size and epoch, and per run
+        # the newest checkpoint that is in the log and not yet in SQLite.  ``_seq`` numbers checkpoints
+        # across the store's runs, so a run's newest checkpoint is the one with the highest number.
+        self._log_path = str(pathlib.Path(self.path).with_suffix(LOG_SUFFIX))
+        self._log_fd: int | None = None
+        self._log_size = 0
+        self._logged: dict[str, LogEntry] = {}
+        row = self._db.execute("SELECT v FROM meta WHERE k = 'log_epoch'").fetchone()
+        self._epoch = 0 if row is None else int(row[0])
+        self._seq = int(
+            self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM checkpoints").fetchone()[0]
+        )
+        try:
+            self._recover()
+        except BaseException:
+            self._close_log()
+            self._db.close()
+            raise
 
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
@@ -248,8 +322,16 @@ class RunStore:
             )
 
     def set_state(self, run_id: str, state: str, reason: str = "") -> None:
+        """Change a run's state.  A run whose newest checkpoint is in the log has it written to SQLite in
+        the same transaction, so the log's older state can never be read back over this one."""
         with self._lock:
             self._row.pop(run_id, None)
+            entry = self._logged.get(run_id)
+            if entry is not None:
+                self._seq += 1
+                entry.seq, entry.state, entry.reason = self._seq, state, reason
+                self._flush([run_id], sync=False)
+                return
             self._db.execute(
                 "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
                 (state, reason, time.time(), run_id),
@@ -264,13 +346,15 @@ class RunStore:
         driver: dict[str, Any],
         machine: dict[str, Any] | None,
     ) -> None:
-        """Replace the run's checkpoint and state in one transaction (fsync'd with ``HUSHNET_RUNS_SYNC=full``).
+        """Replace the run's checkpoint and state, durably (fsync'd with ``HUSHNET_RUNS_SYNC=full``): one
+        record appended to the checkpoint log when the state is the one this store last wrote, else one
+        SQLite transaction.
 
-        Buffers of :data:`BLOB_MIN` bytes or more (a token, a model) go to the ``blobs`` table, each
-        once: a buffer the previous checkpoint already holds (the walk's last handed-off token is the
+        Buffers of :data:`BLOB_MIN` bytes or more (a token, a model) are kept apart from the checkpoint,
+        each once: a buffer the previous checkpoint already holds (the walk's last handed-off token is the
         next checkpoint's resume copy) is only referred to again, and blobs no longer referred to are
-        deleted in the same transaction.  A walk hop thus writes its outgoing token once, not the model
-        three times (held, pending, copy) as before.
+        deleted from SQLite in the same transaction (from the log, when it is folded).  A walk hop thus
+        writes its outgoing token once, not the model three times (held, pending, copy) as before.
 
         A buffer is kept under a key: the caller's own bytes object (immutable, and the store knows it
         by identity from one checkpoint to the next) under a random one, a copy made for the checkpoint
@@ -299,59 +383,198 @@ class RunStore:
         d = pack(driver, sink)
         m = None if machine is None else pack(machine, sink)
         with self._lock:
-            known = self._blob_keys.get(run_id)
-            if known is None:
-                known = {
-                    bytes(k)
-                    for (k,) in self._db.execute(
-                        "SELECT key FROM blobs WHERE run_id = ?", (run_id,)
-                    ).fetchall()
-                }
+            try:
+                self._seq += 1
+                if self._log_limit and self._row.get(run_id) == (state, reason):
+                    self._append(run_id, self._seq, state, reason, d, m, refs)
+                else:
+                    row = _Row(
+                        run_id, self._seq, state, reason, d, m, frozenset(refs), refs.__getitem__
+                    )
+                    self._commit([row])
+                    self._logged.pop(run_id, None)
+            except BaseException:
+                self._blob_ids.pop(run_id, None)
+                raise
+            self._blob_ids[run_id] = fresh
+
+    # ---- the checkpoint log ----------------------------------------------------------------------
+
+    def _append(
+        self,
+        run_id: str,
+        seq: int,
+        state: str,
+        reason: str,
+        d: bytes,
+        m: bytes | None,
+        refs: dict[bytes, bytes],
+    ) -> None:
+        """Append one checkpoint to the log (folding the log into SQLite first when it is full)."""
+        for attempt in (0, 1):
+            entry = self._logged.get(run_id)
+            known = self._known(run_id)
+            logged = {} if entry is None else entry.locs
+            new = [(k, b) for k, b in refs.items() if k not in known and k not in logged]
+            parts, where = checkpoint_log.record(
+                self._epoch, seq, run_id, state, reason, d, m, list(refs), new
+            )
+            size = sum(len(p) for p in parts)
+            if (
+                attempt
+                or not self._log_size
+                or self._log_size + size <= max(self._log_limit, 4 * size)
+            ):
+                break
+            self._compact()
+        fd = self._open_log()
+        at = self._log_size
+        checkpoint_log.append(fd, at, parts, self.sync == "full")
+        self._log_size = at + size
+        locs = {k: v for k, v in logged.items() if k in refs}
+        locs.update({k: (at + off, n) for k, (off, n) in where.items()})
+        self._logged[run_id] = LogEntry(seq, state, reason, d, m, frozenset(refs), locs)
+
+    def _open_log(self) -> int:
+        if self._log_fd is None:
+            self._log_fd = os.open(self._log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            self._log_size = os.fstat(self._log_fd).st_size
+        return self._log_fd
+
+    def _close_log(self) -> None:
+        if self._log_fd is not None:
+            fd, self._log_fd = self._log_fd, None
+            os.close(fd)
+
+    def _recover(self) -> None:
+        """Fold what a previous process left in the log into SQLite (its valid prefix; see
+        :func:`hushnet.runs.checkpoint_log.read`) and empty the log."""
+        if not os.path.exists(self._log_path):
+            return
+        fd = self._open_log()
+        if self._log_size == 0:
+            return
+        data = os.pread(fd, self._log_size, 0)
+        base: dict[str, set[bytes]] = {}
+        for rid, key in self._db.execute("SELECT run_id, key FROM blobs"):
+            base.setdefault(rid, set()).add(bytes(key))
+        seqs = dict(self._db.execute("SELECT run_id, seq FROM checkpoints").fetchall())
+        self._logged, _, top = checkpoint_log.read(data, self._epoch, base, seqs)
+        self._seq = max(self._seq, top)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Fold the log into SQLite: every run's newest logged checkpoint and the next epoch in one
+        transaction committed with a sync, then empty the log.  A log whose truncation a power loss
+        undid holds records of the old epoch, which :func:`~hushnet.runs.checkpoint_log.read` ignores."""
+        self._flush(list(self._logged), sync=True, epoch=self._epoch + 1)
+        self._epoch += 1
+        if self._log_fd is not None:
+            try:
+                os.ftruncate(self._log_fd, 0)
+            except (
+                OSError
+            ):  # records appended after the old epoch's would never be read: start a new file
+                self._close_log()
+                os.unlink(self._log_path)
+        self._log_size = 0
+
+    def _flush(self, run_ids: list[str], *, sync: bool, epoch: int | None = None) -> None:
+        """Write the logged checkpoints of ``run_ids`` into SQLite (one transaction); their blobs that are
+        only in the log are read back from it."""
+        fd = self._log_fd
+        rows = []
+        for rid in run_ids:
+            e = self._logged[rid]
+
+            def fetch(key: bytes, _locs: dict[bytes, tuple[int, int]] = e.locs) -> bytes:
+                off, n = _locs[key]
+                assert fd is not None
+                return os.pread(fd, n, off)
+
+            rows.append(_Row(rid, e.seq, e.state, e.reason, e.driver, e.machine, e.keys, fetch))
+        self._commit(rows, sync=sync, epoch=epoch)
+        for rid in run_ids:
+            del self._logged[rid]
+
+    def _known(self, run_id: str) -> set[bytes]:
+        """The keys of the run's blobs in SQLite."""
+        known = self._blob_keys.get(run_id)
+        if known is None:
+            known = self._blob_keys[run_id] = {
+                bytes(k)
+                for (k,) in self._db.execute(
+                    "SELECT key FROM blobs WHERE run_id = ?", (run_id,)
+                ).fetchall()
+            }
+        return known
+
+    def _commit(self, rows: list[_Row], *, sync: bool = False, epoch: int | None = None) -> None:
+        """One SQLite transaction writing each row's checkpoint, state and blobs; with ``sync`` it is
+        committed with a sync even in ``normal`` mode (a fold of the log, which is emptied after it)."""
+        known = {r.run_id: self._known(r.run_id) for r in rows}
+        if sync and self.sync != "full":
+            self._db.execute("PRAGMA synchronous=FULL")
+        try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                gone = [(run_id, k) for k in known if k not in refs]
-                if gone:
-                    self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
-                small = []
-                for k, b in refs.items():
-                    if k in known:
-                        continue
-                    if len(b) <= BIND_MAX:
-                        small.append((run_id, k, b))
-                    else:  # written in place: no copy stays with the statement (hushnet.storage)
-                        insert_large_blob(
-                            self._db,
-                            "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,zeroblob(?))",
-                            (run_id, k, len(b)),
-                            "blobs",
-                            "data",
-                            b,
-                        )
-                if small:
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", small
-                    )
-                self._db.execute(
-                    "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
-                    "ON CONFLICT(run_id) DO UPDATE SET seq = seq + 1, driver = excluded.driver, "
-                    "machine = excluded.machine, written = excluded.written",
-                    (run_id, 0, d, m, time.time()),
-                )
-                if self._row.get(run_id) != (state, reason):
+                for r in rows:
+                    self._write_row(r, known[r.run_id])
+                if epoch is not None:
                     self._db.execute(
-                        "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
-                        (state, reason, time.time(), run_id),
+                        "INSERT INTO meta(k, v) VALUES ('log_epoch', ?) "
+                        "ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                        (int(epoch),),
                     )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._blob_keys.pop(run_id, None)  # re-read from disk at the next checkpoint
-                self._blob_ids.pop(run_id, None)
-                self._row.pop(run_id, None)
+                for r in rows:
+                    self._blob_keys.pop(r.run_id, None)  # re-read from disk at the next checkpoint
+                    self._row.pop(r.run_id, None)
                 rollback(self._db)  # a full disk's error, not "no transaction is active"
                 raise
-            self._blob_keys[run_id] = set(refs)
-            self._blob_ids[run_id] = fresh
-            self._row[run_id] = (state, reason)
+        finally:
+            if sync and self.sync != "full":
+                self._db.execute(f"PRAGMA synchronous={self.sync.upper()}")
+        for r in rows:
+            self._blob_keys[r.run_id] = set(r.keys)
+            self._row[r.run_id] = (r.state, r.reason)
+
+    def _write_row(self, r: _Row, known: set[bytes]) -> None:
+        gone = [(r.run_id, k) for k in known if k not in r.keys]
+        if gone:
+            self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
+        small = []
+        for k in r.keys:
+            if k in known:
+                continue
+            b = r.fetch(k)
+            if len(b) <= BIND_MAX:
+                small.append((r.run_id, k, b))
+            else:  # written in place: no copy stays with the statement (hushnet.storage)
+                insert_large_blob(
+                    self._db,
+                    "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,zeroblob(?))",
+                    (r.run_id, k, len(b)),
+                    "blobs",
+                    "data",
+                    b,
+                )
+        if small:
+            self._db.executemany(
+                "INSERT OR IGNORE INTO blobs(run_id, key, data) VALUES (?,?,?)", small
+            )
+        self._db.execute(
+            "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(run_id) DO UPDATE SET seq = excluded.seq, driver = excluded.driver, "
+            "machine = excluded.machine, written = excluded.written",
+            (r.run_id, r.seq, r.driver, r.machine, time.time()),
+        )
+        if self._row.get(r.run_id) != (r.state, r.reason):
+            self._db.execute(
+                "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
+                (r.state, r.reason, time.time(), r.run_id),
+            )
 
     def put_close(self, run_id: str, record: str) -> None:
         """Keep the operator's signed close record of a run (handed to neighbours that were down)."""
@@ -378,9 +601,18 @@ class RunStore:
             blobs: dict[str, dict[bytes, bytes]] = {}
             for rid, key, data in self._db.execute("SELECT run_id, key, data FROM blobs"):
                 blobs.setdefault(rid, {})[bytes(key)] = bytes(data)
+            logged = {}  # runs whose newest checkpoint is in the log: that one, and its blobs from it
+            for rid, e in self._logged.items():
+                assert self._log_fd is not None
+                for key, (off, n) in e.locs.items():
+                    blobs.setdefault(rid, {})[key] = os.pread(self._log_fd, n, off)
+                logged[rid] = e
         out = []
         for rid, signed, vertex, dec, state, reason, drv, mach in rows:
             kept = blobs.get(rid)
+            e = logged.get(rid)
+            if e is not None:
+                state, reason, drv, mach = e.state, e.reason, e.driver, e.machine
             out.append(
                 {
                     "run_id": rid,
@@ -396,8 +628,29 @@ class RunStore:
         return out
 
     def close(self) -> None:
+        """Fold the checkpoint log into SQLite, remove it, and close the store.  (If the fold fails — a
+        full disk — the log stays, and the next opening folds it.)"""
         with self._lock:
-            self._db.close()
+            try:
+                if self._log_fd is not None:
+                    if self._log_size:
+                        self._compact()
+                    self._close_log()
+                    os.unlink(self._log_path)
+            finally:
+                self._close_log()
+                self._db.close()
 
 
-__all__ = ["BLOB_MIN", "STORE_FILE", "SYNC_ENV", "RunStore", "encode", "decode", "pack", "unpack"]
+__all__ = [
+    "BLOB_MIN",
+    "LOG_ENV",
+    "STORE_FILE",
+    "SYNC_ENV",
+    "RunStore",
+    "encode",
+    "decode",
+    "log_limit",
+    "pack",
+    "unpack",
+]

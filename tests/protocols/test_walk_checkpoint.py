@@ -119,10 +119,14 @@ def test_restart_after_every_checkpoint_ends_bit_identical(tmp_path):
     assert _SEEN_CHUNK * 24 >= BLOB_MIN  # so a sealed chunk is a blob, written once
 
 
-def test_a_hop_writes_its_token_once(tmp_path):
+@pytest.mark.parametrize("log_bytes", [0, None], ids=["sqlite", "checkpoint-log"])
+def test_a_hop_writes_its_token_once(tmp_path, log_bytes):
+    """Each token is written once: the first checkpoint (a SQLite transaction either way), then a hop's
+    checkpoint as a SQLite transaction (``log_bytes=0``) or as a record of the checkpoint log."""
     s = spec()
     ms = [machine(s, v) for v in range(N)]
-    store = RunStore(tmp_path / "one.sqlite")
+    store = RunStore(tmp_path / "one.sqlite", log_bytes=log_bytes)
+    log = tmp_path / "one.ckpt"
     store.accept(s.run_id, b"signed", 0, {})
     acts = ms[0].handle(RunStarted())
     tok = next(a for a in acts if isinstance(a, Send) and a.payload[0] == KIND_TOKEN)
@@ -150,16 +154,30 @@ def test_a_hop_writes_its_token_once(tmp_path):
         "eta" not in ck["extra"]
     )  # the draw was used by this visit; the next one is not drawn yet
     store.checkpoint(s.run_id, "running", "", {}, ck)
-    rows = db.execute("SELECT LENGTH(data) FROM blobs").fetchall()
-    # the copy (the first handoff) is still there, once, and the new pending token: nothing else big
-    assert sorted(r[0] for r in rows) == sorted([len(tok.payload), len(out[0].payload)])
-    (machine_row,) = db.execute("SELECT LENGTH(machine) FROM checkpoints").fetchone()
-    assert machine_row < BLOB_MIN
+    rows = sorted(r[0] for r in db.execute("SELECT LENGTH(data) FROM blobs").fetchall())
+    if log_bytes == 0:
+        # the copy (the first handoff) is still there, once, and the new pending token: nothing else big
+        assert rows == sorted([len(tok.payload), len(out[0].payload)])
+        (machine_row,) = db.execute("SELECT LENGTH(machine) FROM checkpoints").fetchone()
+        assert machine_row < BLOB_MIN
+    else:  # SQLite untouched; the log holds one record with the new token and less than a blob else
+        assert rows == [len(tok.payload)]
+        assert len(out[0].payload) < log.stat().st_size < len(out[0].payload) + BLOB_MIN
     # a third checkpoint drops the blob nobody refers to any more
+    before = log.stat().st_size if log.exists() else 0
     ms[0]._copy_payload = None
     ms[0]._copy = None
     store.checkpoint(s.run_id, "running", "", {}, ms[0].checkpoint())
-    assert db.execute("SELECT COUNT(*) FROM blobs").fetchone() == (1,)
+    if log_bytes != 0:  # a record with no blob; the fold at close deletes the copy from SQLite
+        assert log.stat().st_size - before < BLOB_MIN
+        store.close()
+        assert not log.exists()
+    assert db.execute("SELECT COUNT(*), SUM(LENGTH(data)) FROM blobs").fetchone() == (
+        1,
+        len(out[0].payload),
+    )
+    (row,) = RunStore(tmp_path / "one.sqlite").runs()
+    assert row["machine"]["pending"][1] == out[0].payload and row["machine"]["copy_payload"] is None
     db.close()
 
 
