@@ -35,8 +35,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import pathlib
+import sqlite3
 import struct
 import threading
 import time
@@ -62,6 +64,7 @@ SYNC_ENV = "HUSHNET_RUNS_SYNC"
 #: 10⁶-float token and the same 0.37–0.43 ms (within 3 %) for a 10⁴-float one; 32–64 kB pages made the
 #: small token's transaction slower (more bytes per small row update).
 PAGE_SIZE = 16384
+log = logging.getLogger("hushnet.runs")
 #: environment variable: how large the checkpoint log (:mod:`hushnet.runs.checkpoint_log`) may grow, in
 #: MiB, before it is folded into SQLite; ``0`` writes every checkpoint as a SQLite transaction
 LOG_ENV = "HUSHNET_RUNS_LOG_MB"
@@ -459,9 +462,24 @@ class RunStore:
         for rid, key in self._db.execute("SELECT run_id, key FROM blobs"):
             base.setdefault(rid, set()).add(bytes(key))
         seqs = dict(self._db.execute("SELECT run_id, seq FROM checkpoints").fetchall())
-        self._logged, _, top = checkpoint_log.read(data, self._epoch, base, seqs)
+        self._logged, end, top = checkpoint_log.read(data, self._epoch, base, seqs)
         self._seq = max(self._seq, top)
-        self._compact()
+        if (
+            end < self._log_size
+        ):  # a torn or stale tail: records appended after it would be unreachable
+            os.ftruncate(fd, end)
+            self._log_size = end
+        try:
+            self._compact()
+        except (
+            OSError,
+            sqlite3.Error,
+        ) as exc:  # a full disk: the log is read from until it can be folded
+            log.warning(
+                "run store %s: cannot fold the checkpoint log into SQLite yet (%s); it is kept and read from",
+                self.path,
+                exc,
+            )
 
     def _compact(self) -> None:
         """Fold the log into SQLite: every run's newest logged checkpoint and the next epoch in one

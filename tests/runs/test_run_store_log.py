@@ -235,6 +235,36 @@ def test_a_full_disk_loses_nothing_and_the_log_goes_on(tmp_path):
     st.close()
 
 
+def test_a_log_that_cannot_be_folded_on_opening_is_read_from(tmp_path, caplog):
+    """Opened on a full disk (no SQLite write fits), the store still loads the logged checkpoints, says so
+    once, keeps the log, and folds it at the next opening with room."""
+    st = RunStore(tmp_path / "runs.sqlite")
+    st.accept("r", b"signed", 0, {})
+    tok = _walk(st, range(4))
+    _abandon(st)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(
+        resource.RLIMIT_FSIZE, (65536, hard)
+    )  # SQLite opens; a fold (80 kB) does not fit
+    try:
+        st = RunStore(tmp_path / "runs.sqlite")
+        (row,) = st.runs()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    assert row["driver"] == {"step": 3} and row["machine"]["pending"][1] == tok
+    (warning,) = [r for r in caplog.records if "cannot fold the checkpoint log" in r.getMessage()]
+    assert "\n" not in warning.getMessage()
+    _abandon(st)
+    assert _log(tmp_path).stat().st_size > 0  # kept
+    st = RunStore(tmp_path / "runs.sqlite")
+    assert _log(tmp_path).stat().st_size == 0  # folded now
+    (row,) = st.runs()
+    assert row["driver"] == {"step": 3} and row["machine"]["pending"][1] == tok
+    st.close()
+
+
 def test_the_store_matches_the_sqlite_store_under_random_operations(tmp_path):
     """Lockstep: the same random checkpoints (own bytes, shared and new arrays, several runs), state
     changes, kills and closes, on a store with a tiny log (folded often) and one without a log: every
