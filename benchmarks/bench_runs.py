@@ -15,6 +15,10 @@ second at n = 2048.
   per visit, as before).
 * bare hop: the network's own ``ping_neighbors`` control command sending one envelope of the same
   size to one neighbour and waiting for its DeliveryAck (sequential, mean over repetitions).
+* the same 10⁴-float comparison with the 16 nodes hosted two OS processes of eight (``hushnet up
+  --per-process 8``, the layout node hosting runs a large network in): there the bare hop is
+  ``ping_neighbors`` to each of n0's neighbours in turn, since a hop between two nodes of one process
+  costs less than one between processes, and the walk takes both kinds in the proportions this does.
 
 Ratios are reported, never asserted.
 """
@@ -78,33 +82,56 @@ def _walk(c, graph: str, size: int, steps: int, seed: int) -> dict:
     }
 
 
-def _network(out: dict) -> None:
+def _bare(c, to: list[str], size: int, reps: int) -> list[float]:
+    """Round trips (s) of ``reps`` envelopes of ``8 * size`` bytes from n0, to ``to``'s nodes in turn.
+
+    With several targets each is sent one envelope first, not counted: a receiver's first ``net.ping``
+    creates its inbox record (≈ 2 ms more, docs/runs.md), which a run's envelope never does."""
+    if len(to) > 1:
+        for dst in to:
+            c._call(
+                c.aio._control("n0", "ping_neighbors", {"size": 8 * size, "to": [dst]}, timeout=60)
+            )
+    rtts = []
+    for i in range(reps):
+        dst = to[i % len(to)]
+        r = c._call(
+            c.aio._control("n0", "ping_neighbors", {"size": 8 * size, "to": [dst]}, timeout=60)
+        )
+        rtts.append(r["sent"][dst]["rtt_ms"] / 1000)
+    return rtts
+
+
+def _network(out: dict, per_process: int = 1) -> None:
+    """Token against bare hops on 16 nodes: one process each (every model size), or hosted
+    ``per_process`` to a process (10⁴ floats, row ``hosted_size_10000``)."""
     from hushnet.client import Client
     from hushnet.net.cluster import LocalCluster
+    from hushnet.privacy.graphs import parse_graph
 
+    hosted = per_process > 1
     with tempfile.TemporaryDirectory(prefix="hushnet-bench-runs-") as tmp:
         state = pathlib.Path(tmp)
         _nodes(state, N_NODES)
-        cluster = LocalCluster(state, N_NODES, GRAPH, restart=False)
+        cluster = LocalCluster(state, N_NODES, GRAPH, restart=False, per_process=per_process)
         try:
             cluster.start(timeout=120)
             cluster.wait_healthy(timeout=180)
+            adj = parse_graph(GRAPH).adjacency
+            to = [f"n{v}" for v in adj.indices[adj.indptr[0] : adj.indptr[1]]] if hosted else ["n1"]
             with Client(state) as c:
-                for size in SIZES:
-                    steps = 600 if size <= 10_000 else 120
-                    reps = 30 if size <= 10_000 else 10
-                    rtts = []
-                    for _ in range(reps):
-                        r = c._call(
-                            c.aio._control(
-                                "n0", "ping_neighbors", {"size": 8 * size, "to": ["n1"]}, timeout=60
-                            )
-                        )
-                        rtts.append(r["sent"]["n1"]["rtt_ms"] / 1000)
+                for size in SIZES[:1] if hosted else SIZES:
+                    steps = (
+                        3000 if size <= 10_000 else 120
+                    )  # a walk of seconds: its start is not its rate
+                    reps = 200 if size <= 10_000 else 10
+                    rtts = _bare(c, to, size, reps)
                     bare = 1.0 / statistics.mean(rtts)
                     r = _walk(c, GRAPH, size, steps, size % 97)
-                    out[f"size_{size}"] = {
+                    out[f"{'hosted_' if hosted else ''}size_{size}"] = {
                         **r,
+                        "per_process": per_process,
+                        "bare_to": to,
                         "bare_hops_per_s": bare,
                         "ratio_token_vs_bare": r["token_hops_per_s"] / bare,
                         "bare_rtt_ms_mean": 1000 * statistics.mean(rtts),
@@ -183,6 +210,7 @@ def _simulator(out: dict) -> None:
 def main(out_dir: pathlib.Path) -> dict:
     out: dict = {"nodes": N_NODES, "graph": GRAPH}
     _network(out)
+    _network(out, per_process=8)
     if LARGE_N:
         _network_large(out, LARGE_N)
     _simulator(out)
@@ -192,6 +220,11 @@ def main(out_dir: pathlib.Path) -> dict:
         print(
             f"{size:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} {r['ratio_token_vs_bare']:>6.2f}"
         )
+    r = out[f"hosted_size_{SIZES[0]}"]
+    print(
+        f"{SIZES[0]:>10} {r['token_hops_per_s']:>13.1f} {r['bare_hops_per_s']:>12.1f} "
+        f"{r['ratio_token_vs_bare']:>6.2f}  (16 nodes hosted {r['per_process']} to a process)"
+    )
     if LARGE_N:
         r = out[f"large_n{LARGE_N}"]
         print(
