@@ -43,6 +43,10 @@ _BLOB = struct.Struct("<16sQ")
 #: the length of a blob key (see :meth:`hushnet.runs.run_store.RunStore.checkpoint`)
 KEY_LEN = 16
 _NO_MACHINE = 2**64 - 1
+#: the most :func:`read_file` asks one ``read`` for (Linux returns at most 2 GiB − 4 kB)
+READ_PIECE = 1 << 30
+#: buffers one ``writev`` may take (Linux: 1024)
+_IOV_MAX = max(16, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
 
 @dataclass
@@ -102,29 +106,42 @@ def record(
 def append(fd: int, at: int, parts: list[bytes | memoryview], sync: bool) -> int:
     """Write one record's ``parts`` at the log's end ``at`` (the file is opened ``O_APPEND``); its size.
 
-    A write that fails or comes out short (a full disk) is cut off again, so the log still ends with a
-    whole record and the next append is not hidden behind a torn one."""
-    size = sum(len(p) for p in parts)
+    Written with ``writev`` in batches of at most ``IOV_MAX`` buffers (a record with many new blobs has
+    more), short writes continued where they stopped.  A write that fails (a full disk) is cut off
+    again, so the log still ends with a whole record and the next append is not hidden behind a torn
+    one; if even that fails, its error is raised (the caller then folds the log before appending)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    size = sum(v.nbytes for v in views)
     try:
-        done = 0
-        while done < size:
-            if done == 0:
-                n = os.writev(fd, parts)
-            else:  # a short write: the rest, from where it stopped
-                rest = b"".join(bytes(p) for p in parts)[done:]
-                n = os.write(fd, rest)
+        i = 0
+        while i < len(views):
+            n = os.writev(fd, views[i : i + _IOV_MAX])
             if n <= 0:
-                raise OSError(f"the checkpoint log took {done} of a record's {size} bytes")
-            done += n
+                raise OSError(f"the checkpoint log took no more of a record's {size} bytes")
+            while n and i < len(views):  # skip what was written; a buffer written in part goes on
+                if n >= views[i].nbytes:
+                    n -= views[i].nbytes
+                    i += 1
+                else:
+                    views[i], n = views[i][n:], 0
         if sync:
             os.fdatasync(fd)
     except BaseException:
-        try:
-            os.ftruncate(fd, at)
-        except OSError:
-            pass
+        os.ftruncate(fd, at)
         raise
     return size
+
+
+def read_file(fd: int, size: int) -> memoryview:
+    """The first ``size`` bytes of the log (read in pieces: one ``read`` returns at most ~2 GiB)."""
+    buf = bytearray(size)
+    view, off = memoryview(buf), 0
+    while off < size:
+        n = os.preadv(fd, [view[off : off + min(size - off, READ_PIECE)]], off)
+        if n <= 0:
+            break
+        off += n
+    return view[:off]
 
 
 def read(
@@ -202,4 +219,4 @@ def _parse(
     return LogEntry(seq, state, reason, driver, machine, keys), run_id, new
 
 
-__all__ = ["HEAD", "KEY_LEN", "MAGIC", "LogEntry", "append", "read", "record"]
+__all__ = ["HEAD", "KEY_LEN", "MAGIC", "LogEntry", "append", "read", "read_file", "record"]

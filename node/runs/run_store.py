@@ -33,6 +33,7 @@ charge is not repeated (:meth:`RunStore.load` reports how many data entries are 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -71,6 +72,8 @@ LOG_ENV = "HUSHNET_RUNS_LOG_MB"
 #: its default: at 10⁴ floats a fold every ~100 hops of a node (one synced commit, ~1 ms), and at most
 #: this much disk a node beyond its SQLite file (or four checkpoints, if one checkpoint is larger)
 LOG_MB_DEFAULT = 8.0
+#: its largest setting: opening a store after a crash reads the whole log into memory
+LOG_MB_MAX = 4096
 #: the log's file name beside the store's (``runs.sqlite`` → ``runs.ckpt``)
 LOG_SUFFIX = ".ckpt"
 
@@ -215,8 +218,8 @@ def log_limit() -> int:
         raise ValueError(
             f"{LOG_ENV} must be a number of MiB (0 turns the log off), got {raw!r}"
         ) from None
-    if not 0 <= mb <= 2**20:  # NaN fails both comparisons
-        raise ValueError(f"{LOG_ENV} must be between 0 and {2**20} MiB, got {raw!r}")
+    if not 0 <= mb <= LOG_MB_MAX:  # NaN fails both comparisons
+        raise ValueError(f"{LOG_ENV} must be between 0 and {LOG_MB_MAX} MiB, got {raw!r}")
     return int(mb * 2**20)
 
 
@@ -294,6 +297,9 @@ class RunStore:
         self._log_path = str(pathlib.Path(self.path).with_suffix(LOG_SUFFIX))
         self._log_fd: int | None = None
         self._log_size = 0
+        self._log_torn = (
+            False  # the file ends past _log_size (a failed append could not be cut off)
+        )
         self._logged: dict[str, LogEntry] = {}
         row = self._db.execute("SELECT v FROM meta WHERE k = 'log_epoch'").fetchone()
         self._epoch = 0 if row is None else int(row[0])
@@ -310,6 +316,9 @@ class RunStore:
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
         with self._lock:
+            self._row.pop(
+                run_id, None
+            )  # the row's state is the one on disk again, whatever was written
             self._db.execute(
                 "INSERT OR IGNORE INTO runs(run_id, signed, vertex, decision, state, reason, updated) "
                 "VALUES (?,?,?,?,?,?,?)",
@@ -330,10 +339,10 @@ class RunStore:
         with self._lock:
             self._row.pop(run_id, None)
             entry = self._logged.get(run_id)
-            if entry is not None:
+            if entry is not None:  # the logged entry changes only once the transaction is committed
                 self._seq += 1
-                entry.seq, entry.state, entry.reason = self._seq, state, reason
-                self._flush([run_id], sync=False)
+                entry = dataclasses.replace(entry, seq=self._seq, state=state, reason=reason)
+                self._flush({run_id: entry}, sync=False)
                 return
             self._db.execute(
                 "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
@@ -414,6 +423,10 @@ class RunStore:
         refs: dict[bytes, bytes],
     ) -> None:
         """Append one checkpoint to the log (folding the log into SQLite first when it is full)."""
+        if (
+            self._log_torn
+        ):  # a failed record's bytes are still there: nothing may be appended after them
+            self._compact()
         for attempt in (0, 1):
             entry = self._logged.get(run_id)
             known = self._known(run_id)
@@ -432,7 +445,13 @@ class RunStore:
             self._compact()
         fd = self._open_log()
         at = self._log_size
-        checkpoint_log.append(fd, at, parts, self.sync == "full")
+        try:
+            checkpoint_log.append(fd, at, parts, self.sync == "full")
+        except BaseException:
+            self._log_torn = (
+                os.fstat(fd).st_size != at
+            )  # not cut off again: fold before the next record
+            raise
         self._log_size = at + size
         locs = {k: v for k, v in logged.items() if k in refs}
         locs.update({k: (at + off, n) for k, (off, n) in where.items()})
@@ -457,7 +476,7 @@ class RunStore:
         fd = self._open_log()
         if self._log_size == 0:
             return
-        data = os.pread(fd, self._log_size, 0)
+        data = checkpoint_log.read_file(fd, self._log_size)
         base: dict[str, set[bytes]] = {}
         for rid, key in self._db.execute("SELECT run_id, key FROM blobs"):
             base.setdefault(rid, set()).add(bytes(key))
@@ -485,7 +504,7 @@ class RunStore:
         """Fold the log into SQLite: every run's newest logged checkpoint and the next epoch in one
         transaction committed with a sync, then empty the log.  A log whose truncation a power loss
         undid holds records of the old epoch, which :func:`~hushnet.runs.checkpoint_log.read` ignores."""
-        self._flush(list(self._logged), sync=True, epoch=self._epoch + 1)
+        self._flush(dict(self._logged), sync=True, epoch=self._epoch + 1)
         self._epoch += 1
         if self._log_fd is not None:
             try:
@@ -496,14 +515,14 @@ class RunStore:
                 self._close_log()
                 os.unlink(self._log_path)
         self._log_size = 0
+        self._log_torn = False
 
-    def _flush(self, run_ids: list[str], *, sync: bool, epoch: int | None = None) -> None:
-        """Write the logged checkpoints of ``run_ids`` into SQLite (one transaction); their blobs that are
-        only in the log are read back from it."""
+    def _flush(self, entries: dict[str, LogEntry], *, sync: bool, epoch: int | None = None) -> None:
+        """Write these logged checkpoints into SQLite (one transaction) and forget them as logged; their
+        blobs that are only in the log are read back from it."""
         fd = self._log_fd
         rows = []
-        for rid in run_ids:
-            e = self._logged[rid]
+        for rid, e in entries.items():
 
             def fetch(key: bytes, _locs: dict[bytes, tuple[int, int]] = e.locs) -> bytes:
                 off, n = _locs[key]
@@ -512,8 +531,8 @@ class RunStore:
 
             rows.append(_Row(rid, e.seq, e.state, e.reason, e.driver, e.machine, e.keys, fetch))
         self._commit(rows, sync=sync, epoch=epoch)
-        for rid in run_ids:
-            del self._logged[rid]
+        for rid in entries:
+            self._logged.pop(rid, None)
 
     def _known(self, run_id: str) -> set[bytes]:
         """The keys of the run's blobs in SQLite."""

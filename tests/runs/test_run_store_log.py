@@ -265,6 +265,88 @@ def test_a_log_that_cannot_be_folded_on_opening_is_read_from(tmp_path, caplog):
     st.close()
 
 
+class _FullDisk:
+    """No file may grow past ``limit`` bytes while inside (RLIMIT_FSIZE: a write past it fails)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __enter__(self) -> None:
+        self.old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        self.soft, self.hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limit, self.hard))
+
+    def __exit__(self, *exc) -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.soft, self.hard))
+        signal.signal(signal.SIGXFSZ, self.old)
+
+
+@pytest.mark.parametrize("then", ["close", "kill"])
+def test_a_state_change_that_fails_changes_nothing(tmp_path, then):
+    """A ``set_state`` whose transaction fails (a full disk) leaves the run as it was: in the live store,
+    after a close (whose fold once wrote the failed state) and after a kill."""
+    path = tmp_path / "runs.sqlite"
+    st = RunStore(path)
+    st.accept("r", b"signed", 0, {})
+    _walk(st, range(3), size=1000)
+    with _FullDisk(os.path.getsize(str(path) + "-wal")), pytest.raises(Exception, match="disk"):
+        st.set_state("r", "closed", "operator")
+    (live,) = st.runs()
+    assert live["state"] == "running"
+    st.close() if then == "close" else _abandon(st)
+    (row,) = RunStore(path).runs()
+    assert (row["state"], row["driver"]) == ("running", {"step": 2})
+
+
+def test_a_record_with_more_buffers_than_one_writev_takes(tmp_path):
+    """600 new 4 kB buffers in one checkpoint: 1 208 pieces, more than Linux's IOV_MAX of 1 024."""
+    rng = np.random.default_rng(0)
+    rows = [[rng.random(512) for _ in range(600)] for _ in range(2)]
+    loads = []
+    for name, log_bytes in (("log", None), ("ref", 0)):
+        st = RunStore(tmp_path / f"{name}.sqlite", log_bytes=log_bytes)
+        st.accept("r", b"signed", 0, {})
+        for step in range(2):
+            st.checkpoint("r", "running", "", {"step": step}, {"rows": rows[step]})
+        _abandon(st)
+        (row,) = RunStore(tmp_path / f"{name}.sqlite").runs()
+        loads.append(row)
+    for row in loads:
+        assert row["driver"] == {"step": 1}
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(row["machine"]["rows"], rows[1]))
+
+
+@pytest.mark.parametrize("log_bytes", [None, 0], ids=["checkpoint-log", "sqlite"])
+@pytest.mark.parametrize("then", ["close", "kill"])
+def test_a_run_accepted_after_a_checkpoint_gets_the_next_checkpoints_state(
+    tmp_path, log_bytes, then
+):
+    """``accept`` writes the row's state itself, so the store no longer knows the row as the earlier
+    checkpoint left it: the next checkpoint's state is written, and every load says it."""
+    st = RunStore(tmp_path / "runs.sqlite", log_bytes=log_bytes)
+    st.checkpoint("r", "running", "", {"step": 0}, None)
+    st.accept("r", b"signed", 0, {})
+    st.checkpoint("r", "running", "", {"step": 1}, None)
+    (live,) = st.runs()
+    st.close() if then == "close" else _abandon(st)
+    (again,) = RunStore(tmp_path / "runs.sqlite").runs()
+    assert live["state"] == again["state"] == "running"
+    assert again["driver"] == {"step": 1}
+
+
+def test_a_log_is_read_back_in_pieces(tmp_path, monkeypatch):
+    """Opening reads the log in pieces (one read returns at most ~2 GiB on Linux); tested with 1 kB."""
+    from hushnet.runs import checkpoint_log
+
+    st = RunStore(tmp_path / "runs.sqlite")
+    st.accept("r", b"signed", 0, {})
+    tok = _walk(st, range(6), size=1000)
+    _abandon(st)
+    monkeypatch.setattr(checkpoint_log, "READ_PIECE", 1000)
+    (row,) = RunStore(tmp_path / "runs.sqlite").runs()
+    assert row["driver"] == {"step": 5} and row["machine"]["pending"][1] == tok
+
+
 def test_the_store_matches_the_sqlite_store_under_random_operations(tmp_path):
     """Lockstep: the same random checkpoints (own bytes, shared and new arrays, several runs), state
     changes, kills and closes, on a store with a tiny log (folded often) and one without a log: every
