@@ -3,11 +3,13 @@
 * hop rate with durable handoffs against the same run without them (``HUSHNET_RUNS_DURABLE=0`` in
   the nodes' environment, i.e. the walk before issue 14): the same specs (seed, graph, model size)
   on clusters of the same shape that run side by side — durable (default ``synchronous=NORMAL``),
-  durable with an fsync per hop, not durable — taking turns walk by walk (the order rotates each
-  repeat, so a change in the shared machine's load hits all alike); hops / (finish − start), the
-  median of :data:`REPEATS` walks each.  A durable hop adds one SQLite transaction at the receiver
-  (the checkpoint: generator state, the token once, new replay digests) before its Deliver answers
-  (the ack) and its forward leaves; the receivers' time writing it is reported per hop.  Goal ≥ 0.8.
+  durable with an fsync per hop, not durable, and durable with every checkpoint a SQLite transaction
+  (``HUSHNET_RUNS_LOG_MB=0``, the store before its checkpoint log) — taking turns walk by walk (the
+  order rotates each repeat, so a change in the shared machine's load hits all alike); hops / (finish
+  − start), the median of :data:`REPEATS` walks each.  A durable hop adds one record of the run
+  store's checkpoint log at the receiver (the checkpoint: generator state, the token once, new replay
+  digests) before its Deliver answers (the ack) and its forward leaves; the receivers' time writing it
+  is reported per hop.  Goal ≥ 0.8.
 * resume time: the token's holder is SIGKILLed mid-walk and started again on its state directory;
   measured from the restart to (a) the node answering the run's status again (restored), and (b)
   the walk passing the step it was killed at.
@@ -57,14 +59,19 @@ REPEATS = 7
 
 
 @contextlib.contextmanager
-def _env(durable: bool, sync: str):
-    """The nodes' environment while they are spawned (a restarted node gets it again)."""
-    from hushnet.runs.run_store import SYNC_ENV
+def _env(durable: bool, sync: str, log: bool = True):
+    """The nodes' environment while they are spawned (a restarted node gets it again); ``log=False``
+    writes every checkpoint as a SQLite transaction (``HUSHNET_RUNS_LOG_MB=0``)."""
+    from hushnet.runs.run_store import LOG_ENV, SYNC_ENV
     from hushnet.runs.service import DURABLE_ENV
 
-    old = {k: os.environ.get(k) for k in (DURABLE_ENV, SYNC_ENV)}
+    old = {k: os.environ.get(k) for k in (DURABLE_ENV, SYNC_ENV, LOG_ENV)}
     os.environ[DURABLE_ENV] = "1" if durable else "0"
     os.environ[SYNC_ENV] = sync
+    if log:
+        os.environ.pop(LOG_ENV, None)
+    else:
+        os.environ[LOG_ENV] = "0"
     try:
         yield
     finally:
@@ -75,7 +82,7 @@ def _env(durable: bool, sync: str):
                 os.environ[k] = v
 
 
-def _cluster(stack: contextlib.ExitStack, durable: bool, sync: str = "normal"):
+def _cluster(stack: contextlib.ExitStack, durable: bool, sync: str = "normal", log: bool = True):
     from hushnet.client import Client
     from hushnet.net.cluster import LocalCluster
     from hushnet.runs.policy import NodePolicy
@@ -90,7 +97,7 @@ def _cluster(stack: contextlib.ExitStack, durable: bool, sync: str = "normal"):
         NodePolicy.write(d, epsilon=1e9, delta=1e-5, data_path="data.npz")
     cluster = LocalCluster(state, N_NODES, GRAPH, restart=False)
     stack.callback(cluster.stop, timeout=15)
-    with _env(durable, sync):
+    with _env(durable, sync, log):
         cluster.start(timeout=120)
     cluster.wait_healthy(timeout=180)
     client = stack.enter_context(Client(state))
@@ -163,13 +170,14 @@ def main(out_dir: pathlib.Path) -> dict:
         "durable": (True, "normal"),
         "durable_sync_full": (True, "full"),
         "not_durable": (False, "normal"),
+        "durable_sqlite_only": (True, "normal", False),
     }
     with contextlib.ExitStack() as stack:
         clusters = {k: _cluster(stack, *v) for k, v in kinds.items()}
         runs: dict[str, list[dict]] = {k: [] for k in kinds}
         order = list(kinds)
         for rep in range(REPEATS):
-            for k in order[rep % 3 :] + order[: rep % 3]:
+            for k in order[rep % len(order) :] + order[: rep % len(order)]:
                 runs[k].append(_walk(clusters[k][1], seed=7 + rep))
         for k in kinds:
             rates = [r["hops_per_s"] for r in runs[k]]
@@ -182,6 +190,10 @@ def main(out_dir: pathlib.Path) -> dict:
         base = out["not_durable"]["hops_per_s"]
         out["ratio_durable_vs_not"] = out["durable"]["hops_per_s"] / base
         out["ratio_durable_sync_full_vs_not"] = out["durable_sync_full"]["hops_per_s"] / base
+        out["ratio_sqlite_only_vs_not"] = out["durable_sqlite_only"]["hops_per_s"] / base
+        out["ratio_durable_vs_sqlite_only"] = (
+            out["durable"]["hops_per_s"] / out["durable_sqlite_only"]["hops_per_s"]
+        )
         out["ratios_per_repeat"] = [
             d["hops_per_s"] / n["hops_per_s"] for d, n in zip(runs["durable"], runs["not_durable"])
         ]
@@ -190,6 +202,12 @@ def main(out_dir: pathlib.Path) -> dict:
             f"durable (fsync) {out['durable_sync_full']['hops_per_s']:.1f}, without {base:.1f}; ratios "
             f"{out['ratio_durable_vs_not']:.2f} / {out['ratio_durable_sync_full_vs_not']:.2f} (goal >= 0.8); "
             f"checkpoint {out['durable']['checkpoint_ms_per_hop']} ms per hop"
+        )
+        print(
+            f"every checkpoint a SQLite transaction (HUSHNET_RUNS_LOG_MB=0): "
+            f"{out['durable_sqlite_only']['hops_per_s']:.1f} hops/s, {out['ratio_sqlite_only_vs_not']:.2f} of "
+            f"not durable; the checkpoint log {out['ratio_durable_vs_sqlite_only']:.2f}x that; checkpoint "
+            f"{out['durable_sqlite_only']['checkpoint_ms_per_hop']} ms per hop"
         )
         cluster, client = clusters["durable"]
         out["resume"] = r = _resume(cluster, client, _env(*kinds["durable"]))
