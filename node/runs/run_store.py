@@ -297,9 +297,8 @@ class RunStore:
         self._log_path = str(pathlib.Path(self.path).with_suffix(LOG_SUFFIX))
         self._log_fd: int | None = None
         self._log_size = 0
-        self._log_torn = (
-            False  # the file ends past _log_size (a failed append could not be cut off)
-        )
+        # the file ends past _log_size: a failed append could not be cut off again
+        self._log_torn = False
         self._logged: dict[str, LogEntry] = {}
         row = self._db.execute("SELECT v FROM meta WHERE k = 'log_epoch'").fetchone()
         self._epoch = 0 if row is None else int(row[0])
@@ -316,9 +315,8 @@ class RunStore:
     def accept(self, run_id: str, signed: bytes, vertex: int, decision: dict[str, Any]) -> None:
         """Record an accepted run (before the acceptance is answered)."""
         with self._lock:
-            self._row.pop(
-                run_id, None
-            )  # the row's state is the one on disk again, whatever was written
+            # the row's state is the one on disk again, whatever a checkpoint before wrote
+            self._row.pop(run_id, None)
             self._db.execute(
                 "INSERT OR IGNORE INTO runs(run_id, signed, vertex, decision, state, reason, updated) "
                 "VALUES (?,?,?,?,?,?,?)",
@@ -423,9 +421,7 @@ class RunStore:
         refs: dict[bytes, bytes],
     ) -> None:
         """Append one checkpoint to the log (folding the log into SQLite first when it is full)."""
-        if (
-            self._log_torn
-        ):  # a failed record's bytes are still there: nothing may be appended after them
+        if self._log_torn:  # a failed record's bytes are still there: nothing may follow them
             self._compact()
         for attempt in (0, 1):
             entry = self._logged.get(run_id)
@@ -448,9 +444,8 @@ class RunStore:
         try:
             checkpoint_log.append(fd, at, parts, self.sync == "full")
         except BaseException:
-            self._log_torn = (
-                os.fstat(fd).st_size != at
-            )  # not cut off again: fold before the next record
+            # not cut off again: the log is folded before the next record
+            self._log_torn = os.fstat(fd).st_size != at
             raise
         self._log_size = at + size
         locs = {k: v for k, v in logged.items() if k in refs}
@@ -483,17 +478,13 @@ class RunStore:
         seqs = dict(self._db.execute("SELECT run_id, seq FROM checkpoints").fetchall())
         self._logged, end, top = checkpoint_log.read(data, self._epoch, base, seqs)
         self._seq = max(self._seq, top)
-        if (
-            end < self._log_size
-        ):  # a torn or stale tail: records appended after it would be unreachable
+        if end < self._log_size:  # a torn or stale tail: records after it would be unreachable
             os.ftruncate(fd, end)
             self._log_size = end
         try:
             self._compact()
-        except (
-            OSError,
-            sqlite3.Error,
-        ) as exc:  # a full disk: the log is read from until it can be folded
+        # a full disk: the log is read from until it can be folded
+        except (OSError, sqlite3.Error) as exc:
             log.warning(
                 "run store %s: cannot fold the checkpoint log into SQLite yet (%s); it is kept and read from",
                 self.path,
@@ -509,9 +500,7 @@ class RunStore:
         if self._log_fd is not None:
             try:
                 os.ftruncate(self._log_fd, 0)
-            except (
-                OSError
-            ):  # records appended after the old epoch's would never be read: start a new file
+            except OSError:  # records after the old epoch's would never be read: a new file
                 self._close_log()
                 os.unlink(self._log_path)
         self._log_size = 0
