@@ -50,8 +50,9 @@ _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
 
 @dataclass
-class LogEntry:
-    """The newest logged checkpoint of one run: what the store folds into SQLite at compaction.
+class PackedCheckpoint:
+    """One run's checkpoint as the store writes it (packed driver and machine, the keys of the blobs it
+    refers to); for the newest logged one of a run, what the store folds into SQLite.
 
     ``locs`` maps the key of each blob this checkpoint refers to that is in the log (not in SQLite) to
     its ``(offset, length)`` in the log file."""
@@ -149,7 +150,7 @@ def read(
     epoch: int,
     base_keys: dict[str, set[bytes]],
     base_seq: dict[str, int],
-) -> tuple[dict[str, LogEntry], int, int]:
+) -> tuple[dict[str, PackedCheckpoint], int, int]:
     """The newest checkpoint of each run in the log's valid prefix that is newer than the run's
     checkpoint in SQLite (``run_id → entry``), the prefix's length, and the highest sequence number in it.
 
@@ -158,7 +159,7 @@ def read(
     SQLite).  A record no newer than ``base_seq`` (the sequence number of the run's checkpoint in SQLite,
     which a state change wrote after it) is passed over: what it refers to may be gone from SQLite."""
     mv = memoryview(data).cast("B")
-    out: dict[str, LogEntry] = {}
+    out: dict[str, PackedCheckpoint] = {}
     locs: dict[str, dict[bytes, tuple[int, int]]] = {}
     pos, top = 0, 0
     while pos + HEAD.size <= len(mv):
@@ -189,7 +190,7 @@ def read(
 
 def _parse(
     mv: memoryview, start: int, end: int, seq: int
-) -> tuple[LogEntry, str, dict[bytes, tuple[int, int]]]:
+) -> tuple[PackedCheckpoint, str, dict[bytes, tuple[int, int]]]:
     """One record's body (``mv[start:end]``): its entry, run id and the file offsets of its new blobs."""
     lr, ls, lw, ld, lm, nk, nb = _BODY.unpack_from(mv, start)
     p = start + _BODY.size
@@ -216,7 +217,7 @@ def _parse(
         take(n)
     if p != end:
         raise ValueError("record longer than its lengths")
-    return LogEntry(seq, state, reason, driver, machine, keys), run_id, new
+    return PackedCheckpoint(seq, state, reason, driver, machine, keys), run_id, new
 
 
-__all__ = ["HEAD", "KEY_LEN", "MAGIC", "LogEntry", "append", "read", "read_file", "record"]
+__all__ = ["HEAD", "KEY_LEN", "MAGIC", "PackedCheckpoint", "append", "read", "read_file", "record"]

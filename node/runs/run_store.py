@@ -50,7 +50,7 @@ import numpy as np
 
 from hushnet.privacy.ledger_math import sealed_bytes
 from hushnet.runs import checkpoint_log
-from hushnet.runs.checkpoint_log import LogEntry
+from hushnet.runs.checkpoint_log import PackedCheckpoint
 from hushnet.storage import BIND_MAX, insert_large_blob, open_store, rollback
 
 #: the store's file in a node's state directory
@@ -228,12 +228,7 @@ class _Row:
     """One run's checkpoint as a SQLite transaction writes it; ``fetch(key)`` gives a blob's bytes."""
 
     run_id: str
-    seq: int
-    state: str
-    reason: str
-    driver: bytes
-    machine: bytes | None
-    keys: frozenset[bytes]
+    ck: PackedCheckpoint
     fetch: Callable[[bytes], Any]
 
 
@@ -299,7 +294,7 @@ class RunStore:
         self._log_size = 0
         # the file ends past _log_size: a failed append could not be cut off again
         self._log_torn = False
-        self._logged: dict[str, LogEntry] = {}
+        self._logged: dict[str, PackedCheckpoint] = {}
         row = self._db.execute("SELECT v FROM meta WHERE k = 'log_epoch'").fetchone()
         self._epoch = 0 if row is None else int(row[0])
         self._seq = int(
@@ -398,9 +393,8 @@ class RunStore:
                 if self._log_limit and self._row.get(run_id) == (state, reason):
                     self._append(run_id, self._seq, state, reason, d, m, refs)
                 else:
-                    row = _Row(
-                        run_id, self._seq, state, reason, d, m, frozenset(refs), refs.__getitem__
-                    )
+                    ck = PackedCheckpoint(self._seq, state, reason, d, m, frozenset(refs))
+                    row = _Row(run_id, ck, refs.__getitem__)
                     self._commit([row])
                     self._logged.pop(run_id, None)
             except BaseException:
@@ -450,7 +444,7 @@ class RunStore:
         self._log_size = at + size
         locs = {k: v for k, v in logged.items() if k in refs}
         locs.update({k: (at + off, n) for k, (off, n) in where.items()})
-        self._logged[run_id] = LogEntry(seq, state, reason, d, m, frozenset(refs), locs)
+        self._logged[run_id] = PackedCheckpoint(seq, state, reason, d, m, frozenset(refs), locs)
 
     def _open_log(self) -> int:
         if self._log_fd is None:
@@ -506,7 +500,9 @@ class RunStore:
         self._log_size = 0
         self._log_torn = False
 
-    def _flush(self, entries: dict[str, LogEntry], *, sync: bool, epoch: int | None = None) -> None:
+    def _flush(
+        self, entries: dict[str, PackedCheckpoint], *, sync: bool, epoch: int | None = None
+    ) -> None:
         """Write these logged checkpoints into SQLite (one transaction) and forget them as logged; their
         blobs that are only in the log are read back from it."""
         fd = self._log_fd
@@ -518,7 +514,7 @@ class RunStore:
                 assert fd is not None
                 return os.pread(fd, n, off)
 
-            rows.append(_Row(rid, e.seq, e.state, e.reason, e.driver, e.machine, e.keys, fetch))
+            rows.append(_Row(rid, e, fetch))
         self._commit(rows, sync=sync, epoch=epoch)
         for rid in entries:
             self._logged.pop(rid, None)
@@ -563,15 +559,16 @@ class RunStore:
             if sync and self.sync != "full":
                 self._db.execute(f"PRAGMA synchronous={self.sync.upper()}")
         for r in rows:
-            self._blob_keys[r.run_id] = set(r.keys)
-            self._row[r.run_id] = (r.state, r.reason)
+            self._blob_keys[r.run_id] = set(r.ck.keys)
+            self._row[r.run_id] = (r.ck.state, r.ck.reason)
 
     def _write_row(self, r: _Row, known: set[bytes]) -> None:
-        gone = [(r.run_id, k) for k in known if k not in r.keys]
+        ck = r.ck
+        gone = [(r.run_id, k) for k in known if k not in ck.keys]
         if gone:
             self._db.executemany("DELETE FROM blobs WHERE run_id = ? AND key = ?", gone)
         small = []
-        for k in r.keys:
+        for k in ck.keys:
             if k in known:
                 continue
             b = r.fetch(k)
@@ -594,12 +591,12 @@ class RunStore:
             "INSERT INTO checkpoints(run_id, seq, driver, machine, written) VALUES (?,?,?,?,?) "
             "ON CONFLICT(run_id) DO UPDATE SET seq = excluded.seq, driver = excluded.driver, "
             "machine = excluded.machine, written = excluded.written",
-            (r.run_id, r.seq, r.driver, r.machine, time.time()),
+            (r.run_id, ck.seq, ck.driver, ck.machine, time.time()),
         )
-        if self._row.get(r.run_id) != (r.state, r.reason):
+        if self._row.get(r.run_id) != (ck.state, ck.reason):
             self._db.execute(
                 "UPDATE runs SET state = ?, reason = ?, updated = ? WHERE run_id = ?",
-                (r.state, r.reason, time.time(), r.run_id),
+                (ck.state, ck.reason, time.time(), r.run_id),
             )
 
     def put_close(self, run_id: str, record: str) -> None:
