@@ -209,6 +209,22 @@ def test_the_log_is_folded_when_full_and_stays_bounded(tmp_path):
     big.close()
 
 
+class _FullDisk:
+    """No file may grow past ``limit`` bytes while inside (RLIMIT_FSIZE: a write past it fails)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __enter__(self) -> None:
+        self.old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        self.soft, self.hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limit, self.hard))
+
+    def __exit__(self, *exc) -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.soft, self.hard))
+        signal.signal(signal.SIGXFSZ, self.old)
+
+
 def test_a_full_disk_loses_nothing_and_the_log_goes_on(tmp_path):
     """A record that does not fit (the file-size limit stands in for a full disk) fails with the OS's
     error and is cut off again: the log still ends with a whole record, and the next checkpoint, once
@@ -217,15 +233,8 @@ def test_a_full_disk_loses_nothing_and_the_log_goes_on(tmp_path):
     st.accept("r", b"signed", 0, {})
     _walk(st, range(3))
     size = _log(tmp_path).stat().st_size
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, hard))
-    try:
-        with pytest.raises(OSError):
-            _walk(st, range(3, 4))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
+    with _FullDisk(size + 1000), pytest.raises(OSError):
+        _walk(st, range(3, 4))
     assert _log(tmp_path).stat().st_size == size
     tok = _walk(st, range(4, 6))
     _abandon(st)
@@ -242,17 +251,9 @@ def test_a_log_that_cannot_be_folded_on_opening_is_read_from(tmp_path, caplog):
     st.accept("r", b"signed", 0, {})
     tok = _walk(st, range(4))
     _abandon(st)
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(
-        resource.RLIMIT_FSIZE, (65536, hard)
-    )  # SQLite opens; a fold (80 kB) does not fit
-    try:
+    with _FullDisk(65536):  # SQLite opens; a fold (80 kB) does not fit
         st = RunStore(tmp_path / "runs.sqlite")
         (row,) = st.runs()
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
     assert row["driver"] == {"step": 3} and row["machine"]["pending"][1] == tok
     (warning,) = [r for r in caplog.records if "cannot fold the checkpoint log" in r.getMessage()]
     assert "\n" not in warning.getMessage()
@@ -263,22 +264,6 @@ def test_a_log_that_cannot_be_folded_on_opening_is_read_from(tmp_path, caplog):
     (row,) = st.runs()
     assert row["driver"] == {"step": 3} and row["machine"]["pending"][1] == tok
     st.close()
-
-
-class _FullDisk:
-    """No file may grow past ``limit`` bytes while inside (RLIMIT_FSIZE: a write past it fails)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-
-    def __enter__(self) -> None:
-        self.old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        self.soft, self.hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limit, self.hard))
-
-    def __exit__(self, *exc) -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.soft, self.hard))
-        signal.signal(signal.SIGXFSZ, self.old)
 
 
 @pytest.mark.parametrize("then", ["close", "kill"])
@@ -412,4 +397,3 @@ def test_the_log_size_comes_from_the_environment(monkeypatch, tmp_path):
     assert log_limit() == 2**19
     monkeypatch.delenv(LOG_ENV)
     assert log_limit() == 8 * 2**20
-    assert os.environ.get(LOG_ENV) is None
